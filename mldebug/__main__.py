@@ -1,0 +1,5 @@
+import sys
+
+from mldebug.cli import main
+
+sys.exit(main())

@@ -1,0 +1,149 @@
+"""The model: plain frozen dataclasses that flow from collectors to analysis to views.
+
+No I/O and no UI imports here. Stacks are stored outermost frame first, like a Python
+traceback: `frames[-1]` is the line the thread is on right now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# What a collector could not do for one rank (StackSample.failure).
+FAIL_EXITED = "exited"  # the process is gone (before or during the dump)
+FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
+FAIL_TIMEOUT = "timeout"  # py-spy did not answer within the time given to one rank
+FAIL_NOT_PYTHON = "not_python"  # no Python interpreter found in the process
+FAIL_ERROR = "error"  # anything else py-spy reported
+
+# What a rank is doing (RankView.state).
+STATE_RUNNING = "running"  # its stack moves, or it burns CPU: working
+STATE_STUCK = "stuck"  # same stack in every sample, idle: waiting
+STATE_EXITED = "exited"
+STATE_UNREADABLE = "unreadable"  # alive, but its stack could not be read
+STATE_MISSING = "missing"  # part of the world size, but no process was found
+STATE_UNKNOWN = "unknown"  # one sample only: cannot tell stuck from running
+
+# Finding kinds (the `kind` of a Finding; stable, scripts match on them).
+KIND_OUTLIER = "outlier"  # most ranks wait in a collective, a few are elsewhere
+KIND_MISMATCH = "mismatch"  # ranks in different collectives, or one op from different sites
+KIND_MISSING = "missing"  # ranks of the world size that are not there
+KIND_RENDEZVOUS = "rendezvous"  # everyone waits in init_process_group / the store
+KIND_HANG = "hang"  # every rank waits in the same collective, none is elsewhere
+KIND_UNREADABLE = "unreadable"  # ranks whose stacks could not be read
+KIND_PROGRESSING = "progressing"  # informational: the job is working, not hung
+
+SEVERITY_ERROR = "error"
+SEVERITY_WARNING = "warning"
+SEVERITY_INFO = "info"
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str  # the path as the target process saw it
+    line: int | None = None  # native frames may have none
+    native: bool = False
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_id: int
+    name: str
+    frames: tuple[Frame, ...]  # outermost first
+    os_thread_id: int | None = None
+    active: bool = False  # on CPU (not in a wait) when sampled
+    owns_gil: bool = False
+
+
+@dataclass(frozen=True)
+class RankTarget:
+    """One process to look at, and what its environment says about it."""
+
+    pid: int
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    host: str = ""
+    job: str = ""  # key that groups the ranks of one job (run dir, master addr:port, SLURM job)
+    cmdline: str = ""
+    run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class StackSample:
+    """One reading of one rank: its threads, or why they could not be read."""
+
+    target: RankTarget
+    time: float
+    threads: tuple[ThreadStack, ...] = ()
+    failure: str | None = None  # one of FAIL_*
+    failure_detail: str = ""
+    cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
+    rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What analysis concluded about one rank, for the views."""
+
+    rank: int
+    target: RankTarget | None
+    state: str  # one of STATE_*
+    threads: tuple[ThreadStack, ...] = ()
+    user_frame: Frame | None = None  # innermost frame of the user's own code
+    collective: str | None = None  # torch.distributed op the main thread is in
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    exit_code: int | None = None
+    detail: str = ""  # why unreadable / how it exited
+    step: int | None = None  # from the in-rank agent, when there is one
+    heartbeat_age: float | None = None
+
+
+@dataclass(frozen=True)
+class StackNode:
+    """A node of the merged prefix tree over all ranks' main-thread stacks."""
+
+    frame: Frame | None  # None for the root
+    ranks: tuple[int, ...]
+    children: tuple[StackNode, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """An equivalence class: ranks whose main threads have the same stack."""
+
+    ranks: tuple[int, ...]
+    frames: tuple[Frame, ...]
+    user_frame: Frame | None = None
+    collective: str | None = None
+    state: str = STATE_UNKNOWN
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # one of KIND_*
+    ranks: tuple[int, ...]
+    summary: str  # one sentence a person can act on
+    location: str | None = None  # file:line
+    recipe: str | None = None  # id of the recipe that explains what to do
+    detail: str = ""
+    severity: str = SEVERITY_ERROR
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """Everything a view shows about a job at one moment."""
+
+    time: float
+    ranks: tuple[RankView, ...]
+    groups: tuple[StackGroup, ...] = ()
+    tree: StackNode = field(default_factory=lambda: StackNode(None, ()))
+    findings: tuple[Finding, ...] = ()
+    world_size: int | None = None
+    job: str = ""
+    run_dir: str | None = None
