@@ -1,0 +1,86 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mldebug import rundir
+
+
+@pytest.fixture
+def runs_root(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setenv("MLDEBUG_RUNS_DIR", str(root))
+    return root
+
+
+def test_create_run_dir_is_private_and_laid_out(runs_root):
+    paths = rundir.create_run_dir()
+    assert paths.root.parent == runs_root
+    assert oct(paths.root.stat().st_mode & 0o777) == "0o700"
+    assert paths.ranks_dir.is_dir()
+    assert paths.stdout(3) == paths.root / "ranks" / "3" / "stdout.log"
+
+
+def test_custom_run_dir_is_still_found_as_newest(runs_root, tmp_path):
+    custom = tmp_path / "elsewhere"
+    paths = rundir.create_run_dir(custom)
+    rundir.write_json_atomic(
+        paths.manifest,
+        {"status": rundir.STATUS_RUNNING, "mldebug_pid": os.getpid(), "start_time": 1.0},
+    )
+    assert rundir.newest_live_run() == custom.resolve()
+
+
+def test_newest_live_run_skips_finished_and_dead(runs_root):
+    older = rundir.create_run_dir(runs_root / "a")
+    newer_dead = rundir.create_run_dir(runs_root / "b")
+    finished = rundir.create_run_dir(runs_root / "c")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rundir.write_json_atomic(
+        older.manifest, {"status": "running", "mldebug_pid": os.getpid(), "start_time": 1}
+    )
+    rundir.write_json_atomic(
+        newer_dead.manifest, {"status": "running", "mldebug_pid": dead.pid, "start_time": 2}
+    )
+    rundir.write_json_atomic(
+        finished.manifest, {"status": "succeeded", "mldebug_pid": os.getpid(), "start_time": 3}
+    )
+    assert rundir.newest_live_run() == older.root
+
+
+def test_read_json_tolerates_garbage(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff{not json")
+    assert rundir.read_json(bad) is None
+    assert rundir.read_json(tmp_path / "missing.json") is None
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps([1, 2]))
+    assert rundir.read_json(listed) is None
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "state.json"
+    rundir.write_json_atomic(target, {"step": 1})
+    rundir.write_json_atomic(target, {"step": 2})
+    assert rundir.read_json(target) == {"step": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_pid_alive_tells_zombies_from_live_processes():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    # Not waited for yet: once it has exited it is a zombie, which counts as gone.
+    for _ in range(200):
+        with open(f"/proc/{child.pid}/stat") as handle:
+            if handle.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    assert not rundir.pid_alive(child.pid)
+    child.wait()
+    assert not rundir.pid_alive(child.pid)
+    assert rundir.pid_alive(os.getpid())
+    assert not rundir.pid_alive(None)
