@@ -84,6 +84,7 @@ class StackSample:
     failure_detail: str = ""
     cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
     rss_bytes: int | None = None
+    main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,15 @@ class StackGroup:
 
 
 @dataclass(frozen=True)
+class FindingPart:
+    """One side of a finding (a mismatch names each group: its ranks, op and location)."""
+
+    ranks: tuple[int, ...]
+    label: str  # what these ranks are doing, e.g. "all_gather" or "load_shard"
+    location: str | None = None  # file:line
+
+
+@dataclass(frozen=True)
 class Finding:
     kind: str  # one of KIND_*
     ranks: tuple[int, ...]
@@ -133,6 +143,7 @@ class Finding:
     recipe: str | None = None  # id of the recipe that explains what to do
     detail: str = ""
     severity: str = SEVERITY_ERROR
+    parts: tuple[FindingPart, ...] = ()  # the groups a mismatch or outlier is made of
 
 
 @dataclass(frozen=True)
