@@ -31,6 +31,7 @@ KIND_RENDEZVOUS = "rendezvous"  # everyone waits in init_process_group / the sto
 KIND_HANG = "hang"  # every rank waits in the same collective, none is elsewhere
 KIND_UNREADABLE = "unreadable"  # ranks whose stacks could not be read
 KIND_PROGRESSING = "progressing"  # informational: the job is working, not hung
+KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody waits on them
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
