@@ -7,6 +7,7 @@ Layout (see shared DESIGN):
     <run>/ranks/<rank>/stderr.log
     <run>/ranks/<rank>/proc.json    written by the hook at start: rank, host, pid
     <run>/ranks/<rank>/error.json   the uncaught exception, if any
+    <run>/ranks/<rank>/faulthandler.log  Python stacks at a fatal signal (SIGSEGV...)
     <run>/ranks/<rank>/state.json   agent snapshot (later)
     <run>/ranks/<rank>/events.jsonl agent events (later)
     <run>/nccl/<host>.<pid>.log     NCCL_DEBUG_FILE output
@@ -85,6 +86,10 @@ class RunPaths:
 
     def error_file(self, rank: int) -> Path:
         return self.rank_dir(rank) / "error.json"
+
+    def fault_log(self, rank: int) -> Path:
+        """Python stacks faulthandler writes when the rank dies of a fatal signal."""
+        return self.rank_dir(rank) / "faulthandler.log"
 
     def state_file(self, rank: int) -> Path:
         return self.rank_dir(rank) / "state.json"

@@ -1,0 +1,55 @@
+"""The excepthook that leaves ranks/<rank>/error.json behind an uncaught exception."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+MAX_TRACEBACK = 20_000
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith("<"):
+        return True
+    if "site-packages" in filename or "dist-packages" in filename:
+        return True
+    stdlib = os.path.join(sys.base_prefix, "lib")
+    return filename.startswith(stdlib)
+
+
+def describe_exception(exc_type, exc, tb) -> dict:
+    """The error file's content: type, message, raising frame, user frame, traceback."""
+    import traceback
+
+    frames = traceback.extract_tb(tb)
+    location = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    user_location = ""
+    for frame in reversed(frames):
+        if not _is_library(frame.filename):
+            user_location = f"{frame.filename}:{frame.lineno}"
+            break
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return {
+        "type": exc_type.__qualname__ if isinstance(exc_type, type) else str(exc_type),
+        "message": str(exc),
+        "location": location,
+        "function": frames[-1].name if frames else "",
+        "user_location": user_location,
+        "traceback": text[-MAX_TRACEBACK:],
+    }
+
+
+def install_excepthook(path, rank: int, host: str, write_json) -> None:
+    previous = sys.excepthook
+
+    def mldebug_excepthook(exc_type, exc, tb):
+        try:
+            record = {"rank": rank, "host": host, "pid": os.getpid(), "time": time.time()}
+            record.update(describe_exception(exc_type, exc, tb))
+            write_json(path, record)
+        except Exception:
+            pass  # never let the report of an error become another error
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = mldebug_excepthook

@@ -1,0 +1,46 @@
+"""Which rank this process is, and whether it is the rank's first process. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+# Set by the first process of a rank for its whole process tree: "<rank>:<pid>".
+ENV_OWNER = "MLDEBUG_RANK_OWNER"
+
+# (rank, local rank, world size) as torchrun, Open MPI, MPICH/Intel MPI and Slurm name them.
+RANK_VARIABLES = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def rank_identity(env: MutableMapping[str, str]) -> tuple[int, int | None, int | None] | None:
+    """(rank, local_rank, world_size) from the first scheme whose rank variable is set."""
+    for rank_name, local_name, size_name in RANK_VARIABLES:
+        rank = _int(env.get(rank_name))
+        if rank is not None and rank >= 0:
+            return rank, _int(env.get(local_name)), _int(env.get(size_name))
+    return None
+
+
+def claim_rank(env: MutableMapping[str, str], rank: int, pid: int) -> bool:
+    """True for the first process of this rank's tree; marks the tree so children see it.
+
+    A child of the rank (DataLoader worker, subprocess) inherits the marker with the same
+    rank and another pid, and must not redirect output or write the rank's files again.
+    """
+    owner = env.get(ENV_OWNER, "")
+    owner_rank, _, owner_pid = owner.partition(":")
+    if owner_rank == str(rank) and owner_pid != str(pid):
+        return False
+    env[ENV_OWNER] = f"{rank}:{pid}"
+    return True

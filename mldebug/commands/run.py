@@ -1,0 +1,246 @@
+"""`mldebug run`: start a script on N ranks (like torchrun), or wrap any launcher, with hooks.
+
+mldebug run [options] SCRIPT [ARGS...]
+mldebug run [options] -m MODULE [ARGS...]
+mldebug run [options] -- COMMAND...     (torchrun, accelerate, deepspeed, srun...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from mldebug.errors import MldebugError
+from mldebug.launch import env as envs
+from mldebug.launch.output import Console, RankFilter
+from mldebug.launch.supervisor import LaunchSpec, Supervisor
+from mldebug.ranges import parse_ranks
+from mldebug.rundir import create_run_dir
+
+DESCRIPTION = """\
+Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
+MASTER_ADDR...), or wrap a launcher after `--`. Every line a rank writes is shown with a
+[host:rank] prefix and kept in the run directory; when a rank dies, mldebug names the root
+cause (rank, exception, file:line) and stops the others.
+"""
+
+EPILOG = """\
+examples:
+  mldebug run --nproc-per-node 2 train.py --epochs 1
+  mldebug run --nproc-per-node 4 -m mypkg.train
+  mldebug run --nccl-debug INFO -- torchrun --nproc-per-node 8 train.py
+"""
+
+
+def _ranks(text: str) -> frozenset[int]:
+    try:
+        return frozenset(parse_ranks(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (expected a list like 0,2-3)") from None
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mldebug run",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    launch = parser.add_argument_group("launching")
+    launch.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="number of ranks to start (default 1)",
+    )
+    launch.add_argument(
+        "--master-port",
+        "--master_port",
+        type=int,
+        metavar="PORT",
+        help="rendezvous port (default: a free one)",
+    )
+    launch.add_argument(
+        "--master-addr",
+        "--master_addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="rendezvous address (default 127.0.0.1)",
+    )
+    launch.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where to keep output and reports (default: a new directory "
+        "under ~/.local/state/mldebug/runs)",
+    )
+    launch.add_argument(
+        "--grace-period",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long ranks get to exit after SIGTERM before SIGKILL (default 5)",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--local-ranks-filter",
+        "--local_ranks_filter",
+        type=_ranks,
+        metavar="RANKS",
+        help="show only these local ranks on the console, e.g. 0,2-3 "
+        "(all output is still kept in the run directory)",
+    )
+    out.add_argument(
+        "--ranks", type=_ranks, metavar="RANKS", help="show only these global ranks on the console"
+    )
+    out.add_argument(
+        "--no-prefix", action="store_true", help="do not prefix console lines with [host:rank]"
+    )
+    out.add_argument(
+        "--tui",
+        action="store_true",
+        help="start the job and watch it in the terminal UI (output goes to files)",
+    )
+    debug = parser.add_argument_group("debugging switches (environment of the ranks)")
+    debug.add_argument(
+        "--cuda-launch-blocking",
+        action="store_true",
+        help="CUDA_LAUNCH_BLOCKING=1: errors point at the right kernel, but "
+        "every kernel runs one after another (slow)",
+    )
+    debug.add_argument(
+        "--nccl-debug",
+        metavar="LEVEL",
+        type=str.upper,
+        choices=["VERSION", "WARN", "INFO", "TRACE"],
+        help="NCCL_DEBUG=LEVEL, written to <run>/nccl/<host>.<pid>.log",
+    )
+    debug.add_argument(
+        "--distributed-debug",
+        action="store_true",
+        help="TORCH_DISTRIBUTED_DEBUG=DETAIL: checks collectives match across ranks",
+    )
+    debug.add_argument(
+        "--flight-recorder",
+        action="store_true",
+        help="record the last collectives of each rank (NCCL flight recorder); "
+        "dumped to <run>/fr/ on a timeout",
+    )
+    parser.add_argument(
+        "-m", dest="module", metavar="MODULE", help="run a module as a script (as python -m)"
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="SCRIPT [ARGS...], or -- COMMAND... to wrap a launcher",
+    )
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
+    """Options, mode and the command to start. Arguments after the script are the script's."""
+    parser = build_parser()
+    # `-m MODULE` ends mldebug's options like a script name does: the rest is the module's.
+    for index, token in enumerate(argv):
+        if token == "-m" and index + 1 < len(argv):
+            args = parser.parse_args(argv[:index])
+            if not args.command:
+                return args, envs.MODE_NATIVE, [sys.executable, "-m", *argv[index + 1 :]]
+            break
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if args.module:
+        return args, envs.MODE_NATIVE, [sys.executable, "-m", args.module, *command]
+    if command[:1] == ["--"]:
+        if len(command) == 1:
+            parser.error("nothing to run after --")
+        if args.nproc_per_node != 1:
+            parser.error("--nproc-per-node applies to SCRIPT; give it to the wrapped launcher")
+        return args, envs.MODE_WRAP, command[1:]
+    if not command:
+        parser.error("give a SCRIPT to run, -m MODULE, or -- COMMAND to wrap a launcher")
+    return args, envs.MODE_NATIVE, [sys.executable, *command]
+
+
+def _attach_function():
+    try:
+        from mldebug.commands.attach import attach_to_run
+    except ImportError as error:
+        raise MldebugError(
+            f"the terminal UI is not available in this installation ({error})",
+            "Run without --tui; `mldebug dump` shows the job's state from another terminal.",
+        ) from None
+    return attach_to_run
+
+
+def main(argv: list[str]) -> int:
+    args, mode, command = parse_args(argv)
+    attach = _attach_function() if args.tui else None
+    options = envs.DebugOptions(
+        cuda_launch_blocking=args.cuda_launch_blocking,
+        nccl_debug=args.nccl_debug,
+        distributed_debug=args.distributed_debug,
+        flight_recorder=args.flight_recorder,
+    )
+    try:
+        paths = create_run_dir(args.run_dir)
+    except OSError as error:
+        raise MldebugError(
+            f"cannot create the run directory: {error}", "Pass a writable --run-dir."
+        ) from None
+    for sub, wanted in (("nccl", options.nccl_debug), ("fr", options.flight_recorder)):
+        if wanted:
+            (paths.root / sub).mkdir(mode=0o700, exist_ok=True)
+    console = Console()
+    console.message(f"mldebug: run directory {paths.root}")
+    if options.cuda_launch_blocking:
+        console.message(
+            "mldebug: CUDA_LAUNCH_BLOCKING=1 serialises every CUDA kernel: errors point at "
+            "the right line, but the job runs much slower"
+        )
+    spec = LaunchSpec(
+        paths=paths,
+        command=command,
+        mode=mode,
+        nproc=args.nproc_per_node,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        options=options,
+        grace_period=args.grace_period,
+        console=None if args.tui else console,
+        rank_filter=RankFilter(ranks=args.ranks, local_ranks=args.local_ranks_filter),
+        prefix=not args.no_prefix,
+        argv=["mldebug", "run", *argv],
+    )
+    return _supervise(Supervisor(spec), attach)
+
+
+def _supervise(supervisor: Supervisor, attach) -> int:
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
+    for signum in handled:
+        signal.signal(signum, lambda number, _frame: supervisor.stop(number))
+    try:
+        try:
+            supervisor.start()
+        except OSError as error:
+            raise MldebugError(
+                f"cannot start {supervisor.spec.command[0]}: {error}",
+                "Check the command and that it is executable.",
+            ) from None
+        if attach is not None:
+            attach(supervisor.paths.root, supervisor.stop)
+            supervisor.stop()
+        return supervisor.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

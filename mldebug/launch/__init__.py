@@ -1,0 +1,7 @@
+"""`mldebug run`'s machinery: environment, supervisor, output tailing, failure report.
+
+Public entry points:
+    Supervisor(LaunchSpec(...)).start() / .wait() / .stop()   (supervisor.py)
+    LineSplitter                                              (lines.py)
+    collect_failures, format_report, describe_exit            (failures.py)
+"""

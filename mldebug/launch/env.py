@@ -1,0 +1,123 @@
+"""The environment each rank (or a wrapped launcher) starts with. Pure functions.
+
+`rank_env` is what torchrun gives a worker, so unmodified torchrun scripts work.
+`hook_env` is what activates mldebug's hooks in every Python process that inherits it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import mldebug
+
+# Names the hook and the agent read (mldebug/hooks/sitecustomize.py, mldebug/agent/).
+ENV_ACTIVE = "MLDEBUG_HOOK"  # "1": the hook loads the agent; anything else: it does nothing
+ENV_PACKAGE_DIR = "MLDEBUG_PACKAGE_DIR"  # where mldebug/agent/ is loaded from, by path
+ENV_RUN_DIR = "MLDEBUG_RUN_DIR"
+ENV_MODE = "MLDEBUG_MODE"  # MODE_NATIVE or MODE_WRAP
+MODE_NATIVE = "native"
+MODE_WRAP = "wrap"
+
+FLIGHT_RECORDER_ENTRIES = 2000
+
+
+@dataclass(frozen=True)
+class DebugOptions:
+    """The knobs of `mldebug run` that become environment variables of the ranks."""
+
+    cuda_launch_blocking: bool = False
+    nccl_debug: str | None = None  # NCCL_DEBUG level: VERSION, WARN, INFO, TRACE
+    distributed_debug: bool = False
+    flight_recorder: bool = False
+
+
+def package_dir() -> Path:
+    return Path(mldebug.__file__).resolve().parent
+
+
+def hooks_dir() -> Path:
+    return package_dir() / "hooks"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def rank_env(
+    rank: int, nproc: int, master_addr: str, master_port: int, run_id: str
+) -> dict[str, str]:
+    """What torchrun sets for worker `rank` of a single-node job of `nproc` workers."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(nproc),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        # No agent store here: rank 0 hosts the TCPStore, as with a plain env:// init.
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+    }
+
+
+def debug_env(options: DebugOptions, run_dir: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if options.cuda_launch_blocking:
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    if options.nccl_debug:
+        env["NCCL_DEBUG"] = options.nccl_debug
+        # NCCL itself expands %h (host) and %p (pid).
+        env["NCCL_DEBUG_FILE"] = str(run_dir / "nccl" / "%h.%p.log")
+    if options.distributed_debug:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if options.flight_recorder:
+        prefix = str(run_dir / "fr" / "rank_")  # torch appends the rank
+        entries = str(FLIGHT_RECORDER_ENTRIES)
+        # torch 2.13 reads the TORCH_FR_* names first; older releases only the NCCL ones.
+        env.update(
+            {
+                "TORCH_FR_BUFFER_SIZE": entries,
+                "TORCH_FR_DUMP_TEMP_FILE": prefix,
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": entries,
+                "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+            }
+        )
+    return env
+
+
+def hook_env(base: dict[str, str], run_dir: Path, mode: str) -> dict[str, str]:
+    """Variables that put the hook first on PYTHONPATH and tell it where the run lives."""
+    pythonpath = str(hooks_dir())
+    if base.get("PYTHONPATH"):
+        pythonpath += os.pathsep + base["PYTHONPATH"]
+    return {
+        "PYTHONPATH": pythonpath,
+        ENV_ACTIVE: "1",
+        ENV_PACKAGE_DIR: str(package_dir()),
+        ENV_RUN_DIR: str(run_dir),
+        ENV_MODE: mode,
+    }
+
+
+def job_env(
+    base: dict[str, str], run_dir: Path, mode: str, options: DebugOptions
+) -> dict[str, str]:
+    """The environment shared by every process of the job (before per-rank variables)."""
+    env = dict(base)
+    env.update(debug_env(options, run_dir))
+    env.update(hook_env(base, run_dir, mode))
+    return env

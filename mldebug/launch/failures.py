@@ -1,0 +1,196 @@
+"""Name why a rank ended and find the first failure of a job. Pure except `read_failures`.
+
+A failure comes from the rank's own error file (written by the agent's excepthook, with the
+time the exception reached the top) or, when there is none, from the exit status the
+supervisor saw. The earliest one is the root cause: the others usually fail *because* of
+it (a peer's closed connection, a collective that timed out).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field, replace
+
+from mldebug.rundir import RunPaths, read_json
+
+RECIPE = "rank-crash"
+
+_SIGNAL_MEANINGS = {
+    signal.SIGKILL: "killed (SIGKILL): OOM killer? (check `dmesg` or the job's memory limit)",
+    signal.SIGSEGV: "segmentation fault (SIGSEGV): a crash in native code",
+    signal.SIGABRT: "aborted (SIGABRT): a C++ assertion, abort() or an uncaught C++ exception",
+    signal.SIGBUS: "bus error (SIGBUS): bad memory access, often a full /dev/shm",
+    signal.SIGFPE: "floating point exception (SIGFPE): e.g. an integer division by zero",
+    signal.SIGILL: "illegal instruction (SIGILL): a binary built for another CPU",
+    signal.SIGTERM: "terminated (SIGTERM)",
+    signal.SIGINT: "interrupted (SIGINT)",
+    signal.SIGHUP: "hung up (SIGHUP): the terminal or session closed",
+    signal.SIGPIPE: "broken pipe (SIGPIPE): it wrote to a closed pipe",
+}
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code: 128+N for death by signal N (Popen reports -N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_of(exit_code: int) -> int | None:
+    """The signal behind a shell-style exit code, if it is one (129..128+64)."""
+    if 128 < exit_code <= 128 + 64:
+        return exit_code - 128
+    return None
+
+
+def describe_exit(returncode: int) -> str:
+    """'exited with code 3', 'segmentation fault (SIGSEGV): ...' from a Popen returncode."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"killed by signal {number}"
+    return _SIGNAL_MEANINGS.get(number, f"killed by {name}")
+
+
+@dataclass(frozen=True)
+class Failure:
+    rank: int
+    time: float  # when the exception reached the top, else when the exit was seen
+    host: str = ""
+    exit_code: int | None = None  # shell-style; None when mldebug did not see the exit
+    how: str = ""  # describe_exit() text, or "uncaught exception"
+    exc_type: str = ""
+    message: str = ""
+    location: str = ""  # file:line of the raising frame
+    user_location: str = ""  # innermost frame of the user's own code, when different
+    traceback: str = ""
+    fault_log: str = ""  # Python stacks faulthandler wrote on a fatal signal
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def headline(self) -> str:
+        if self.exc_type:
+            return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+        return self.how
+
+    def to_json(self) -> dict:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "time": self.time,
+            "exit_code": self.exit_code,
+            "how": self.how,
+            "type": self.exc_type,
+            "message": self.message,
+            "location": self.location,
+            "user_location": self.user_location,
+            "traceback": self.traceback,
+            "recipe": RECIPE,
+        }
+
+
+def failure_from_error_file(data: dict, rank: int) -> Failure:
+    return Failure(
+        rank=rank,
+        time=float(data.get("time") or 0.0),
+        host=str(data.get("host") or ""),
+        how="uncaught exception",
+        exc_type=str(data.get("type") or ""),
+        message=str(data.get("message") or ""),
+        location=str(data.get("location") or ""),
+        user_location=str(data.get("user_location") or ""),
+        traceback=str(data.get("traceback") or ""),
+    )
+
+
+def order_failures(failures: list[Failure]) -> list[Failure]:
+    """Earliest first; ties broken by rank so the report is stable."""
+    return sorted(failures, key=lambda failure: (failure.time, failure.rank))
+
+
+def read_fault_log(paths: RunPaths, rank: int, limit: int = 4000) -> str:
+    try:
+        text = paths.fault_log(rank).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text.strip()[-limit:]
+
+
+def collect_failures(
+    paths: RunPaths,
+    exits: dict[int, tuple[int, float]],
+    stopped: set[int] | frozenset[int] = frozenset(),
+    hosts: dict[int, str] | None = None,
+) -> list[Failure]:
+    """Every failed rank, earliest first.
+
+    exits: rank -> (Popen returncode, time the exit was seen), for ranks mldebug started.
+    stopped: ranks mldebug itself terminated; their exit by SIGTERM is not a failure of theirs.
+    """
+    hosts = hosts or {}
+    failures = []
+    for rank in sorted(set(paths.rank_ids()) | set(exits)):
+        returncode, seen = exits.get(rank, (None, None))
+        exit_code = exit_code_of(returncode) if returncode is not None else None
+        data = read_json(paths.error_file(rank))
+        if data and data.get("type"):
+            failure = failure_from_error_file(data, rank)
+            failures.append(
+                replace(
+                    failure,
+                    exit_code=exit_code,
+                    host=failure.host or hosts.get(rank, ""),
+                    how=describe_exit(returncode) if returncode else failure.how,
+                )
+            )
+        elif returncode and rank not in stopped:
+            failures.append(
+                Failure(
+                    rank=rank,
+                    time=seen,
+                    host=hosts.get(rank, ""),
+                    exit_code=exit_code,
+                    how=describe_exit(returncode),
+                    fault_log=read_fault_log(paths, rank) if returncode < 0 else "",
+                )
+            )
+    return order_failures(failures)
+
+
+def _indent(text: str, prefix: str = "    ") -> list[str]:
+    return [prefix + line for line in text.rstrip().splitlines()]
+
+
+def format_report(
+    failures: list[Failure], paths: RunPaths, stopped: list[int] | None = None
+) -> str:
+    """The first-failure summary printed when a job dies (empty when nothing failed)."""
+    from mldebug.ranges import format_ranks
+
+    if not failures:
+        return ""
+    first = failures[0]
+    where = f" on {first.host}" if first.host else ""
+    lines = [f"mldebug: root cause (first failure): rank {first.rank}{where}: {first.headline}"]
+    if first.exc_type and first.exit_code is not None and signal_of(first.exit_code):
+        lines.append(f"  the process {first.how}")
+    if first.location:
+        lines.append(f"  raised at {first.location}")
+    if first.user_location and first.user_location != first.location:
+        lines.append(f"  from your code at {first.user_location}")
+    if first.traceback:
+        lines += _indent(first.traceback)
+    elif first.fault_log:
+        lines.append("  Python stacks at the crash (faulthandler):")
+        lines += _indent(first.fault_log)
+    for other in failures[1:6]:
+        delay = other.time - first.time
+        lines.append(f"  then rank {other.rank} ({delay:+.1f}s): {other.headline}")
+    if len(failures) > 6:
+        lines.append(f"  ... and {len(failures) - 6} more failed ranks")
+    if stopped:
+        lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
+    lines.append(f"  full output: {paths.rank_dir(first.rank)}/stderr.log")
+    lines.append(f"  what to do next: mldebug recipes {RECIPE}")
+    return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""Show every rank's output on the console, prefixed, whole lines only.
+
+The ranks write straight into their files (<run>/ranks/<rank>/stdout.log ...); one thread
+here tails those files, cuts them into lines (LineSplitter) and writes each batch of
+prefixed lines with one write call. Nothing in the ranks pays for it, a crash loses
+nothing, and since only this thread writes rank lines, two ranks never share a line.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mldebug.launch.lines import LineSplitter
+from mldebug.rundir import RunPaths, read_json
+
+READ_CHUNK = 1 << 20
+POLL_INTERVAL = 0.1  # seconds between two looks at the files
+SCAN_INTERVAL = 0.5  # seconds between two looks for new rank directories
+
+LAUNCHER = -1  # the pseudo-rank of a wrapped launcher's own output
+
+
+class Console:
+    """The terminal, written by whole lines; the lock keeps mldebug's own messages apart."""
+
+    def __init__(self, stdout_fd: int = 1, stderr_fd: int = 2):
+        self.fds = {"stdout": stdout_fd, "stderr": stderr_fd}
+        self.lock = threading.Lock()
+        self.broken: set[str] = set()
+
+    def write(self, stream: str, data: bytes) -> None:
+        if not data or stream in self.broken:
+            return
+        with self.lock:
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self.fds[stream], view) :]
+            except OSError:
+                self.broken.add(stream)  # a closed pipe (`| head`): stop showing, keep running
+
+    def message(self, text: str) -> None:
+        """One of mldebug's own messages, on stderr."""
+        self.write("stderr", (text.rstrip("\n") + "\n").encode("utf-8", "replace"))
+
+
+@dataclass(frozen=True)
+class RankFilter:
+    """Which ranks reach the console (None: all). The launcher always does."""
+
+    ranks: frozenset[int] | None = None
+    local_ranks: frozenset[int] | None = None
+
+    def shows(self, rank: int, local_rank: int | None) -> bool:
+        if rank == LAUNCHER:
+            return True
+        if self.ranks is not None and rank not in self.ranks:
+            return False
+        if self.local_ranks is not None and local_rank not in self.local_ranks:
+            return False
+        return True
+
+
+def format_line(prefix: bytes, line: bytes) -> bytes:
+    """One console line: prefix + the text (bad UTF-8 replaced) + newline."""
+    text = line.decode("utf-8", "replace").encode("utf-8")
+    return prefix + text + b"\n"
+
+
+@dataclass
+class _Source:
+    path: Path
+    stream: str  # "stdout" or "stderr"
+    prefix: bytes
+    rank: int
+    splitter: LineSplitter = field(default_factory=LineSplitter)
+    fd: int | None = None
+
+
+class OutputTailer:
+    """Tails the run's output files on a thread of its own until `finish()`."""
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        console: Console,
+        host: str,
+        rank_filter: RankFilter = RankFilter(),
+        prefix: bool = True,
+        launcher: bool = False,
+        local_ranks: dict[int, int] | None = None,
+    ):
+        self.paths = paths
+        self.console = console
+        self.host = host
+        self.filter = rank_filter
+        self.prefix = prefix
+        self.local_ranks = dict(local_ranks or {})  # known up front in native mode
+        self.sources: list[_Source] = []
+        self._seen_ranks: set[int] = set()
+        self._ended: set[int] = set()
+        self._ended_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mldebug-output", daemon=True)
+        if launcher:
+            self._add(LAUNCHER, "launcher", host, [(paths.launcher_log, "stdout")])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def rank_ended(self, rank: int) -> None:
+        """The rank exited: its unfinished last line is a line now."""
+        with self._ended_lock:
+            self._ended.add(rank)
+
+    def finish(self) -> None:
+        """Show everything that is left, flush unfinished lines, stop the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for source in self.sources:
+            if source.fd is not None:
+                os.close(source.fd)
+                source.fd = None
+
+    # -- the thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_scan = 0.0
+        while True:
+            # Take the ended ranks before reading: everything they wrote is in the files now.
+            stopping = self._stop.is_set()
+            with self._ended_lock:
+                ended, self._ended = self._ended, set()
+            now = time.monotonic()
+            if stopping or now - last_scan >= SCAN_INTERVAL:
+                self._scan()
+                last_scan = now
+            self._pump(now)
+            if stopping:
+                ended = {source.rank for source in self.sources}
+            for source in self.sources:
+                if source.rank in ended:
+                    self._emit(source, source.splitter.finish())
+            if stopping:
+                return
+            self._stop.wait(POLL_INTERVAL)
+
+    def _add(self, rank: int, label: str, host: str, files: list[tuple[Path, str]]) -> None:
+        prefix = f"[{host}:{label}] ".encode() if self.prefix else b""
+        for path, stream in files:
+            self.sources.append(_Source(path, stream, prefix, rank))
+
+    def _scan(self) -> None:
+        for rank in self.paths.rank_ids():
+            if rank in self._seen_ranks:
+                continue
+            local_rank, host = self.local_ranks.get(rank), self.host
+            if local_rank is None:
+                info = read_json(self.paths.proc_info(rank))
+                if info is None:
+                    continue  # the hook writes proc.json before any output: look again later
+                local_rank = info.get("local_rank")
+                host = str(info.get("host") or host)
+            self._seen_ranks.add(rank)
+            if not self.filter.shows(rank, local_rank):
+                continue
+            files = [(self.paths.stdout(rank), "stdout"), (self.paths.stderr(rank), "stderr")]
+            self._add(rank, str(rank), host, files)
+
+    def _pump(self, now: float) -> None:
+        for source in self.sources:
+            if source.fd is None:
+                try:
+                    source.fd = os.open(source.path, os.O_RDONLY)
+                except OSError:
+                    continue
+            lines: list[bytes] = []
+            while True:
+                data = os.read(source.fd, READ_CHUNK)
+                if not data:
+                    break
+                lines += source.splitter.feed(data, now)
+            lines += source.splitter.poll(now)
+            self._emit(source, lines)
+
+    def _emit(self, source: _Source, lines: list[bytes]) -> None:
+        if lines:
+            self.console.write(
+                source.stream, b"".join(format_line(source.prefix, line) for line in lines)
+            )

@@ -1,0 +1,327 @@
+"""Start a job's processes, watch them, stop them: the core of `mldebug run`.
+
+    handle = Supervisor(spec)
+    handle.start()          # processes run, output is tailed (unless spec.console is None)
+    code = handle.wait()    # the job's exit code, after the first-failure report
+    handle.stop()           # from any thread or a signal handler: end the job now
+
+Native mode starts `nproc` ranks itself; wrap mode starts one launcher command (torchrun,
+accelerate, srun...) and learns about its ranks from the files their hooks write. Every
+child starts in a session of its own and is ended by process group (SIGTERM, a grace
+period, SIGKILL), so DataLoader workers and other grandchildren go with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from mldebug.errors import EXIT_INTERRUPTED
+from mldebug.launch import env as envs
+from mldebug.launch import procs
+from mldebug.launch.failures import collect_failures, describe_exit, exit_code_of, format_report
+from mldebug.launch.manifest import Manifest
+from mldebug.launch.output import Console, OutputTailer, RankFilter
+from mldebug.rundir import (
+    STATUS_FAILED,
+    STATUS_INTERRUPTED,
+    STATUS_RUNNING,
+    STATUS_SUCCEEDED,
+    RunPaths,
+    hostname,
+    read_json,
+)
+
+POLL_INTERVAL = 0.1
+
+
+@dataclass
+class LaunchSpec:
+    paths: RunPaths
+    command: list[str]  # native: the rank's argv (python script args); wrap: the launcher
+    mode: str = envs.MODE_NATIVE
+    nproc: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None  # None: a free one
+    options: envs.DebugOptions = field(default_factory=envs.DebugOptions)
+    grace_period: float = 5.0
+    console: Console | None = None  # None: output only to files (the TUI shows it)
+    rank_filter: RankFilter = field(default_factory=RankFilter)
+    prefix: bool = True
+    argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json
+
+
+@dataclass
+class _Child:
+    rank: int | None  # None: the wrapped launcher
+    popen: subprocess.Popen
+    returncode: int | None = None
+    ended_at: float | None = None
+    stopped: bool = False  # ended by mldebug, not by itself
+
+
+class Supervisor:
+    def __init__(self, spec: LaunchSpec):
+        self.spec = spec
+        self.paths = spec.paths
+        self.host = hostname()
+        self.children: list[_Child] = []
+        self.manifest = Manifest(spec.paths, spec, self.host)
+        self.exit_code: int | None = None
+        self._stop_reason: int | None = None  # signal number, or 0 for stop() without one
+        self._stop_requested = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="mldebug-supervisor")
+        self._tailer: OutputTailer | None = None
+        self._done = threading.Event()
+
+    # -- public API --------------------------------------------------------------------
+
+    def start(self) -> None:
+        spec = self.spec
+        if spec.mode == envs.MODE_NATIVE:
+            self._start_ranks()
+        else:
+            self._start_launcher()
+        if spec.console is not None:
+            native = spec.mode == envs.MODE_NATIVE
+            self._tailer = OutputTailer(
+                self.paths,
+                spec.console,
+                self.host,
+                rank_filter=spec.rank_filter,
+                prefix=spec.prefix,
+                launcher=not native,
+                local_ranks={rank: rank for rank in range(spec.nproc)} if native else None,
+            )
+            self._tailer.start()
+        self._monitor.start()
+
+    def stop(self, signum: int = 0) -> None:
+        """Ask the job to end (safe from a signal handler or another thread)."""
+        if self._stop_reason is None:
+            self._stop_reason = signum
+        self._stop_requested.set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The job's exit code once it is over (None if `timeout` passed first)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Short joins keep the main thread responsive to signals.
+        while self._monitor.is_alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            self._monitor.join(0.2)
+        return self.exit_code
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    # -- starting ----------------------------------------------------------------------
+
+    def _base_env(self) -> dict[str, str]:
+        return envs.job_env(dict(os.environ), self.paths.root, self.spec.mode, self.spec.options)
+
+    def _start_ranks(self) -> None:
+        spec = self.spec
+        port = spec.master_port or envs.free_port()
+        base = self._base_env()
+        if spec.nproc > 1 and "OMP_NUM_THREADS" not in base:
+            base["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks must not each use every core
+        run_id = self.paths.root.name
+        for rank in range(spec.nproc):
+            self.paths.rank_dir(rank).mkdir(parents=True, exist_ok=True, mode=0o700)
+            env = {**base, **envs.rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
+            out = os.open(self.paths.stdout(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            err = os.open(self.paths.stderr(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                popen = subprocess.Popen(
+                    spec.command,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError:
+                self._end_children(grace=0)
+                raise
+            finally:
+                os.close(out)
+                os.close(err)
+            self.children.append(_Child(rank, popen))
+            self.manifest.set_rank(rank, local_rank=rank, host=self.host, pid=popen.pid)
+        self.manifest.update(world_size=spec.nproc, master_port=port)
+
+    def _start_launcher(self) -> None:
+        log = os.open(self.paths.launcher_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            popen = subprocess.Popen(
+                self.spec.command,
+                env=self._base_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log)
+        self.children.append(_Child(None, popen))
+        self.manifest.update(launcher_pid=popen.pid)
+
+    # -- watching ----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        try:
+            self._watch_until_over()
+        finally:
+            self._end_children(grace=self.spec.grace_period)
+            if self._tailer is not None:
+                self._tailer.finish()
+            self._conclude()
+            self._done.set()
+
+    def _watch_until_over(self) -> None:
+        next_discovery = 0.0
+        while True:
+            for child in self.children:
+                if child.returncode is None and child.popen.poll() is not None:
+                    self._child_ended(child)
+            if self.spec.mode == envs.MODE_WRAP and time.monotonic() >= next_discovery:
+                self._discover_wrapped_ranks()
+                next_discovery = time.monotonic() + 0.5
+            if all(child.returncode is not None for child in self.children):
+                return
+            if self._stop_requested.is_set():
+                return
+            if self.spec.mode == envs.MODE_NATIVE and self._first_failed() is not None:
+                failed = self._first_failed()
+                self._say(
+                    f"mldebug: rank {failed.rank} {describe_exit(failed.returncode)}; "
+                    f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
+                )
+                return
+            self._stop_requested.wait(POLL_INTERVAL)
+
+    def _first_failed(self) -> _Child | None:
+        ended = [c for c in self.children if c.returncode not in (None, 0) and not c.stopped]
+        return min(ended, key=lambda c: c.ended_at) if ended else None
+
+    def _child_ended(self, child: _Child) -> None:
+        child.returncode = child.popen.returncode
+        child.ended_at = time.time()
+        if child.rank is None:
+            self.manifest.update(launcher_exit_code=exit_code_of(child.returncode))
+            return
+        if self._tailer is not None:
+            self._tailer.rank_ended(child.rank)
+        if child.stopped:
+            status = STATUS_INTERRUPTED
+        else:
+            status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
+        self.manifest.set_rank(child.rank, exit_code=exit_code_of(child.returncode), status=status)
+
+    def _discover_wrapped_ranks(self) -> None:
+        for rank in self.paths.rank_ids():
+            if self.manifest.has_rank(rank):
+                continue
+            info = read_json(self.paths.proc_info(rank))
+            if info is None:
+                continue
+            self.manifest.set_rank(
+                rank,
+                local_rank=info.get("local_rank"),
+                host=info.get("host"),
+                pid=info.get("pid"),
+                status=STATUS_RUNNING,
+            )
+            if info.get("world_size") and self.manifest.data.get("world_size") is None:
+                self.manifest.update(world_size=info["world_size"])
+
+    # -- ending ------------------------------------------------------------------------
+
+    def _end_children(self, grace: float) -> None:
+        """End whatever still runs: our children's process groups, then wrapped ranks."""
+        for child in self.children:
+            if child.returncode is None and child.popen.poll() is None:
+                child.stopped = True
+        procs.end_groups([child.popen.pid for child in self.children], grace)
+        for child in self.children:
+            child.popen.wait()
+            if child.returncode is None:
+                self._child_ended(child)
+        if self.spec.mode == envs.MODE_WRAP:
+            self._discover_wrapped_ranks()
+            self._end_wrapped_ranks(grace)
+
+    def _end_wrapped_ranks(self, grace: float) -> None:
+        """Rank processes the wrapped launcher left behind (their pids are in proc.json)."""
+        left = []
+        for rank in self.paths.rank_ids():
+            info = read_json(self.paths.proc_info(rank)) or {}
+            pid = info.get("pid")
+            if isinstance(pid, int) and procs.same_process(pid, info.get("start_ticks")):
+                left.append(pid)
+        if not left:
+            return
+        self._say(f"mldebug: ending {len(left)} rank process(es) the launcher left running")
+        for pid in left:
+            procs.signal_process_tree(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(procs.same_process(p, None) for p in left):
+            time.sleep(0.05)
+        for pid in left:
+            procs.signal_process_tree(pid, signal.SIGKILL)
+
+    def _conclude(self) -> None:
+        """Exit code, final manifest, and the first-failure report."""
+        spec = self.spec
+        stopped = sorted(c.rank for c in self.children if c.stopped and c.rank is not None)
+        exits = {
+            c.rank: (c.returncode, c.ended_at)
+            for c in self.children
+            if c.rank is not None and c.returncode is not None
+        }
+        failures = collect_failures(
+            self.paths, exits, stopped=set(stopped), hosts={r: self.host for r in exits}
+        )
+        interrupted = self._stop_reason is not None
+        if spec.mode == envs.MODE_WRAP:
+            code = exit_code_of(self.children[0].returncode or 0)
+            if not interrupted and code == 0:
+                failures = []  # the launcher recovered (elastic restart) or ignored them
+        elif failures and not interrupted:
+            code = failures[0].exit_code or 1
+        elif interrupted:
+            code = 0  # set below
+        else:
+            codes = [exit_code_of(c.returncode or 0) for c in self.children]
+            code = next((c for c in codes if c), 0)
+        if interrupted:
+            code = 128 + self._stop_reason if self._stop_reason else EXIT_INTERRUPTED
+            status = STATUS_INTERRUPTED
+            failures = [f for f in failures if f.exc_type != "KeyboardInterrupt"]
+        else:
+            status = STATUS_SUCCEEDED if code == 0 else STATUS_FAILED
+        self.exit_code = code
+        self.manifest.update(
+            status=status,
+            exit_code=code,
+            end_time=time.time(),
+            first_failure=failures[0].to_json() if failures else None,
+        )
+        if failures and not interrupted:
+            self._say(format_report(failures, self.paths, stopped))
+        elif spec.mode == envs.MODE_WRAP and code != 0 and not interrupted:
+            self._say(
+                f"mldebug: the launcher exited with code {code}; see {self.paths.launcher_log}"
+            )
+        if interrupted:
+            self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
+
+    def _say(self, text: str) -> None:
+        if self.spec.console is not None:
+            self.spec.console.message(text)
