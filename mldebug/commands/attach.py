@@ -1,0 +1,128 @@
+"""`mldebug attach [TARGET]`: the live terminal UI over a running job.
+
+Targets are those of `mldebug dump`: `--pid` (a rank or its launcher, repeatable), `--run DIR`
+(an `mldebug run` directory), or nothing (the newest live `mldebug run`, else the training
+processes of this user). `mldebug run --tui` calls `attach_to_run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from mldebug.errors import EXIT_USAGE, MldebugError
+
+NO_TTY_REMEDY = (
+    "Use `mldebug dump` for a one-shot report on a pipe or in CI (add --json for scripts)."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mldebug attach",
+        description="Live view of a multi-rank job: every rank's state and stack, the merged "
+        "stack tree, the verdict on top, and the run's logs, events, memory and NCCL files.",
+        epilog="Keys: q quit, p pause, s save a report, / filter ranks, enter rank detail, "
+        "r recipe, 1-6 tabs, ? all keys, ctrl+p command palette.",
+    )
+    parser.add_argument("target", nargs="?", metavar="TARGET",
+                        help="a pid (rank or launcher) or an `mldebug run` directory")
+    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                        help="a rank's or its launcher's pid (repeatable)")
+    parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                        help="seconds between refreshes (default: 1.0)")
+    parser.add_argument("--native", action="store_true",
+                        help="read native (C/C++) frames too (slower)")
+    return parser
+
+
+def split_target(target: str | None, pids: list[int], run: str | None
+                 ) -> tuple[list[int], str | None]:
+    """A bare TARGET is a pid when it is a number, else a run directory."""
+    pids = list(pids)
+    if target is None:
+        return pids, run
+    if target.isdigit():
+        return [*pids, int(target)], run
+    if run is not None:
+        raise MldebugError(f"two run directories given: {target} and --run {run}",
+                           "Give one of them.", exit_code=EXIT_USAGE)
+    if not Path(target).is_dir():
+        raise MldebugError(f"{target!r} is neither a pid nor a directory",
+                           "Pass a pid, --pid PID, or --run DIR.", exit_code=EXIT_USAGE)
+    return pids, target
+
+
+def require_tty() -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise MldebugError("attach draws a live screen and needs a terminal (no TTY here)",
+                           NO_TTY_REMEDY, exit_code=EXIT_USAGE)
+
+
+def job_label(job_targets) -> str:
+    from mldebug.ranges import format_ranks
+
+    ranks = [t.rank for t in job_targets.targets if t.rank is not None]
+    where = job_targets.run_dir or job_targets.job or "processes"
+    size = job_targets.world_size or len(job_targets.targets)
+    return f"{where} — ranks {format_ranks(ranks) or '?'} of {size}"
+
+
+def run_app(resolve: Callable[[], object], *, follow: bool, run_dir: Path | None,
+            interval: float, native: bool, stop: Callable[[], None] | None,
+            job_targets=None, label: str = "") -> int:
+    from mldebug.tui.app import AttachApp
+    from mldebug.tui.poller import CollectorPoller
+
+    poller = CollectorPoller(resolve, native=native, follow=follow, job_targets=job_targets)
+    app = AttachApp(poller, interval=interval, run_dir=run_dir, stop=stop, job_name=label)
+    code = app.run()
+    return 0 if code is None else int(code)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.interval <= 0:
+        raise MldebugError("--interval must be more than 0 seconds", exit_code=EXIT_USAGE)
+    pids, run = split_target(args.target, args.pid, args.run)
+    require_tty()
+
+    from mldebug.targets import resolve_targets
+
+    # Resolve once now so a wrong target fails here, with its message, before the screen.
+    job_targets = resolve_targets(pids=pids, run_dir=run)
+    run_dir = Path(job_targets.run_dir) if job_targets.run_dir else None
+    follow = not pids  # a run or discovery may gain ranks; given pids stay what they are
+    if run_dir is not None and follow:
+        def resolve():
+            return resolve_targets(run_dir=run_dir)
+    else:
+        def resolve():
+            return resolve_targets(pids=pids, run_dir=run)
+    return run_app(resolve, follow=follow, run_dir=run_dir, interval=args.interval,
+                   native=args.native, stop=None, job_targets=job_targets,
+                   label=job_label(job_targets))
+
+
+def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0) -> int:
+    """The TUI of `mldebug run --tui`: watch the run as its ranks come up.
+
+    On quit the user chooses: stop the job (calls `stop()`), or leave it running. Returns
+    the TUI's exit code (0), or EXIT_USAGE without a terminal.
+    """
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(f"mldebug: no terminal for the TUI. {NO_TTY_REMEDY}", file=sys.stderr)
+        return EXIT_USAGE
+    from mldebug.targets import resolve_targets
+
+    run_dir = Path(run_dir)
+    return run_app(lambda: resolve_targets(run_dir=run_dir), follow=True, run_dir=run_dir,
+                   interval=interval, native=False, stop=stop,
+                   label=f"{run_dir} (launched by mldebug run)")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

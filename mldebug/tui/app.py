@@ -1,0 +1,278 @@
+"""The live view: polls in a worker thread, draws each new snapshot, never blocks on a rank."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+
+from mldebug.errors import MldebugError
+from mldebug.model import JobSnapshot
+from mldebug.ranges import format_ranks
+from mldebug.tui.messages import PollFailed, ShowRank, ShowRecipe, SnapshotReady
+from mldebug.tui.poller import Poller
+from mldebug.tui.reportfile import write_report
+from mldebug.tui.runfiles import RunFiles, RunFilesReader
+from mldebug.tui.screens.quit_screen import STOP, QuitScreen
+from mldebug.tui.screens.rank_screen import RankScreen
+from mldebug.tui.status import status_text
+from mldebug.tui.widgets.anomalies_view import AnomaliesView
+from mldebug.tui.widgets.findings_banner import FindingsBanner
+from mldebug.tui.widgets.logs_view import LogsView
+from mldebug.tui.widgets.memory_view import MemoryView
+from mldebug.tui.widgets.nccl_view import NcclView
+from mldebug.tui.widgets.rank_table import RankTable
+from mldebug.tui.widgets.recipes_view import RecipesView
+from mldebug.tui.widgets.stack_tree import StackTree
+
+TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes")
+
+
+class AttachApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "mldebug attach"
+    BINDINGS = [
+        Binding("q", "quit_app", "Quit"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("s", "save_report", "Snapshot"),
+        Binding("slash", "filter", "Filter ranks"),
+        Binding("r", "open_recipe", "Recipe"),
+        Binding("question_mark", "toggle_help", "Keys"),
+        *(Binding(str(i + 1), f"tab('{tab}')", tab.title(), show=False) for i, tab in enumerate(TABS)),
+    ]
+
+    def __init__(
+        self,
+        poller: Poller,
+        *,
+        interval: float = 1.0,
+        run_dir: Path | None = None,
+        stop: Callable[[], None] | None = None,
+        job_name: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.poller = poller
+        self.interval = interval
+        self.run_dir = run_dir
+        self.stop_job = stop
+        self.job_name = job_name
+        self.clock = clock  # injected so snapshot tests can fix "last update" times
+        self.snapshot: JobSnapshot | None = None
+        self.files: RunFiles | None = None
+        self.paused = False
+        self.polling = False  # a poll is in flight: ticks meanwhile do nothing
+        self.polls = 0
+        self.poll_seconds = 0.0
+        self.last_error = ""
+        self.waiting = False  # last_error is an expected wait, not a fault
+        self.last_report = ""
+        self.native = False
+        self._files_reader = RunFilesReader(run_dir) if run_dir is not None else None
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="▣")
+        yield FindingsBanner(id="banner")
+        with TabbedContent(id="tabs", initial="overview"):
+            with TabPane("Overview", id="overview"):
+                yield Input(placeholder="/ filter ranks: 0-3,7 or text (state, frame, host)",
+                            id="rank-filter")
+                yield RankTable(id="ranks")
+                yield StackTree(id="tree")
+                yield Static("", id="node-ranks")
+            with TabPane("Anomalies", id="anomalies"):
+                yield AnomaliesView()
+            with TabPane("Memory", id="memory"):
+                yield MemoryView()
+            with TabPane("NCCL", id="nccl"):
+                yield NcclView()
+            with TabPane("Logs", id="logs"):
+                yield LogsView()
+            with TabPane("Recipes", id="recipes"):
+                yield RecipesView()
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.job_name
+        self.query_one("#status", Static).update(self._status())
+        self.set_interval(self.interval, self.request_poll)
+        self.request_poll()
+        self.query_one(RankTable).focus()
+
+    # ---- polling: the timer only asks; one worker at a time does the work ----
+
+    def request_poll(self) -> None:
+        if self.paused or self.polling:
+            return
+        self.polling = True
+        self._poll()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll")
+    def _poll(self) -> None:
+        started = time.monotonic()
+        try:
+            snapshot = self.poller.poll()
+            files = self._files_reader.read() if self._files_reader is not None else None
+        except MldebugError as error:  # e.g. no rank started yet: wait and say so
+            self.post_message(PollFailed(error.message, waiting=True))
+            return
+        except Exception as error:  # the view must outlive any collector bug
+            self.post_message(PollFailed(f"{type(error).__name__}: {error}"))
+            return
+        self.post_message(SnapshotReady(snapshot, files, time.monotonic() - started))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.polling = False
+        self.polls += 1
+        self.poll_seconds = message.seconds
+        self.last_error = ""
+        self.snapshot = message.snapshot
+        self.files = message.files
+        self._show(message.snapshot, message.files)
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self.polling = False
+        self.last_error = message.error
+        self.waiting = message.waiting
+        self.query_one("#status", Static).update(self._status())
+
+    def _show(self, snapshot: JobSnapshot, files: RunFiles | None) -> None:
+        self.query_one(FindingsBanner).show(snapshot.findings)
+        self.query_one(RankTable).show(snapshot)
+        self.query_one(StackTree).show(snapshot.tree)
+        self.query_one(AnomaliesView).show_findings(snapshot.findings)
+        self.query_one(AnomaliesView).show_files(files)
+        self.query_one(MemoryView).show(snapshot)
+        self.query_one(NcclView).show_files(files)
+        self.query_one(LogsView).show_files(files)
+        self.query_one("#status", Static).update(self._status())
+        show_on_screen = getattr(self.screen, "show_snapshot", None)
+        if callable(show_on_screen):
+            show_on_screen(snapshot)
+
+    def _status(self):
+        return status_text(self)
+
+    # ---- events from widgets ----
+
+    def on_show_rank(self, message: ShowRank) -> None:
+        self.push_screen(RankScreen(message.rank, native=self.native))
+
+    def on_show_recipe(self, message: ShowRecipe) -> None:
+        self.action_open_recipe(message.recipe_id)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "rank-filter":
+            self.query_one(RankTable).set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "rank-filter":
+            self.query_one(RankTable).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        # Keys go to the tab's main widget, not to one left behind on a hidden tab.
+        pane = event.pane
+        if pane.id == "overview":
+            self.query_one(RankTable).focus()
+            return
+        for widget in pane.query("*"):
+            if widget.focusable and not isinstance(widget, Input):
+                widget.focus()
+                return
+
+    def on_tree_node_highlighted(self, event: StackTree.NodeHighlighted) -> None:
+        node = event.node.data
+        label = self.query_one("#node-ranks", Static)
+        if node is None or node.frame is None:
+            label.update("")
+            return
+        label.update(f"ranks at {node.frame.function} ({node.frame.location}): "
+                     f"{format_ranks(node.ranks)}  ({len(node.ranks)})")
+
+    # ---- actions ----
+
+    def set_native(self, native: bool) -> None:
+        """Native frames cost more to collect: only asked for while a detail view wants them."""
+        if native != self.native:
+            self.native = native
+            self.poller.set_native(native)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.query_one("#status", Static).update(self._status())
+        if not self.paused:
+            self.request_poll()
+
+    def action_filter(self) -> None:
+        self.query_one(TabbedContent).active = "overview"
+        self.query_one("#rank-filter", Input).focus()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_open_recipe(self, recipe_id: str | None = None) -> None:
+        recipe_id = recipe_id or self.query_one(FindingsBanner).top_recipe
+        self.query_one(TabbedContent).active = "recipes"
+        if recipe_id and not self.query_one(RecipesView).open(recipe_id):
+            self.notify(f"No recipe named {recipe_id!r}.", severity="warning")
+
+    def action_toggle_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def action_save_report(self) -> None:
+        if self.snapshot is None:
+            self.notify("Nothing to save yet: the first poll has not finished.",
+                        severity="warning")
+            return
+        try:
+            text_path, json_path = write_report(self.snapshot, self.run_dir, Path.cwd(),
+                                                self.clock())
+        except OSError as error:
+            self.notify(f"Could not write the report: {error}", severity="error")
+            return
+        self.last_report = str(text_path)
+        self.notify(f"Report written to {text_path}\nand {json_path}", title="Snapshot saved",
+                    timeout=8)
+        self.query_one("#status", Static).update(self._status())
+
+    def action_quit_app(self) -> None:
+        if self.stop_job is None:
+            self.exit(0)
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice is None:
+                return
+            if choice == STOP:
+                self.stop_job()
+            self.exit(0)
+
+        self.push_screen(QuitScreen(), chosen)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Pause / resume", "Stop or restart live polling", self.action_toggle_pause)
+        yield SystemCommand("Save snapshot report", "Write the current report (text + JSON)",
+                            self.action_save_report)
+        yield SystemCommand("Filter ranks", "Show only some ranks in the table", self.action_filter)
+        yield SystemCommand("Open the suggested recipe", "What to do about the top finding",
+                            self.action_open_recipe)
+        for tab in TABS:
+            yield SystemCommand(f"Show {tab.title()}", f"Switch to the {tab} tab",
+                                lambda tab=tab: self.action_tab(tab))
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_group(self, "poll")
+        close = getattr(self.poller, "close", None)
+        if callable(close):
+            close()

@@ -1,0 +1,114 @@
+"""Pure functions that turn model objects into the short strings the widgets show."""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+
+from mldebug.model import (
+    STATE_EXITED,
+    STATE_MISSING,
+    STATE_RUNNING,
+    STATE_STUCK,
+    STATE_UNREADABLE,
+    Frame,
+    RankView,
+)
+
+NONE = "-"
+
+# Style per rank state; under NO_COLOR Textual drops the colours and the words remain.
+STATE_STYLES = {
+    STATE_RUNNING: "green",
+    STATE_STUCK: "bold yellow",
+    STATE_EXITED: "red",
+    STATE_UNREADABLE: "magenta",
+    STATE_MISSING: "bold red",
+}
+
+# What matters most comes first, so an 80-column terminal shows it without scrolling.
+RANK_COLUMNS = (
+    ("rank", "rank"),
+    ("state", "state"),
+    ("frame", "current frame"),
+    ("collective", "collective"),
+    ("step", "step"),
+    ("heartbeat", "hb age"),
+    ("cpu", "cpu%"),
+    ("mem", "mem"),
+    ("host", "host"),
+    ("pid", "pid"),
+)
+
+
+def human_bytes(value: int | None) -> str:
+    if value is None:
+        return NONE
+    size = float(value)
+    for unit in ("B", "K", "M", "G", "T"):
+        if size < 1024 or unit == "T":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return NONE  # unreachable; keeps type checkers calm
+
+
+def short_location(frame: Frame | None) -> str:
+    """`file.py:12 in fn` with only the file's base name: the table column is narrow."""
+    if frame is None:
+        return NONE
+    where = os.path.basename(frame.file) or frame.file
+    if frame.line is not None:
+        where = f"{where}:{frame.line}"
+    return f"{where} {frame.function}"
+
+
+def state_text(view: RankView) -> str:
+    if view.state == STATE_EXITED and view.exit_code is not None:
+        return f"exited {view.exit_code}"
+    return view.state
+
+
+def age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return NONE
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def rank_cells(view: RankView) -> tuple[str, ...]:
+    """The row of the rank table, as plain strings (compared to skip unchanged cells)."""
+    target = view.target
+    return (
+        str(view.rank),
+        state_text(view),
+        short_location(view.user_frame),
+        view.collective or NONE,
+        NONE if view.step is None else str(view.step),
+        age_text(view.heartbeat_age),
+        NONE if view.cpu_percent is None else f"{view.cpu_percent:.0f}",
+        human_bytes(view.rss_bytes),
+        (target.host if target and target.host else NONE),
+        (str(target.pid) if target else NONE),
+    )
+
+
+def styled_cell(column: str, value: str, view: RankView) -> Text | str:
+    if column == "state":
+        return Text(value, style=STATE_STYLES.get(view.state, ""))
+    if column in ("rank", "pid", "step", "heartbeat", "cpu", "mem"):
+        return Text(value, justify="right")
+    return value
+
+
+def rank_matches(view: RankView, query: str, ranks: set[int] | None) -> bool:
+    """Filter: a rank set ("0-3,7") when it parses, else a substring of the row's text."""
+    if ranks is not None:
+        return view.rank in ranks
+    if not query:
+        return True
+    needle = query.lower()
+    return any(needle in cell.lower() for cell in rank_cells(view))

@@ -1,0 +1,50 @@
+"""Messages the TUI passes around: small, and a new snapshot replaces an older one."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from mldebug.model import JobSnapshot
+from mldebug.tui.runfiles import RunFiles
+
+
+class SnapshotReady(Message):
+    """A poll finished: the job as it is now, and what its run directory holds."""
+
+    def __init__(self, snapshot: JobSnapshot, files: RunFiles | None, seconds: float) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.files = files
+        self.seconds = seconds  # how long the poll took
+
+    def can_replace(self, message: Message) -> bool:
+        # Only the newest snapshot matters; an older one still queued can go.
+        return isinstance(message, SnapshotReady)
+
+
+class PollFailed(Message):
+    """The poller raised: shown in the status line; the next tick tries again.
+
+    `waiting` is for an expected state (no rank found yet), not for a fault.
+    """
+
+    def __init__(self, error: str, waiting: bool = False) -> None:
+        super().__init__()
+        self.error = error
+        self.waiting = waiting
+
+
+class ShowRank(Message):
+    """Open the detail screen of one rank."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+
+class ShowRecipe(Message):
+    """Switch to the Recipes tab, opened at one recipe."""
+
+    def __init__(self, recipe_id: str) -> None:
+        super().__init__()
+        self.recipe_id = recipe_id

@@ -1,0 +1,50 @@
+"""The snapshot key: write the current report as text and JSON, and say where."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from mldebug.model import JobSnapshot
+from mldebug.rundir import RunPaths, make_private_dir
+
+
+def report_dir(run_dir: Path | None, cwd: Path) -> Path:
+    """Reports of a run go with the run (<run>/reports/); otherwise the current directory."""
+    return RunPaths(Path(run_dir)).reports_dir if run_dir is not None else cwd
+
+
+def write_report(
+    snapshot: JobSnapshot, run_dir: Path | None, cwd: Path, now: float
+) -> tuple[Path, Path]:
+    from mldebug.report.jsonout import snapshot_to_json
+    from mldebug.report.text import render_text
+
+    folder = report_dir(run_dir, cwd)
+    if run_dir is not None:
+        make_private_dir(folder)
+    stem = "mldebug-attach-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    text_path, json_path = _free_name(folder, stem)
+    body = render_text(snapshot)
+    data = snapshot_to_json(snapshot)
+    _write(text_path, body if body.endswith("\n") else body + "\n")
+    _write(json_path, (data if isinstance(data, str) else json.dumps(data, indent=1)) + "\n")
+    return text_path, json_path
+
+
+def _free_name(folder: Path, stem: str) -> tuple[Path, Path]:
+    """Two saves in the same second must not overwrite each other."""
+    for index in range(1000):
+        suffix = f"-{index}" if index else ""
+        text_path = folder / f"{stem}{suffix}.txt"
+        if not text_path.exists():
+            return text_path, folder / f"{stem}{suffix}.json"
+    raise OSError(f"too many reports named {stem}* in {folder}")
+
+
+def _write(path: Path, content: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)

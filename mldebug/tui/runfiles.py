@@ -1,0 +1,163 @@
+"""Read what a run directory holds for the Logs, NCCL and Anomalies tabs, with bounded work.
+
+Everything here runs in the poll worker thread, never on the UI thread. Each file is read
+from its end only (a fixed number of bytes), and a file whose size and mtime did not change
+since the last poll is not read again, so a 256-rank run costs a few `stat` calls a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mldebug.rundir import RunPaths
+
+TAIL_BYTES = 16 * 1024  # per log file: enough for ~200 lines of training output
+TAIL_LINES = 200
+EVENTS_BYTES = 64 * 1024  # per events.jsonl
+MAX_EVENTS = 500  # across ranks, newest kept
+MAX_NCCL_FILES = 64
+
+
+@dataclass(frozen=True)
+class LogTail:
+    rank: int
+    stream: str  # "stdout" or "stderr"
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    """One line of `<run>/ranks/<rank>/events.jsonl` (written by the in-rank agent)."""
+
+    rank: int
+    time: float | None
+    kind: str
+    message: str
+    location: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The run directory's files as of one poll."""
+
+    root: str
+    logs: tuple[LogTail, ...] = ()
+    events: tuple[RankEvent, ...] = ()
+    bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
+    nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
+    nccl_files_total: int = 0
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
+    """The last lines of a file (decoded leniently); [] when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            start = max(0, size - max_bytes)
+            handle.seek(start)
+            data = handle.read(max_bytes)
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    if start > 0 and lines:
+        lines = lines[1:]  # the first line was cut in the middle
+    # Progress bars rewrite one line with \r: keep what a terminal would show.
+    lines = [line.rsplit("\r", 1)[-1] for line in lines]
+    return lines[-max_lines:]
+
+
+def parse_event_line(rank: int, line: str) -> RankEvent | None:
+    """One agent event; None for a line that is not a JSON object."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    when = data.get("time")
+    location = data.get("location")
+    if location is None and data.get("file"):
+        location = f"{data['file']}:{data.get('line', '?')}"
+    return RankEvent(
+        rank=data["rank"] if isinstance(data.get("rank"), int) else rank,
+        time=float(when) if isinstance(when, (int, float)) else None,
+        kind=str(data.get("kind") or data.get("type") or "event"),
+        message=str(data.get("message") or data.get("summary") or ""),
+        location=str(location) if location else None,
+    )
+
+
+@dataclass
+class RunFilesReader:
+    """Reads a run directory each poll, re-reading only the files that changed."""
+
+    root: Path
+    _cache: dict[Path, tuple[tuple[int, int], object]] = field(default_factory=dict)
+
+    def _cached(self, path: Path, read):
+        try:
+            info = os.stat(path)
+        except OSError:
+            self._cache.pop(path, None)
+            return None
+        key = (info.st_size, info.st_mtime_ns)
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = read(path)
+        self._cache[path] = (key, value)
+        return value
+
+    def read(self) -> RunFiles:
+        paths = RunPaths(self.root)
+        logs: list[LogTail] = []
+        events: list[RankEvent] = []
+        bad = 0
+        for rank in paths.rank_ids():
+            for stream, path in (("stdout", paths.stdout(rank)), ("stderr", paths.stderr(rank))):
+                lines = self._cached(path, read_tail)
+                if lines:
+                    logs.append(LogTail(rank, stream, tuple(lines)))
+            parsed = self._cached(paths.events_file(rank), lambda p, r=rank: _read_events(r, p))
+            if parsed:
+                events.extend(parsed[0])
+                bad += parsed[1]
+        events.sort(key=lambda event: (event.time or 0.0, event.rank))
+        nccl, total = self._read_nccl(paths.nccl_dir)
+        return RunFiles(
+            root=str(self.root),
+            logs=tuple(logs),
+            events=tuple(events[-MAX_EVENTS:]),
+            bad_event_lines=bad,
+            nccl=nccl,
+            nccl_files_total=total,
+        )
+
+    def _read_nccl(self, folder: Path) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], int]:
+        try:
+            names = sorted(name for name in os.listdir(folder) if not name.startswith("."))
+        except OSError:
+            return (), 0
+        out = []
+        for name in names[:MAX_NCCL_FILES]:
+            lines = self._cached(folder / name, read_tail) or []
+            out.append((name, tuple(lines)))
+        return tuple(out), len(names)
+
+
+def _read_events(rank: int, path: Path) -> tuple[list[RankEvent], int]:
+    events, bad = [], 0
+    for line in read_tail(path, max_bytes=EVENTS_BYTES, max_lines=MAX_EVENTS):
+        if not line.strip():
+            continue
+        event = parse_event_line(rank, line)
+        if event is None:
+            bad += 1
+        else:
+            events.append(event)
+    return events, bad

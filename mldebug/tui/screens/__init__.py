@@ -1,0 +1,1 @@
+"""Screens pushed over the main view: one rank's detail, two ranks compared, prompts."""

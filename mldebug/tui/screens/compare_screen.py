@@ -1,0 +1,44 @@
+"""Two ranks side by side, kept live: where did they part ways?"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from mldebug.model import JobSnapshot
+from mldebug.tui.screens.rank_screen import find_rank
+from mldebug.tui.widgets.rank_detail import RankDetail
+
+
+class CompareScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("n", "toggle_native", "Native frames"),
+    ]
+
+    def __init__(self, left: int, right: int, native: bool = False) -> None:
+        super().__init__()
+        self.left, self.right, self.native = left, right, native
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Rank {self.left} | rank {self.right}", classes="screen-title")
+        with Horizontal():
+            yield RankDetail(native=self.native, id="compare-left")
+            yield RankDetail(native=self.native, id="compare-right")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.show_snapshot(self.app.snapshot)
+
+    def show_snapshot(self, snapshot: JobSnapshot | None) -> None:
+        self.query_one("#compare-left", RankDetail).show(find_rank(snapshot, self.left))
+        self.query_one("#compare-right", RankDetail).show(find_rank(snapshot, self.right))
+
+    def action_toggle_native(self) -> None:
+        self.native = not self.native
+        for detail in self.query(RankDetail):
+            detail.set_native(self.native)
+        self.app.set_native(self.native)

@@ -1,0 +1,83 @@
+"""Anomalies: every finding of the latest snapshot, then the agent's events of the run."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from mldebug.model import Finding
+from mldebug.ranges import format_ranks
+from mldebug.tui.runfiles import RunFiles
+
+NO_EVENTS = (
+    "No events yet. The in-rank agent of `mldebug run` writes NaN/Inf, loss-spike and error "
+    "events to <run>/ranks/<rank>/events.jsonl; they will appear here as they happen."
+)
+NO_RUN = (
+    "Not attached to an `mldebug run` directory, so there are no agent events. Start the job "
+    "with `mldebug run` (or attach with --run DIR) to see NaN/Inf and error events here."
+)
+
+
+def event_time(when: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when)) if when is not None else "-"
+
+
+class AnomaliesView(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._findings: tuple[Finding, ...] | None = None
+        self._events_shown = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static("Findings", classes="section-title")
+        yield DataTable(id="findings-table", cursor_type="row")
+        yield Static("Events", classes="section-title")
+        yield Static(NO_RUN, id="events-note")
+        yield DataTable(id="events-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        findings = self.query_one("#findings-table", DataTable)
+        findings.add_columns("severity", "kind", "ranks", "summary", "location", "recipe")
+        events = self.query_one("#events-table", DataTable)
+        events.add_columns("time", "rank", "kind", "message", "location")
+
+    def show_findings(self, findings) -> None:
+        findings = tuple(findings)
+        if findings == self._findings:
+            return
+        self._findings = findings
+        table = self.query_one("#findings-table", DataTable)
+        table.clear()
+        for finding in findings:
+            table.add_row(
+                finding.severity, finding.kind, format_ranks(finding.ranks), finding.summary,
+                finding.location or "-", finding.recipe or "-",
+            )
+
+    def show_files(self, files: RunFiles | None) -> None:
+        note = self.query_one("#events-note", Static)
+        if files is None:
+            note.update(NO_RUN)
+            return
+        events = files.events
+        message = NO_EVENTS if not events else f"{len(events)} events (newest last)."
+        if files.bad_event_lines:
+            message += f" {files.bad_event_lines} lines were not JSON and were skipped."
+        note.update(Text(message, style="dim" if not events else ""))
+        if len(events) == self._events_shown:
+            return
+        self._events_shown = len(events)
+        table = self.query_one("#events-table", DataTable)
+        table.clear()
+        for event in events:
+            table.add_row(
+                event_time(event.time), str(event.rank), event.kind, event.message,
+                event.location or "-",
+            )
+        if events:
+            table.move_cursor(row=len(events) - 1, animate=False)

@@ -1,0 +1,71 @@
+"""The verdict on top: the findings of the latest snapshot, worst first, with their recipe."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
+from mldebug.ranges import format_ranks
+
+SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+SEVERITY_MARK = {SEVERITY_ERROR: ("✖", "bold red"), SEVERITY_WARNING: ("▲", "bold yellow"),
+                 SEVERITY_INFO: ("●", "green")}
+MAX_SHOWN = 3  # the banner stays small; the rest is counted
+
+
+def ordered(findings) -> list[Finding]:
+    return sorted(findings, key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+
+
+def banner_text(findings, polled: bool) -> Text:
+    text = Text()
+    if not polled:
+        text.append("Reading the job's stacks...", style="dim")
+        return text
+    if not findings:
+        text.append("● ", style="green")
+        text.append("No problem found in this snapshot.")
+        return text
+    shown = ordered(findings)
+    for index, finding in enumerate(shown[:MAX_SHOWN]):
+        if index:
+            text.append("\n")
+        mark, style = SEVERITY_MARK.get(finding.severity, ("●", ""))
+        text.append(f"{mark} ", style=style)
+        text.append(finding.summary, style="bold" if index == 0 else "")
+        if finding.location:
+            text.append(f"  at {finding.location}", style="cyan")
+        if finding.ranks:
+            text.append(f"  ranks {format_ranks(finding.ranks)}", style="dim")
+        if finding.recipe:
+            text.append(f"  recipe: {finding.recipe}", style="italic")
+    if len(shown) > MAX_SHOWN:
+        text.append(f"\n  ... and {len(shown) - MAX_SHOWN} more (Anomalies tab)", style="dim")
+    if shown[0].recipe:
+        text.append("  [r] read it", style="dim")
+    return text
+
+
+class FindingsBanner(Static):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(banner_text((), polled=False), **kwargs)
+        self.findings: tuple[Finding, ...] = ()
+
+    def show(self, findings) -> None:
+        findings = tuple(findings)
+        severity = ordered(findings)[0].severity if findings else SEVERITY_INFO
+        self.set_class(severity == SEVERITY_ERROR, "-error")
+        self.set_class(severity == SEVERITY_WARNING, "-warning")
+        if findings == self.findings and self.has_class("-polled"):
+            return
+        self.add_class("-polled")
+        self.findings = findings
+        self.update(banner_text(findings, polled=True))
+
+    @property
+    def top_recipe(self) -> str | None:
+        for finding in ordered(self.findings):
+            if finding.recipe:
+                return finding.recipe
+        return None

@@ -1,0 +1,82 @@
+"""Memory per rank: host RSS now (with a short history), GPU figures once the agent gives them."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Sparkline, Static
+
+from mldebug.model import JobSnapshot
+from mldebug.tui.cells import NONE, human_bytes
+
+HISTORY = 120  # polls kept (two minutes at the default interval)
+NOT_YET = "n/a"  # CUDA allocator and NVML figures come from the in-rank agent (later)
+
+
+class MemoryView(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.total_history: deque[float] = deque(maxlen=HISTORY)
+        self.max_history: deque[float] = deque(maxlen=HISTORY)
+        self._rows: dict[int, tuple[str, ...]] = {}
+        self._peaks: dict[int, int] = {}  # largest RSS seen per rank while attached
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="memory-summary")
+        yield Sparkline([], id="memory-total", summary_function=max)
+        yield Static(
+            Text("CUDA allocated / reserved and NVML usage: n/a (no GPU figures from this job).",
+                 style="dim"),
+            id="memory-note",
+        )
+        yield DataTable(id="memory-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#memory-table", DataTable)
+        table.add_column("rank", key="rank")
+        table.add_column("rss", key="rss")
+        table.add_column("peak rss (seen)", key="peak")
+        table.add_column("cuda alloc", key="cuda")
+        table.add_column("nvml used", key="nvml")
+
+    def show(self, snapshot: JobSnapshot) -> None:
+        known = [v.rss_bytes for v in snapshot.ranks if v.rss_bytes is not None]
+        total = float(sum(known))
+        self.total_history.append(total)
+        self.max_history.append(float(max(known, default=0)))
+        self.query_one("#memory-total", Sparkline).data = list(self.total_history)
+        summary = Text()
+        summary.append("host RSS, all ranks: ", style="bold")
+        summary.append(human_bytes(int(total)) if known else NONE)
+        summary.append(f"   largest rank: {human_bytes(max(known)) if known else NONE}")
+        summary.append(f"   history: last {len(self.total_history)} polls", style="dim")
+        self.query_one("#memory-summary", Static).update(summary)
+        self._update_table(snapshot)
+
+    def _update_table(self, snapshot: JobSnapshot) -> None:
+        table = self.query_one("#memory-table", DataTable)
+        ranks = sorted(snapshot.ranks, key=lambda v: v.rank)
+        if [v.rank for v in ranks] != list(self._rows):
+            table.clear()
+            self._rows = {}
+            for view in ranks:
+                cells = self._cells(view.rank, view.rss_bytes)
+                table.add_row(*cells, key=str(view.rank))
+                self._rows[view.rank] = cells
+            return
+        for view in ranks:
+            cells = self._cells(view.rank, view.rss_bytes)
+            old = self._rows[view.rank]
+            for key, new, before in zip(("rank", "rss", "peak", "cuda", "nvml"), cells, old, strict=True):
+                if new != before:
+                    table.update_cell(str(view.rank), key, new)
+            self._rows[view.rank] = cells
+
+    def _cells(self, rank: int, rss: int | None) -> tuple[str, ...]:
+        peak = max(rss or 0, self._peaks.get(rank, 0))
+        if peak:
+            self._peaks[rank] = peak
+        return (str(rank), human_bytes(rss), human_bytes(peak or None), NOT_YET, NOT_YET)

@@ -1,0 +1,114 @@
+"""The rank table: one row per rank, updated in place.
+
+With hundreds of ranks most rows do not change between polls; only the cells whose text
+changed are sent to the DataTable. Rows are rebuilt only when the set of shown ranks changes
+(a rank appears, or the filter changes).
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from mldebug.model import JobSnapshot, RankView
+from mldebug.ranges import parse_ranks
+from mldebug.tui.cells import RANK_COLUMNS, rank_cells, rank_matches, styled_cell
+from mldebug.tui.messages import ShowRank
+
+
+def parse_filter(text: str) -> tuple[str, set[int] | None]:
+    """A filter is a rank set when it reads as one ("0-3,7"), else free text."""
+    text = text.strip()
+    if text and all(ch.isdigit() or ch in ",- " for ch in text):
+        try:
+            return text, set(parse_ranks(text))
+        except ValueError:
+            pass
+    return text, None
+
+
+class RankTable(DataTable):
+    BINDINGS = [Binding("enter", "open_rank", "Rank detail", show=True)]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._rows: dict[int, tuple[str, ...]] = {}  # rank -> cells as shown
+        self._order: list[int] = []
+        self._filter_text = ""
+        self._filter_ranks: set[int] | None = None
+        self._views: dict[int, RankView] = {}
+        self.cells_updated = 0  # cells sent to the DataTable (read by tests and the benchmark)
+
+    def on_mount(self) -> None:
+        for key, label in RANK_COLUMNS:
+            self.add_column(label, key=key)
+
+    def set_filter(self, text: str) -> None:
+        self._filter_text, self._filter_ranks = parse_filter(text)
+        if self._views:
+            self._apply(list(self._views.values()))
+
+    def show(self, snapshot: JobSnapshot) -> None:
+        self._views = {view.rank: view for view in snapshot.ranks}
+        self._apply(list(snapshot.ranks))
+
+    @property
+    def shown_ranks(self) -> list[int]:
+        return list(self._order)
+
+    def _apply(self, views: list[RankView]) -> None:
+        wanted = [
+            view
+            for view in sorted(views, key=lambda v: v.rank)
+            if rank_matches(view, self._filter_text.lower(), self._filter_ranks)
+        ]
+        order = [view.rank for view in wanted]
+        if order != self._order:
+            self._rebuild(wanted)
+            return
+        columns = [key for key, _ in RANK_COLUMNS]
+        for view in wanted:
+            cells = rank_cells(view)
+            old = self._rows[view.rank]
+            if cells == old:
+                continue
+            for index, (new_value, old_value) in enumerate(zip(cells, old, strict=True)):
+                if new_value != old_value:
+                    column = columns[index]
+                    self.update_cell(
+                        str(view.rank), column, styled_cell(column, new_value, view),
+                        update_width=column == "frame",
+                    )
+                    self.cells_updated += 1
+            self._rows[view.rank] = cells
+
+    def _rebuild(self, views: list[RankView]) -> None:
+        selected = self.selected_rank
+        self.clear()
+        self._rows.clear()
+        columns = [key for key, _ in RANK_COLUMNS]
+        for view in views:
+            cells = rank_cells(view)
+            self.add_row(
+                *(styled_cell(c, v, view) for c, v in zip(columns, cells, strict=True)), key=str(view.rank)
+            )
+            self._rows[view.rank] = cells
+            self.cells_updated += len(cells)
+        self._order = [view.rank for view in views]
+        if selected in self._rows:
+            self.move_cursor(row=self._order.index(selected), animate=False)
+
+    @property
+    def selected_rank(self) -> int | None:
+        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+    def action_open_rank(self) -> None:
+        rank = self.selected_rank
+        if rank is not None:
+            self.post_message(ShowRank(rank))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_rank()

@@ -1,0 +1,84 @@
+"""The merged stack tree: every rank's main-thread stack as one prefix tree.
+
+Each node says which ranks pass through it ("0-2,4-255 (255)"), so one rank that went
+elsewhere stands out as a small branch. The tree is rebuilt only when its shape or rank sets
+changed, and the expanded nodes stay expanded across rebuilds.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from mldebug.model import StackNode
+from mldebug.ranges import format_ranks
+
+
+def node_key(frame) -> str:
+    return f"{frame.function}@{frame.file}:{frame.line}" if frame else "<root>"
+
+
+def node_label(node: StackNode, total: int) -> Text:
+    frame = node.frame
+    label = Text()
+    if frame is None:
+        label.append(f"all ranks ({len(node.ranks)})", style="bold")
+        return label
+    label.append(frame.function, style="bold" if not frame.native else "dim")
+    where = os.path.basename(frame.file)
+    label.append(f"  {where}:{frame.line}" if frame.line is not None else f"  {where}", "cyan")
+    ranks_style = "bold yellow" if len(node.ranks) < total else "dim"
+    label.append(f"  [{format_ranks(node.ranks)}]", style=ranks_style)
+    if len(node.ranks) > 1:
+        label.append(f" ({len(node.ranks)})", style="dim")
+    return label
+
+
+class StackTree(Tree[StackNode]):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(Text("waiting for the first poll..."), **kwargs)
+        self.show_root = True
+        self._shown: StackNode | None = None
+        self._collapsed: set[tuple[str, ...]] = set()  # closed by the user: stays closed
+        self.rebuilds = 0
+
+    def show(self, tree: StackNode) -> None:
+        if tree == self._shown:
+            return
+        self._remember_expansion()
+        self._shown = tree
+        self.rebuilds += 1
+        self.clear()
+        total = len(tree.ranks)
+        self.root.set_label(node_label(tree, total))
+        self.root.data = tree
+        self._add_children(self.root, tree, total, ("<root>",))
+        self.root.expand()
+
+    def _add_children(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
+        for child in node.children:
+            child_path = (*path, node_key(child.frame))
+            item = parent.add(node_label(child, total), data=child, allow_expand=bool(child.children))
+            if child.children:
+                self._add_children(item, child, total, child_path)
+                # Everything starts open (the split is what matters); what the user
+                # closed stays closed.
+                if child_path not in self._collapsed:
+                    item.expand()
+
+    def _remember_expansion(self) -> None:
+        def walk(item: TreeNode, path) -> None:
+            for child in item.children:
+                child_path = (*path, node_key(child.data.frame if child.data else None))
+                if child.allow_expand:
+                    if child.is_expanded:
+                        self._collapsed.discard(child_path)
+                    else:
+                        self._collapsed.add(child_path)
+                walk(child, child_path)
+
+        if self._shown is not None:
+            walk(self.root, ("<root>",))

@@ -1,0 +1,7 @@
+import pytest
+from tui_fakes import FakePoller
+
+
+@pytest.fixture
+def poller():
+    return FakePoller()
