@@ -1,0 +1,1 @@
+"""Analysis: pure functions from stack samples to a merged tree, groups and findings."""

@@ -1,0 +1,205 @@
+"""The verdict: findings from what each rank is doing (pure functions over RankViews).
+
+The reasoning is the one a person does over N walls of frames: ranks that wait in a
+collective wait for someone; whoever is elsewhere is the one they wait for (outlier); ranks
+waiting in different collectives, or in one op from different lines, will never meet
+(mismatch); ranks of the world size that are not there cannot arrive (missing). Only ranks
+that are stuck count as waiting, so a healthy job sampled mid-collective is not called hung.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mldebug.analysis.frames import frame_label, is_rendezvous
+from mldebug.model import (
+    FAIL_PERMISSION,
+    KIND_HANG,
+    KIND_MISMATCH,
+    KIND_MISSING,
+    KIND_OUTLIER,
+    KIND_PROGRESSING,
+    KIND_RENDEZVOUS,
+    KIND_STUCK,
+    KIND_UNREADABLE,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    STATE_EXITED,
+    STATE_MISSING,
+    STATE_RUNNING,
+    STATE_STUCK,
+    STATE_UNREADABLE,
+    Finding,
+    FindingPart,
+    RankView,
+)
+from mldebug.ranges import format_ranks
+
+_SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+_KIND_ORDER = (KIND_MISSING, KIND_OUTLIER, KIND_MISMATCH, KIND_RENDEZVOUS, KIND_HANG,
+               KIND_UNREADABLE, KIND_STUCK, KIND_PROGRESSING)
+
+
+def ranks_text(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+
+
+def _verb(ranks: Sequence[int], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
+def location_of(view: RankView) -> str | None:
+    return view.user_frame.location if view.user_frame is not None else None
+
+
+def _where(view: RankView) -> str:
+    return frame_label(view.user_frame) if view.user_frame else "library code only"
+
+
+def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
+    """Views grouped by key, biggest group first, then by lowest rank."""
+    buckets: dict = {}
+    for view in views:
+        buckets.setdefault(key(view), []).append(view)
+    return sorted(buckets.values(), key=lambda b: (-len(b), min(v.rank for v in b)))
+
+
+def _missing(views: Sequence[RankView], world: int | None) -> list[Finding]:
+    gone = [v for v in views if v.state in (STATE_MISSING, STATE_EXITED)]
+    if not gone:
+        return []
+    ranks = [v.rank for v in gone]
+    codes = [f"rank {v.rank} exited with code {v.exit_code}" for v in gone
+             if v.exit_code is not None]
+    of = f" of {world}" if world else ""
+    summary = f"{ranks_text(ranks)}{of} {_verb(ranks, 'is', 'are')} not running"
+    summary += f" ({'; '.join(codes[:3])}{'; ...' if len(codes) > 3 else ''})" if codes else \
+        ": never found, or exited"
+    summary += "; the other ranks cannot complete a collective without " + \
+        _verb(ranks, "it", "them")
+    return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
+
+
+def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
+    bad = [v for v in views if v.state == STATE_UNREADABLE]
+    if not bad:
+        return []
+    ranks = [v.rank for v in bad]
+    permission = any(failures.get(v.rank) == FAIL_PERMISSION for v in bad)
+    summary = f"could not read the stack of {ranks_text(ranks)}: {bad[0].detail}"
+    return [Finding(KIND_UNREADABLE, tuple(ranks), summary, severity=SEVERITY_WARNING,
+                    recipe="ptrace-permission" if permission else None)]
+
+
+def _waiting_label(view: RankView) -> tuple[str, str | None]:
+    return view.collective or "?", location_of(view)
+
+
+def _part(group: list[RankView], label: str) -> FindingPart:
+    return FindingPart(tuple(v.rank for v in group), label, location_of(group[0]))
+
+
+def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
+    if len(groups) < 2:
+        return []
+    ops = {g[0].collective for g in groups}
+    sides = [f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
+             for g in groups[:4]]
+    more = f" and {len(groups) - 4} more groups" if len(groups) > 4 else ""
+    why = "different collectives" if len(ops) > 1 else f"{groups[0][0].collective} from different lines"
+    ranks = sorted(v.rank for g in groups for v in g)
+    culprit = groups[-1][0]  # the smallest group is the likeliest to have taken the wrong turn
+    return [Finding(
+        KIND_MISMATCH, tuple(ranks),
+        f"ranks wait in {why}, which never match: {'; '.join(sides)}{more}",
+        location=location_of(culprit), recipe="mismatched-collectives", severity=severity,
+        parts=tuple(_part(g, g[0].collective or "?") for g in groups),
+    )]
+
+
+def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
+              severity: str) -> list[Finding]:
+    main = waiting_groups[0]
+    op = main[0].collective
+    waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
+    findings = []
+    for group in _bucket(elsewhere, key=location_of):
+        ranks = [v.rank for v in group]
+        state = "working: its stack moves or it uses CPU" if group[0].state == STATE_RUNNING \
+            else "stuck there"
+        summary = (f"{ranks_text(ranks)} never reached {op}: {_verb(ranks, 'it is', 'they are')} "
+                   f"in {_where(group[0])} ({state}), while {ranks_text(waiting_ranks)} "
+                   f"wait in {op} at {_where(main[0])}")
+        parts = (_part(group, group[0].user_frame.function if group[0].user_frame else "?"),
+                 *(_part(g, g[0].collective or "?") for g in waiting_groups))
+        findings.append(Finding(KIND_OUTLIER, tuple(ranks), summary,
+                                location=location_of(group[0]),
+                                recipe="rank-outside-collective", severity=severity,
+                                parts=parts))
+    return findings
+
+
+def _all_waiting(group: list[RankView], missing: list[int], severity: str) -> list[Finding]:
+    ranks = [v.rank for v in group]
+    op = group[0].collective
+    where = _where(group[0])
+    if missing:
+        kind = KIND_RENDEZVOUS if is_rendezvous(op) else KIND_HANG
+        summary = (f"{ranks_text(ranks)} wait in {op} at {where} for {ranks_text(missing)}, "
+                   f"which {_verb(missing, 'is', 'are')} not running")
+    elif is_rendezvous(op):
+        kind = KIND_RENDEZVOUS
+        summary = (f"all {len(ranks)} ranks wait in {op} at {where}: the rendezvous never "
+                   "completes (check MASTER_ADDR, MASTER_PORT and that every node started)")
+    else:
+        kind = KIND_HANG
+        summary = (f"all {len(ranks)} ranks wait in {op} at {where} and none is elsewhere: "
+                   "the collective itself does not complete")
+    recipe = "rendezvous-hang" if kind == KIND_RENDEZVOUS else "collective-hang"
+    return [Finding(kind, tuple(ranks), summary, location=location_of(group[0]),
+                    recipe=recipe, severity=severity)]
+
+
+def _idle(present: list[RankView]) -> list[Finding]:
+    stuck = [v for v in present if v.state == STATE_STUCK]
+    if not stuck:
+        if present and all(v.state == STATE_RUNNING for v in present):
+            return [Finding(KIND_PROGRESSING, tuple(v.rank for v in present),
+                            f"all {len(present)} ranks are working (their stacks move or "
+                            "they use CPU); nothing looks hung", severity=SEVERITY_INFO)]
+        return []
+    findings = []
+    for group in _bucket(stuck, key=location_of):
+        ranks = [v.rank for v in group]
+        findings.append(Finding(
+            KIND_STUCK, tuple(ranks),
+            f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
+            f"{_verb(ranks, 'is', 'are')} in no collective: {_where(group[0])}",
+            location=location_of(group[0]), severity=SEVERITY_WARNING))
+    return findings
+
+
+def find_problems(views: Sequence[RankView], world_size: int | None = None,
+                  failures: dict[int, str] | None = None) -> tuple[Finding, ...]:
+    """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample."""
+    findings = _missing(views, world_size) + _unreadable(views, failures or {})
+    missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
+    present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)]
+    waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
+    elsewhere = [v for v in present if not (v.collective and v.state != STATE_RUNNING)]
+    if not waiting:
+        findings += _idle(present)
+    else:
+        # Waiting ranks that were seen stuck make it an error; one sample only, a warning.
+        severity = SEVERITY_ERROR if any(v.state == STATE_STUCK for v in waiting) \
+            else SEVERITY_WARNING
+        groups = _bucket(waiting, key=_waiting_label)
+        findings += _mismatch(groups, severity)
+        if elsewhere:
+            findings += _outliers(elsewhere, groups, severity)
+        elif len(groups) == 1:
+            findings += _all_waiting(groups[0], missing, severity)
+    findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3),
+                                 _KIND_ORDER.index(f.kind) if f.kind in _KIND_ORDER else 99))
+    return tuple(findings)

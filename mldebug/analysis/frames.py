@@ -1,0 +1,96 @@
+"""What a frame is: the user's own code, a library, or a torch.distributed operation.
+
+The user's code is what is left after the standard library, installed packages
+(site-packages, dist-packages), torch itself and native frames. The operation a rank is in
+is the outermost public torch.distributed call on its stack: `all_gather_object` calls
+`all_gather`, and the user wrote the former. torch >= 2.2 wraps each op in a c10d_logger
+`wrapper` frame, and py-spy 0.4 qualifies names (`Thread.run`,
+`_exception_logger.<locals>.wrapper`), so names are compared by their last part.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+from mldebug.model import Frame
+
+COLLECTIVE_OPS = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor",
+    "all_gather_object", "all_gather_coalesced", "_all_gather_base", "broadcast",
+    "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
+    "batch_isend_irecv", "gather", "gather_object", "scatter", "scatter_object_list",
+    "init_process_group", "new_group", "new_subgroups", "destroy_process_group",
+})
+RENDEZVOUS_OPS = frozenset({"init_process_group", "new_group", "new_subgroups", "rendezvous",
+                            "store"})
+
+_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/", "/mldebug/")
+_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+_C10D_FILES = ("torch/distributed/distributed_c10d.py",)
+_RENDEZVOUS_FILES = ("torch/distributed/rendezvous.py", "torch/distributed/elastic/rendezvous/")
+
+
+def short_name(function: str) -> str:
+    """`Thread.run` -> `run`; `_exception_logger.<locals>.wrapper` -> `wrapper`."""
+    return function.rsplit(".", 1)[-1]
+
+
+@lru_cache(maxsize=65536)
+def is_library_file(path: str) -> bool:
+    """Standard library, installed packages, torch, or mldebug itself."""
+    if path.startswith("<frozen") or path == "?":
+        return True
+    if any(marker in path for marker in _LIBRARY_MARKERS):
+        return True
+    # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
+    return _STDLIB.search(path) is not None
+
+
+def is_user_frame(frame: Frame) -> bool:
+    return not frame.native and not is_library_file(frame.file)
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the user's own code (frames are outermost first)."""
+    for frame in reversed(frames):
+        if is_user_frame(frame):
+            return frame
+    return None
+
+
+def collective_op(frames: Sequence[Frame]) -> str | None:
+    """The torch.distributed operation the stack is in, outermost one, or None."""
+    for frame in frames:
+        if frame.native:
+            continue
+        if frame.file.endswith(_C10D_FILES):
+            name = short_name(frame.function)
+            if name in COLLECTIVE_OPS:
+                return name
+        elif any(part in frame.file for part in _RENDEZVOUS_FILES):
+            return "rendezvous"
+    return None
+
+
+def is_rendezvous(op: str | None) -> bool:
+    return op in RENDEZVOUS_OPS
+
+
+def frame_label(frame: Frame | None) -> str:
+    """`function (file:line)` with the path shortened for people."""
+    if frame is None:
+        return "?"
+    return f"{frame.function} ({short_path(frame.file)}:{frame.line})" if frame.line is not None \
+        else f"{frame.function} ({short_path(frame.file)})"
+
+
+def short_path(path: str) -> str:
+    """Drop the install prefix of library paths: .../site-packages/torch/x.py -> torch/x.py."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return path

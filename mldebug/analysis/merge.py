@@ -1,0 +1,81 @@
+"""Merge many ranks' main-thread stacks: equivalence classes and a prefix tree (as STAT does).
+
+Ranks are first grouped by their whole stack (one dict pass, linear in ranks x depth);
+the tree is then built from the groups, so its cost grows with the number of distinct
+stacks, not with the number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from mldebug.analysis.frames import collective_op, user_frame
+from mldebug.model import STATE_UNKNOWN, Frame, StackGroup, StackNode
+
+FrameKey = tuple[str, str, int | None]
+
+
+def _key(frames: Sequence[Frame]) -> tuple[FrameKey, ...]:
+    return tuple((f.function, f.file, f.line) for f in frames)
+
+
+def group_stacks(stacks: Mapping[int, Sequence[Frame]],
+                 states: Mapping[int, str] | None = None) -> tuple[StackGroup, ...]:
+    """Ranks with identical stacks, biggest group first (ties: lowest rank first)."""
+    buckets: dict[tuple[FrameKey, ...], list[int]] = {}
+    first_frames: dict[tuple[FrameKey, ...], Sequence[Frame]] = {}
+    for rank, frames in stacks.items():
+        key = _key(frames)
+        bucket = buckets.get(key)
+        if bucket is None:
+            buckets[key] = [rank]
+            first_frames[key] = frames
+        else:
+            bucket.append(rank)
+    groups = []
+    for key, ranks in buckets.items():
+        ranks.sort()
+        frames = tuple(first_frames[key])
+        groups.append(StackGroup(
+            ranks=tuple(ranks), frames=frames, user_frame=user_frame(frames),
+            collective=collective_op(frames), state=_group_state(ranks, states),
+        ))
+    groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
+    return tuple(groups)
+
+
+def _group_state(ranks: Iterable[int], states: Mapping[int, str] | None) -> str:
+    if not states:
+        return STATE_UNKNOWN
+    seen = {states.get(rank, STATE_UNKNOWN) for rank in ranks}
+    return seen.pop() if len(seen) == 1 else STATE_UNKNOWN
+
+
+class _Building:
+    __slots__ = ("frame", "ranks", "children")
+
+    def __init__(self, frame: Frame | None):
+        self.frame = frame
+        self.ranks: list[int] = []
+        self.children: dict[FrameKey, _Building] = {}
+
+    def freeze(self) -> StackNode:
+        children = sorted(self.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks)))
+        return StackNode(self.frame, tuple(sorted(self.ranks)),
+                         tuple(child.freeze() for child in children))
+
+
+def build_tree(groups: Sequence[StackGroup]) -> StackNode:
+    """Prefix tree over the groups' stacks, outermost frame at the top; ranks on each node."""
+    root = _Building(None)
+    for group in groups:
+        node = root
+        node.ranks.extend(group.ranks)
+        for frame in group.frames:
+            key = (frame.function, frame.file, frame.line)
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Building(frame)
+            child.ranks.extend(group.ranks)
+            node = child
+    return root.freeze()

@@ -1,0 +1,86 @@
+"""Build a JobSnapshot from the targets of a job and a few stack samples per rank."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from mldebug.analysis.findings import find_problems
+from mldebug.analysis.frames import collective_op, user_frame
+from mldebug.analysis.merge import build_tree, group_stacks
+from mldebug.analysis.states import rank_state
+from mldebug.model import (
+    STATE_EXITED,
+    STATE_MISSING,
+    JobSnapshot,
+    RankTarget,
+    RankView,
+    StackSample,
+)
+
+
+def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
+    """(rank, target) pairs: a target's own rank, else the next number nobody uses."""
+    used: set[int] = set()
+    pairs: list[tuple[int | None, RankTarget]] = []
+    for target in targets:
+        rank = target.rank if target.rank is not None and target.rank not in used else None
+        if rank is not None:
+            used.add(rank)
+        pairs.append((rank, target))
+    next_free = 0
+    result = []
+    for rank, target in pairs:
+        if rank is None:
+            while next_free in used:
+                next_free += 1
+            rank = next_free
+            used.add(rank)
+        result.append((rank, target))
+    return sorted(result, key=lambda pair: pair[0])
+
+
+def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample]) -> RankView:
+    state, cpu, detail = rank_state(samples)
+    good = [s for s in samples if s.failure is None and s.threads]
+    threads = good[-1].threads if good else ()
+    main = threads[0].frames if threads else ()
+    rss = next((s.rss_bytes for s in reversed(samples) if s.rss_bytes is not None), None)
+    return RankView(rank=rank, target=target, state=state, threads=threads,
+                    user_frame=user_frame(main), collective=collective_op(main),
+                    cpu_percent=cpu, rss_bytes=rss, detail=detail)
+
+
+def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence[StackSample]],
+                   world_size: int | None = None, job: str = "", run_dir: str | None = None,
+                   exit_codes: Mapping[int, int] | None = None,
+                   now: float | None = None) -> JobSnapshot:
+    """Everything about a job at one moment. `samples` maps a target's pid to its samples."""
+    exit_codes = exit_codes or {}
+    views: list[RankView] = []
+    failures: dict[int, str] = {}
+    for rank, target in assign_ranks(targets):
+        rank_samples = samples.get(target.pid, ())
+        view = rank_view(rank, target, rank_samples)
+        if view.state == STATE_EXITED and rank in exit_codes:
+            view = replace(view, exit_code=exit_codes[rank])
+        if rank_samples and rank_samples[-1].failure:
+            failures[rank] = rank_samples[-1].failure
+        views.append(view)
+    present = {v.rank for v in views}
+    absent = set(range(world_size)) - present if world_size else set()
+    absent |= set(exit_codes) - present
+    for rank in sorted(absent):
+        code = exit_codes.get(rank)
+        views.append(RankView(
+            rank=rank, target=None, state=STATE_EXITED if code is not None else STATE_MISSING,
+            exit_code=code,
+            detail=f"exited with code {code}" if code is not None else "no process found"))
+    views.sort(key=lambda v: v.rank)
+    stacks = {v.rank: v.threads[0].frames for v in views if v.threads}
+    groups = group_stacks(stacks, {v.rank: v.state for v in views})
+    return JobSnapshot(
+        time=time.time() if now is None else now, ranks=tuple(views), groups=groups,
+        tree=build_tree(groups), findings=find_problems(views, world_size, failures),
+        world_size=world_size, job=job, run_dir=run_dir)

@@ -1,0 +1,63 @@
+"""Stuck or running: STAT's temporal view over a few samples of one rank.
+
+A rank whose main-thread stack changes between samples is working. One whose stack stays
+put is waiting, unless its main thread burns CPU meanwhile: then it is busy in C code (a
+long matmul, a loop holding the GIL) and is working too. Only a rank whose stack does not
+move and whose main thread is idle is called stuck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mldebug.model import (
+    FAIL_EXITED,
+    STATE_EXITED,
+    STATE_RUNNING,
+    STATE_STUCK,
+    STATE_UNKNOWN,
+    STATE_UNREADABLE,
+    StackSample,
+)
+
+BUSY_CPU_PERCENT = 30.0  # main thread using more than this share of a core is computing
+
+
+def main_frames_key(sample: StackSample) -> tuple | None:
+    if not sample.threads:
+        return None
+    return tuple((f.function, f.file, f.line) for f in sample.threads[0].frames)
+
+
+def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | None:
+    a = first.main_cpu_seconds if main else first.cpu_seconds
+    b = last.main_cpu_seconds if main else last.cpu_seconds
+    elapsed = last.time - first.time
+    if a is None or b is None or elapsed <= 0:
+        return None
+    return max(0.0, (b - a) / elapsed * 100.0)
+
+
+def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
+    """(STATE_*, process CPU percent over the samples or None, detail) for one rank."""
+    if not samples:
+        return STATE_UNKNOWN, None, ""
+    good = [s for s in samples if s.failure is None and s.threads]
+    last = samples[-1]
+    if not good:
+        if last.failure == FAIL_EXITED:
+            return STATE_EXITED, None, last.failure_detail or "the process exited"
+        return STATE_UNREADABLE, None, last.failure_detail or (last.failure or "no threads")
+    if last.failure == FAIL_EXITED:
+        return STATE_EXITED, None, "exited while being sampled"
+    cpu = _cpu_percent(samples[0], last, main=False)
+    if len(good) < 2:
+        return STATE_UNKNOWN, cpu, "one sample only"
+    keys = {main_frames_key(s) for s in good}
+    if len(keys) > 1:
+        return STATE_RUNNING, cpu, "its stack moves between samples"
+    main_cpu = _cpu_percent(good[0], good[-1], main=True)
+    busy = main_cpu if main_cpu is not None else _cpu_percent(good[0], good[-1], main=False)
+    if busy is not None and busy >= BUSY_CPU_PERCENT:
+        return STATE_RUNNING, cpu, f"same stack, but its main thread uses {busy:.0f}% CPU"
+    return STATE_STUCK, cpu, "same stack in every sample, idle"

@@ -1,0 +1,46 @@
+"""CPU time and resident memory of a process, read from /proc (through psutil where it helps)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_and_rss(pid: int) -> tuple[float | None, int | None]:
+    """(user+system CPU seconds, RSS bytes) of `pid`, or (None, None) if it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            times = proc.cpu_times()
+            rss = proc.memory_info().rss
+    except (psutil.Error, OSError):
+        return None, None
+    return times.user + times.system, rss
+
+
+def thread_cpu_seconds(pid: int, tid: int | None = None) -> float | None:
+    """CPU seconds of one thread (the main thread by default): /proc/PID/task/TID/stat.
+
+    The main thread's own time tells a rank that computes from one that waits while a
+    background thread (a data loader, a communication poller) keeps the process busy.
+    """
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat", encoding="ascii",
+                  errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_gone(pid: int) -> bool:
+    """True when `pid` no longer runs (absent, or a zombie waiting for its parent)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, OSError):
+        return False

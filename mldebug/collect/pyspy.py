@@ -1,0 +1,140 @@
+"""Read one process's stacks with the real `py-spy dump --json`.
+
+`parse_pyspy_json` and `classify_pyspy_error` are pure functions over py-spy's output,
+tested against golden files recorded from real processes; `dump_stack` runs py-spy with a
+time limit and always returns a StackSample (threads, or a typed failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
+from mldebug.errors import PYSPY_REMEDY, ToolMissingError
+from mldebug.model import (
+    FAIL_ERROR,
+    FAIL_EXITED,
+    FAIL_NOT_PYTHON,
+    FAIL_PERMISSION,
+    FAIL_TIMEOUT,
+    Frame,
+    RankTarget,
+    StackSample,
+    ThreadStack,
+)
+
+_HEX_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+def find_pyspy() -> str:
+    """py-spy next to the running interpreter (same venv) first, then on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    raise ToolMissingError("py-spy is not installed (mldebug reads stacks with it)", PYSPY_REMEDY)
+
+
+def _frame(raw: dict) -> Frame:
+    native = raw.get("module") is not None
+    name = str(raw.get("name") or "??")
+    if native and _HEX_ADDRESS.match(name):
+        name = "??"  # an unsymbolised address differs per process (ASLR); keep stacks comparable
+    line = raw.get("line")
+    if not isinstance(line, int) or (native and line == 0):
+        line = None
+    return Frame(function=name, file=str(raw.get("filename") or "?"), line=line, native=native)
+
+
+def _is_main(thread: ThreadStack, pid: int | None) -> bool:
+    return thread.name == "MainThread" or (pid is not None and thread.os_thread_id == pid)
+
+
+def parse_pyspy_json(text: str, pid: int | None = None) -> tuple[ThreadStack, ...]:
+    """Threads from `py-spy dump --json` output, main thread first, frames outermost first.
+
+    Raises ValueError when the text is not py-spy's JSON.
+    """
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError("py-spy JSON is not a list of threads")
+    threads = []
+    for raw in data:
+        if not isinstance(raw, dict) or not isinstance(raw.get("frames"), list):
+            raise ValueError("py-spy JSON thread without frames")
+        frames = tuple(_frame(f) for f in reversed(raw["frames"]) if isinstance(f, dict))
+        threads.append(ThreadStack(
+            thread_id=int(raw.get("thread_id") or 0),
+            name=str(raw.get("thread_name") or ""),
+            frames=frames,
+            os_thread_id=raw.get("os_thread_id"),
+            active=bool(raw.get("active")),
+            owns_gil=bool(raw.get("owns_gil")),
+        ))
+    threads.sort(key=lambda t: not _is_main(t, pid))  # stable: py-spy's order otherwise
+    return tuple(threads)
+
+
+def classify_pyspy_error(stderr: str) -> tuple[str, str]:
+    """(FAIL_* kind, one-line detail) for a py-spy failure, from what it wrote on stderr."""
+    text = stderr.strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "py-spy failed")
+    first = first.removeprefix("Error: ")
+    lowered = text.lower()
+    if "permission denied" in lowered or "eperm" in lowered or "operation not permitted" in lowered:
+        return FAIL_PERMISSION, "ptrace refused: " + first
+    if "check that the process is running" in lowered or "no such process" in lowered:
+        return FAIL_EXITED, "the process exited"
+    if "failed to find python version" in lowered or "python interpreter" in lowered:
+        return FAIL_NOT_PYTHON, "no Python interpreter found in this process"
+    return FAIL_ERROR, first
+
+
+def pyspy_command(pyspy: str, pid: int, native: bool = False,
+                  nonblocking: bool = False) -> list[str]:
+    command = [pyspy, "dump", "--json", "--pid", str(pid)]
+    if native:
+        command.append("--native")
+    if nonblocking:
+        command.append("--nonblocking")
+    return command
+
+
+def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking: bool = False,
+               timeout: float = 10.0) -> StackSample:
+    """One reading of one rank. Never raises for the rank's own trouble."""
+    now = time.time()
+    cpu, rss = cpu_and_rss(target.pid)
+    main_cpu = thread_cpu_seconds(target.pid)
+    if cpu is None and process_gone(target.pid):
+        return StackSample(target, now, failure=FAIL_EXITED, failure_detail="the process exited")
+    try:
+        done = subprocess.run(pyspy_command(pyspy, target.pid, native, nonblocking),
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "RUST_BACKTRACE": "0"})
+    except subprocess.TimeoutExpired:
+        return StackSample(target, now, failure=FAIL_TIMEOUT, cpu_seconds=cpu, rss_bytes=rss,
+                           failure_detail=f"py-spy did not answer within {timeout:g}s")
+    except OSError as error:
+        return StackSample(target, now, failure=FAIL_ERROR, failure_detail=str(error))
+    if done.returncode != 0:
+        kind, detail = classify_pyspy_error(done.stderr or done.stdout)
+        if kind != FAIL_PERMISSION and process_gone(target.pid):
+            kind, detail = FAIL_EXITED, "the process exited"
+        return StackSample(target, now, failure=kind, failure_detail=detail,
+                           cpu_seconds=cpu, rss_bytes=rss)
+    try:
+        threads = parse_pyspy_json(done.stdout, target.pid)
+    except ValueError as error:
+        return StackSample(target, now, failure=FAIL_ERROR, cpu_seconds=cpu, rss_bytes=rss,
+                           failure_detail=f"unreadable py-spy output: {error}")
+    return StackSample(target, now, threads=threads, cpu_seconds=cpu, rss_bytes=rss,
+                       main_cpu_seconds=main_cpu)

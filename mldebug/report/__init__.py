@@ -1,0 +1,1 @@
+"""Views for scripts and terminals: the text report and the --json document."""

@@ -1,0 +1,181 @@
+"""The text report of `mldebug dump`: verdict first, then the merged tree, then detail.
+
+Rendered with rich, which leaves colour out when NO_COLOR is set or the output is not a
+terminal. `render_text` returns plain text (for tests, files, the live view);
+`print_report` writes to a Console.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from mldebug.analysis.frames import frame_label, is_user_frame
+from mldebug.model import (
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    STATE_RUNNING,
+    STATE_STUCK,
+    Finding,
+    JobSnapshot,
+    RankView,
+    StackNode,
+)
+from mldebug.ranges import format_ranks
+
+SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
+STATE_STYLE = {STATE_STUCK: "red", STATE_RUNNING: "green", "exited": "magenta",
+               "missing": "magenta", "unreadable": "yellow"}
+
+
+def _header(snapshot: JobSnapshot) -> Text:
+    present = sum(1 for v in snapshot.ranks if v.target is not None)
+    world = snapshot.world_size
+    text = Text("mldebug dump: ", style="bold")
+    text.append(f"{present} rank{'s' if present != 1 else ''} read")
+    if world:
+        text.append(f" of world size {world}")
+    if snapshot.run_dir:
+        text.append(f"  run {snapshot.run_dir}", style="dim")
+    elif snapshot.job:
+        text.append(f"  job {snapshot.job}", style="dim")
+    return text
+
+
+def _verdict(findings: Sequence[Finding]) -> RenderableType:
+    if not findings:
+        return Text("Verdict: nothing to report (no ranks could be judged)", style="bold")
+    first = findings[0]
+    text = Text("Verdict: ", style="bold")
+    text.append(first.summary, style=SEVERITY_STYLE.get(first.severity, ""))
+    if first.recipe:
+        text.append(f"\n  what to do: mldebug recipes {first.recipe}", style="cyan")
+    return text
+
+
+def _findings(findings: Sequence[Finding]) -> RenderableType | None:
+    if len(findings) < 2:
+        return None
+    table = Table(title="Findings", title_justify="left", show_edge=False, box=None,
+                  pad_edge=False, expand=False)
+    for name in ("severity", "kind", "ranks", "summary"):
+        table.add_column(name, overflow="fold")
+    for finding in findings:
+        summary = finding.summary + (f"  [recipe {finding.recipe}]" if finding.recipe else "")
+        table.add_row(Text(finding.severity, style=SEVERITY_STYLE.get(finding.severity, "")),
+                      finding.kind, format_ranks(finding.ranks), summary)
+    return table
+
+
+def _groups(snapshot: JobSnapshot) -> RenderableType:
+    table = Table(title="Ranks by stack", title_justify="left", show_edge=False, box=None,
+                  pad_edge=False)
+    for name in ("ranks", "state", "collective", "innermost user frame"):
+        table.add_column(name, overflow="fold")
+    for group in snapshot.groups:
+        table.add_row(format_ranks(group.ranks),
+                      Text(group.state, style=STATE_STYLE.get(group.state, "")),
+                      group.collective or "-", frame_label(group.user_frame))
+    others: dict[tuple[str, str], list[int]] = {}
+    for view in snapshot.ranks:
+        if not view.threads:
+            others.setdefault((view.state, view.detail), []).append(view.rank)
+    for (state, detail), ranks in others.items():
+        table.add_row(format_ranks(ranks), Text(state, style=STATE_STYLE.get(state, "")),
+                      "-", detail)
+    return table
+
+
+def _node_label(node: StackNode, hidden: int) -> Text:
+    text = Text()
+    if hidden:
+        text.append(f"({hidden} library frame{'s' if hidden > 1 else ''}) ", style="dim")
+    style = "bold" if node.frame and is_user_frame(node.frame) else ""
+    text.append(frame_label(node.frame), style=style)
+    text.append(f"  [{format_ranks(node.ranks)}]", style="cyan")
+    return text
+
+
+def _add_children(branch: Tree, node: StackNode, compact: bool) -> None:
+    for child in node.children:
+        hidden = 0
+        # Fold runs of library frames that every rank of the branch shares.
+        while (compact and len(child.children) == 1 and child.frame is not None
+               and not is_user_frame(child.frame) and child.children[0].ranks == child.ranks):
+            hidden += 1
+            child = child.children[0]
+        _add_children(branch.add(_node_label(child, hidden)), child, compact)
+
+
+def _tree(snapshot: JobSnapshot, compact: bool) -> RenderableType | None:
+    if not snapshot.tree.children:
+        return None
+    tree = Tree(Text("Merged stacks (main thread, outermost first; [ranks] on each frame)",
+                     style="bold"))
+    _add_children(tree, snapshot.tree, compact)
+    return tree
+
+
+def _rank_detail(view: RankView) -> RenderableType:
+    target = view.target
+    head = Text(f"rank {view.rank}", style="bold")
+    if target is not None:
+        head.append(f"  pid {target.pid}" + (f" on {target.host}" if target.host else ""))
+    head.append(f"  {view.state}", style=STATE_STYLE.get(view.state, ""))
+    if view.cpu_percent is not None:
+        head.append(f"  cpu {view.cpu_percent:.0f}%")
+    if view.rss_bytes is not None:
+        head.append(f"  rss {view.rss_bytes / 2**20:.0f} MiB")
+    if view.exit_code is not None:
+        head.append(f"  exit code {view.exit_code}")
+    lines = [head]
+    if view.detail and not view.threads:
+        lines.append(Text(f"  {view.detail}", style="dim"))
+    for thread in view.threads:
+        flags = "active" if thread.active else "idle"
+        flags += "+gil" if thread.owns_gil else ""
+        lines.append(Text(f"  Thread {thread.os_thread_id or thread.thread_id} ({flags}): "
+                          f"\"{thread.name}\""))
+        for frame in reversed(thread.frames):  # innermost first, as py-spy prints them
+            style = "bold" if is_user_frame(frame) else "dim" if frame.native else ""
+            lines.append(Text(f"      {frame_label(frame)}", style=style))
+    return Group(*lines)
+
+
+def report_parts(snapshot: JobSnapshot, verbose: bool = False,
+                 ranks: Iterable[int] | None = None) -> list[RenderableType]:
+    """The report as rich renderables, in reading order."""
+    parts: list[RenderableType] = [_header(snapshot), _verdict(snapshot.findings)]
+    for optional in (_findings(snapshot.findings), _groups(snapshot),
+                     _tree(snapshot, compact=not verbose)):
+        if optional is not None:
+            parts.append(optional)
+    wanted = set(ranks) if ranks is not None else None
+    if verbose or wanted:
+        for view in snapshot.ranks:
+            if wanted is None or view.rank in wanted:
+                parts.append(_rank_detail(view))
+    return parts
+
+
+def print_report(snapshot: JobSnapshot, console: Console, verbose: bool = False,
+                 ranks: Iterable[int] | None = None) -> None:
+    for index, part in enumerate(report_parts(snapshot, verbose, ranks)):
+        if index > 1:
+            console.print()
+        console.print(part)
+
+
+def render_text(snapshot: JobSnapshot, verbose: bool = False, ranks: Iterable[int] | None = None,
+                width: int = 120, color: bool = False) -> str:
+    """The report as a string (ANSI colours only when `color`)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=color, no_color=not color,
+                      highlight=False, soft_wrap=False)
+    print_report(snapshot, console, verbose, ranks)
+    return buffer.getvalue()
