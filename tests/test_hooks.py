@@ -1,0 +1,145 @@
+"""The rank-side hook and agent, in real processes (no torch needed, so these are quick)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mldebug.launch import env as envs
+from mldebug.rundir import RunPaths, hostname
+
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+HOST = hostname()
+
+
+def script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def mldebug_run(tmp_path, *args, env=None, timeout=120):
+    run_dir = tmp_path / "run"
+    full_env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), **(env or {})}
+    done = subprocess.run(
+        [*MLDEBUG, "run", "--run-dir", str(run_dir), *map(str, args)],
+        cwd=tmp_path, env=full_env, capture_output=True, timeout=timeout,
+    )
+    return done, RunPaths(run_dir)
+
+
+def hooked_python(tmp_path, code, package_dir=None, mode=envs.MODE_NATIVE, extra=None):
+    """Run python as a rank would start under mldebug, with the hook on PYTHONPATH."""
+    env = {**os.environ, **envs.hook_env(dict(os.environ), tmp_path / "run", mode)}
+    env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
+    if package_dir is not None:
+        env[envs.ENV_PACKAGE_DIR] = str(package_dir)
+    env.update(extra or {})
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+
+
+def test_hook_does_nothing_unless_activated(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(envs.hooks_dir()), "RANK": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; print('_mldebug_agent' in sys.modules)"],
+        env=env, capture_output=True, timeout=60,
+    )
+    assert done.stdout == b"False\n" and done.stderr == b""
+
+
+def test_agent_imports_nothing_heavy(tmp_path):
+    done = hooked_python(
+        tmp_path,
+        "import sys; print(sorted(m for m in ('torch', 'rich', 'textual', 'mldebug') "
+        "if m in sys.modules), '_mldebug_agent' in sys.modules)",
+    )
+    assert done.stdout == b"[] True\n", done.stderr
+
+
+@pytest.mark.parametrize("broken", ["agent", "run_dir"])
+def test_a_failing_hook_stands_aside(tmp_path, broken):
+    package_dir, extra = None, {}
+    if broken == "agent":
+        package_dir = tmp_path / "pkg"
+        (package_dir / "agent").mkdir(parents=True)
+        (package_dir / "agent" / "__init__.py").write_text("raise RuntimeError('agent bug')\n")
+    else:
+        (tmp_path / "file").write_text("")
+        extra = {envs.ENV_RUN_DIR: str(tmp_path / "file" / "run")}  # cannot be a directory
+    done = hooked_python(tmp_path, "print('user code ran'); raise SystemExit(7)",
+                         package_dir=package_dir, extra=extra)
+    assert done.returncode == 7
+    assert done.stdout == b"user code ran\n"
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mldebug: hook disabled in this process")
+    killed = hooked_python(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+                           package_dir=package_dir, extra=extra)
+    assert killed.returncode == -signal.SIGTERM
+
+
+def test_existing_sitecustomize_is_chained(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
+    job = script(tmp_path, "job.py", """
+        import os, sys
+        print("chained:", os.environ.get("CHAINED"), "agent:", "_mldebug_agent" in sys.modules)
+    """)
+    done, paths = mldebug_run(tmp_path, job, env={"PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == f"[{HOST}:0] chained: yes agent: True\n"
+
+
+def test_exit_code_is_the_scripts_and_named_in_the_report(tmp_path):
+    job = script(tmp_path, "job.py", "import sys\nprint('bye')\nsys.exit(7)\n")
+    done, paths = mldebug_run(tmp_path, job)
+    assert done.returncode == 7
+    assert f"rank 0 on {HOST}: exited with code 7" in done.stderr.decode()
+    manifest = json.loads(paths.manifest.read_text())
+    assert (manifest["status"], manifest["exit_code"]) == ("failed", 7)
+    assert manifest["ranks"][0]["exit_code"] == 7
+
+
+def test_segfault_is_named_with_the_python_stack(tmp_path):
+    job = script(tmp_path, "segv.py", """
+        import os, signal
+        def deep_in_native_code():
+            os.kill(os.getpid(), signal.SIGSEGV)
+        deep_in_native_code()
+    """)
+    done, paths = mldebug_run(tmp_path, job)
+    assert done.returncode == 128 + signal.SIGSEGV
+    report = done.stderr.decode()
+    assert "rank 0 on" in report and "segmentation fault (SIGSEGV)" in report
+    assert "segv.py\", line 4 in deep_in_native_code" in report
+
+
+def test_wrapped_launcher_output_and_rank_children(tmp_path):
+    """A toy launcher starts rank 0, which starts a helper process with the same rank env."""
+    launcher = script(tmp_path, "launcher.py", """
+        import os, subprocess, sys
+        print("launcher starting", flush=True)
+        env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+        sys.exit(subprocess.call([sys.executable, "rank.py"], env=env))
+    """)
+    script(tmp_path, "rank.py", """
+        import os, subprocess, sys
+        print("rank pid", os.getpid())
+        subprocess.check_call([sys.executable, "-c", "print('helper of rank 0')"])
+        sys.exit(3)
+    """)
+    done, paths = mldebug_run(tmp_path, "--", sys.executable, launcher)
+    assert done.returncode == 3
+    out = done.stdout.decode().splitlines()
+    assert f"[{HOST}:launcher] launcher starting" in out
+    assert f"[{HOST}:0] helper of rank 0" in out
+    info = json.loads(paths.proc_info(0).read_text())
+    assert f"[{HOST}:0] rank pid {info['pid']}" in out  # the helper did not take over rank 0
+    assert b"helper of rank 0" in paths.stdout(0).read_bytes()
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["mode"] == "wrap" and manifest["exit_code"] == 3
+    assert manifest["ranks"][0]["pid"] == info["pid"]

@@ -1,0 +1,42 @@
+"""Console formatting and rank filtering, and the tailer over real files."""
+
+import os
+
+from mldebug.launch.output import LAUNCHER, Console, OutputTailer, RankFilter, format_line
+from mldebug.rundir import RunPaths
+
+
+def test_format_line_prefixes_and_replaces_bad_utf8():
+    assert format_line(b"[h:1] ", b"ok \xff") == "[h:1] ok \ufffd\n".encode()
+
+
+def test_rank_filter_by_global_and_local_rank():
+    both = RankFilter(ranks=frozenset({0, 1, 2}), local_ranks=frozenset({1}))
+    assert both.shows(1, 1)
+    assert not both.shows(2, 2)
+    assert not both.shows(5, 1)
+    assert both.shows(LAUNCHER, None)
+    assert RankFilter().shows(7, None)
+
+
+def test_tailer_shows_new_ranks_and_flushes_partial_lines(tmp_path):
+    paths = RunPaths(tmp_path)
+    read_fd, write_fd = os.pipe()
+    console = Console(stdout_fd=write_fd, stderr_fd=write_fd)
+    tailer = OutputTailer(paths, console, "h", local_ranks={0: 0, 1: 1},
+                          rank_filter=RankFilter(ranks=frozenset({0, 1})))
+    tailer.start()
+    for rank in (0, 1, 2):
+        paths.rank_dir(rank).mkdir(parents=True)
+        paths.stdout(rank).write_bytes(f"rank {rank} says hi\npartial {rank}".encode())
+        paths.stderr(rank).write_bytes(b"")
+    tailer.finish()
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as reader:
+        lines = sorted(reader.read().decode().splitlines())
+    assert lines == [
+        "[h:0] partial 0",
+        "[h:0] rank 0 says hi",
+        "[h:1] partial 1",
+        "[h:1] rank 1 says hi",
+    ]

@@ -1,0 +1,126 @@
+"""Pure parts of `mldebug run`: environment, argument parsing, exit naming, failure order."""
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from mldebug.agent.identity import ENV_OWNER, claim_rank, rank_identity
+from mldebug.commands.run import parse_args
+from mldebug.launch import env as envs
+from mldebug.launch.failures import (
+    Failure,
+    collect_failures,
+    describe_exit,
+    exit_code_of,
+    format_report,
+    order_failures,
+    signal_of,
+)
+from mldebug.rundir import RunPaths, write_json_atomic
+
+
+def test_rank_env_matches_what_torchrun_sets():
+    env = envs.rank_env(2, 4, "127.0.0.1", 29511, "run-x")
+    assert env["RANK"] == env["LOCAL_RANK"] == env["ROLE_RANK"] == "2"
+    assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "4"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29511")
+    assert env["GROUP_RANK"] == "0"
+    assert env["TORCHELASTIC_RUN_ID"] == "run-x"
+
+
+def test_hook_env_puts_hooks_first_and_keeps_user_pythonpath(tmp_path):
+    env = envs.hook_env({"PYTHONPATH": "/mine"}, tmp_path, envs.MODE_WRAP)
+    first, rest = env["PYTHONPATH"].split(":", 1)
+    assert Path(first, "sitecustomize.py").is_file()
+    assert rest == "/mine"
+    assert env[envs.ENV_ACTIVE] == "1"
+    assert Path(env[envs.ENV_PACKAGE_DIR], "agent", "__init__.py").is_file()
+    assert env[envs.ENV_MODE] == "wrap"
+
+
+def test_debug_switches(tmp_path):
+    options = envs.DebugOptions(
+        cuda_launch_blocking=True, nccl_debug="INFO", distributed_debug=True, flight_recorder=True
+    )
+    env = envs.debug_env(options, tmp_path)
+    assert env["CUDA_LAUNCH_BLOCKING"] == "1"
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert env["NCCL_DEBUG_FILE"] == f"{tmp_path}/nccl/%h.%p.log"
+    assert env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+    assert env["TORCH_FR_BUFFER_SIZE"] == env["TORCH_NCCL_TRACE_BUFFER_SIZE"] != "0"
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert envs.debug_env(envs.DebugOptions(), tmp_path) == {}
+
+
+def test_parse_script_module_and_wrapped_launcher():
+    args, mode, command = parse_args(["--nproc-per-node", "2", "train.py", "--nproc-per-node", "9"])
+    assert (args.nproc_per_node, mode) == (2, "native")
+    assert command == [sys.executable, "train.py", "--nproc-per-node", "9"]
+    args, mode, command = parse_args(["--nproc-per-node", "2", "-m", "pkg.train", "--lr", "1"])
+    assert command == [sys.executable, "-m", "pkg.train", "--lr", "1"]
+    args, mode, command = parse_args(["--nccl-debug", "info", "--", "torchrun", "x.py"])
+    assert (mode, command, args.nccl_debug) == ("wrap", ["torchrun", "x.py"], "INFO")
+    args, _, _ = parse_args(["--local-ranks-filter", "0,2-3", "t.py"])
+    assert args.local_ranks_filter == frozenset({0, 2, 3})
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["--"], ["--nproc-per-node", "0", "t.py"], ["--ranks", "x", "t.py"]]
+)
+def test_bad_command_lines_are_usage_errors(argv):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+
+
+def test_exit_codes_and_signal_names():
+    assert exit_code_of(3) == 3
+    assert exit_code_of(-signal.SIGKILL) == 137
+    assert signal_of(139) == signal.SIGSEGV
+    assert signal_of(1) is None
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-signal.SIGKILL).startswith("killed (SIGKILL): OOM killer?")
+    assert describe_exit(-signal.SIGSEGV).startswith("segmentation fault")
+    assert describe_exit(-signal.SIGABRT).startswith("aborted (SIGABRT)")
+    assert "SIGUSR1" in describe_exit(-signal.SIGUSR1)
+
+
+def test_failures_are_ordered_by_time_then_rank():
+    late, early, tie = Failure(rank=0, time=5.0), Failure(rank=3, time=1.0), Failure(rank=1, time=1.0)
+    assert [f.rank for f in order_failures([late, early, tie])] == [1, 3, 0]
+
+
+def test_collect_failures_puts_the_earliest_error_first_and_skips_stopped_ranks(tmp_path):
+    paths = RunPaths(tmp_path)
+    for rank, when, kind in ((0, 20.0, "RuntimeError"), (1, 10.0, "ValueError")):
+        paths.rank_dir(rank).mkdir(parents=True)
+        write_json_atomic(
+            paths.error_file(rank),
+            {"type": kind, "message": "m", "time": when, "location": "t.py:3", "host": "h"},
+        )
+    paths.rank_dir(2).mkdir()
+    paths.rank_dir(3).mkdir()
+    exits = {0: (1, 21.0), 1: (1, 11.0), 2: (-signal.SIGTERM, 22.0), 3: (-signal.SIGKILL, 15.0)}
+    failures = collect_failures(paths, exits, stopped={2})
+    assert [(f.rank, f.exit_code) for f in failures] == [(1, 1), (3, 137), (0, 1)]
+    assert failures[0].headline == "ValueError: m"
+    assert failures[1].headline.startswith("killed (SIGKILL)")
+    report = format_report(failures, paths, stopped=[2])
+    assert report.startswith("mldebug: root cause (first failure): rank 1 on h: ValueError: m")
+    assert "raised at t.py:3" in report
+    assert "mldebug recipes rank-crash" in report
+
+
+def test_rank_identity_and_first_process_claim():
+    assert rank_identity({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == (3, 1, 8)
+    assert rank_identity({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == (5, None, 6)
+    assert rank_identity({"RANK": "x"}) is None
+    env = {}
+    assert claim_rank(env, 3, 100)
+    assert env[ENV_OWNER] == "3:100"
+    assert not claim_rank(env, 3, 101)  # a worker of rank 3
+    assert claim_rank(env, 3, 100)  # the rank itself after exec
+    assert claim_rank(env, 4, 102)  # a rank started by a launcher that is a rank itself
