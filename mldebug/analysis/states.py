@@ -20,7 +20,10 @@ from mldebug.model import (
     StackSample,
 )
 
-BUSY_CPU_PERCENT = 30.0  # main thread using more than this share of a core is computing
+# A waiting main thread uses no CPU at all (blocked in a futex, a socket, a sleep); one that
+# computes between short collectives uses some even on a crowded machine.
+BUSY_MAIN_THREAD_PERCENT = 5.0
+BUSY_PROCESS_PERCENT = 30.0  # when the main thread's own time cannot be read
 
 
 def main_frames_key(sample: StackSample) -> tuple | None:
@@ -57,7 +60,11 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
     if len(keys) > 1:
         return STATE_RUNNING, cpu, "its stack moves between samples"
     main_cpu = _cpu_percent(good[0], good[-1], main=True)
-    busy = main_cpu if main_cpu is not None else _cpu_percent(good[0], good[-1], main=False)
-    if busy is not None and busy >= BUSY_CPU_PERCENT:
-        return STATE_RUNNING, cpu, f"same stack, but its main thread uses {busy:.0f}% CPU"
+    if main_cpu is not None:
+        if main_cpu >= BUSY_MAIN_THREAD_PERCENT:
+            return STATE_RUNNING, cpu, f"same stack, but its main thread uses {main_cpu:.0f}% CPU"
+    else:
+        busy = _cpu_percent(good[0], good[-1], main=False)
+        if busy is not None and busy >= BUSY_PROCESS_PERCENT:
+            return STATE_RUNNING, cpu, f"same stack, but it uses {busy:.0f}% CPU"
     return STATE_STUCK, cpu, "same stack in every sample, idle"

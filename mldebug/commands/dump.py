@@ -74,6 +74,9 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.native and args.nonblocking:
+        raise MldebugError("--native and --nonblocking cannot be used together",
+                           "py-spy must pause a process to read its native frames; drop one.")
     if args.samples < 1 or args.interval < 0 or args.timeout <= 0:
         raise MldebugError("--samples must be >= 1, --interval >= 0 and --timeout > 0")
     try:

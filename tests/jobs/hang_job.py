@@ -71,7 +71,7 @@ def gather_metrics(tensor):
 
 
 def train_forever(tensor):
-    weights = torch.randn(64, 64)
+    weights = torch.randn(128, 128) / 16
     step = 0
     while True:
         for _ in range(20):

@@ -1,0 +1,94 @@
+"""`mldebug dump` run like a user runs it, against plain Python "ranks" (no torch needed)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+WAIT_LINE = next(i for i, line in enumerate(SLEEPY.read_text().splitlines(), 1)
+                 if "WAIT_LINE" in line)
+
+
+def dump(*args, env=None):
+    done = subprocess.run([*MLDEBUG, "dump", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+    return done
+
+
+@pytest.fixture
+def launcher():
+    proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
+    proc.rank_pids = [int(pid) for _, pid, _ in ready]
+    yield proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_json_report_of_a_launcher(launcher):
+    done = dump("--pid", str(launcher.pid), "--json")
+    assert done.returncode == 0, done.stderr  # stuck outside collectives is only a warning
+    report = json.loads(done.stdout)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
+    assert [r["pid"] for r in report["ranks"]] == launcher.rank_pids
+    assert report["groups"][0]["ranks"] == [0, 1, 2, 3]
+    (finding,) = report["findings"]
+    assert finding["kind"] == "stuck" and finding["ranks"] == [0, 1, 2, 3]
+    assert finding["location"] == f"{SLEEPY}:{WAIT_LINE}"
+
+
+def test_a_killed_rank_shows_as_missing(launcher):
+    os.kill(launcher.rank_pids[2], signal.SIGKILL)
+    time.sleep(0.3)
+    done = dump("--pid", str(launcher.pid), "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    missing = report["findings"][0]
+    assert missing["kind"] == "missing" and missing["ranks"] == [2]
+    assert missing["recipe"] == "missing-ranks"
+    assert {r["rank"]: r["state"] for r in report["ranks"]}[2] in ("missing", "exited")
+
+
+def test_run_dir_reports_exit_codes(launcher, tmp_path):
+    manifest = {"status": "running", "world_size": 5, "ranks": [
+        *({"rank": r, "pid": pid} for r, pid in enumerate(launcher.rank_pids)),
+        {"rank": 4, "pid": 999999, "exit_code": 1}]}
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    done = dump("--run", str(tmp_path), "--json")
+    report = json.loads(done.stdout)
+    missing = report["findings"][0]
+    assert missing["kind"] == "missing" and missing["ranks"] == [4]
+    assert "exited with code 1" in missing["summary"]
+    assert done.returncode == 1
+
+
+def test_text_report_starts_with_the_verdict(launcher):
+    done = dump(str(launcher.pid), "--ranks", "1", env={"NO_COLOR": "1"})
+    lines = done.stdout.splitlines()
+    assert "launcher" in lines[0]
+    assert lines[2].startswith("Verdict: ranks 0-3 do not move")
+    assert "Merged stacks" in done.stdout
+    assert f"wait_for_peers ({SLEEPY}:{WAIT_LINE})  [0-3]" in done.stdout
+    assert f"rank 1  pid {launcher.rank_pids[1]}" in done.stdout  # per-rank detail on request
+    assert "\x1b[" not in done.stdout
+
+
+def test_bad_pid_is_a_clear_error():
+    done = dump("--pid", "999999")
+    assert done.returncode == 3
+    assert "no process with pid 999999" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_options_are_usage_errors():
+    assert dump("--native", "--nonblocking", "--pid", "1").returncode == 2
+    done = dump("--ranks", "3-1", "--pid", "1")
+    assert done.returncode == 2 and "--ranks" in done.stderr

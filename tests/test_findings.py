@@ -1,0 +1,197 @@
+"""Each finding kind, from samples built by hand with the model (through build_snapshot)."""
+
+from mldebug.analysis.snapshot import build_snapshot
+from mldebug.analysis.states import rank_state
+from mldebug.model import (
+    FAIL_EXITED,
+    FAIL_PERMISSION,
+    KIND_HANG,
+    KIND_MISMATCH,
+    KIND_MISSING,
+    KIND_OUTLIER,
+    KIND_PROGRESSING,
+    KIND_RENDEZVOUS,
+    KIND_STUCK,
+    KIND_UNREADABLE,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    STATE_RUNNING,
+    STATE_STUCK,
+    STATE_UNKNOWN,
+    Frame,
+    RankTarget,
+    StackSample,
+    ThreadStack,
+)
+
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+TRAIN = "/home/me/proj/train.py"
+MODULE = Frame("<module>", TRAIN, 200)
+MAIN = Frame("main", TRAIN, 180)
+
+
+def in_op(op: str, caller: str, line: int) -> tuple[Frame, ...]:
+    return (MODULE, MAIN, Frame(caller, TRAIN, line), Frame(op, C10D, 3000))
+
+
+def at(function: str, line: int) -> tuple[Frame, ...]:
+    return (MODULE, MAIN, Frame(function, TRAIN, line))
+
+
+def samples(rank: int, *stacks, main_cpu=(0.0, 0.0, 0.0), failure=None, world=None):
+    target = RankTarget(pid=1000 + rank, rank=rank, world_size=world)
+    out = []
+    for index, frames in enumerate(stacks):
+        threads = (ThreadStack(1, "MainThread", frames),) if frames else ()
+        out.append(StackSample(target, 100.0 + 0.4 * index, threads,
+                               failure=None if frames else failure,
+                               failure_detail="ptrace refused: EPERM" if not frames else "",
+                               cpu_seconds=main_cpu[index], main_cpu_seconds=main_cpu[index]))
+    return target, out
+
+
+def snapshot(per_rank: dict, world=None, exit_codes=None):
+    targets, by_pid = [], {}
+    for rank, (stacks, kwargs) in per_rank.items():
+        target, rank_samples = samples(rank, *stacks, world=world, **kwargs)
+        targets.append(target)
+        by_pid[target.pid] = rank_samples
+    return build_snapshot(targets, by_pid, world_size=world, exit_codes=exit_codes)
+
+
+def still(frames, **kwargs):
+    return ((frames, frames, frames), kwargs)
+
+
+def kinds(snap):
+    return [f.kind for f in snap.findings]
+
+
+def test_outlier_names_the_rank_and_its_line():
+    ranks = {r: still(in_op("all_reduce", "sync", 64)) for r in range(8)}
+    ranks[5] = still(at("load_shard", 38))
+    snap = snapshot(ranks, world=8)
+    (finding,) = snap.findings
+    assert finding.kind == KIND_OUTLIER and finding.severity == SEVERITY_ERROR
+    assert finding.ranks == (5,)
+    assert finding.location == f"{TRAIN}:38"
+    assert finding.recipe == "rank-outside-collective"
+    assert "all_reduce" in finding.summary and "0-4,6-7" in finding.summary
+    assert [p.ranks for p in finding.parts] == [(5,), (0, 1, 2, 3, 4, 6, 7)]
+
+
+def test_outliers_in_two_places_are_two_findings():
+    ranks = {r: still(in_op("all_reduce", "sync", 64)) for r in range(4)}
+    ranks[1] = still(at("wait_for_lock", 43))
+    ranks[2] = still(at("__getitem__", 53))
+    snap = snapshot(ranks, world=4)
+    assert [(f.kind, f.ranks, f.location) for f in snap.findings] == [
+        (KIND_OUTLIER, (1,), f"{TRAIN}:43"), (KIND_OUTLIER, (2,), f"{TRAIN}:53")]
+
+
+def test_mismatched_ops_name_each_side():
+    ranks = {r: still(in_op("all_gather", "gather_metrics", 70)) for r in (0, 1)}
+    ranks.update({r: still(in_op("all_reduce", "sync", 64)) for r in (2, 3, 4)})
+    (finding,) = snapshot(ranks, world=5).findings
+    assert finding.kind == KIND_MISMATCH and finding.ranks == (0, 1, 2, 3, 4)
+    assert finding.recipe == "mismatched-collectives"
+    assert {(p.label, p.ranks, p.location) for p in finding.parts} == {
+        ("all_gather", (0, 1), f"{TRAIN}:70"), ("all_reduce", (2, 3, 4), f"{TRAIN}:64")}
+    assert finding.location == f"{TRAIN}:70"  # the smaller side
+    assert "different collectives" in finding.summary
+
+
+def test_one_op_from_two_call_sites_is_a_mismatch():
+    ranks = {0: still(in_op("all_reduce", "sync", 64)), 1: still(in_op("all_reduce", "eval", 99))}
+    (finding,) = snapshot(ranks).findings
+    assert finding.kind == KIND_MISMATCH
+    assert "all_reduce from different lines" in finding.summary
+
+
+def test_missing_ranks_with_exit_codes():
+    ranks = {r: still(in_op("all_reduce", "sync", 64)) for r in (0, 1, 3)}
+    snap = snapshot(ranks, world=5, exit_codes={2: -9})
+    first = snap.findings[0]
+    assert first.kind == KIND_MISSING and first.ranks == (2, 4)
+    assert "rank 2 exited with code -9" in first.summary
+    assert first.recipe == "missing-ranks"
+    hang = snap.findings[1]
+    assert hang.kind == KIND_HANG and hang.ranks == (0, 1, 3)
+    states = {v.rank: v.state for v in snap.ranks}
+    assert states[2] == "exited" and states[4] == "missing"
+
+
+def test_rank_that_exits_during_the_dump():
+    ranks = {0: still(in_op("barrier", "sync", 10)),
+             1: (((at("step", 5)), (), ()), {"failure": FAIL_EXITED})}
+    snap = snapshot(ranks, world=2)
+    assert snap.findings[0].kind == KIND_MISSING and snap.findings[0].ranks == (1,)
+
+
+def test_rendezvous_when_everyone_waits_in_init():
+    init = (MODULE, MAIN, Frame("init_process_group", C10D, 1700))
+    (finding,) = snapshot({r: still(init) for r in range(4)}, world=4).findings
+    assert finding.kind == KIND_RENDEZVOUS and finding.ranks == (0, 1, 2, 3)
+    assert finding.recipe == "rendezvous-hang"
+    assert finding.location == f"{TRAIN}:180"
+
+
+def test_all_in_one_collective_is_a_hang():
+    (finding,) = snapshot({r: still(in_op("all_reduce", "sync", 64)) for r in range(4)}).findings
+    assert finding.kind == KIND_HANG and finding.recipe == "collective-hang"
+
+
+def test_unreadable_ranks_point_to_the_ptrace_recipe():
+    ranks = {0: still(in_op("all_reduce", "sync", 64)),
+             1: (((), (), ()), {"failure": FAIL_PERMISSION})}
+    snap = snapshot(ranks)
+    unreadable = [f for f in snap.findings if f.kind == KIND_UNREADABLE]
+    assert unreadable[0].ranks == (1,) and unreadable[0].recipe == "ptrace-permission"
+    assert unreadable[0].severity == SEVERITY_WARNING
+
+
+def test_a_healthy_job_is_progressing_not_hung():
+    # Sampled mid-collective, but stacks move between samples or the main thread computes.
+    ranks = {0: ((in_op("all_reduce", "sync", 64), at("forward", 30), in_op("all_reduce", "sync", 64)), {}),
+             1: (tuple([in_op("all_reduce", "sync", 64)] * 3), {"main_cpu": (0.0, 0.2, 0.4)}),
+             2: ((at("forward", 30), at("forward", 31), at("forward", 30)), {})}
+    snap = snapshot(ranks, world=3)
+    assert kinds(snap) == [KIND_PROGRESSING]
+    assert snap.findings[0].severity == SEVERITY_INFO
+    assert {v.state for v in snap.ranks} == {STATE_RUNNING}
+
+
+def test_a_busy_rank_is_still_an_outlier_when_others_are_stuck():
+    ranks = {r: still(in_op("all_reduce", "sync", 64)) for r in range(3)}
+    ranks[3] = still(at("heavy_kernel", 12), main_cpu=(0.0, 0.4, 0.8))  # C code holding the GIL
+    (finding,) = snapshot(ranks, world=4).findings
+    assert finding.kind == KIND_OUTLIER and finding.ranks == (3,)
+    assert "working" in finding.summary
+
+
+def test_one_sample_only_gives_warnings():
+    ranks = {r: ((in_op("all_reduce", "sync", 64),), {}) for r in range(3)}
+    ranks[3] = ((at("load", 5),), {})
+    snap = snapshot(ranks, world=4)
+    assert {v.state for v in snap.ranks} == {STATE_UNKNOWN}
+    assert snap.findings[0].kind == KIND_OUTLIER
+    assert snap.findings[0].severity == SEVERITY_WARNING
+
+
+def test_stuck_outside_any_collective_is_a_warning():
+    (finding,) = snapshot({r: still(at("wait_for_peers", 19)) for r in range(3)}).findings
+    assert finding.kind == KIND_STUCK and finding.severity == SEVERITY_WARNING
+
+
+def test_rank_state_rules():
+    target = RankTarget(pid=1)
+    frames = (ThreadStack(1, "MainThread", at("f", 1)),)
+
+    def sample(t, cpu):
+        return StackSample(target, t, frames, cpu_seconds=cpu, main_cpu_seconds=cpu)
+
+    assert rank_state([sample(0, 0.0), sample(1, 0.0)])[0] == STATE_STUCK
+    assert rank_state([sample(0, 0.0), sample(1, 0.5)])[0] == STATE_RUNNING
+    assert rank_state([sample(0, 0.0)])[0] == STATE_UNKNOWN
+    assert rank_state([])[0] == STATE_UNKNOWN

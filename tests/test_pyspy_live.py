@@ -1,0 +1,66 @@
+"""The real py-spy against real (plain Python) processes: stacks, exits, non-Python."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mldebug.collect.pyspy import dump_stack, find_pyspy
+from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, RankTarget
+
+SITTER = """
+import time
+def sit_here():
+    time.sleep(600)
+print("up", flush=True)
+sit_here()
+"""
+
+
+@pytest.fixture
+def sitter():
+    proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_reads_a_live_process(sitter):
+    sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid))
+    assert sample.failure is None
+    main = sample.threads[0]
+    assert main.frames[-1].function == "sit_here"
+    assert sample.cpu_seconds is not None and sample.rss_bytes > 0
+    assert sample.main_cpu_seconds is not None
+
+
+def test_native_frames_are_read(sitter):
+    sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid), native=True)
+    assert sample.failure is None
+    assert any(f.native for f in sample.threads[0].frames)
+
+
+def test_nonblocking_still_reads(sitter):
+    sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid), nonblocking=True)
+    assert sample.failure is None
+    assert sample.threads[0].frames[-1].function == "sit_here"
+
+
+def test_an_exited_process_is_a_typed_failure(sitter):
+    sitter.kill()
+    sitter.wait()
+    sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid))
+    assert sample.failure == FAIL_EXITED
+
+
+def test_a_process_that_is_not_python():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.2)
+        sample = dump_stack(find_pyspy(), RankTarget(pid=proc.pid))
+        assert sample.failure == FAIL_NOT_PYTHON
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,106 @@
+"""Resolving what the user pointed at: rank env, launcher expansion, run dirs, bad pids."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mldebug.errors import NoTargetError
+from mldebug.targets import check_pid, job_key, rank_env, resolve_targets
+
+SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+
+
+def start_launcher(*args):
+    proc = subprocess.Popen([sys.executable, str(SLEEPY), *args], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    ready = [proc.stdout.readline().split() for _ in range(int(args[0]))]
+    return proc, [int(pid) for _, pid, _ in sorted(ready, key=lambda r: int(r[2]))]
+
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (3, 8, 1)),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"}, (5, 16, 1)),
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4, None)),
+    ({"PMI_RANK": "7", "PMI_SIZE": "9"}, (7, 9, None)),
+    ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0"}, (1, 2, None)),  # torchrun inside srun
+    ({"PATH": "/bin"}, (None, None, None)),
+    ({"RANK": "x"}, (None, None, None)),
+])
+def test_rank_env_schemes(environ, expected):
+    assert rank_env(environ) == expected
+
+
+def test_job_key_separates_jobs():
+    assert job_key({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) != job_key({"MASTER_ADDR": "h",
+                                                                         "MASTER_PORT": "2"})
+
+
+def test_launcher_pid_expands_to_ranks_without_their_workers():
+    launcher, rank_pids = start_launcher("3", "--workers")
+    try:
+        job = resolve_targets([launcher.pid])
+        assert sorted(t.pid for t in job.targets) == sorted(rank_pids)
+        assert [t.rank for t in job.targets] == [0, 1, 2]
+        assert job.world_size == 3
+        assert job.notes and "launcher" in job.notes[0]
+    finally:
+        stop(launcher)
+
+
+def test_rank_pid_is_taken_alone():
+    launcher, rank_pids = start_launcher("2")
+    try:
+        job = resolve_targets([rank_pids[1]])
+        assert [(t.pid, t.rank, t.world_size) for t in job.targets] == [(rank_pids[1], 1, 2)]
+    finally:
+        stop(launcher)
+
+
+def test_missing_pid_is_a_clear_error():
+    with pytest.raises(NoTargetError, match="no process with pid 999999"):
+        check_pid(999999)
+    with pytest.raises(NoTargetError):
+        resolve_targets([999999])
+
+
+def test_run_dir_reads_pids_and_exit_codes(tmp_path):
+    launcher, rank_pids = start_launcher("2", "--world", "3")
+    try:
+        (tmp_path / "ranks").mkdir()
+        manifest = {"status": "running", "world_size": 3, "ranks": [
+            {"rank": 0, "pid": rank_pids[0]}, {"rank": 1, "pid": rank_pids[1]},
+            {"rank": 2, "pid": 999999, "exit_code": 7}]}
+        (tmp_path / "run.json").write_text(json.dumps(manifest))
+        job = resolve_targets(run_dir=str(tmp_path))
+        assert [t.pid for t in job.targets] == rank_pids
+        assert job.exit_codes == {2: 7} and job.world_size == 3
+        assert job.run_dir == str(tmp_path)
+    finally:
+        stop(launcher)
+
+
+def test_not_a_run_dir(tmp_path):
+    with pytest.raises(NoTargetError, match="not an mldebug run directory"):
+        resolve_targets(run_dir=str(tmp_path))
+
+
+def test_another_users_pid_is_refused(monkeypatch):
+    # Another user's process cannot exist in this single-user sandbox: make kill(0) say EPERM.
+    from mldebug.errors import PermissionDeniedError
+
+    def refuse(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", refuse)
+    with pytest.raises(PermissionDeniedError, match="another user"):
+        check_pid(4242)
