@@ -203,6 +203,8 @@ class AttachApp(App[int]):
         if native != self.native:
             self.native = native
             self.poller.set_native(native)
+            self.query_one("#status", Static).update(self._status())
+            self.request_poll()
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -41,6 +41,10 @@ class CollectorPoller:
     """
 
     RESOLVE_EVERY = 10
+    # One reading per rank per poll (the collector compares it with the previous poll's);
+    # a large job is read in turns, so one refresh never waits on hundreds of py-spy runs.
+    SAMPLES = 1
+    MAX_RANKS_PER_POLL = 64
 
     def __init__(self, resolve: Callable[[], object], native: bool = False,
                  follow: bool = False, job_targets=None) -> None:
@@ -82,7 +86,8 @@ class CollectorPoller:
     def _make(self):
         from mldebug.collect.collector import JobCollector
 
-        return JobCollector(self._targets, native=self._native)
+        return JobCollector(self._targets, native=self._native, samples=self.SAMPLES,
+                            max_ranks_per_poll=self.MAX_RANKS_PER_POLL)
 
     def poll(self) -> JobSnapshot:
         self._refresh_targets()
@@ -95,10 +100,10 @@ class CollectorPoller:
 
     def set_native(self, native: bool) -> None:
         with self._lock:
-            if native != self._native:
-                self._native = native
-                self._close_collector()
-                self._collector = None
+            self._native = native
+            if self._collector is not None:
+                # Read at the next poll; the collector keeps its stuck/running history.
+                self._collector.native = native
 
     def _close_collector(self) -> None:
         close = getattr(self._collector, "close", None)

@@ -27,7 +27,7 @@ def write_report(
         make_private_dir(folder)
     stem = "mldebug-attach-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     text_path, json_path = _free_name(folder, stem)
-    body = render_text(snapshot)
+    body = render_text(snapshot, verbose=True)  # every rank's threads: it is for later
     data = snapshot_to_json(snapshot)
     _write(text_path, body if body.endswith("\n") else body + "\n")
     _write(json_path, (data if isinstance(data, str) else json.dumps(data, indent=1)) + "\n")

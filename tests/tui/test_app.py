@@ -1,0 +1,337 @@
+"""Pilot tests: drive the attach app with keys, fed by a fake poller, and read its widgets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from textual.widgets import DataTable, Input, Log, TabbedContent
+from tui_fakes import FakePoller, Frame, hung_job
+
+from mldebug.model import RankView, ThreadStack
+from mldebug.tui.app import AttachApp
+from mldebug.tui.screens.compare_screen import CompareScreen
+from mldebug.tui.screens.quit_screen import QuitScreen
+from mldebug.tui.screens.rank_screen import RankScreen
+from mldebug.tui.widgets.findings_banner import FindingsBanner
+from mldebug.tui.widgets.rank_detail import RankDetail
+from mldebug.tui.widgets.rank_table import RankTable
+from mldebug.tui.widgets.recipes_view import RecipesView
+from mldebug.tui.widgets.stack_tree import StackTree
+
+SLOW_TIMER = 3600  # the timer never fires in a test: polls are requested explicitly
+
+
+async def settle(app, pilot) -> None:
+    """Wait until the poll in flight (if any) has been drawn."""
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def table_rows(table: DataTable) -> list[list[str]]:
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def tree_labels(tree: StackTree) -> list[str]:
+    labels = []
+
+    def walk(node):
+        labels.append(str(node.label))
+        for child in node.children:
+            walk(child)
+
+    walk(tree.root)
+    return labels
+
+
+async def test_overview_shows_every_rank_the_verdict_and_the_merged_tree(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        rows = table_rows(app.query_one(RankTable))
+        assert [row[0] for row in rows] == ["0", "1", "2", "3"]
+        assert rows[1][1:4] == ["running", "train.py:31 slow_data_loading", "-"]
+        assert rows[0][1:4] == ["stuck", "train.py:48 train", "all_reduce"]
+        assert rows[0][4:6] == ["-", "-"]  # no agent: step and heartbeat age unknown
+        banner = str(app.query_one(FindingsBanner).render())
+        assert "Rank 1 never reached all_reduce" in banner
+        assert "/job/train.py:31" in banner and "rank-outside-collective" in banner
+        labels = tree_labels(app.query_one(StackTree))
+        assert any("slow_data_loading" in label and "[1]" in label for label in labels)
+        assert any("all_reduce" in label and "[0,2-3] (3)" in label for label in labels)
+
+
+async def test_selecting_a_tree_node_names_its_ranks(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        tree = app.query_one(StackTree)
+        tree.focus()
+        target = next(i for i in range(tree.last_line + 1)
+                      if "slow_data_loading" in str(tree.get_node_at_line(i).label))
+        tree.move_cursor(tree.get_node_at_line(target))
+        await pilot.pause()
+        assert "ranks at slow_data_loading" in str(app.query_one("#node-ranks").render())
+        assert str(app.query_one("#node-ranks").render()).endswith(": 1  (1)")
+
+
+async def test_enter_opens_the_rank_with_every_thread_and_its_source_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import time\n\ndef stall():\n    time.sleep(3600)  # the culprit\n")
+    frames = (Frame("<module>", str(script), 1), Frame("stall", str(script), 4))
+
+    def make(tick):
+        job = hung_job(2)
+        view = job.ranks[1]
+        threads = (ThreadStack(1, "MainThread", frames), *view.threads[1:])
+        changed = RankView(view.rank, view.target, view.state, threads, frames[-1])
+        return type(job)(job.time, (job.ranks[0], changed), tree=job.tree)
+
+    app = AttachApp(FakePoller(make), interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "enter")
+        assert isinstance(app.screen, RankScreen) and app.screen.rank == 1
+        text = app.screen.query_one(RankDetail).text
+        assert f"→ stall  {script}:4" in text
+        assert "time.sleep(3600)  # the culprit" in text
+        assert 'Thread 2001 "pin_memory"' in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RankScreen)
+
+
+async def test_native_frames_toggle_and_are_asked_of_the_poller(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter")  # rank 0, waiting in all_reduce over gloo
+        detail = app.screen.query_one(RankDetail)
+        assert "gloo::AllreduceRing::run" not in detail.text
+        assert "1 native frames hidden" in detail.text
+        await pilot.press("n")
+        assert "gloo::AllreduceRing::run" in detail.text
+        assert poller.native_requests == [True]
+        assert "native frames on" in str(app.query_one("#status").render())
+
+
+async def test_compare_shows_two_ranks_side_by_side(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter", "c")
+        await pilot.press("1", "enter")
+        assert isinstance(app.screen, CompareScreen)
+        left = app.screen.query_one("#compare-left", RankDetail).text
+        right = app.screen.query_one("#compare-right", RankDetail).text
+        assert left.startswith("rank 0") and "all_reduce" in left
+        assert right.startswith("rank 1") and "slow_data_loading" in right
+
+
+async def test_compare_prompt_rejects_what_is_not_a_rank(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter", "c", "x", "enter")
+        assert "A rank is a number" in str(app.screen.query_one("#rank-error").render())
+        await pilot.press("escape")
+        assert isinstance(app.screen, RankScreen)
+
+
+async def test_filter_by_rank_set_and_by_text(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(RankTable)
+        await pilot.press("slash", "2", "-", "3")
+        assert table.shown_ranks == [2, 3]
+        app.query_one("#rank-filter", Input).value = "slow_data"
+        await pilot.pause()
+        assert table.shown_ranks == [1]
+        app.query_one("#rank-filter", Input).value = ""
+        await pilot.pause()
+        assert table.shown_ranks == [0, 1, 2, 3]
+
+
+async def test_pause_stops_polling_and_resume_polls_at_once(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        assert poller.calls == 1
+        await pilot.press("p")
+        assert "PAUSED" in str(app.query_one("#status").render())
+        app.request_poll()  # what the timer does
+        await settle(app, pilot)
+        assert poller.calls == 1
+        await pilot.press("p")
+        await settle(app, pilot)
+        assert poller.calls == 2
+        assert "LIVE" in str(app.query_one("#status").render())
+
+
+async def test_a_stuck_poll_never_piles_up_and_the_ui_stays_usable(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        poller.gate.clear()  # the next poll hangs, like py-spy on a frozen rank
+        for _ in range(5):
+            app.request_poll()
+        await pilot.pause()
+        running = [w for w in app.workers if w.group == "poll" and not w.is_finished]
+        assert len(running) == 1
+        await pilot.press("3")  # the UI still answers keys
+        assert app.query_one(TabbedContent).active == "memory"
+        poller.gate.set()
+        await settle(app, pilot)
+        assert poller.calls == 2 and app.polls == 2
+
+
+async def test_a_failing_poll_is_reported_and_the_next_one_recovers(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        poller.fail_next = RuntimeError("py-spy vanished")
+        app.request_poll()
+        await settle(app, pilot)
+        assert "poll failed: RuntimeError: py-spy vanished" in str(
+            app.query_one("#status").render())
+        assert app.query_one(RankTable).row_count == 4  # the last good view stays
+        app.request_poll()
+        await settle(app, pilot)
+        assert "poll failed" not in str(app.query_one("#status").render())
+
+
+async def test_a_rank_that_exits_is_shown_as_exited_and_the_app_goes_on():
+    poller = FakePoller(lambda tick: hung_job(4, exited=(3,) if tick else ()))
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(RankTable)
+        assert str(table.get_row("3")[1]) == "stuck"
+        app.request_poll()
+        await settle(app, pilot)
+        assert str(table.get_row("3")[1]) == "exited 1"
+        assert "1 exited" in str(app.query_one("#status").render())
+
+
+async def test_256_ranks_update_only_the_cells_that_changed():
+    poller = FakePoller(lambda tick: hung_job(256, outlier=7 + tick))
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(RankTable)
+        assert table.row_count == 256
+        before = table.cells_updated
+        app.request_poll()  # rank 7 goes back to all_reduce, rank 8 leaves it
+        await settle(app, pilot)
+        changed = table.cells_updated - before
+        assert 0 < changed <= 2 * 5  # two rows, a few columns each: no rebuild
+        assert str(table.get_row("8")[2]) == "train.py:31 slow_data_loading"
+        labels = tree_labels(app.query_one(StackTree))
+        assert any("slow_data_loading" in label and "[8]" in label for label in labels)
+        assert len(labels) < 12  # merged: one branch per distinct stack, not per rank
+
+
+async def test_r_opens_the_recipe_the_finding_points_to(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("r")
+        assert app.query_one(TabbedContent).active == "recipes"
+        assert app.query_one(RecipesView).current == "rank-outside-collective"
+
+
+async def test_keys_help_and_command_palette_open(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        assert app.screen.query("HelpPanel")
+        await pilot.press("question_mark")
+        assert not app.screen.query("HelpPanel")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CommandPalette"
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    root = tmp_path / "run"
+    for rank in range(4):
+        folder = root / "ranks" / str(rank)
+        folder.mkdir(parents=True)
+        (folder / "stdout.log").write_text(
+            "".join(f"step {step} loss {1.0 / (step + 1):.3f}\n" for step in range(50)))
+        (folder / "stderr.log").write_text(f"rank {rank}: warning: slow disk\n")
+    (root / "ranks" / "2" / "events.jsonl").write_text(
+        json.dumps({"time": 1767225600.0, "kind": "nan", "message": "NaN in loss",
+                    "location": "/job/train.py:52"}) + "\nnot json\n")
+    (root / "nccl").mkdir()
+    (root / "nccl" / "node0.4242.log").write_text("node0:4242:4242 [0] NCCL INFO Bootstrap\n")
+    return root
+
+
+async def test_logs_tab_shows_rank_output_and_filters_it(poller, run_dir):
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("5")
+        log = app.query_one("#logs-text", Log)
+        assert "[0]  step 0 loss 1.000" in log.lines
+        assert "[3]! rank 3: warning: slow disk" in log.lines
+        app.query_one("#logs-ranks", Input).value = "2"
+        app.query_one("#logs-search", Input).value = "WARNING"
+        await pilot.pause()
+        assert log.lines == ["[2]! rank 2: warning: slow disk"]
+
+
+async def test_anomalies_and_nccl_tabs_read_the_run_directory(poller, run_dir):
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        events = app.query_one("#events-table", DataTable)
+        assert table_rows(events)[0][1:] == ["2", "nan", "NaN in loss", "/job/train.py:52"]
+        assert "1 lines were not JSON" in str(app.query_one("#events-note").render())
+        findings = table_rows(app.query_one("#findings-table", DataTable))
+        assert findings[0][:3] == ["error", "outlier", "1"]
+        assert app.query_one("#nccl-tail", Log).lines == ["node0:4242:4242 [0] NCCL INFO Bootstrap"]
+
+
+async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert "Not attached to an `mldebug run` directory" in str(
+            app.query_one("#events-note").render())
+        assert "n/a" in str(app.query_one("#memory-note").render())
+
+
+async def test_quit_after_launch_offers_to_stop_the_job(poller):
+    stopped = []
+    app = AttachApp(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, QuitScreen) and not stopped
+        await pilot.press("q", "s")
+    assert stopped == [True]
+    assert app.return_code == 0
+
+
+async def test_quit_can_leave_the_launched_job_running(poller):
+    stopped = []
+    app = AttachApp(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("q", "d")
+    assert stopped == [] and poller.closed
+
+
+async def test_q_quits_at_once_when_attached_to_a_job_it_did_not_start(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0 and poller.closed

@@ -1,0 +1,67 @@
+"""SVG snapshots of the attach screens at 80x24 and 160x48 (pytest-textual-snapshot).
+
+Everything time-dependent is fixed: the fake job's clock is a constant, the refresh timer
+never fires, and times are shown in UTC. Update after an intended change with
+`pytest tests/tui/test_snapshots.py --snapshot-update` and look at the report.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from tui_fakes import FakePoller, hung_job
+
+from mldebug.tui.app import AttachApp
+
+SIZES = {"small": (80, 24), "large": (160, 48)}
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def make_app(world_size: int = 4, **kwargs) -> AttachApp:
+    poller = FakePoller(lambda tick: hung_job(world_size, step=1200, tick=0))
+    return AttachApp(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
+
+
+def after(*keys):
+    async def run_before(pilot) -> None:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        if keys:
+            await pilot.press(*keys)
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_overview(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=after())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_rank_detail(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=after("down", "enter"))
+
+
+def test_compare_large(snap_compare):
+    keys = ("enter", "c", "1", "enter")
+    assert snap_compare(make_app(), terminal_size=SIZES["large"], run_before=after(*keys))
+
+
+def test_overview_many_ranks_small(snap_compare):
+    assert snap_compare(make_app(world_size=256), terminal_size=SIZES["small"],
+                        run_before=after())
+
+
+def test_memory_tab_large(snap_compare):
+    assert snap_compare(make_app(), terminal_size=SIZES["large"], run_before=after("3"))

@@ -1,0 +1,138 @@
+"""End to end: a real hung 4-rank gloo job under plain torchrun, the real `mldebug attach`
+in a real terminal (tmux), read from the screen, quit with `q`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mldebug.rundir import pid_alive
+
+JOB = Path(__file__).parent / "jobs" / "straggler.py"
+WORLD = 4
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+pytestmark = [
+    pytest.mark.multirank,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+
+def culprit_line() -> int:
+    for number, line in enumerate(JOB.read_text().splitlines(), start=1):
+        if "CULPRIT_LINE" in line:
+            return number
+    raise AssertionError("the job lost its CULPRIT_LINE marker")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """Poll until predicate() is truthy; generous limits, never a timing assertion."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def hung_job(tmp_path_factory):
+    log = tmp_path_factory.mktemp("job") / "torchrun.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(TORCHRUN), "--nproc-per-node", str(WORLD), "--master-port", str(free_port()),
+             str(JOB)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+    try:
+        wait_for(lambda: log.read_text(errors="replace").count("IN PLACE") >= WORLD
+                 or proc.poll() is not None, 300, "the ranks to get in place")
+        assert proc.poll() is None, log.read_text(errors="replace")
+        yield proc
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+class Tmux:
+    """A private tmux server (its own socket) with one 160x48 session."""
+
+    def __init__(self, name: str) -> None:
+        self.base = ["tmux", "-L", name]
+        self.target = name
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.base, *args], capture_output=True, text=True, check=check)
+
+    def start(self, command: list[str]) -> None:
+        self.run("new-session", "-d", "-s", self.target, "-x", "160", "-y", "48",
+                 "exec " + shlex.join(command))
+
+    def screen(self) -> str:
+        result = self.run("capture-pane", "-p", "-t", self.target, check=False)
+        return result.stdout if result.returncode == 0 else ""
+
+    def pane_pid(self) -> int:
+        return int(self.run("display-message", "-p", "-t", self.target, "#{pane_pid}").stdout)
+
+    def alive(self) -> bool:
+        return self.run("has-session", "-t", self.target, check=False).returncode == 0
+
+    def kill(self) -> None:
+        self.run("kill-server", check=False)
+
+
+@pytest.fixture
+def tmux():
+    session = Tmux(f"mldebug-test-{os.getpid()}")
+    yield session
+    session.kill()
+
+
+def test_attach_shows_the_culprit_line_and_the_collective_then_quits(hung_job, tmux):
+    # GIVEN a 4-rank job where rank 3 never reaches the all_reduce the others wait in
+    culprit = f"straggler.py:{culprit_line()}"
+    # WHEN the real `mldebug attach --pid <torchrun>` runs in a terminal
+    tmux.start([sys.executable, "-m", "mldebug", "attach", "--pid", str(hung_job.pid)])
+    pid = tmux.pane_pid()
+    screen = wait_for(
+        lambda: (s := tmux.screen()) and culprit in s and "all_reduce" in s and s, 180,
+        f"{culprit} and all_reduce on the screen")
+    # THEN the screen names the culprit line, the collective, and the rank that is elsewhere
+    rows = [line.split() for line in screen.splitlines()]
+    rank3 = next(row for row in rows if row[:1] == ["3"])
+    assert "prepare_batch" in rank3 and "all_reduce" not in rank3
+    rank0 = next(row for row in rows if row[:1] == ["0"])
+    assert "all_reduce" in rank0
+    assert "never reached all_reduce" in screen
+    # AND `q` ends the program
+    tmux.run("send-keys", "-t", tmux.target, "q")
+    wait_for(lambda: not tmux.alive(), 60, "mldebug attach to exit after q")
+    wait_for(lambda: not pid_alive(pid), 30, "the mldebug process to be gone")
+    assert hung_job.poll() is None  # attaching and quitting left the job alone
