@@ -8,6 +8,7 @@ processes of this user). `mldebug run --tui` calls `attach_to_run`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -62,13 +63,23 @@ def require_tty() -> None:
                            NO_TTY_REMEDY, exit_code=EXIT_USAGE)
 
 
+def script_name(cmdline: str) -> str:
+    """The training script a rank runs ("train.py"), or "" when the command line has none."""
+    for word in cmdline.split():
+        if word.endswith(".py"):
+            return os.path.basename(word)
+    return ""
+
+
 def job_label(job_targets) -> str:
+    """The header line: which job this is, in words a user recognises."""
     from mldebug.ranges import format_ranks
 
     ranks = [t.rank for t in job_targets.targets if t.rank is not None]
-    where = job_targets.run_dir or job_targets.job or "processes"
+    scripts = [script_name(t.cmdline) for t in job_targets.targets]
+    where = job_targets.run_dir or next((s for s in scripts if s), "") or job_targets.job
     size = job_targets.world_size or len(job_targets.targets)
-    return f"{where} — ranks {format_ranks(ranks) or '?'} of {size}"
+    return f"{where or 'job'} — ranks {format_ranks(ranks) or '?'} of {size}"
 
 
 def run_app(resolve: Callable[[], object], *, follow: bool, run_dir: Path | None,

@@ -63,7 +63,9 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace")
-    lines = text.splitlines()
+    lines = text.split("\n")  # not splitlines(): a lone \r is a progress bar, not a line
+    if lines and lines[-1] == "":
+        lines.pop()
     if start > 0 and lines:
         lines = lines[1:]  # the first line was cut in the middle
     # Progress bars rewrite one line with \r: keep what a terminal would show.

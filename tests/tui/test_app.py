@@ -335,3 +335,30 @@ async def test_q_quits_at_once_when_attached_to_a_job_it_did_not_start(poller):
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0 and poller.closed
+
+
+async def test_s_saves_the_report_in_the_run_directory_and_says_where(poller, run_dir):
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("s", "s")  # twice in the same second: two reports, none lost
+        await pilot.pause()
+        texts = sorted((run_dir / "reports").glob("*.txt"))
+        jsons = sorted((run_dir / "reports").glob("*.json"))
+        assert len(texts) == 2 and len(jsons) == 2
+        assert "Rank 1 never reached all_reduce" in texts[0].read_text()
+        data = json.loads(jsons[0].read_text())
+        assert data["findings"][0]["recipe"] == "rank-outside-collective"
+        assert "saved " + str(run_dir / "reports") in str(app.query_one("#status").render())
+
+
+async def test_without_a_run_directory_the_report_goes_to_the_current_directory(
+        poller, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("s")
+        await pilot.pause()
+    assert len(list(tmp_path.glob("mldebug-attach-*.txt"))) == 1
+    assert len(list(tmp_path.glob("mldebug-attach-*.json"))) == 1

@@ -1,0 +1,56 @@
+"""`mldebug attach` on the command line: targets, bad input, and no terminal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mldebug.commands.attach import script_name, split_target
+from mldebug.errors import EXIT_USAGE, MldebugError
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    # stdin and stdout are pipes here: no terminal.
+    return subprocess.run([sys.executable, "-m", "mldebug", "attach", *args],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+
+
+def test_without_a_terminal_it_points_to_dump_and_fails():
+    result = run_cli("--pid", "1")
+    assert result.returncode == EXIT_USAGE
+    assert "needs a terminal" in result.stderr
+    assert "mldebug dump" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_interval_is_refused_with_a_message():
+    result = run_cli("--interval", "0")
+    assert result.returncode == EXIT_USAGE
+    assert "--interval must be more than 0" in result.stderr
+
+
+def test_a_target_that_is_neither_pid_nor_directory_is_refused(tmp_path):
+    result = run_cli(str(tmp_path / "nope"))
+    assert result.returncode == EXIT_USAGE
+    assert "neither a pid nor a directory" in result.stderr
+
+
+def test_bare_target_is_a_pid_or_a_run_directory(tmp_path):
+    assert split_target("123", [7], None) == ([7, 123], None)
+    assert split_target(str(tmp_path), [], None) == ([], str(tmp_path))
+    assert split_target(None, [], "/r") == ([], "/r")
+    with pytest.raises(MldebugError, match="two run directories"):
+        split_target(str(tmp_path), [], "/other")
+
+
+def test_script_name_comes_from_the_rank_command_line():
+    assert script_name("/usr/bin/python -u /job/train.py --lr 3") == "train.py"
+    assert script_name("python -c pass") == ""
+
+
+def test_help_lists_the_keys():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "q quit" in result.stdout and "--interval" in result.stdout

@@ -1,0 +1,89 @@
+"""The real poller: JobCollector and py-spy over real (plain Python) rank processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mldebug.model import STATE_EXITED
+from mldebug.targets import resolve_targets
+from mldebug.tui.poller import CollectorPoller
+
+SITTER = """
+import sys, time
+def wait_for_peers():
+    print("up", flush=True)
+    time.sleep(600)
+wait_for_peers()
+"""
+
+
+def start_rank(rank: int, world: int, run_dir=None) -> subprocess.Popen:
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    if run_dir is not None:
+        env["MLDEBUG_RUN_DIR"] = str(run_dir)
+    proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    proc.stdout.readline()
+    return proc
+
+
+@pytest.fixture
+def ranks():
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_polls_real_ranks_and_shows_one_that_exits(ranks):
+    ranks += [start_rank(0, 2), start_rank(1, 2)]
+    pids = [p.pid for p in ranks]
+    poller = CollectorPoller(lambda: resolve_targets(pids=pids))
+    try:
+        first = poller.poll()
+        assert sorted(v.rank for v in first.ranks) == [0, 1]
+        assert all(v.user_frame and v.user_frame.function == "wait_for_peers"
+                   for v in first.ranks)
+        ranks[1].kill()
+        ranks[1].wait()
+        second = poller.poll()  # never raises for a rank's trouble
+        assert [v.state for v in second.ranks if v.rank == 1] == [STATE_EXITED]
+    finally:
+        poller.close()
+
+
+def write_proc(run_dir, rank: int, pid: int) -> None:
+    folder = run_dir / "ranks" / str(rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "proc.json").write_text(json.dumps({"rank": rank, "pid": pid, "world_size": 2}))
+
+
+def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
+    # GIVEN a run whose rank 1 has not started yet (what `mldebug run --tui` sees first)
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"status": "running", "world_size": 2, "start_time": time.time(),
+         "mldebug_pid": os.getpid(), "ranks": []}))
+    poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
+    try:
+        with pytest.raises(Exception, match="no live ranks"):
+            poller.poll()  # nothing yet: the app shows this as "waiting"
+        ranks.append(start_rank(0, 2, run_dir))
+        write_proc(run_dir, 0, ranks[0].pid)
+        assert [v.rank for v in poller.poll().ranks if v.target] == [0]
+        # WHEN rank 1 comes up later
+        ranks.append(start_rank(1, 2, run_dir))
+        write_proc(run_dir, 1, ranks[1].pid)
+        # THEN the next poll has it
+        assert sorted(v.rank for v in poller.poll().ranks if v.target) == [0, 1]
+    finally:
+        poller.close()

@@ -1,0 +1,54 @@
+"""Reading the run directory for the Logs, NCCL and Anomalies tabs: bounded and lenient."""
+
+from __future__ import annotations
+
+import json
+
+from mldebug.tui.runfiles import RunFilesReader, parse_event_line, read_tail
+from mldebug.tui.widgets.logs_view import select_lines
+
+
+def test_tail_reads_only_the_end_and_drops_the_cut_line(tmp_path):
+    path = tmp_path / "out.log"
+    path.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    lines = read_tail(path, max_bytes=100, max_lines=5)
+    assert lines == [f"line {i}" for i in range(9995, 10_000)]
+    assert read_tail(tmp_path / "missing.log") == []
+
+
+def test_progress_bars_keep_what_a_terminal_shows(tmp_path):
+    path = tmp_path / "out.log"
+    path.write_bytes(b"epoch 1\n 10%\r 50%\r100%\n\xff bad byte\n")
+    assert read_tail(path) == ["epoch 1", "100%", "\ufffd bad byte"]
+
+
+def test_event_lines_are_parsed_and_bad_ones_skipped():
+    event = parse_event_line(3, json.dumps(
+        {"time": 5.0, "kind": "inf", "message": "Inf in grad", "file": "m.py", "line": 9}))
+    assert (event.rank, event.kind, event.location) == (3, "inf", "m.py:9")
+    assert parse_event_line(3, "{broken") is None
+    assert parse_event_line(3, "[1, 2]") is None
+
+
+def test_unchanged_files_are_not_read_again(tmp_path):
+    log = tmp_path / "ranks" / "0" / "stdout.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("a\n")
+    reader = RunFilesReader(tmp_path)
+    first = reader.read()
+    assert first.logs[0].lines == ("a",)
+    log.write_text("a\nb\n")
+    assert reader.read().logs[0].lines == ("a", "b")
+    assert reader.read().nccl == () and reader.read().nccl_files_total == 0
+
+
+def test_log_lines_filtered_by_rank_set_and_text(tmp_path):
+    for rank in range(3):
+        path = tmp_path / "ranks" / str(rank) / "stdout.log"
+        path.parent.mkdir(parents=True)
+        path.write_text(f"loss {rank}\nstep done\n")
+    logs = RunFilesReader(tmp_path).read().logs
+    lines, note = select_lines(logs, "1-2", "LOSS")
+    assert lines == ["[1]  loss 1", "[2]  loss 2"] and note == ""
+    lines, note = select_lines(logs, "x", "")
+    assert len(lines) == 6 and "not a rank set" in note
