@@ -26,11 +26,14 @@ def dump(*args, env=None):
 def launcher():
     proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
-    ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
-    proc.rank_pids = [int(pid) for _, pid, _ in ready]
-    yield proc
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        ready = sorted((proc.stdout.readline().split() for _ in range(4)),
+                       key=lambda r: int(r[2]))
+        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_json_report_of_a_launcher(launcher):

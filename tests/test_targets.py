@@ -18,8 +18,12 @@ SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 def start_launcher(*args):
     proc = subprocess.Popen([sys.executable, str(SLEEPY), *args], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
-    ready = [proc.stdout.readline().split() for _ in range(int(args[0]))]
-    return proc, [int(pid) for _, pid, _ in sorted(ready, key=lambda r: int(r[2]))]
+    try:
+        ready = [proc.stdout.readline().split() for _ in range(int(args[0]))]
+        return proc, [int(pid) for _, pid, _ in sorted(ready, key=lambda r: int(r[2]))]
+    except Exception:
+        stop(proc)
+        raise
 
 
 def stop(proc):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from operator import attrgetter
 
 from mldebug.model import Frame
 
@@ -32,6 +33,23 @@ _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/", "/mldebug/"
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
 _C10D_FILES = ("torch/distributed/distributed_c10d.py",)
 _RENDEZVOUS_FILES = ("torch/distributed/rendezvous.py", "torch/distributed/elastic/rendezvous/")
+
+
+_FRAME_KEY = attrgetter("function", "file", "line")
+
+
+def stack_key(frames: Sequence[Frame]) -> tuple[tuple[str, str, int | None], ...]:
+    """A hashable key for a stack, cheap to build (C-level attribute access)."""
+    return tuple(map(_FRAME_KEY, frames))
+
+
+@lru_cache(maxsize=65536)
+def _file_role(path: str) -> str | None:
+    if path.endswith(_C10D_FILES):
+        return "c10d"
+    if any(part in path for part in _RENDEZVOUS_FILES):
+        return "rendezvous"
+    return None
 
 
 def short_name(function: str) -> str:
@@ -67,11 +85,12 @@ def collective_op(frames: Sequence[Frame]) -> str | None:
     for frame in frames:
         if frame.native:
             continue
-        if frame.file.endswith(_C10D_FILES):
+        role = _file_role(frame.file)
+        if role == "c10d":
             name = short_name(frame.function)
             if name in COLLECTIVE_OPS:
                 return name
-        elif any(part in frame.file for part in _RENDEZVOUS_FILES):
+        elif role == "rendezvous":
             return "rendezvous"
     return None
 

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from mldebug.analysis.frames import collective_op, user_frame
+from mldebug.analysis.frames import collective_op, stack_key, user_frame
 from mldebug.model import STATE_UNKNOWN, Frame, StackGroup, StackNode
 
 FrameKey = tuple[str, str, int | None]
-
-
-def _key(frames: Sequence[Frame]) -> tuple[FrameKey, ...]:
-    return tuple((f.function, f.file, f.line) for f in frames)
 
 
 def group_stacks(stacks: Mapping[int, Sequence[Frame]],
@@ -25,7 +21,7 @@ def group_stacks(stacks: Mapping[int, Sequence[Frame]],
     buckets: dict[tuple[FrameKey, ...], list[int]] = {}
     first_frames: dict[tuple[FrameKey, ...], Sequence[Frame]] = {}
     for rank, frames in stacks.items():
-        key = _key(frames)
+        key = stack_key(frames)
         bucket = buckets.get(key)
         if bucket is None:
             buckets[key] = [rank]

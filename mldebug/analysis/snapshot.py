@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.analysis.findings import find_problems
-from mldebug.analysis.frames import collective_op, user_frame
+from mldebug.analysis.frames import collective_op, stack_key, user_frame
 from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
@@ -41,14 +41,21 @@ def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
     return sorted(result, key=lambda pair: pair[0])
 
 
-def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample]) -> RankView:
+def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
+              memo: dict | None = None) -> RankView:
+    """One rank's view. `memo` shares frame classification between ranks with one stack."""
     state, cpu, detail = rank_state(samples)
     good = [s for s in samples if s.failure is None and s.threads]
     threads = good[-1].threads if good else ()
     main = threads[0].frames if threads else ()
+    memo = {} if memo is None else memo
+    key = stack_key(main)
+    classified = memo.get(key)
+    if classified is None:
+        classified = memo[key] = (user_frame(main), collective_op(main))
     rss = next((s.rss_bytes for s in reversed(samples) if s.rss_bytes is not None), None)
     return RankView(rank=rank, target=target, state=state, threads=threads,
-                    user_frame=user_frame(main), collective=collective_op(main),
+                    user_frame=classified[0], collective=classified[1],
                     cpu_percent=cpu, rss_bytes=rss, detail=detail)
 
 
@@ -60,9 +67,10 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
     exit_codes = exit_codes or {}
     views: list[RankView] = []
     failures: dict[int, str] = {}
+    memo: dict = {}
     for rank, target in assign_ranks(targets):
         rank_samples = samples.get(target.pid, ())
-        view = rank_view(rank, target, rank_samples)
+        view = rank_view(rank, target, rank_samples, memo)
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
         if rank_samples and rank_samples[-1].failure:

@@ -26,12 +26,6 @@ BUSY_MAIN_THREAD_PERCENT = 5.0
 BUSY_PROCESS_PERCENT = 30.0  # when the main thread's own time cannot be read
 
 
-def main_frames_key(sample: StackSample) -> tuple | None:
-    if not sample.threads:
-        return None
-    return tuple((f.function, f.file, f.line) for f in sample.threads[0].frames)
-
-
 def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | None:
     a = first.main_cpu_seconds if main else first.cpu_seconds
     b = last.main_cpu_seconds if main else last.cpu_seconds
@@ -56,8 +50,9 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
     cpu = _cpu_percent(samples[0], last, main=False)
     if len(good) < 2:
         return STATE_UNKNOWN, cpu, "one sample only"
-    keys = {main_frames_key(s) for s in good}
-    if len(keys) > 1:
+    first = good[0].threads[0].frames
+    # Tuple equality tries identity first, so stacks of shared (interned) frames compare fast.
+    if any(s.threads[0].frames != first for s in good[1:]):
         return STATE_RUNNING, cpu, "its stack moves between samples"
     main_cpu = _cpu_percent(good[0], good[-1], main=True)
     if main_cpu is not None:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import lru_cache
 
 from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
 from mldebug.errors import PYSPY_REMEDY, ToolMissingError
@@ -51,7 +52,13 @@ def _frame(raw: dict) -> Frame:
     line = raw.get("line")
     if not isinstance(line, int) or (native and line == 0):
         line = None
-    return Frame(function=name, file=str(raw.get("filename") or "?"), line=line, native=native)
+    return _interned(name, str(raw.get("filename") or "?"), line, native)
+
+
+@lru_cache(maxsize=100_000)
+def _interned(function: str, file: str, line: int | None, native: bool) -> Frame:
+    """One Frame object per distinct frame: ranks share them, stacks compare by identity."""
+    return Frame(function=function, file=file, line=line, native=native)
 
 
 def _is_main(thread: ThreadStack, pid: int | None) -> bool:

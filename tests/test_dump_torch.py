@@ -1,0 +1,161 @@
+"""`mldebug dump --json` against real 4-rank gloo jobs started with plain torchrun.
+
+Each job hangs in its own way (tests/jobs/hang_job.py MODE); all are started at once by one
+module-scoped fixture, because importing torch in 4 ranks takes a while on a small machine.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+
+VENV_BIN = Path(sys.executable).parent
+TORCHRUN = VENV_BIN / "torchrun"
+JOB = Path(__file__).parent / "jobs" / "hang_job.py"
+MODES = ("straggler", "outliers", "mismatch", "missing", "healthy")
+NPROC = 4
+
+
+def line_of(marker: str) -> str:
+    lines = JOB.read_text().splitlines()
+    return f"{JOB}:{next(i for i, text in enumerate(lines, 1) if marker in text)}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Job:
+    def __init__(self, mode: str, log: Path):
+        self.mode = mode
+        self.port = free_port()
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(TORCHRUN), "--nproc-per-node", str(NPROC), "--master-port", str(self.port),
+                 str(JOB), mode], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.expected = NPROC - 1 if mode == "missing" else NPROC
+
+    def ready(self) -> bool:
+        return self.log.read_text(errors="replace").count("READY") >= self.expected
+
+    def stop(self) -> None:
+        # torchrun starts each rank in a session of its own: kill their groups too.
+        try:
+            ranks = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            ranks = []
+        for pid in [self.proc.pid, *(r.pid for r in ranks)]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("jobs")
+    started = {mode: Job(mode, logs / f"{mode}.log") for mode in MODES}
+    try:
+        deadline = time.monotonic() + 480
+        while not all(job.ready() for job in started.values()):
+            failed = [j.mode for j in started.values() if j.proc.poll() is not None]
+            assert not failed, f"jobs ended early: {failed}"
+            assert time.monotonic() < deadline, "jobs did not get ready in time"
+            time.sleep(1)
+        time.sleep(2)  # let the last READY rank enter its wait
+        yield started
+    finally:
+        for job in started.values():
+            job.stop()
+
+
+def dump_json(job: Job) -> tuple[int, dict]:
+    done = subprocess.run([str(VENV_BIN / "mldebug"), "dump", "--pid", str(job.proc.pid),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def errors(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] == "error"]
+
+
+def test_rank_that_never_reaches_the_collective(jobs):
+    code, report = dump_json(jobs["straggler"])
+    assert code == 1
+    (finding,) = errors(report)
+    assert finding["kind"] == "outlier" and finding["ranks"] == [2]
+    assert finding["location"] == line_of("STRAGGLER_LINE")
+    assert finding["recipe"] == "rank-outside-collective"
+    assert "all_reduce" in finding["summary"]
+
+
+def test_lock_and_dataloader_outliers(jobs):
+    code, report = dump_json(jobs["outliers"])
+    assert code == 1
+    found = {tuple(f["ranks"]): f["location"] for f in errors(report)}
+    assert found == {(1,): line_of("LOCK_LINE"), (2,): line_of("GETITEM_LINE")}
+    assert all(f["kind"] == "outlier" for f in errors(report))
+    waiting = [r for r in report["ranks"] if r["collective"] == "all_reduce"]
+    assert [r["rank"] for r in waiting] == [0, 3]
+    assert all(r["state"] == "stuck" for r in waiting)
+
+
+def test_mismatched_collectives(jobs):
+    code, report = dump_json(jobs["mismatch"])
+    assert code == 1
+    (finding,) = errors(report)
+    assert finding["kind"] == "mismatch" and finding["ranks"] == [0, 1, 2, 3]
+    sides = {(p["label"], tuple(p["ranks"]), p["location"]) for p in finding["parts"]}
+    assert sides == {("all_gather", (0, 1), line_of("ALL_GATHER_LINE")),
+                     ("all_reduce", (2, 3), line_of("ALL_REDUCE_LINE"))}
+
+
+def test_rank_missing_from_rendezvous(jobs):
+    code, report = dump_json(jobs["missing"])
+    assert code == 1
+    missing, rendezvous = errors(report)
+    assert missing["kind"] == "missing" and missing["ranks"] == [3]
+    assert rendezvous["kind"] == "rendezvous" and rendezvous["ranks"] == [0, 1, 2]
+    assert rendezvous["recipe"] == "rendezvous-hang"
+    assert rendezvous["location"] == line_of('dist.init_process_group("gloo")')
+
+
+def test_healthy_job_is_not_called_hung(jobs):
+    code, report = dump_json(jobs["healthy"])
+    assert code == 0, report["findings"]
+    assert errors(report) == []
+    assert [f["kind"] for f in report["findings"]] == ["progressing"]
+
+
+def test_torchrun_pid_expands_to_its_four_ranks(jobs):
+    job = jobs["mismatch"]
+    children = sorted(p.pid for p in psutil.Process(job.proc.pid).children())
+    _, report = dump_json(job)
+    assert sorted(r["pid"] for r in report["ranks"]) == children
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
+    assert report["world_size"] == 4
+
+
+def test_no_target_with_several_jobs_lists_them(jobs, tmp_path):
+    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path)}  # no `mldebug run` jobs here
+    done = subprocess.run([str(VENV_BIN / "mldebug"), "dump"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 3
+    assert "jobs; say which one" in done.stderr
+    for job in jobs.values():
+        assert f"MASTER_PORT={job.port}" in done.stderr
+    assert "--pid" in done.stderr
