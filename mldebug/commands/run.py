@@ -8,6 +8,7 @@ mldebug run [options] -- COMMAND...     (torchrun, accelerate, deepspeed, srun..
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -184,6 +185,11 @@ def _attach_function():
 
 def main(argv: list[str]) -> int:
     args, mode, command = parse_args(argv)
+    if mode == envs.MODE_NATIVE and command[1] != "-m" and not os.path.isfile(command[1]):
+        raise MldebugError(
+            f"no such script: {command[1]}",
+            "Give the path of a Python file, -m MODULE, or -- COMMAND to wrap a launcher.",
+        )
     attach = _attach_function() if args.tui else None
     options = envs.DebugOptions(
         cuda_launch_blocking=args.cuda_launch_blocking,

@@ -56,6 +56,9 @@ class Manifest:
     def has_rank(self, rank: int) -> bool:
         return rank in self._ranks
 
+    def rank_ids(self) -> list[int]:
+        return sorted(self._ranks)
+
     def set_rank(self, rank: int, **fields) -> None:
         with self._lock:
             entry = self._ranks.setdefault(

@@ -313,14 +313,27 @@ class Supervisor:
             end_time=time.time(),
             first_failure=failures[0].to_json() if failures else None,
         )
+        if spec.mode == envs.MODE_WRAP:
+            self._settle_wrapped_ranks(failures, code)
         if failures and not interrupted:
-            self._say(format_report(failures, self.paths, stopped))
+            failed = {failure.rank for failure in failures}
+            self._say(format_report(failures, self.paths, [r for r in stopped if r not in failed]))
         elif spec.mode == envs.MODE_WRAP and code != 0 and not interrupted:
             self._say(
                 f"mldebug: the launcher exited with code {code}; see {self.paths.launcher_log}"
             )
         if interrupted:
             self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
+
+    def _settle_wrapped_ranks(self, failures: list, code: int) -> None:
+        """Final status of ranks mldebug did not start: it only knows their error files."""
+        failed = {failure.rank for failure in failures}
+        for rank in self.manifest.rank_ids():
+            if rank in failed:
+                status = STATUS_FAILED
+            else:
+                status = STATUS_SUCCEEDED if code == 0 else STATUS_INTERRUPTED
+            self.manifest.set_rank(rank, status=status)
 
     def _say(self, text: str) -> None:
         if self.spec.console is not None:
