@@ -1,0 +1,141 @@
+"""CPU cost of the live view (`mldebug attach`) per refresh, in a real terminal (tmux).
+
+    python benchmarks/bench_tui.py             # both cases, 20 s each
+    python benchmarks/bench_tui.py --seconds 60 --case synthetic256
+
+Cases:
+  real16        16 real rank processes (plain Python sitting in a stack, with rank
+                environment), read by the real collector and py-spy, via `mldebug attach --pid`.
+  synthetic256  256 synthetic ranks from a fake poller; every refresh changes the CPU and
+                memory cells of every rank and moves the odd rank (the worst case for the table).
+
+For each case: CPU time of the TUI process itself (all its threads) per second of wall time
+at the default 1 s refresh, as a percentage of one core; and, for real16, the CPU of the
+py-spy processes it started. Target: the TUI under 20% of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SITTER = """
+import time
+def wait_in_collective():
+    print("up", flush=True)
+    time.sleep(3600)
+wait_in_collective()
+"""
+
+
+def tmux(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["tmux", "-L", f"mldebug-bench-{os.getpid()}", *args],
+                          capture_output=True, text=True, check=check)
+
+
+def start_ranks(count: int) -> list[subprocess.Popen]:
+    procs = []
+    for rank in range(count):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(count),
+               "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+        proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE,
+                                text=True, env=env, start_new_session=True)
+        procs.append(proc)
+    for proc in procs:
+        proc.stdout.readline()
+    return procs
+
+
+def measure(command: list[str], ready: str, seconds: float, warmup: float) -> dict:
+    """Run `command` in a 160x48 tmux pane; once `ready` is on screen, measure its CPU."""
+    tmux("new-session", "-d", "-s", "bench", "-x", "160", "-y", "48",
+         "exec " + shlex.join(command))
+    try:
+        pid = int(tmux("display-message", "-p", "-t", "bench", "#{pane_pid}").stdout)
+        deadline = time.monotonic() + 180
+        while ready not in tmux("capture-pane", "-p", "-t", "bench", check=False).stdout:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the view never showed {ready!r}")
+            time.sleep(0.5)
+        time.sleep(warmup)
+        proc = psutil.Process(pid)
+        before, wall0 = proc.cpu_times(), time.monotonic()
+        time.sleep(seconds)
+        after, wall = proc.cpu_times(), time.monotonic() - wall0
+        screen = tmux("capture-pane", "-p", "-t", "bench", check=False).stdout
+        own = (after.user + after.system) - (before.user + before.system)
+        children = ((after.children_user + after.children_system)
+                    - (before.children_user + before.children_system))
+        return {"wall": wall, "own": own, "children": children, "screen": screen,
+                "rss": proc.memory_info().rss}
+    finally:
+        tmux("kill-server", check=False)
+
+
+def report(name: str, result: dict) -> None:
+    own_pct = 100 * result["own"] / result["wall"]
+    print(f"{name}: TUI process {own_pct:.1f}% of one core "
+          f"({1000 * result['own'] / result['wall']:.0f} ms CPU per 1 s refresh), "
+          f"RSS {result['rss'] / 2**20:.0f} MiB", end="")
+    if result["children"]:
+        print(f"; py-spy children {100 * result['children'] / result['wall']:.1f}% of one core",
+              end="")
+    print(f"  [{result['wall']:.0f} s measured]  target < 20%: "
+          f"{'OK' if own_pct < 20 else 'MISSED'}")
+    status = [line for line in result["screen"].splitlines() if "ranks:" in line]
+    if status:  # says "last poll took N s" when polls are slower than the refresh
+        print(f"  status line at the end: {status[-1].strip()}")
+
+
+def serve_synthetic(count: int) -> None:
+    """The TUI over a fake poller (the same synthetic job the tests use)."""
+    sys.path.insert(0, str(ROOT / "tests" / "tui"))
+    from tui_fakes import FakePoller, hung_job
+
+    from mldebug.tui.app import AttachApp
+
+    def make(tick: int):
+        return hung_job(count, outlier=tick % count, tick=tick, step=tick)
+
+    AttachApp(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--case", choices=("real16", "synthetic256", "both"), default="both")
+    parser.add_argument("--serve-synthetic", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_synthetic:
+        serve_synthetic(args.serve_synthetic)
+        return
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    if args.case in ("synthetic256", "both"):
+        result = measure([sys.executable, __file__, "--serve-synthetic", "256"], "256/256 ranks",
+                         args.seconds, args.warmup)
+        report("synthetic256", result)
+    if args.case in ("real16", "both"):
+        ranks = start_ranks(16)
+        try:
+            pids = [arg for proc in ranks for arg in ("--pid", str(proc.pid))]
+            result = measure([sys.executable, "-m", "mldebug", "attach", *pids],
+                             "16/16 ranks", args.seconds, args.warmup)
+            report("real16", result)
+        finally:
+            for proc in ranks:
+                proc.kill()
+                proc.wait()
+
+
+if __name__ == "__main__":
+    main()
