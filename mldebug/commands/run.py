@@ -173,6 +173,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
 
 
 def _attach_function():
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise MldebugError(
+            "--tui needs a terminal (stdin and stdout are not one)",
+            "Run it in a terminal, or drop --tui to get the ranks' output as lines.",
+        )
     try:
         from mldebug.commands.attach import attach_to_run
     except ImportError as error:
@@ -227,10 +232,10 @@ def main(argv: list[str]) -> int:
         prefix=not args.no_prefix,
         argv=["mldebug", "run", *argv],
     )
-    return _supervise(Supervisor(spec), attach)
+    return _supervise(Supervisor(spec), attach, console)
 
 
-def _supervise(supervisor: Supervisor, attach) -> int:
+def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
     for signum in handled:
@@ -245,7 +250,10 @@ def _supervise(supervisor: Supervisor, attach) -> int:
             ) from None
         if attach is not None:
             attach(supervisor.paths.root, supervisor.stop)
-            supervisor.stop()
+            if not supervisor.stopping and not supervisor.done:
+                # The user left the UI but chose to keep the job: show its output from here.
+                console.message("mldebug: the job keeps running; Ctrl-C stops it")
+                supervisor.show_output(console)
         return supervisor.wait()
     finally:
         for signum, handler in previous.items():

@@ -79,6 +79,7 @@ class _Source:
     rank: int
     splitter: LineSplitter = field(default_factory=LineSplitter)
     fd: int | None = None
+    skip_existing: bool = False  # start at the file's current end, not at its beginning
 
 
 class OutputTailer:
@@ -93,6 +94,7 @@ class OutputTailer:
         prefix: bool = True,
         launcher: bool = False,
         local_ranks: dict[int, int] | None = None,
+        from_end: bool = False,
     ):
         self.paths = paths
         self.console = console
@@ -102,6 +104,8 @@ class OutputTailer:
         self.local_ranks = dict(local_ranks or {})  # known up front in native mode
         self.sources: list[_Source] = []
         self._seen_ranks: set[int] = set()
+        # Output written before a late start (after the TUI) is in the files, not repeated.
+        self._skip_existing = from_end
         self._ended: set[int] = set()
         self._ended_lock = threading.Lock()
         self._stop = threading.Event()
@@ -130,7 +134,9 @@ class OutputTailer:
     # -- the thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        last_scan = 0.0
+        self._scan()
+        self._skip_existing = False  # ranks that appear from now on are shown from their start
+        last_scan = time.monotonic()
         while True:
             # Take the ended ranks before reading: everything they wrote is in the files now.
             stopping = self._stop.is_set()
@@ -153,7 +159,9 @@ class OutputTailer:
     def _add(self, rank: int, label: str, host: str, files: list[tuple[Path, str]]) -> None:
         prefix = f"[{host}:{label}] ".encode() if self.prefix else b""
         for path, stream in files:
-            self.sources.append(_Source(path, stream, prefix, rank))
+            self.sources.append(
+                _Source(path, stream, prefix, rank, skip_existing=self._skip_existing)
+            )
 
     def _scan(self) -> None:
         for rank in self.paths.rank_ids():
@@ -179,6 +187,8 @@ class OutputTailer:
                     source.fd = os.open(source.path, os.O_RDONLY)
                 except OSError:
                     continue
+                if source.skip_existing:
+                    os.lseek(source.fd, 0, os.SEEK_END)
             lines: list[bytes] = []
             while True:
                 data = os.read(source.fd, READ_CHUNK)

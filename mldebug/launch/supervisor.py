@@ -76,6 +76,8 @@ class Supervisor:
         self._stop_requested = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="mldebug-supervisor")
         self._tailer: OutputTailer | None = None
+        self._tailer_lock = threading.Lock()
+        self._finished_output = False
         self._done = threading.Event()
 
     # -- public API --------------------------------------------------------------------
@@ -87,18 +89,19 @@ class Supervisor:
         else:
             self._start_launcher()
         if spec.console is not None:
-            native = spec.mode == envs.MODE_NATIVE
-            self._tailer = OutputTailer(
-                self.paths,
-                spec.console,
-                self.host,
-                rank_filter=spec.rank_filter,
-                prefix=spec.prefix,
-                launcher=not native,
-                local_ranks={rank: rank for rank in range(spec.nproc)} if native else None,
-            )
-            self._tailer.start()
+            self._start_tailer(spec.console, from_end=False)
         self._monitor.start()
+
+    def show_output(self, console: Console) -> None:
+        """Turn console output on for a job started without it (output from now on)."""
+        with self._tailer_lock:
+            if self._tailer is None and not self._finished_output:
+                self.spec.console = console
+                self._start_tailer(console, from_end=True)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested.is_set()
 
     def stop(self, signum: int = 0) -> None:
         """Ask the job to end (safe from a signal handler or another thread)."""
@@ -121,6 +124,21 @@ class Supervisor:
         return self._done.is_set()
 
     # -- starting ----------------------------------------------------------------------
+
+    def _start_tailer(self, console: Console, from_end: bool) -> None:
+        spec = self.spec
+        native = spec.mode == envs.MODE_NATIVE
+        self._tailer = OutputTailer(
+            self.paths,
+            console,
+            self.host,
+            rank_filter=spec.rank_filter,
+            prefix=spec.prefix,
+            launcher=not native,
+            local_ranks={rank: rank for rank in range(spec.nproc)} if native else None,
+            from_end=from_end,
+        )
+        self._tailer.start()
 
     def _base_env(self) -> dict[str, str]:
         return envs.job_env(dict(os.environ), self.paths.root, self.spec.mode, self.spec.options)
@@ -179,8 +197,10 @@ class Supervisor:
             self._watch_until_over()
         finally:
             self._end_children(grace=self.spec.grace_period)
-            if self._tailer is not None:
-                self._tailer.finish()
+            with self._tailer_lock:
+                self._finished_output = True
+                if self._tailer is not None:
+                    self._tailer.finish()
             self._conclude()
             self._done.set()
 
