@@ -143,3 +143,18 @@ def test_wrapped_launcher_output_and_rank_children(tmp_path):
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["mode"] == "wrap" and manifest["exit_code"] == 3
     assert manifest["ranks"][0]["pid"] == info["pid"]
+
+
+def test_module_mode_gets_torchrun_environment(tmp_path):
+    (tmp_path / "whoami.py").write_text(
+        "import os\n"
+        "print('rank', os.environ['RANK'], 'local', os.environ['LOCAL_RANK'], 'of',"
+        " os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'], os.environ['TORCHELASTIC_RUN_ID'])\n"
+    )
+    done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", "-m", "whoami")
+    assert done.returncode == 0, done.stderr
+    run_id = paths.root.name
+    assert sorted(done.stdout.decode().splitlines()) == [
+        f"[{HOST}:0] rank 0 local 0 of 2 127.0.0.1 {run_id}",
+        f"[{HOST}:1] rank 1 local 1 of 2 127.0.0.1 {run_id}",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 
@@ -62,13 +63,16 @@ def signal_process_tree(pid: int, signum: int) -> None:
         pass
 
 
-def end_groups(pgids: list[int], grace: float) -> None:
-    """SIGTERM every group that still has members, wait up to `grace`, then SIGKILL."""
+def end_groups(pgids: list[int], grace: float, hurry: threading.Event | None = None) -> None:
+    """SIGTERM every group that still has members, wait up to `grace`, then SIGKILL.
+
+    `hurry` cuts the grace period short (a second Ctrl-C).
+    """
     alive = [pgid for pgid in pgids if group_members(pgid)]
     for pgid in alive:
         signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while alive and time.monotonic() < deadline:
+    while alive and time.monotonic() < deadline and not (hurry and hurry.is_set()):
         time.sleep(0.05)
         alive = [pgid for pgid in alive if group_members(pgid)]
     for pgid in alive:

@@ -74,6 +74,7 @@ class Supervisor:
         self.exit_code: int | None = None
         self._stop_reason: int | None = None  # signal number, or 0 for stop() without one
         self._stop_requested = threading.Event()
+        self._hurry = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="mldebug-supervisor")
         self._tailer: OutputTailer | None = None
         self._tailer_lock = threading.Lock()
@@ -104,7 +105,12 @@ class Supervisor:
         return self._stop_requested.is_set()
 
     def stop(self, signum: int = 0) -> None:
-        """Ask the job to end (safe from a signal handler or another thread)."""
+        """Ask the job to end (safe from a signal handler or another thread).
+
+        Asked a second time by a signal (Ctrl-C twice), it skips the grace period.
+        """
+        if self._stop_requested.is_set() and signum:
+            self._hurry.set()
         if self._stop_reason is None:
             self._stop_reason = signum
         self._stop_requested.set()
@@ -268,7 +274,7 @@ class Supervisor:
         for child in self.children:
             if child.returncode is None and child.popen.poll() is None:
                 child.stopped = True
-        procs.end_groups([child.popen.pid for child in self.children], grace)
+        procs.end_groups([child.popen.pid for child in self.children], grace, self._hurry)
         for child in self.children:
             child.popen.wait()
             if child.returncode is None:
@@ -291,7 +297,11 @@ class Supervisor:
         for pid in left:
             procs.signal_process_tree(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(procs.same_process(p, None) for p in left):
+        while (
+            time.monotonic() < deadline
+            and not self._hurry.is_set()
+            and any(procs.same_process(p, None) for p in left)
+        ):
             time.sleep(0.05)
         for pid in left:
             procs.signal_process_tree(pid, signal.SIGKILL)
