@@ -167,7 +167,7 @@ def test_a_busy_rank_is_still_an_outlier_when_others_are_stuck():
     ranks[3] = still(at("heavy_kernel", 12), main_cpu=(0.0, 0.4, 0.8))  # C code holding the GIL
     (finding,) = snapshot(ranks, world=4).findings
     assert finding.kind == KIND_OUTLIER and finding.ranks == (3,)
-    assert "working" in finding.summary
+    assert "it is busy in heavy_kernel" in finding.summary
 
 
 def test_one_sample_only_gives_warnings():

@@ -88,7 +88,10 @@ def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Fin
     ranks = [v.rank for v in bad]
     permission = any(failures.get(v.rank) == FAIL_PERMISSION for v in bad)
     summary = f"could not read the stack of {ranks_text(ranks)}: {bad[0].detail}"
-    return [Finding(KIND_UNREADABLE, tuple(ranks), summary, severity=SEVERITY_WARNING,
+    # With no rank read at all there is no verdict: that is an error, not a footnote.
+    nothing_read = all(v.state == STATE_UNREADABLE for v in views if v.target is not None)
+    return [Finding(KIND_UNREADABLE, tuple(ranks), summary,
+                    severity=SEVERITY_ERROR if nothing_read else SEVERITY_WARNING,
                     recipe="ptrace-permission" if permission else None)]
 
 
@@ -126,10 +129,9 @@ def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
     findings = []
     for group in _bucket(elsewhere, key=location_of):
         ranks = [v.rank for v in group]
-        state = "working: its stack moves or it uses CPU" if group[0].state == STATE_RUNNING \
-            else "stuck there"
+        state = "busy" if group[0].state == STATE_RUNNING else "stuck"
         summary = (f"{ranks_text(ranks)} never reached {op}: {_verb(ranks, 'it is', 'they are')} "
-                   f"in {_where(group[0])} ({state}), while {ranks_text(waiting_ranks)} "
+                   f"{state} in {_where(group[0])}, while {ranks_text(waiting_ranks)} "
                    f"wait in {op} at {_where(main[0])}")
         parts = (_part(group, group[0].user_frame.function if group[0].user_frame else "?"),
                  *(_part(g, g[0].collective or "?") for g in waiting_groups))
@@ -185,7 +187,9 @@ def find_problems(views: Sequence[RankView], world_size: int | None = None,
     """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample."""
     findings = _missing(views, world_size) + _unreadable(views, failures or {})
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
-    present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)]
+    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
+    present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)
+               and v.threads]
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
     elsewhere = [v for v in present if not (v.collective and v.state != STATE_RUNNING)]
     if not waiting:

@@ -38,7 +38,7 @@ def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | N
 def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
     """(STATE_*, process CPU percent over the samples or None, detail) for one rank."""
     if not samples:
-        return STATE_UNKNOWN, None, ""
+        return STATE_UNKNOWN, None, "not read yet"
     good = [s for s in samples if s.failure is None and s.threads]
     last = samples[-1]
     if not good:

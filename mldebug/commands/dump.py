@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mldebug.errors import (
@@ -72,6 +73,16 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
         v.state == STATE_UNREADABLE and "ptrace" in v.detail for v in readable)
 
 
+def _write_out(text: str) -> None:
+    """Print, tolerating a reader that goes away early (`mldebug dump --json | head`)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.native and args.nonblocking:
@@ -97,8 +108,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         from mldebug.report.jsonout import snapshot_to_json
 
-        json.dump(snapshot_to_json(snapshot), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        _write_out(json.dumps(snapshot_to_json(snapshot), indent=1) + "\n")
     else:
         from rich.console import Console
 
@@ -106,9 +116,12 @@ def main(argv: list[str]) -> int:
 
         # A pipe or file gets long lines rather than rich's default 80 columns.
         console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-        for note in job.notes:
-            console.print(f"[dim]{note}[/dim]")
-        print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
+        try:
+            for note in job.notes:
+                console.print(f"[dim]{note}[/dim]")
+            print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
+        except BrokenPipeError:
+            _write_out("")
     has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
     return EXIT_FINDINGS if has_errors else EXIT_OK
 

@@ -37,7 +37,7 @@ def _header(snapshot: JobSnapshot) -> Text:
     present = sum(1 for v in snapshot.ranks if v.target is not None)
     world = snapshot.world_size
     text = Text("mldebug dump: ", style="bold")
-    text.append(f"{present} rank{'s' if present != 1 else ''} read")
+    text.append(f"{present} rank{'s' if present != 1 else ''} found")
     if world:
         text.append(f" of world size {world}")
     if snapshot.run_dir:

@@ -1,0 +1,56 @@
+"""JobCollector: repeated polls, bounded work per poll, typed failures instead of exceptions."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mldebug.collect.collector import JobCollector
+from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN
+from mldebug.targets import resolve_targets
+
+SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+
+
+@pytest.fixture
+def job():
+    proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        ready = sorted((proc.stdout.readline().split() for _ in range(4)),
+                       key=lambda r: int(r[2]))
+        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_single_sample_polls_compare_with_the_previous_poll(job):
+    with JobCollector(resolve_targets([job.pid]), samples=1) as collector:
+        first = collector.poll()
+        assert {v.state for v in first.ranks} == {STATE_UNKNOWN}
+        second = collector.poll()
+        assert {v.state for v in second.ranks} == {STATE_STUCK}
+
+
+def test_max_ranks_per_poll_rotates_through_the_job(job):
+    with JobCollector(resolve_targets([job.pid]), samples=1, max_ranks_per_poll=2) as collector:
+        first = collector.poll()
+        assert [v.rank for v in first.ranks if v.threads] == [0, 1]
+        assert first.findings == ()  # unread ranks are not taken for outliers
+        second = collector.poll()
+        assert [v.rank for v in second.ranks if v.threads] == [0, 1, 2, 3]
+
+
+def test_a_rank_killed_between_polls_is_reported_not_raised(job):
+    with JobCollector(resolve_targets([job.pid]), samples=2, interval=0.1) as collector:
+        collector.poll()
+        os.kill(job.rank_pids[3], signal.SIGKILL)
+        snapshot = collector.poll()
+    states = {v.rank: v.state for v in snapshot.ranks}
+    assert states[3] == STATE_EXITED
+    assert snapshot.findings[0].kind == "missing" and snapshot.findings[0].ranks == (3,)
