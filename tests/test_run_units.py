@@ -124,3 +124,16 @@ def test_rank_identity_and_first_process_claim():
     assert not claim_rank(env, 3, 101)  # a worker of rank 3
     assert claim_rank(env, 3, 100)  # the rank itself after exec
     assert claim_rank(env, 4, 102)  # a rank started by a launcher that is a rank itself
+
+
+def test_a_run_directory_is_never_reused(tmp_path):
+    from mldebug.commands.run import main
+    from mldebug.errors import MldebugError
+
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "run.json").write_text("{}")
+    with pytest.raises(MldebugError, match="already holds a run"):
+        main(["--run-dir", str(tmp_path / "old"), str(tmp_path / "train.py")])
+    with pytest.raises(MldebugError, match="no such script"):
+        main([str(tmp_path / "missing.py")])

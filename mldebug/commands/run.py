@@ -17,7 +17,7 @@ from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
 from mldebug.launch.supervisor import LaunchSpec, Supervisor
 from mldebug.ranges import parse_ranks
-from mldebug.rundir import create_run_dir
+from mldebug.rundir import MANIFEST, create_run_dir
 
 DESCRIPTION = """\
 Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -202,6 +202,11 @@ def main(argv: list[str]) -> int:
         distributed_debug=args.distributed_debug,
         flight_recorder=args.flight_recorder,
     )
+    if args.run_dir and os.path.exists(os.path.join(args.run_dir, MANIFEST)):
+        raise MldebugError(
+            f"{args.run_dir} already holds a run",
+            "Give --run-dir a new directory: the old run's files would mix with the new one's.",
+        )
     try:
         paths = create_run_dir(args.run_dir)
     except OSError as error:

@@ -285,26 +285,27 @@ class Supervisor:
 
     def _end_wrapped_ranks(self, grace: float) -> None:
         """Rank processes the wrapped launcher left behind (their pids are in proc.json)."""
-        left = []
+        left = []  # (pid, start ticks): a pid is only signalled while it is the same process
         for rank in self.paths.rank_ids():
             info = read_json(self.paths.proc_info(rank)) or {}
-            pid = info.get("pid")
-            if isinstance(pid, int) and procs.same_process(pid, info.get("start_ticks")):
-                left.append(pid)
+            pid, ticks = info.get("pid"), info.get("start_ticks")
+            if isinstance(pid, int) and procs.same_process(pid, ticks):
+                left.append((pid, ticks))
         if not left:
             return
         self._say(f"mldebug: ending {len(left)} rank process(es) the launcher left running")
-        for pid in left:
-            procs.signal_process_tree(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while (
-            time.monotonic() < deadline
-            and not self._hurry.is_set()
-            and any(procs.same_process(p, None) for p in left)
-        ):
-            time.sleep(0.05)
-        for pid in left:
-            procs.signal_process_tree(pid, signal.SIGKILL)
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            for pid, ticks in left:
+                if procs.same_process(pid, ticks):
+                    procs.signal_process_tree(pid, signum)
+            deadline = time.monotonic() + grace
+            while (
+                signum == signal.SIGTERM
+                and time.monotonic() < deadline
+                and not self._hurry.is_set()
+                and any(procs.same_process(pid, ticks) for pid, ticks in left)
+            ):
+                time.sleep(0.05)
 
     def _conclude(self) -> None:
         """Exit code, final manifest, and the first-failure report."""
@@ -319,21 +320,17 @@ class Supervisor:
             self.paths, exits, stopped=set(stopped), hosts={r: self.host for r in exits}
         )
         interrupted = self._stop_reason is not None
-        if spec.mode == envs.MODE_WRAP:
-            code = exit_code_of(self.children[0].returncode or 0)
-            if not interrupted and code == 0:
-                failures = []  # the launcher recovered (elastic restart) or ignored them
-        elif failures and not interrupted:
-            code = failures[0].exit_code or 1
-        elif interrupted:
-            code = 0  # set below
-        else:
-            codes = [exit_code_of(c.returncode or 0) for c in self.children]
-            code = next((c for c in codes if c), 0)
         if interrupted:
             code = 128 + self._stop_reason if self._stop_reason else EXIT_INTERRUPTED
-            status = STATUS_INTERRUPTED
             failures = [f for f in failures if f.exc_type != "KeyboardInterrupt"]
+        elif spec.mode == envs.MODE_WRAP:
+            code = exit_code_of(self.children[0].returncode or 0)
+            if code == 0:
+                failures = []  # the launcher recovered (elastic restart) or ignored them
+        else:
+            code = (failures[0].exit_code or 1) if failures else 0
+        if interrupted:
+            status = STATUS_INTERRUPTED
         else:
             status = STATUS_SUCCEEDED if code == 0 else STATUS_FAILED
         self.exit_code = code
