@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 VENV_BIN = Path(sys.executable).parent
 TORCHRUN = VENV_BIN / "torchrun"
 JOB = Path(__file__).parent / "jobs" / "hang_job.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MODES = ("straggler", "outliers", "mismatch", "missing", "healthy")
 NPROC = 4
 
@@ -37,18 +38,24 @@ def free_port() -> int:
 
 
 class Job:
-    def __init__(self, mode: str, log: Path):
+    """A torchrun job, ready once its log shows `marker` `expected` times."""
+
+    def __init__(self, mode: str, log: Path, script: Path = JOB, marker: str = "READY",
+                 expected: int | None = None):
         self.mode = mode
         self.port = free_port()
         self.log = log
+        self.marker = marker
+        args = [mode] if script == JOB else []
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [str(TORCHRUN), "--nproc-per-node", str(NPROC), "--master-port", str(self.port),
-                 str(JOB), mode], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.expected = NPROC - 1 if mode == "missing" else NPROC
+                 str(script), *args], stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.expected = expected or (NPROC - 1 if mode == "missing" else NPROC)
 
     def ready(self) -> bool:
-        return self.log.read_text(errors="replace").count("READY") >= self.expected
+        return self.log.read_text(errors="replace").count(self.marker) >= self.expected
 
     def stop(self) -> None:
         # torchrun starts each rank in a session of its own: kill their groups too.
@@ -68,6 +75,10 @@ class Job:
 def jobs(tmp_path_factory):
     logs = tmp_path_factory.mktemp("jobs")
     started = {mode: Job(mode, logs / f"{mode}.log") for mode in MODES}
+    started["example_skip"] = Job("example_skip", logs / "skip.log", EXAMPLES /
+                                  "skip_collective.py", "rank 1 finished training", 1)
+    started["example_mismatch"] = Job("example_mismatch", logs / "mismatch_ex.log", EXAMPLES /
+                                      "mismatched_collectives.py", "step 0 done", 1)
     try:
         deadline = time.monotonic() + 480
         while not all(job.ready() for job in started.values()):
@@ -75,7 +86,7 @@ def jobs(tmp_path_factory):
             assert not failed, f"jobs ended early: {failed}"
             assert time.monotonic() < deadline, "jobs did not get ready in time"
             time.sleep(1)
-        time.sleep(2)  # let the last READY rank enter its wait
+        time.sleep(3)  # let the last ready rank enter its wait
         yield started
     finally:
         for job in started.values():
@@ -159,3 +170,15 @@ def test_no_target_with_several_jobs_lists_them(jobs, tmp_path):
     for job in jobs.values():
         assert f"MASTER_PORT={job.port}" in done.stderr
     assert "--pid" in done.stderr
+
+
+def test_examples_say_what_their_docstrings_promise(jobs):
+    _, report = dump_json(jobs["example_skip"])
+    (finding,) = errors(report)
+    assert (finding["kind"], finding["ranks"]) == ("outlier", [1])
+    assert finding["location"].startswith(str(EXAMPLES / "skip_collective.py"))
+    _, report = dump_json(jobs["example_mismatch"])
+    (finding,) = errors(report)
+    assert finding["kind"] == "mismatch"
+    assert {(p["label"], tuple(p["ranks"])) for p in finding["parts"]} == {
+        ("all_gather", (0, 1)), ("all_reduce", (2, 3))}
