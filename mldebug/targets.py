@@ -43,6 +43,7 @@ class JobTargets:
     run_dir: str | None = None
     exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> code, from run.json
     notes: tuple[str, ...] = ()  # what resolution noticed and the user should know
+    partial: bool = False  # the user named some ranks only: the others are not "missing"
 
 
 def _int(value: str | None) -> int | None:
@@ -62,7 +63,9 @@ def rank_env(environ: dict[str, str]) -> tuple[int | None, int | None, int | Non
 
 
 def job_key(environ: dict[str, str]) -> str:
-    parts = [f"{name}={environ[name]}" for name in JOB_KEY_ENV if environ.get(name)]
+    # torchrun's default run id "none" is shared by every job: it tells nothing apart.
+    parts = [f"{name}={environ[name]}" for name in JOB_KEY_ENV
+             if environ.get(name) and environ[name] != "none"]
     return " ".join(parts)
 
 
@@ -175,6 +178,7 @@ def _job_of(targets: Sequence[RankTarget]) -> tuple[str, int | None]:
 def _from_pids(pids: Iterable[int]) -> JobTargets:
     targets: dict[int, RankTarget] = {}
     notes = []
+    launchers = 0
     host = rundir.hostname()
     for pid in pids:
         check_pid(pid)
@@ -187,13 +191,18 @@ def _from_pids(pids: Iterable[int]) -> JobTargets:
             raise PermissionDeniedError(f"cannot read process {pid}") from None
         if not found:
             found = [(proc, _environ(proc) or {})]  # a plain Python process: take it as is
-        elif found[0][0].pid != pid:
+        elif len(found) > 1 or found[0][0].pid != pid:
+            launchers += 1
             notes.append(f"pid {pid} is a launcher: looking at its {len(found)} rank processes")
         for child, environ in found:
             targets.setdefault(child.pid, target_from_process(child, environ, host))
     ordered = tuple(sorted(targets.values(), key=_order))
     job, world = _job_of(ordered)
-    return JobTargets(ordered, world, job, None, notes=tuple(notes))
+    partial = not launchers and world is not None and len(ordered) < world
+    if partial:
+        notes.append(f"looking at the {len(ordered)} rank(s) given, of world size {world}; "
+                     "give the launcher's pid to see every rank")
+    return JobTargets(ordered, world, job, None, notes=tuple(notes), partial=partial)
 
 
 def _order(target: RankTarget) -> tuple:

@@ -95,3 +95,11 @@ def test_bad_options_are_usage_errors():
     assert dump("--native", "--nonblocking", "--pid", "1").returncode == 2
     done = dump("--ranks", "3-1", "--pid", "1")
     assert done.returncode == 2 and "--ranks" in done.stderr
+
+
+def test_ranks_named_one_by_one_are_not_reported_missing(launcher):
+    done = dump("--pid", str(launcher.rank_pids[0]), "--pid", str(launcher.rank_pids[3]),
+                "--json")
+    report = json.loads(done.stdout)
+    assert [r["rank"] for r in report["ranks"]] == [0, 3]
+    assert "missing" not in [f["kind"] for f in report["findings"]]

@@ -66,6 +66,7 @@ def test_rank_pid_is_taken_alone():
     try:
         job = resolve_targets([rank_pids[1]])
         assert [(t.pid, t.rank, t.world_size) for t in job.targets] == [(rank_pids[1], 1, 2)]
+        assert job.partial  # rank 0 was not asked for: it is not "missing"
     finally:
         stop(launcher)
 

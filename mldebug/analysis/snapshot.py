@@ -62,8 +62,12 @@ def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
 def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence[StackSample]],
                    world_size: int | None = None, job: str = "", run_dir: str | None = None,
                    exit_codes: Mapping[int, int] | None = None,
-                   now: float | None = None) -> JobSnapshot:
-    """Everything about a job at one moment. `samples` maps a target's pid to its samples."""
+                   now: float | None = None, partial: bool = False) -> JobSnapshot:
+    """Everything about a job at one moment. `samples` maps a target's pid to its samples.
+
+    `partial`: the targets are some ranks only, by choice; ranks of the world size that are
+    not among them are not reported as missing.
+    """
     exit_codes = exit_codes or {}
     views: list[RankView] = []
     failures: dict[int, str] = {}
@@ -77,7 +81,7 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
             failures[rank] = rank_samples[-1].failure
         views.append(view)
     present = {v.rank for v in views}
-    absent = set(range(world_size)) - present if world_size else set()
+    absent = set(range(world_size)) - present if world_size and not partial else set()
     absent |= set(exit_codes) - present
     for rank in sorted(absent):
         code = exit_codes.get(rank)
@@ -90,5 +94,5 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     return JobSnapshot(
         time=time.time() if now is None else now, ranks=tuple(views), groups=groups,
-        tree=build_tree(groups), findings=find_problems(views, world_size, failures),
+        tree=build_tree(groups), findings=find_problems(views, None if partial else world_size, failures),
         world_size=world_size, job=job, run_dir=run_dir)

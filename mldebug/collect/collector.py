@@ -99,7 +99,8 @@ class JobCollector:
                 self._last[pid] = new[-1]
             samples = {t.pid: self._history.get(t.pid, ()) for t in self.job.targets}
             return build_snapshot(self.job.targets, samples, self.job.world_size, self.job.job,
-                                  self.job.run_dir, self.job.exit_codes)
+                                  self.job.run_dir, self.job.exit_codes,
+                                  partial=self.job.partial)
 
 
 def collect_once(job_targets: JobTargets, **options) -> JobSnapshot:
