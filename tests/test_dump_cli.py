@@ -103,3 +103,28 @@ def test_ranks_named_one_by_one_are_not_reported_missing(launcher):
     report = json.loads(done.stdout)
     assert [r["rank"] for r in report["ranks"]] == [0, 3]
     assert "missing" not in [f["kind"] for f in report["findings"]]
+
+
+def fake_pyspy(tmp_path, stderr_file: str) -> str:
+    """A py-spy stand-in that answers with an error recorded from the real one."""
+    recorded = Path(__file__).parent / "data" / stderr_file
+    script = tmp_path / "py-spy"
+    script.write_text(f"#!/bin/sh\ncat {recorded} >&2\nexit 1\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_ptrace_refused_everywhere_says_how_to_allow_it(launcher, tmp_path):
+    # Running as root here, ptrace cannot be refused for real: replay py-spy's real answer.
+    done = dump("--pid", str(launcher.pid),
+                env={"MLDEBUG_PYSPY": fake_pyspy(tmp_path, "pyspy_error_permission.txt")})
+    assert done.returncode == 4
+    for needle in ("ptrace_scope", "SYS_PTRACE", "sudo -E"):
+        assert needle in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_pyspy_is_a_clear_error(launcher, tmp_path):
+    done = dump("--pid", str(launcher.pid), env={"MLDEBUG_PYSPY": str(tmp_path / "nope")})
+    assert done.returncode == 5
+    assert "MLDEBUG_PYSPY" in done.stderr and "Traceback" not in done.stderr

@@ -1,13 +1,16 @@
 """The real py-spy against real (plain Python) processes: stacks, exits, non-Python."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
-from mldebug.collect.pyspy import dump_stack, find_pyspy
-from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, RankTarget
+from mldebug.collect.pyspy import dump_stack, explain_by_status, find_pyspy
+from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, FAIL_PERMISSION, RankTarget
 
 SITTER = """
 import time
@@ -64,3 +67,23 @@ def test_a_process_that_is_not_python():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_stopped_process_is_explained(sitter):
+    os.kill(sitter.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.2)
+        sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid), timeout=10)
+    finally:
+        os.kill(sitter.pid, signal.SIGCONT)
+    assert sample.failure is not None
+    assert "stopped" in sample.failure_detail and "kill -CONT" in sample.failure_detail
+
+
+def test_uninterruptible_sleep_is_not_blamed_on_ptrace():
+    kind, detail = explain_by_status(FAIL_PERMISSION, "ptrace refused: EPERM",
+                                     psutil.STATUS_DISK_SLEEP, nonblocking=False)
+    assert kind != FAIL_PERMISSION
+    assert "uninterruptible" in detail and "--nonblocking" in detail
+    assert explain_by_status(FAIL_PERMISSION, "x", psutil.STATUS_SLEEPING, False) == \
+        (FAIL_PERMISSION, "x")

@@ -16,6 +16,8 @@ import sys
 import time
 from functools import lru_cache
 
+import psutil
+
 from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
 from mldebug.errors import PYSPY_REMEDY, ToolMissingError
 from mldebug.model import (
@@ -34,7 +36,13 @@ _HEX_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
 def find_pyspy() -> str:
-    """py-spy next to the running interpreter (same venv) first, then on PATH."""
+    """$MLDEBUG_PYSPY, else py-spy next to the running interpreter (same venv), else on PATH."""
+    chosen = os.environ.get("MLDEBUG_PYSPY")
+    if chosen:
+        if os.access(chosen, os.X_OK):
+            return chosen
+        raise ToolMissingError(f"MLDEBUG_PYSPY={chosen} is not an executable file",
+                               "Point it at a py-spy binary, or unset it.")
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(beside, os.X_OK):
         return beside
@@ -105,6 +113,32 @@ def classify_pyspy_error(stderr: str) -> tuple[str, str]:
     return FAIL_ERROR, first
 
 
+def process_status(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).status()
+    except (psutil.Error, OSError):
+        return None
+
+
+def explain_by_status(kind: str, detail: str, status: str | None,
+                      nonblocking: bool) -> tuple[str, str]:
+    """A better reason than py-spy's when the process state explains the failure.
+
+    py-spy says "not Python" for a stopped process, and EPERM for one in uninterruptible
+    sleep (D state), which would send the user after ptrace settings for nothing.
+    """
+    if kind == FAIL_EXITED:
+        return kind, detail
+    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return FAIL_ERROR, ("the process is stopped (SIGSTOP, Ctrl-Z, or a debugger holds it); "
+                            "resume it with kill -CONT, or detach the debugger")
+    if status == psutil.STATUS_DISK_SLEEP:
+        hint = "" if nonblocking else "; try --nonblocking"
+        return FAIL_ERROR, ("the process is in uninterruptible sleep (D state: waiting in the "
+                            f"kernel, often on a filesystem or a device) and cannot be paused{hint}")
+    return kind, detail
+
+
 def pyspy_command(pyspy: str, pid: int, native: bool = False,
                   nonblocking: bool = False) -> list[str]:
     command = [pyspy, "dump", "--json", "--pid", str(pid)]
@@ -136,6 +170,7 @@ def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking
         kind, detail = classify_pyspy_error(done.stderr or done.stdout)
         if kind != FAIL_PERMISSION and process_gone(target.pid):
             kind, detail = FAIL_EXITED, "the process exited"
+        kind, detail = explain_by_status(kind, detail, process_status(target.pid), nonblocking)
         return StackSample(target, now, failure=kind, failure_detail=detail,
                            cpu_seconds=cpu, rss_bytes=rss)
     try:
