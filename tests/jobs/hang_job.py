@@ -5,7 +5,8 @@
 MODE:
   straggler  rank 2 never reaches the all_reduce (it sits in load_shard)
   outliers   rank 1 blocks on a threading.Lock, rank 2 in a DataLoader __getitem__,
-             ranks 0 and 3 wait in all_reduce
+             with 5 ranks rank 3 is busy in C code holding the GIL; the others wait in
+             all_reduce
   mismatch   ranks 0-1 call all_gather, ranks 2-3 call all_reduce
   missing    the last rank exits before init_process_group; the others wait for it
   healthy    every rank trains in a loop: compute, all_reduce, repeat (never hangs)
@@ -59,6 +60,11 @@ def read_batches():
         return batch
 
 
+def crunch():
+    ready()
+    return sum(range(10**13))  # BUSY_LINE: one long C call that holds the GIL
+
+
 def sync_gradients(tensor):
     ready()
     dist.all_reduce(tensor)  # ALL_REDUCE_LINE
@@ -97,6 +103,8 @@ def main():
             wait_for_lock()
         elif RANK == 2:
             read_batches()
+        elif RANK == 3 and WORLD > 4:
+            crunch()
         else:
             sync_gradients(tensor)
     elif MODE == "mismatch":
