@@ -15,9 +15,9 @@ from mldebug.targets import check_pid, job_key, rank_env, resolve_targets
 SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 
 
-def start_launcher(*args):
+def start_launcher(*args, env=None):
     proc = subprocess.Popen([sys.executable, str(SLEEPY), *args], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env=env)
     try:
         ready = [proc.stdout.readline().split() for _ in range(int(args[0]))]
         return proc, [int(pid) for _, pid, _ in sorted(ready, key=lambda r: int(r[2]))]
@@ -57,6 +57,18 @@ def test_launcher_pid_expands_to_ranks_without_their_workers():
         assert [t.rank for t in job.targets] == [0, 1, 2]
         assert job.world_size == 3
         assert job.notes and "launcher" in job.notes[0]
+    finally:
+        stop(launcher)
+
+
+def test_launcher_that_carries_rank_env_itself_is_not_a_rank():
+    # srun inside an allocation has SLURM_PROCID=0 itself; its children are the real ranks.
+    env = {**os.environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "77"}
+    launcher, rank_pids = start_launcher("3", env=env)
+    try:
+        job = resolve_targets([launcher.pid])
+        assert sorted(t.pid for t in job.targets) == sorted(rank_pids)
+        assert launcher.pid not in [t.pid for t in job.targets]
     finally:
         stop(launcher)
 
