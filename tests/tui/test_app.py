@@ -362,3 +362,16 @@ async def test_without_a_run_directory_the_report_goes_to_the_current_directory(
         await pilot.pause()
     assert len(list(tmp_path.glob("mldebug-attach-*.txt"))) == 1
     assert len(list(tmp_path.glob("mldebug-attach-*.json"))) == 1
+
+
+async def test_recipes_can_be_browsed_with_the_keyboard(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("6")
+        view = app.query_one(RecipesView)
+        first = view.current
+        await pilot.press("down")
+        await pilot.pause()
+        assert view.current not in (None, first)
+        assert view.current == view.recipes[1].id

@@ -34,10 +34,12 @@ def banner_text(findings, polled: bool) -> Text:
         mark, style = SEVERITY_MARK.get(finding.severity, ("●", ""))
         text.append(f"{mark} ", style=style)
         text.append(finding.summary, style="bold" if index == 0 else "")
-        if finding.location:
+        # Say where and who only when the sentence has not already said it.
+        if finding.location and finding.location not in finding.summary:
             text.append(f"  at {finding.location}", style="cyan")
-        if finding.ranks:
-            text.append(f"  ranks {format_ranks(finding.ranks)}", style="dim")
+        ranks = format_ranks(finding.ranks)
+        if ranks and f"rank {ranks}" not in finding.summary.lower():
+            text.append(f"  ranks {ranks}", style="dim")
         if finding.recipe:
             text.append(f"  recipe: {finding.recipe}", style="italic")
     if len(shown) > MAX_SHOWN:

@@ -10,9 +10,8 @@ from textual.widgets.option_list import Option
 from mldebug.tui.runfiles import RunFiles
 
 NO_FILES = (
-    "No NCCL log files in this run. They are written to <run>/nccl/ when NCCL debugging is on "
-    "(mldebug run sets NCCL_DEBUG_FILE there when NCCL_DEBUG is set). Parsed views come later; "
-    "this tab shows the raw tail of each file."
+    "No NCCL log files in this run. Start it with `mldebug run --nccl-debug INFO ...` and each "
+    "process writes one to <run>/nccl/. This tab shows the last lines of each file."
 )
 NO_RUN = "Not attached to an `mldebug run` directory: no NCCL log files to show."
 

@@ -46,5 +46,7 @@ class RecipesView(Horizontal):
         return False
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        if event.option.id and event.option.id != self.current:
+        # A highlight queued before open() moved the list is stale: the list says what is current.
+        stale = event.option_index != event.option_list.highlighted
+        if event.option.id and event.option.id != self.current and not stale:
             self.open(event.option.id)
