@@ -49,10 +49,21 @@ def test_debug_switches(tmp_path):
     assert env["NCCL_DEBUG"] == "INFO"
     assert env["NCCL_DEBUG_FILE"] == f"{tmp_path}/nccl/%h.%p.log"
     assert env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
-    assert env["TORCH_FR_DUMP_TEMP_FILE"] == env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
-    assert env["TORCH_FR_BUFFER_SIZE"] == env["TORCH_NCCL_TRACE_BUFFER_SIZE"] != "0"
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     assert envs.debug_env(envs.DebugOptions(), tmp_path) == {}
+
+
+def test_flight_recorder_names_follow_the_installed_torch(tmp_path):
+    assert envs.torch_has_fr_names() is True  # torch 2.13 reads TORCH_FR_* (and warns on old)
+    new = envs.flight_recorder_env(tmp_path, True)
+    assert new["TORCH_FR_DUMP_TEMP_FILE"] == f"{tmp_path}/fr/rank_"
+    assert new["TORCH_FR_BUFFER_SIZE"] != "0"
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in new
+    old = envs.flight_recorder_env(tmp_path, False)
+    assert old["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{tmp_path}/fr/rank_"
+    assert "TORCH_FR_BUFFER_SIZE" not in old
+    both = envs.flight_recorder_env(tmp_path, None)
+    assert both["TORCH_FR_BUFFER_SIZE"] == both["TORCH_NCCL_TRACE_BUFFER_SIZE"]
 
 
 def test_parse_script_module_and_wrapped_launcher():

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass
@@ -84,19 +85,41 @@ def debug_env(options: DebugOptions, run_dir: Path) -> dict[str, str]:
     if options.distributed_debug:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if options.flight_recorder:
-        prefix = str(run_dir / "fr" / "rank_")  # torch appends the rank
-        entries = str(FLIGHT_RECORDER_ENTRIES)
-        # torch 2.13 reads the TORCH_FR_* names first; older releases only the NCCL ones.
+        env.update(flight_recorder_env(run_dir, torch_has_fr_names()))
+    return env
+
+
+def flight_recorder_env(run_dir: Path, new_names: bool | None) -> dict[str, str]:
+    """Flight-recorder variables under the names the ranks' torch reads.
+
+    Recent torch reads TORCH_FR_* and warns about the older TORCH_NCCL_* names when they are
+    set; older torch knows only those. `new_names` None (unknown): set both.
+    """
+    prefix = str(run_dir / "fr" / "rank_")  # torch appends the rank
+    entries = str(FLIGHT_RECORDER_ENTRIES)
+    env = {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    if new_names is not False:
+        env.update({"TORCH_FR_BUFFER_SIZE": entries, "TORCH_FR_DUMP_TEMP_FILE": prefix})
+    if new_names is not True:
         env.update(
-            {
-                "TORCH_FR_BUFFER_SIZE": entries,
-                "TORCH_FR_DUMP_TEMP_FILE": prefix,
-                "TORCH_NCCL_TRACE_BUFFER_SIZE": entries,
-                "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
-            }
+            {"TORCH_NCCL_TRACE_BUFFER_SIZE": entries, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix}
         )
     return env
+
+
+def torch_has_fr_names() -> bool | None:
+    """Does the torch installed here read TORCH_FR_BUFFER_SIZE? Found without importing it."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    header = Path(
+        spec.submodule_search_locations[0],
+        "include/torch/csrc/distributed/c10d/FlightRecorder.hpp",
+    )
+    try:
+        return "TORCH_FR_BUFFER_SIZE" in header.read_text(errors="replace")
+    except OSError:
+        return None
 
 
 def hook_env(base: dict[str, str], run_dir: Path, mode: str) -> dict[str, str]:
