@@ -148,3 +148,20 @@ def test_a_run_directory_is_never_reused(tmp_path):
         main(["--run-dir", str(tmp_path / "old"), str(tmp_path / "train.py")])
     with pytest.raises(MldebugError, match="no such script"):
         main([str(tmp_path / "missing.py")])
+
+
+def test_job_outcome_exit_codes():
+    from mldebug.launch.failures import job_outcome
+
+    crash = Failure(rank=1, time=1.0, exit_code=3, exc_type="ValueError")
+    killed = Failure(rank=0, time=2.0, exit_code=137)
+    assert job_outcome([], None, None) == (0, "succeeded", [])
+    assert job_outcome([crash, killed], None, None) == (3, "failed", [crash, killed])
+    assert job_outcome([crash], signal.SIGTERM, None)[:2] == (143, "interrupted")
+    assert job_outcome([], 0, None)[:2] == (130, "interrupted")  # stopped from the TUI
+    ctrl_c = Failure(rank=0, time=1.0, exc_type="KeyboardInterrupt")
+    assert job_outcome([ctrl_c], signal.SIGINT, None)[2] == []
+    # wrapped: the launcher's code decides, even when a rank failed and it recovered
+    assert job_outcome([crash], None, 1) == (1, "failed", [crash])
+    assert job_outcome([crash], None, 0) == (0, "succeeded", [])
+    assert job_outcome([], None, -signal.SIGKILL)[:2] == (137, "failed")

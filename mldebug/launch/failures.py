@@ -11,7 +11,13 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field, replace
 
-from mldebug.rundir import RunPaths, read_json
+from mldebug.rundir import (
+    STATUS_FAILED,
+    STATUS_INTERRUPTED,
+    STATUS_SUCCEEDED,
+    RunPaths,
+    read_json,
+)
 
 RECIPE = "rank-crash"
 
@@ -156,6 +162,27 @@ def collect_failures(
                 )
             )
     return order_failures(failures)
+
+
+def job_outcome(
+    failures: list[Failure], stop_signal: int | None, launcher_returncode: int | None
+) -> tuple[int, str, list[Failure]]:
+    """The job's exit code, run status, and the failures worth reporting.
+
+    stop_signal: None when nobody stopped the job, 0 when stopped by a caller (the TUI),
+    else the signal mldebug run received. launcher_returncode: a wrapped launcher's
+    (Popen) return code, None in native mode.
+    """
+    if stop_signal is not None:
+        code = 128 + stop_signal if stop_signal else 128 + signal.SIGINT
+        return code, STATUS_INTERRUPTED, [f for f in failures if f.exc_type != "KeyboardInterrupt"]
+    if launcher_returncode is not None:
+        code = exit_code_of(launcher_returncode)
+        # With code 0 the launcher recovered (an elastic restart) or chose to ignore them.
+        return code, STATUS_FAILED if code else STATUS_SUCCEEDED, failures if code else []
+    if failures:
+        return failures[0].exit_code or 1, STATUS_FAILED, failures
+    return 0, STATUS_SUCCEEDED, []
 
 
 def _indent(text: str, prefix: str = "    ") -> list[str]:

@@ -14,26 +14,28 @@ period, SIGKILL), so DataLoader workers and other grandchildren go with it.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 
-from mldebug.errors import EXIT_INTERRUPTED
 from mldebug.launch import env as envs
-from mldebug.launch import procs
-from mldebug.launch.failures import collect_failures, describe_exit, exit_code_of, format_report
+from mldebug.launch import procs, wrapped
+from mldebug.launch.failures import (
+    collect_failures,
+    describe_exit,
+    exit_code_of,
+    format_report,
+    job_outcome,
+)
 from mldebug.launch.manifest import Manifest
 from mldebug.launch.output import Console, OutputTailer, RankFilter
 from mldebug.rundir import (
     STATUS_FAILED,
     STATUS_INTERRUPTED,
-    STATUS_RUNNING,
     STATUS_SUCCEEDED,
     RunPaths,
     hostname,
-    read_json,
 )
 
 POLL_INTERVAL = 0.1
@@ -217,7 +219,7 @@ class Supervisor:
                 if child.returncode is None and child.popen.poll() is not None:
                     self._child_ended(child)
             if self.spec.mode == envs.MODE_WRAP and time.monotonic() >= next_discovery:
-                self._discover_wrapped_ranks()
+                wrapped.discover_ranks(self.paths, self.manifest)
                 next_discovery = time.monotonic() + 0.5
             if all(child.returncode is not None for child in self.children):
                 return
@@ -250,23 +252,6 @@ class Supervisor:
             status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
         self.manifest.set_rank(child.rank, exit_code=exit_code_of(child.returncode), status=status)
 
-    def _discover_wrapped_ranks(self) -> None:
-        for rank in self.paths.rank_ids():
-            if self.manifest.has_rank(rank):
-                continue
-            info = read_json(self.paths.proc_info(rank))
-            if info is None:
-                continue
-            self.manifest.set_rank(
-                rank,
-                local_rank=info.get("local_rank"),
-                host=info.get("host"),
-                pid=info.get("pid"),
-                status=STATUS_RUNNING,
-            )
-            if info.get("world_size") and self.manifest.data.get("world_size") is None:
-                self.manifest.update(world_size=info["world_size"])
-
     # -- ending ------------------------------------------------------------------------
 
     def _end_children(self, grace: float) -> None:
@@ -280,32 +265,8 @@ class Supervisor:
             if child.returncode is None:
                 self._child_ended(child)
         if self.spec.mode == envs.MODE_WRAP:
-            self._discover_wrapped_ranks()
-            self._end_wrapped_ranks(grace)
-
-    def _end_wrapped_ranks(self, grace: float) -> None:
-        """Rank processes the wrapped launcher left behind (their pids are in proc.json)."""
-        left = []  # (pid, start ticks): a pid is only signalled while it is the same process
-        for rank in self.paths.rank_ids():
-            info = read_json(self.paths.proc_info(rank)) or {}
-            pid, ticks = info.get("pid"), info.get("start_ticks")
-            if isinstance(pid, int) and procs.same_process(pid, ticks):
-                left.append((pid, ticks))
-        if not left:
-            return
-        self._say(f"mldebug: ending {len(left)} rank process(es) the launcher left running")
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for pid, ticks in left:
-                if procs.same_process(pid, ticks):
-                    procs.signal_process_tree(pid, signum)
-            deadline = time.monotonic() + grace
-            while (
-                signum == signal.SIGTERM
-                and time.monotonic() < deadline
-                and not self._hurry.is_set()
-                and any(procs.same_process(pid, ticks) for pid, ticks in left)
-            ):
-                time.sleep(0.05)
+            wrapped.discover_ranks(self.paths, self.manifest)
+            wrapped.end_left_over_ranks(self.paths, grace, self._hurry, self._say)
 
     def _conclude(self) -> None:
         """Exit code, final manifest, and the first-failure report."""
@@ -319,20 +280,9 @@ class Supervisor:
         failures = collect_failures(
             self.paths, exits, stopped=set(stopped), hosts={r: self.host for r in exits}
         )
-        interrupted = self._stop_reason is not None
-        if interrupted:
-            code = 128 + self._stop_reason if self._stop_reason else EXIT_INTERRUPTED
-            failures = [f for f in failures if f.exc_type != "KeyboardInterrupt"]
-        elif spec.mode == envs.MODE_WRAP:
-            code = exit_code_of(self.children[0].returncode or 0)
-            if code == 0:
-                failures = []  # the launcher recovered (elastic restart) or ignored them
-        else:
-            code = (failures[0].exit_code or 1) if failures else 0
-        if interrupted:
-            status = STATUS_INTERRUPTED
-        else:
-            status = STATUS_SUCCEEDED if code == 0 else STATUS_FAILED
+        launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
+        code, status, failures = job_outcome(failures, self._stop_reason, launcher)
+        interrupted = status == STATUS_INTERRUPTED
         self.exit_code = code
         self.manifest.update(
             status=status,
@@ -341,7 +291,7 @@ class Supervisor:
             first_failure=failures[0].to_json() if failures else None,
         )
         if spec.mode == envs.MODE_WRAP:
-            self._settle_wrapped_ranks(failures, code)
+            wrapped.settle_ranks(self.manifest, {f.rank for f in failures}, code)
         if failures and not interrupted:
             failed = {failure.rank for failure in failures}
             self._say(format_report(failures, self.paths, [r for r in stopped if r not in failed]))
@@ -351,16 +301,6 @@ class Supervisor:
             )
         if interrupted:
             self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
-
-    def _settle_wrapped_ranks(self, failures: list, code: int) -> None:
-        """Final status of ranks mldebug did not start: it only knows their error files."""
-        failed = {failure.rank for failure in failures}
-        for rank in self.manifest.rank_ids():
-            if rank in failed:
-                status = STATUS_FAILED
-            else:
-                status = STATUS_SUCCEEDED if code == 0 else STATUS_INTERRUPTED
-            self.manifest.set_rank(rank, status=status)
 
     def _say(self, text: str) -> None:
         if self.spec.console is not None:
