@@ -159,8 +159,19 @@ def _all_waiting(group: list[RankView], missing: list[int], severity: str) -> li
         summary = (f"all {len(ranks)} ranks wait in {op} at {where} and none is elsewhere: "
                    "the collective itself does not complete")
     recipe = "rendezvous-hang" if kind == KIND_RENDEZVOUS else "collective-hang"
+    detail = _RENDEZVOUS_DETAIL if kind == KIND_RENDEZVOUS else _HANG_DETAIL
     return [Finding(kind, tuple(ranks), summary, location=location_of(group[0]),
-                    recipe=recipe, severity=severity)]
+                    recipe=recipe, severity=severity, detail="" if missing else detail)]
+
+
+_RENDEZVOUS_DETAIL = (
+    "Every rank must reach init_process_group with the same MASTER_ADDR, MASTER_PORT and "
+    "WORLD_SIZE; a rank on another node that never started, a firewall, or a wrong address "
+    "keeps the others here.")
+_HANG_DETAIL = (
+    "No rank is elsewhere, so the wait is below Python: another process group or rank not "
+    "shown here, the network between ranks (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), or a "
+    "device that stopped answering.")
 
 
 def _idle(present: list[RankView]) -> list[Finding]:

@@ -53,6 +53,8 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
     first = findings[0]
     text = Text("Verdict: ", style="bold")
     text.append(first.summary, style=SEVERITY_STYLE.get(first.severity, ""))
+    if first.detail:
+        text.append(f"\n  {first.detail}")
     if first.recipe:
         text.append(f"\n  what to do: mldebug recipes {first.recipe}", style="cyan")
     return text
