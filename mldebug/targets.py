@@ -20,6 +20,7 @@ import psutil
 from mldebug import rundir
 from mldebug.errors import NoTargetError, PermissionDeniedError
 from mldebug.model import RankTarget
+from mldebug.ranges import format_ranks
 
 # (rank variable, world size variable, local rank variable), most specific launcher first.
 RANK_ENV_SCHEMES = (
@@ -245,9 +246,10 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                                    local_rank=_int(str(info.get("local_rank", ""))),
                                    host=info.get("host") or host, job=str(root),
                                    run_dir=str(root))
-    if not targets and not exit_codes:
-        raise NoTargetError(f"run {root} has no live ranks",
-                            "It may have finished; its logs are in that directory.")
+    if not targets:
+        status = manifest.get("status") or "unknown"
+        raise NoTargetError(f"run {root} has no live ranks (status: {status})",
+                            "It has ended or not started yet; its logs are in that directory.")
     if world is None:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
@@ -257,8 +259,6 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
 
 def _describe_job(targets: list[RankTarget]) -> str:
     ranks = sorted(t.rank for t in targets if t.rank is not None)
-    from mldebug.ranges import format_ranks
-
     pids = " ".join(str(t.pid) for t in targets[:4]) + (" ..." if len(targets) > 4 else "")
     label = targets[0].job or "(no job variables)"
     return f"  {label}: ranks {format_ranks(ranks)}, pids {pids}"

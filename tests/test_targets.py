@@ -121,3 +121,12 @@ def test_another_users_pid_is_refused(monkeypatch):
     monkeypatch.setattr(os, "kill", refuse)
     with pytest.raises(PermissionDeniedError, match="another user"):
         check_pid(4242)
+
+
+def test_run_dir_without_live_ranks(tmp_path):
+    manifest = {"status": "succeeded", "world_size": 2,
+                "ranks": [{"rank": 0, "pid": 999998, "exit_code": 0},
+                          {"rank": 1, "pid": 999999, "exit_code": 0}]}
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    with pytest.raises(NoTargetError, match="no live ranks.*succeeded"):
+        resolve_targets(run_dir=str(tmp_path))
