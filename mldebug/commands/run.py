@@ -259,7 +259,10 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
                 # The user left the UI but chose to keep the job: show its output from here.
                 console.message("mldebug: the job keeps running; Ctrl-C stops it")
                 supervisor.show_output(console)
-        return supervisor.wait()
+        code = supervisor.wait()
+        for text in supervisor.unshown:  # e.g. the root cause, found while the UI was up
+            console.message(text)
+        return code
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -75,6 +75,8 @@ class Supervisor:
         self.manifest = Manifest(spec.paths, spec, self.host)
         self.exit_code: int | None = None
         self._stop_reason: int | None = None  # signal number, or 0 for stop() without one
+        self._interrupted: int | None = None  # _stop_reason, if it came while ranks ran
+        self.unshown: list[str] = []  # messages written while the console was off (TUI)
         self._stop_requested = threading.Event()
         self._hurry = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="mldebug-supervisor")
@@ -224,6 +226,7 @@ class Supervisor:
             if all(child.returncode is not None for child in self.children):
                 return
             if self._stop_requested.is_set():
+                self._interrupted = self._stop_reason
                 return
             if self.spec.mode == envs.MODE_NATIVE and self._first_failed() is not None:
                 failed = self._first_failed()
@@ -281,7 +284,7 @@ class Supervisor:
             self.paths, exits, stopped=set(stopped), hosts={r: self.host for r in exits}
         )
         launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
-        code, status, failures = job_outcome(failures, self._stop_reason, launcher)
+        code, status, failures = job_outcome(failures, self._interrupted, launcher)
         interrupted = status == STATUS_INTERRUPTED
         self.exit_code = code
         self.manifest.update(
@@ -305,3 +308,5 @@ class Supervisor:
     def _say(self, text: str) -> None:
         if self.spec.console is not None:
             self.spec.console.message(text)
+        else:
+            self.unshown.append(text)
