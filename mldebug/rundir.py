@@ -171,6 +171,27 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def proc_stat(pid: int | str = "self") -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...].
+
+    Index 19 is the start time in clock ticks since boot: with the pid, it names one
+    process for good (a pid alone may be reused).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def proc_start_ticks(pid: int | str = "self") -> int | None:
+    fields = proc_stat(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
 def is_live(manifest: dict) -> bool:
     return manifest.get("status") == STATUS_RUNNING and pid_alive(manifest.get("mldebug_pid"))
 

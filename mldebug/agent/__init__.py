@@ -46,15 +46,6 @@ def _rundir_module():
     return module
 
 
-def _start_ticks() -> int | None:
-    """Process start time in clock ticks since boot: tells this pid from a reused one."""
-    try:
-        with open("/proc/self/stat", encoding="ascii", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _redirect_to_files(stdout_path, stderr_path) -> None:
     for stream, fd, path in ((sys.stdout, 1, stdout_path), (sys.stderr, 2, stderr_path)):
         if stream is not None:
@@ -95,7 +86,7 @@ def activate() -> None:
             "host": host,
             "pid": os.getpid(),
             "start_time": time.time(),
-            "start_ticks": _start_ticks(),
+            "start_ticks": rundir.proc_start_ticks(),
             "owner": os.environ[ENV_OWNER],
         },
     )

@@ -7,14 +7,7 @@ import signal
 import threading
 import time
 
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+from mldebug.rundir import proc_start_ticks, proc_stat
 
 
 def group_members(pgid: int) -> list[int]:
@@ -23,26 +16,18 @@ def group_members(pgid: int) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        fields = _stat_fields(int(name))
+        fields = proc_stat(int(name))
         if fields and fields[0] != "Z" and fields[2] == str(pgid):
             members.append(int(name))
     return members
 
 
-def start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (ValueError, IndexError):
-        return None
-
-
 def same_process(pid: int, ticks: int | None) -> bool:
     """Is `pid` still the process that started at `ticks` (and not a reused pid)?"""
-    fields = _stat_fields(pid)
+    fields = proc_stat(pid)
     if not fields or fields[0] == "Z":
         return False
-    return ticks is None or start_ticks(pid) == ticks
+    return ticks is None or proc_start_ticks(pid) == ticks
 
 
 def signal_group(pgid: int, signum: int) -> None:
