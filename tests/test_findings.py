@@ -195,3 +195,32 @@ def test_rank_state_rules():
     assert rank_state([sample(0, 0.0), sample(1, 0.5)])[0] == STATE_RUNNING
     assert rank_state([sample(0, 0.0)])[0] == STATE_UNKNOWN
     assert rank_state([])[0] == STATE_UNKNOWN
+
+
+def test_ranks_working_inside_init_are_not_outliers_of_it():
+    # GIVEN ranks arriving at init_process_group one after another: two already wait, one
+    # is still working inside it
+    init = in_op("init_process_group", "setup", 20)
+    busy_a = in_op("init_process_group", "setup", 20)[:-1] + (Frame("_store_based_barrier", C10D, 90),)
+    snap = snapshot({
+        0: ((init, init, init), {}),
+        1: ((init, busy_a, init), {"main_cpu": (0.0, 0.2, 0.4)}),
+        2: ((init, init, init), {}),
+    }, world=3)
+    # THEN nobody is called an outlier of the rendezvous it is in
+    assert not [f for f in snap.findings if f.kind == KIND_OUTLIER]
+
+
+def test_a_rank_still_starting_up_is_only_a_warning():
+    # GIVEN two ranks waiting in init_process_group and one still busy before it (imports)
+    init = in_op("init_process_group", "setup", 20)
+    snap = snapshot({
+        0: ((init, init, init), {}),
+        1: ((at("load_config", 5), at("load_config", 6), at("load_config", 7)),
+            {"main_cpu": (0.0, 0.3, 0.6)}),
+        2: ((init, init, init), {}),
+    }, world=3)
+    outlier = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    assert [f.ranks for f in outlier] == [(1,)]
+    assert outlier[0].severity == SEVERITY_WARNING
+    assert "ranks 0,2 wait in init_process_group" in outlier[0].summary

@@ -129,15 +129,18 @@ def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
     findings = []
     for group in _bucket(elsewhere, key=location_of):
         ranks = [v.rank for v in group]
-        state = "busy" if group[0].state == STATE_RUNNING else "stuck"
+        busy = group[0].state == STATE_RUNNING
         summary = (f"{ranks_text(ranks)} never reached {op}: {_verb(ranks, 'it is', 'they are')} "
-                   f"{state} in {_where(group[0])}, while {ranks_text(waiting_ranks)} "
-                   f"wait in {op} at {_where(main[0])}")
+                   f"{'busy' if busy else 'stuck'} in {_where(group[0])}, while "
+                   f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
+                   f"in {op} at {_where(main[0])}")
+        # Ranks still working their way to init_process_group is how every job starts.
+        group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
         parts = (_part(group, group[0].user_frame.function if group[0].user_frame else "?"),
                  *(_part(g, g[0].collective or "?") for g in waiting_groups))
         findings.append(Finding(KIND_OUTLIER, tuple(ranks), summary,
                                 location=location_of(group[0]),
-                                recipe="rank-outside-collective", severity=severity,
+                                recipe="rank-outside-collective", severity=group_severity,
                                 parts=parts))
     return findings
 
@@ -201,8 +204,10 @@ def find_problems(views: Sequence[RankView], world_size: int | None = None,
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
     present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)
                and v.threads]
+    # A rank working inside a collective is in transit: neither waiting for anyone nor
+    # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
-    elsewhere = [v for v in present if not (v.collective and v.state != STATE_RUNNING)]
+    elsewhere = [v for v in present if not v.collective]
     if not waiting:
         findings += _idle(present)
     else:
