@@ -1,10 +1,10 @@
-"""A NaN appears: from step 5 one rank's data holds an inf, and the loss turns NaN everywhere.
+"""A NaN appears: from step 5 rank 1's data holds an inf, and its loss turns NaN.
 
     mldebug run --nproc-per-node 2 examples/nan_loss.py
 
-DDP averages gradients across ranks, so one rank's bad batch poisons every rank's weights.
-The script itself stops at the first NaN loss with an error, like a training loop with a
-NaN guard would.
+DDP averages gradients across ranks, so left alone one rank's bad batch would poison every
+rank's weights at the next step. The script stops at the first NaN loss with an error, as a
+training loop with a NaN guard would, and mldebug names rank 1 and the line.
 """
 
 import math
