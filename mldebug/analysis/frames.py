@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import attrgetter
+from pathlib import Path
 
 from mldebug.model import Frame
 
@@ -29,7 +30,10 @@ COLLECTIVE_OPS = frozenset({
 RENDEZVOUS_OPS = frozenset({"init_process_group", "new_group", "new_subgroups", "rendezvous",
                             "store"})
 
-_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/", "/mldebug/")
+_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
+# mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
+# run directories live under ~/.local/state/mldebug/ and hold user code (the demo job).
+_MLDEBUG_DIR = str(Path(__file__).resolve().parent.parent) + "/"
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
 _C10D_FILES = ("torch/distributed/distributed_c10d.py",)
 _RENDEZVOUS_FILES = ("torch/distributed/rendezvous.py", "torch/distributed/elastic/rendezvous/")
@@ -62,7 +66,7 @@ def is_library_file(path: str) -> bool:
     """Standard library, installed packages, torch, or mldebug itself."""
     if path.startswith("<frozen") or path == "?":
         return True
-    if any(marker in path for marker in _LIBRARY_MARKERS):
+    if any(marker in path for marker in _LIBRARY_MARKERS) or path.startswith(_MLDEBUG_DIR):
         return True
     # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
     return _STDLIB.search(path) is not None
