@@ -158,3 +158,29 @@ def test_module_mode_gets_torchrun_environment(tmp_path):
         f"[{HOST}:0] rank 0 local 0 of 2 127.0.0.1 {run_id}",
         f"[{HOST}:1] rank 1 local 1 of 2 127.0.0.1 {run_id}",
     ]
+
+
+def test_a_killed_rank_is_the_root_cause_not_the_peer_that_noticed(tmp_path):
+    """Rank 1 is SIGKILLed (as by the OOM killer); rank 0 raises the moment it notices.
+
+    Rank 0's exception is written before mldebug sees rank 1's exit, yet rank 1 is the cause.
+    """
+    job = script(tmp_path, "peers.py", """
+        import json, os, signal, time
+        rank = int(os.environ["RANK"])
+        proc = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "ranks", "{}", "proc.json")
+        while not os.path.exists(proc.format(1 - rank)):
+            time.sleep(0.01)
+        if rank == 1:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        peer = json.load(open(proc.format(1)))["pid"]
+        while os.path.exists(f"/proc/{peer}") and open(f"/proc/{peer}/stat").read().split()[2] != "Z":
+            time.sleep(0.001)
+        raise ConnectionError("peer closed the connection")
+    """)
+    done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", job)
+    report = done.stderr.decode()
+    assert f"root cause (first failure): rank 1 on {HOST}: killed (SIGKILL): OOM killer?" in report
+    assert "then rank 0" in report and "ConnectionError: peer closed the connection" in report
+    assert done.returncode == 128 + signal.SIGKILL

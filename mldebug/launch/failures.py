@@ -1,9 +1,10 @@
-"""Name why a rank ended and find the first failure of a job. Pure except `read_failures`.
+"""Name why a rank ended and find the first failure of a job.
 
 A failure comes from the rank's own error file (written by the agent's excepthook, with the
 time the exception reached the top) or, when there is none, from the exit status the
-supervisor saw. The earliest one is the root cause: the others usually fail *because* of
-it (a peer's closed connection, a collective that timed out).
+supervisor saw, timed by the last moment the rank was seen alive. The earliest one is the
+root cause: the others usually fail *because* of it (a peer's closed connection, a
+collective that timed out).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def describe_exit(returncode: int) -> str:
 @dataclass(frozen=True)
 class Failure:
     rank: int
-    time: float  # when the exception reached the top, else when the exit was seen
+    time: float  # when the exception reached the top, else when last seen alive
     host: str = ""
     exit_code: int | None = None  # shell-style; None when mldebug did not see the exit
     how: str = ""  # describe_exit() text, or "uncaught exception"
@@ -131,13 +132,13 @@ def collect_failures(
 ) -> list[Failure]:
     """Every failed rank, earliest first.
 
-    exits: rank -> (Popen returncode, time the exit was seen), for ranks mldebug started.
+    exits: rank -> (Popen returncode, last time seen alive), for ranks mldebug started.
     stopped: ranks mldebug itself terminated; their exit by SIGTERM is not a failure of theirs.
     """
     hosts = hosts or {}
     failures = []
     for rank in sorted(set(paths.rank_ids()) | set(exits)):
-        returncode, seen = exits.get(rank, (None, None))
+        returncode, alive = exits.get(rank, (None, None))
         exit_code = exit_code_of(returncode) if returncode is not None else None
         data = read_json(paths.error_file(rank))
         if data and data.get("type"):
@@ -154,7 +155,7 @@ def collect_failures(
             failures.append(
                 Failure(
                     rank=rank,
-                    time=seen,
+                    time=alive,
                     host=hosts.get(rank, ""),
                     exit_code=exit_code,
                     how=describe_exit(returncode),

@@ -62,7 +62,10 @@ class _Child:
     rank: int | None  # None: the wrapped launcher
     popen: subprocess.Popen
     returncode: int | None = None
-    ended_at: float | None = None
+    # The last time poll() found it running: it died after that. For a rank that leaves no
+    # error file (a signal, os._exit) this is the time that orders it against the others,
+    # since a peer's "connection closed" error can come before mldebug notices the death.
+    last_alive: float = field(default_factory=time.time)
     stopped: bool = False  # ended by mldebug, not by itself
 
 
@@ -218,8 +221,12 @@ class Supervisor:
         next_discovery = 0.0
         while True:
             for child in self.children:
-                if child.returncode is None and child.popen.poll() is not None:
-                    self._child_ended(child)
+                if child.returncode is None:
+                    now = time.time()
+                    if child.popen.poll() is None:
+                        child.last_alive = now
+                    else:
+                        self._child_ended(child)
             if self.spec.mode == envs.MODE_WRAP and time.monotonic() >= next_discovery:
                 wrapped.discover_ranks(self.paths, self.manifest)
                 next_discovery = time.monotonic() + 0.5
@@ -239,11 +246,10 @@ class Supervisor:
 
     def _first_failed(self) -> _Child | None:
         ended = [c for c in self.children if c.returncode not in (None, 0) and not c.stopped]
-        return min(ended, key=lambda c: c.ended_at) if ended else None
+        return min(ended, key=lambda c: c.last_alive) if ended else None
 
     def _child_ended(self, child: _Child) -> None:
         child.returncode = child.popen.returncode
-        child.ended_at = time.time()
         if child.rank is None:
             self.manifest.update(launcher_exit_code=exit_code_of(child.returncode))
             return
@@ -276,7 +282,7 @@ class Supervisor:
         spec = self.spec
         stopped = sorted(c.rank for c in self.children if c.stopped and c.rank is not None)
         exits = {
-            c.rank: (c.returncode, c.ended_at)
+            c.rank: (c.returncode, c.last_alive)
             for c in self.children
             if c.rank is not None and c.returncode is not None
         }
