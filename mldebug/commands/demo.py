@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mldebug.errors import EXIT_OK, MldebugError, NoTargetError
+from mldebug.errors import EXIT_INTERRUPTED, EXIT_OK, MldebugError, NoTargetError
 from mldebug.model import SEVERITY_ERROR, JobSnapshot
 
 DEMO_JOB = Path(__file__).resolve().parent.parent / "demos" / "prefetch_hang.py"
@@ -51,7 +51,8 @@ def main(argv: list[str]) -> int:
         from mldebug.commands.run import main as run_main
 
         job = copy_job(Path(tempfile.mkdtemp(prefix="mldebug-demo-")))
-        return run_main(["--tui", "--nproc-per-node", str(args.nproc_per_node), str(job)])
+        code = run_main(["--tui", "--nproc-per-node", str(args.nproc_per_node), str(job)])
+        return EXIT_OK if code == EXIT_INTERRUPTED else code  # stopped from the TUI: done
     return _report_once(args.nproc_per_node, args.timeout)
 
 
