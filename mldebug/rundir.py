@@ -8,6 +8,7 @@ Layout (see shared DESIGN):
     <run>/ranks/<rank>/proc.json    written by the hook at start: rank, host, pid
     <run>/ranks/<rank>/error.json   the uncaught exception, if any
     <run>/ranks/<rank>/faulthandler.log  Python stacks at a fatal signal (SIGSEGV...)
+    <run>/ranks/<rank>/exit.json    written when the rank's Python shuts down normally
     <run>/ranks/<rank>/state.json   agent snapshot (later)
     <run>/ranks/<rank>/events.jsonl agent events (later)
     <run>/nccl/<host>.<pid>.log     NCCL_DEBUG_FILE output
@@ -86,6 +87,11 @@ class RunPaths:
 
     def error_file(self, rank: int) -> Path:
         return self.rank_dir(rank) / "error.json"
+
+    def exit_file(self, rank: int) -> Path:
+        """Written at a normal interpreter shutdown: its absence after the rank is gone
+        means it died abruptly (a signal, os._exit)."""
+        return self.rank_dir(rank) / "exit.json"
 
     def fault_log(self, rank: int) -> Path:
         """Python stacks faulthandler writes when the rank dies of a fatal signal."""

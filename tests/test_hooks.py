@@ -160,12 +160,7 @@ def test_module_mode_gets_torchrun_environment(tmp_path):
     ]
 
 
-def test_a_killed_rank_is_the_root_cause_not_the_peer_that_noticed(tmp_path):
-    """Rank 1 is SIGKILLed (as by the OOM killer); rank 0 raises the moment it notices.
-
-    Rank 0's exception is written before mldebug sees rank 1's exit, yet rank 1 is the cause.
-    """
-    job = script(tmp_path, "peers.py", """
+PEERS = """
         import json, os, signal, time
         rank = int(os.environ["RANK"])
         proc = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "ranks", "{}", "proc.json")
@@ -178,9 +173,42 @@ def test_a_killed_rank_is_the_root_cause_not_the_peer_that_noticed(tmp_path):
         while os.path.exists(f"/proc/{peer}") and open(f"/proc/{peer}/stat").read().split()[2] != "Z":
             time.sleep(0.001)
         raise ConnectionError("peer closed the connection")
-    """)
+"""
+
+
+def test_a_killed_rank_is_the_root_cause_not_the_peer_that_noticed(tmp_path):
+    """Rank 1 is SIGKILLed (as by the OOM killer); rank 0 raises the moment it notices.
+
+    Rank 0's exception is written before mldebug sees rank 1's exit, yet rank 1 is the cause.
+    """
+    job = script(tmp_path, "peers.py", PEERS)
     done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", job)
     report = done.stderr.decode()
     assert f"root cause (first failure): rank 1 on {HOST}: killed (SIGKILL): OOM killer?" in report
     assert "then rank 0" in report and "ConnectionError: peer closed the connection" in report
     assert done.returncode == 128 + signal.SIGKILL
+
+
+def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):
+    """The same under a launcher: mldebug sees no exit status, only that rank 1 vanished
+    without an error file or a normal exit."""
+    script(tmp_path, "peers.py", PEERS)
+    launcher = script(tmp_path, "launcher.py", """
+        import os, subprocess, sys
+        ranks = [
+            subprocess.Popen([sys.executable, "peers.py"],
+                             env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2"})
+            for r in (0, 1)
+        ]
+        sys.exit(1 if any(rank.wait() for rank in ranks) else 0)
+    """)
+    done, paths = mldebug_run(tmp_path, "--", sys.executable, launcher)
+    report = done.stderr.decode()
+    assert done.returncode == 1  # the launcher's
+    assert (f"root cause (first failure): rank 1 on {HOST}: ended without a Python exception "
+            "or a normal exit") in report
+    assert "then rank 0" in report and "ConnectionError" in report
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["first_failure"]["rank"] == 1
+    assert {r["rank"]: r["status"] for r in manifest["ranks"]} == {0: "failed", 1: "failed"}
+    assert paths.exit_file(0).exists() and not paths.exit_file(1).exists()

@@ -8,7 +8,8 @@ The agent:
     already opened them as the rank's stdout and stderr);
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
-  * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one.
+  * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
+  * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal).
 
 Stdlib only; it talks to the world through files in the run directory. This module is
 loaded by path (as `_mldebug_agent`), so siblings are imported relatively or by path too.
@@ -16,6 +17,7 @@ loaded by path (as `_mldebug_agent`), so siblings are imported relatively or by 
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -99,3 +101,12 @@ def activate() -> None:
     _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
     faulthandler.enable(file=_fault_file, all_threads=True)
     install_excepthook(paths.error_file(rank), rank, host, rundir.write_json_atomic)
+    atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic)
+
+
+def _note_normal_exit(path, write_json) -> None:
+    """Python shuts down normally; a rank that dies of a signal never gets here."""
+    try:
+        write_json(path, {"pid": os.getpid(), "time": time.time()})
+    except Exception:
+        pass

@@ -36,6 +36,14 @@ _SIGNAL_MEANINGS = {
 }
 
 
+# How a wrapped rank ended when mldebug only knows it is gone (the launcher has its status).
+ABRUPT_END = (
+    "ended without a Python exception or a normal exit: killed by a signal "
+    "(SIGKILL: the OOM killer? or its launcher stopping it); its exit status is in launcher.log"
+)
+ABRUPT_NATIVE_CRASH = "crashed in native code (faulthandler caught a fatal signal)"
+
+
 def exit_code_of(returncode: int) -> int:
     """A shell-style exit code: 128+N for death by signal N (Popen reports -N)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -129,13 +137,17 @@ def collect_failures(
     exits: dict[int, tuple[int, float]],
     stopped: set[int] | frozenset[int] = frozenset(),
     hosts: dict[int, str] | None = None,
+    vanished: dict[int, float] | None = None,
 ) -> list[Failure]:
     """Every failed rank, earliest first.
 
     exits: rank -> (Popen returncode, last time seen alive), for ranks mldebug started.
     stopped: ranks mldebug itself terminated; their exit by SIGTERM is not a failure of theirs.
+    vanished: rank -> last time seen alive, for ranks a wrapped launcher started that ended
+    while mldebug watched; without an error file or a normal exit, they died abruptly.
     """
     hosts = hosts or {}
+    vanished = vanished or {}
     failures = []
     for rank in sorted(set(paths.rank_ids()) | set(exits)):
         returncode, alive = exits.get(rank, (None, None))
@@ -160,6 +172,17 @@ def collect_failures(
                     exit_code=exit_code,
                     how=describe_exit(returncode),
                     fault_log=read_fault_log(paths, rank) if returncode < 0 else "",
+                )
+            )
+        elif rank in vanished and not paths.exit_file(rank).exists():
+            fault_log = read_fault_log(paths, rank)
+            failures.append(
+                Failure(
+                    rank=rank,
+                    time=vanished[rank],
+                    host=hosts.get(rank, ""),
+                    how=ABRUPT_NATIVE_CRASH if fault_log else ABRUPT_END,
+                    fault_log=fault_log,
                 )
             )
     return order_failures(failures)

@@ -59,6 +59,10 @@ class Manifest:
     def rank_ids(self) -> list[int]:
         return sorted(self._ranks)
 
+    def hosts(self) -> dict[int, str]:
+        with self._lock:
+            return {rank: e["host"] for rank, e in self._ranks.items() if e.get("host")}
+
     def set_rank(self, rank: int, **fields) -> None:
         with self._lock:
             entry = self._ranks.setdefault(

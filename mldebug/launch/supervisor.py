@@ -87,6 +87,7 @@ class Supervisor:
         self._tailer_lock = threading.Lock()
         self._finished_output = False
         self._done = threading.Event()
+        self.wrapped = wrapped.WrappedRanks(spec.paths, self.manifest)
 
     # -- public API --------------------------------------------------------------------
 
@@ -227,9 +228,11 @@ class Supervisor:
                         child.last_alive = now
                     else:
                         self._child_ended(child)
-            if self.spec.mode == envs.MODE_WRAP and time.monotonic() >= next_discovery:
-                wrapped.discover_ranks(self.paths, self.manifest)
-                next_discovery = time.monotonic() + 0.5
+            if self.spec.mode == envs.MODE_WRAP:
+                if time.monotonic() >= next_discovery:
+                    self.wrapped.discover()
+                    next_discovery = time.monotonic() + 0.5
+                self.wrapped.poll()
             if all(child.returncode is not None for child in self.children):
                 return
             if self._stop_requested.is_set():
@@ -274,8 +277,8 @@ class Supervisor:
             if child.returncode is None:
                 self._child_ended(child)
         if self.spec.mode == envs.MODE_WRAP:
-            wrapped.discover_ranks(self.paths, self.manifest)
-            wrapped.end_left_over_ranks(self.paths, grace, self._hurry, self._say)
+            self.wrapped.discover()
+            self.wrapped.end_left_over(grace, self._hurry, self._say)
 
     def _conclude(self) -> None:
         """Exit code, final manifest, and the first-failure report."""
@@ -287,7 +290,11 @@ class Supervisor:
             if c.rank is not None and c.returncode is not None
         }
         failures = collect_failures(
-            self.paths, exits, stopped=set(stopped), hosts={r: self.host for r in exits}
+            self.paths,
+            exits,
+            stopped=set(stopped),
+            hosts=self.manifest.hosts(),
+            vanished=self.wrapped.gone(),
         )
         launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
         code, status, failures = job_outcome(failures, self._interrupted, launcher)
@@ -300,7 +307,7 @@ class Supervisor:
             first_failure=failures[0].to_json() if failures else None,
         )
         if spec.mode == envs.MODE_WRAP:
-            wrapped.settle_ranks(self.manifest, {f.rank for f in failures}, code)
+            self.wrapped.settle({f.rank for f in failures}, code)
         if failures and not interrupted:
             failed = {failure.rank for failure in failures}
             self._say(format_report(failures, self.paths, [r for r in stopped if r not in failed]))
