@@ -165,3 +165,17 @@ def test_job_outcome_exit_codes():
     assert job_outcome([crash], None, 1) == (1, "failed", [crash])
     assert job_outcome([crash], None, 0) == (0, "succeeded", [])
     assert job_outcome([], None, -signal.SIGKILL)[:2] == (137, "failed")
+
+
+def test_wrapped_rank_gone_without_error_or_normal_exit_is_a_failure(tmp_path):
+    paths = RunPaths(tmp_path)
+    for rank in (0, 1, 2):
+        paths.rank_dir(rank).mkdir(parents=True)
+    write_json_atomic(paths.exit_file(0), {"time": 1.0})  # shut down normally
+    paths.fault_log(2).write_text("Fatal Python error: Segmentation fault\n")
+    failures = collect_failures(paths, {}, vanished={0: 1.0, 1: 5.0, 2: 3.0}, hosts={1: "h"})
+    assert [(f.rank, f.time) for f in failures] == [(2, 3.0), (1, 5.0)]
+    assert failures[0].how.startswith("crashed in native code")
+    assert "Segmentation fault" in failures[0].fault_log
+    assert failures[1].headline.startswith("ended without a Python exception or a normal exit")
+    assert failures[1].host == "h"
