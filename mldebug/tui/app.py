@@ -73,7 +73,6 @@ class AttachApp(App[int]):
         self.last_error = ""
         self.waiting = False  # last_error is an expected wait, not a fault
         self.last_report = ""
-        self.native = False
         self._files_reader = RunFilesReader(run_dir) if run_dir is not None else None
 
     def compose(self) -> ComposeResult:
@@ -163,7 +162,7 @@ class AttachApp(App[int]):
     # ---- events from widgets ----
 
     def on_show_rank(self, message: ShowRank) -> None:
-        self.push_screen(RankScreen(message.rank, native=self.native))
+        self.push_screen(RankScreen(message.rank))
 
     def on_show_recipe(self, message: ShowRecipe) -> None:
         self.action_open_recipe(message.recipe_id)
@@ -197,14 +196,6 @@ class AttachApp(App[int]):
                      f"{format_ranks(node.ranks)}  ({len(node.ranks)})")
 
     # ---- actions ----
-
-    def set_native(self, native: bool) -> None:
-        """Native frames cost more to collect: only asked for while a detail view wants them."""
-        if native != self.native:
-            self.native = native
-            self.poller.set_native(native)
-            self.query_one("#status", Static).update(self._status())
-            self.request_poll()
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

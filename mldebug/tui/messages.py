@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from mldebug.model import JobSnapshot
+from mldebug.model import JobSnapshot, StackSample
 from mldebug.tui.runfiles import RunFiles
 
 
@@ -48,3 +48,12 @@ class ShowRecipe(Message):
     def __init__(self, recipe_id: str) -> None:
         super().__init__()
         self.recipe_id = recipe_id
+
+
+class NativeReady(Message):
+    """A native (C/C++) stack reading of one rank, asked for by a detail screen."""
+
+    def __init__(self, rank: int, sample: StackSample | None) -> None:
+        super().__init__()
+        self.rank = rank
+        self.sample = sample

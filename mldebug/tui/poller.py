@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from mldebug.model import JobSnapshot
+from mldebug.model import JobSnapshot, StackSample
 
 
 @runtime_checkable
@@ -20,8 +20,12 @@ class Poller(Protocol):
         """Read the job once. Must not raise for a problem with one rank."""
         ...
 
-    def set_native(self, native: bool) -> None:
-        """Ask for native (C/C++) frames from the next poll on, when the source can give them."""
+    def read_native(self, rank: int) -> StackSample | None:
+        """One reading of one rank with native (C/C++) frames; None for an unknown rank.
+
+        Native reads are slow (seconds on a process that loaded libtorch), so the app asks
+        for them only for the ranks on screen, in their own worker, never in the live poll.
+        """
         ...
 
     def close(self) -> None:
@@ -45,6 +49,7 @@ class CollectorPoller:
     # a large job is read in turns, so one refresh never waits on hundreds of py-spy runs.
     SAMPLES = 1
     MAX_RANKS_PER_POLL = 64
+    NATIVE_TIMEOUT = 60.0  # symbolising libtorch takes a while the first time
 
     def __init__(self, resolve: Callable[[], object], native: bool = False,
                  follow: bool = False, job_targets=None) -> None:
@@ -98,12 +103,14 @@ class CollectorPoller:
             collector = self._collector
         return collector.poll()
 
-    def set_native(self, native: bool) -> None:
-        with self._lock:
-            self._native = native
-            if self._collector is not None:
-                # Read at the next poll; the collector keeps its stuck/running history.
-                self._collector.native = native
+    def read_native(self, rank: int) -> StackSample | None:
+        from mldebug.collect.pyspy import dump_stack, find_pyspy
+
+        job = self._targets
+        target = next((t for t in job.targets if t.rank == rank), None) if job else None
+        if target is None:
+            return None
+        return dump_stack(find_pyspy(), target, native=True, timeout=self.NATIVE_TIMEOUT)
 
     def _close_collector(self) -> None:
         close = getattr(self._collector, "close", None)

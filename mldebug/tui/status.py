@@ -30,8 +30,6 @@ def status_text(app) -> Text:
                     style="dim")
     if app.poll_seconds >= SLOW_POLL:
         text.append(f"   last poll took {app.poll_seconds:.1f}s", style="yellow")
-    if app.native:
-        text.append("   native frames on", style="dim")
     if app.last_error and app.waiting:
         text.append(f"   waiting: {app.last_error}", style="yellow")
     elif app.last_error:

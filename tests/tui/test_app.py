@@ -6,9 +6,9 @@ import json
 
 import pytest
 from textual.widgets import DataTable, Input, Log, TabbedContent
-from tui_fakes import FakePoller, Frame, hung_job
+from tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 
-from mldebug.model import RankView, ThreadStack
+from mldebug.model import RankTarget, RankView, StackSample, ThreadStack
 from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
 from mldebug.tui.screens.quit_screen import QuitScreen
@@ -100,7 +100,7 @@ async def test_enter_opens_the_rank_with_every_thread_and_its_source_line(tmp_pa
         assert not isinstance(app.screen, RankScreen)
 
 
-async def test_native_frames_toggle_and_are_asked_of_the_poller(poller):
+async def test_native_frames_are_read_on_demand_for_the_rank_on_screen(poller):
     app = AttachApp(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
@@ -109,9 +109,29 @@ async def test_native_frames_toggle_and_are_asked_of_the_poller(poller):
         assert "gloo::AllreduceRing::run" not in detail.text
         assert "1 native frames hidden" in detail.text
         await pilot.press("n")
-        assert "gloo::AllreduceRing::run" in detail.text
-        assert poller.native_requests == [True]
-        assert "native frames on" in str(app.query_one("#status").render())
+        await app.screen.workers.wait_for_complete()
+        await pilot.pause()
+        assert "gloo::AllreduceRing::run  libgloo.so" in detail.text
+        assert "native frames as read at" in detail.text
+        assert poller.native_requests == [0]  # one reading, of the rank on screen only
+        await pilot.press("n")
+        assert "gloo::AllreduceRing::run" not in detail.text
+
+
+async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter")
+        poller.read_native = lambda rank: StackSample(
+            RankTarget(pid=1), FIXED_TIME, failure="timeout",
+            failure_detail="py-spy did not answer within 60s")
+        await pilot.press("n")
+        await app.screen.workers.wait_for_complete()
+        await pilot.pause()
+        text = app.screen.query_one(RankDetail).text
+        assert "native frames could not be read: py-spy did not answer within 60s" in text
+        assert "all_reduce  /venv/torch/distributed/distributed_c10d.py:2806" in text
 
 
 async def test_compare_shows_two_ranks_side_by_side(poller):

@@ -21,6 +21,7 @@ from mldebug.model import (
     RankView,
     StackGroup,
     StackNode,
+    StackSample,
     ThreadStack,
 )
 from mldebug.ranges import format_ranks
@@ -137,8 +138,14 @@ class FakePoller:
             raise error
         return self.make(tick)
 
-    def set_native(self, native: bool) -> None:
-        self.native_requests.append(native)
+    def read_native(self, rank: int) -> StackSample | None:
+        """A native reading: the synthetic job's threads already carry native frames."""
+        self.native_requests.append(rank)
+        job = self.make(max(0, self.calls - 1))
+        view = next((v for v in job.ranks if v.rank == rank), None)
+        if view is None or view.target is None:
+            return None
+        return StackSample(view.target, FIXED_TIME, threads=view.threads)
 
     def close(self) -> None:
         self.closed = True

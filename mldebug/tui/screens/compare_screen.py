@@ -9,25 +9,26 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mldebug.model import JobSnapshot
+from mldebug.tui.screens.native_frames import NativeFrames
 from mldebug.tui.screens.rank_screen import find_rank
 from mldebug.tui.widgets.rank_detail import RankDetail
 
 
-class CompareScreen(Screen):
+class CompareScreen(NativeFrames, Screen):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("n", "toggle_native", "Native frames"),
     ]
 
-    def __init__(self, left: int, right: int, native: bool = False) -> None:
+    def __init__(self, left: int, right: int) -> None:
         super().__init__()
-        self.left, self.right, self.native = left, right, native
+        self.left, self.right = left, right
 
     def compose(self) -> ComposeResult:
         yield Static(f"Rank {self.left} | rank {self.right}", classes="screen-title")
         with Horizontal():
-            yield RankDetail(native=self.native, id="compare-left")
-            yield RankDetail(native=self.native, id="compare-right")
+            yield RankDetail(id="compare-left")
+            yield RankDetail(id="compare-right")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -37,8 +38,6 @@ class CompareScreen(Screen):
         self.query_one("#compare-left", RankDetail).show(find_rank(snapshot, self.left))
         self.query_one("#compare-right", RankDetail).show(find_rank(snapshot, self.right))
 
-    def action_toggle_native(self) -> None:
-        self.native = not self.native
-        for detail in self.query(RankDetail):
-            detail.set_native(self.native)
-        self.app.set_native(self.native)
+    def details(self) -> dict[int, RankDetail]:
+        return {self.left: self.query_one("#compare-left", RankDetail),
+                self.right: self.query_one("#compare-right", RankDetail)}

@@ -8,6 +8,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mldebug.model import JobSnapshot
+from mldebug.tui.screens.native_frames import NativeFrames
 from mldebug.tui.screens.rank_prompt import RankPrompt
 from mldebug.tui.widgets.rank_detail import RankDetail
 
@@ -21,22 +22,24 @@ def find_rank(snapshot: JobSnapshot | None, rank: int):
     return None
 
 
-class RankScreen(Screen):
+class RankScreen(NativeFrames, Screen):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("n", "toggle_native", "Native frames"),
         Binding("c", "compare", "Compare with..."),
     ]
 
-    def __init__(self, rank: int, native: bool = False) -> None:
+    def __init__(self, rank: int) -> None:
         super().__init__()
         self.rank = rank
-        self.native = native
 
     def compose(self) -> ComposeResult:
         yield Static(f"Rank {self.rank}", classes="screen-title", id="rank-title")
-        yield RankDetail(native=self.native, id="rank-detail")
+        yield RankDetail(id="rank-detail")
         yield Footer()
+
+    def details(self) -> dict[int, RankDetail]:
+        return {self.rank: self.query_one(RankDetail)}
 
     def on_mount(self) -> None:
         self.show_snapshot(self.app.snapshot)
@@ -44,16 +47,11 @@ class RankScreen(Screen):
     def show_snapshot(self, snapshot: JobSnapshot | None) -> None:
         self.query_one(RankDetail).show(find_rank(snapshot, self.rank))
 
-    def action_toggle_native(self) -> None:
-        self.native = not self.native
-        self.query_one(RankDetail).set_native(self.native)
-        self.app.set_native(self.native)
-
     def action_compare(self) -> None:
         def chosen(other: int | None) -> None:
             if other is not None:
                 from mldebug.tui.screens.compare_screen import CompareScreen
 
-                self.app.push_screen(CompareScreen(self.rank, other, native=self.native))
+                self.app.push_screen(CompareScreen(self.rank, other))
 
         self.app.push_screen(RankPrompt(f"Compare rank {self.rank} with rank:"), chosen)

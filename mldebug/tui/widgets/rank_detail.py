@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import linecache
+import time
 
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from mldebug.model import RankView, ThreadStack
+from mldebug.model import RankView, StackSample, ThreadStack
 from mldebug.tui.cells import age_text, human_bytes, short_location, state_text
 
 
@@ -17,6 +18,13 @@ def source_line(file: str, line: int | None) -> str:
     if line is None or not file or file.startswith("<"):
         return ""
     return linecache.getline(file, line).strip()
+
+
+MAX_FUNCTION = 100  # demangled C++ template names run to thousands of characters
+
+
+def short_function(name: str) -> str:
+    return name if len(name) <= MAX_FUNCTION else name[: MAX_FUNCTION - 1] + "…"
 
 
 def thread_text(thread: ThreadStack, native: bool) -> Text:
@@ -38,7 +46,8 @@ def thread_text(thread: ThreadStack, native: bool) -> Text:
     for depth, frame in enumerate(reversed(frames)):  # innermost (current) first
         marker = "→ " if depth == 0 else "  "
         text.append(f"\n{marker}")
-        text.append(frame.function, style="dim" if frame.native else "bold" if depth == 0 else "")
+        text.append(short_function(frame.function),
+                    style="dim" if frame.native else "bold" if depth == 0 else "")
         text.append(f"  {frame.location}", style="cyan" if not frame.native else "dim")
         code = source_line(frame.file, frame.line) if not frame.native else ""
         if code:
@@ -71,14 +80,35 @@ def rank_header(view: RankView) -> Text:
     return text
 
 
-def rank_text(view: RankView | None, native: bool) -> Text:
+def native_note(sample: StackSample | None) -> Text:
+    if sample is None:
+        return Text("reading native frames with py-spy --native (10 s or more on a process "
+                    "that loaded libtorch)...", style="yellow")
+    if sample.failure:
+        return Text(f"native frames could not be read: {sample.failure_detail or sample.failure}",
+                    style="magenta")
+    when = time.strftime("%H:%M:%S", time.localtime(sample.time))
+    return Text(f"native frames as read at {when} (n hides them; n twice reads again)",
+                style="dim")
+
+
+def rank_text(view: RankView | None, native: bool = False,
+              native_sample: StackSample | None = None) -> Text:
+    """The detail of one rank. With `native`, the threads of the native reading replace the
+    live Python-only ones once it is there."""
     if view is None:
         return Text("This rank is not in the latest snapshot.", style="dim")
     text = rank_header(view)
-    if not view.threads:
+    threads = view.threads
+    if native:
+        text.append("\n")
+        text.append_text(native_note(native_sample))
+        if native_sample is not None and native_sample.threads:
+            threads = native_sample.threads
+    if not threads:
         text.append("\n\nNo stack: ", style="bold")
         text.append(view.detail or "the rank could not be read.")
-    for thread in view.threads:
+    for thread in threads:
         text.append("\n\n")
         text.append_text(thread_text(thread, native))
     return text
@@ -90,6 +120,7 @@ class RankDetail(VerticalScroll):
     def __init__(self, native: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.native = native
+        self.native_sample: StackSample | None = None
         self._view: RankView | None = None
         self._body = Static(Text("..."), classes="rank-body")
 
@@ -98,12 +129,16 @@ class RankDetail(VerticalScroll):
 
     def show(self, view: RankView | None) -> None:
         self._view = view
-        self._body.update(rank_text(view, self.native))
+        self._body.update(self._text())
 
-    def set_native(self, native: bool) -> None:
+    def set_native(self, native: bool, sample: StackSample | None = None) -> None:
         self.native = native
+        self.native_sample = sample
         self.show(self._view)
+
+    def _text(self) -> Text:
+        return rank_text(self._view, self.native, self.native_sample)
 
     @property
     def text(self) -> str:
-        return rank_text(self._view, self.native).plain
+        return self._text().plain
