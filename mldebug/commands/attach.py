@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                         help="seconds between refreshes (default: 1.0)")
     parser.add_argument("--native", action="store_true",
-                        help="read native (C/C++) frames too (slower)")
+                        help="read native (C/C++) frames at every refresh (slow; `n` in a "
+                        "rank's view reads them once instead)")
     return parser
 
 

@@ -59,6 +59,8 @@ async def test_overview_shows_every_rank_the_verdict_and_the_merged_tree(poller)
         labels = tree_labels(app.query_one(StackTree))
         assert any("slow_data_loading" in label and "[1]" in label for label in labels)
         assert any("all_reduce" in label and "[0,2-3] (3)" in label for label in labels)
+        await pilot.pause()  # the cursor starts on the odd rank's frame, so it is on screen
+        assert "ranks at slow_data_loading" in str(app.query_one("#node-ranks").render())
 
 
 async def test_selecting_a_tree_node_names_its_ranks(poller):

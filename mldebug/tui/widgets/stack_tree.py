@@ -43,6 +43,8 @@ class StackTree(Tree[StackNode]):
         self.show_root = True
         self._shown: StackNode | None = None
         self._collapsed: set[tuple[str, ...]] = set()  # closed by the user: stays closed
+        self._paths: dict[int, tuple[str, ...]] = {}  # tree node id -> frame path
+        self._user_path: tuple[str, ...] | None = None  # where the user put the cursor
         self.rebuilds = 0
 
     def show(self, tree: StackNode) -> None:
@@ -52,16 +54,20 @@ class StackTree(Tree[StackNode]):
         self._shown = tree
         self.rebuilds += 1
         self.clear()
+        self._paths = {self.root.id: ("<root>",)}
         total = len(tree.ranks)
         self.root.set_label(node_label(tree, total))
         self.root.data = tree
         self._add_children(self.root, tree, total, ("<root>",))
         self.root.expand()
+        # Lines are laid out on the next refresh; place the cursor then.
+        self.call_after_refresh(self._place_cursor)
 
     def _add_children(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
         for child in node.children:
             child_path = (*path, node_key(child.frame))
             item = parent.add(node_label(child, total), data=child, allow_expand=bool(child.children))
+            self._paths[item.id] = child_path
             if child.children:
                 self._add_children(item, child, total, child_path)
                 # Everything starts open (the split is what matters); what the user
@@ -69,16 +75,34 @@ class StackTree(Tree[StackNode]):
                 if child_path not in self._collapsed:
                     item.expand()
 
-    def _remember_expansion(self) -> None:
-        def walk(item: TreeNode, path) -> None:
-            for child in item.children:
-                child_path = (*path, node_key(child.data.frame if child.data else None))
-                if child.allow_expand:
-                    if child.is_expanded:
-                        self._collapsed.discard(child_path)
-                    else:
-                        self._collapsed.add(child_path)
-                walk(child, child_path)
+    def _place_cursor(self) -> None:
+        """Back where the user left it; else on the odd ranks' current frame, so the
+        branch that matters is on screen even in a short terminal."""
+        nodes = [self.root, *self._walk(self.root)]
+        if self._user_path is not None:
+            for item in nodes:
+                if self._paths.get(item.id) == self._user_path:
+                    self.move_cursor(item)
+                    return
+        leaves = [item for item in nodes if item.data is not None and not item.children]
+        if leaves:
+            self.move_cursor(min(leaves, key=lambda item: len(item.data.ranks)))
 
-        if self._shown is not None:
-            walk(self.root, ("<root>",))
+    def _walk(self, item: TreeNode):
+        for child in item.children:
+            yield child
+            yield from self._walk(child)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        if self.has_focus:  # a move by the user, not by _place_cursor
+            self._user_path = self._paths.get(event.node.id)
+
+    def _remember_expansion(self) -> None:
+        for item in self._walk(self.root):
+            path = self._paths.get(item.id)
+            if path is None or not item.allow_expand:
+                continue
+            if item.is_expanded:
+                self._collapsed.discard(path)
+            else:
+                self._collapsed.add(path)
