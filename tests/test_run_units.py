@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.agent.identity import ENV_OWNER, claim_rank, rank_identity
+from mldebug.agent.identity import ENV_OWNER, claim_rank, is_launcher, rank_identity
 from mldebug.commands.run import parse_args
 from mldebug.launch import env as envs
 from mldebug.launch.failures import (
@@ -179,3 +179,14 @@ def test_wrapped_rank_gone_without_error_or_normal_exit_is_a_failure(tmp_path):
     assert "Segmentation fault" in failures[0].fault_log
     assert failures[1].headline.startswith("ended without a Python exception or a normal exit")
     assert failures[1].host == "h"
+
+
+def test_launchers_are_not_ranks():
+    py = "/usr/bin/python3"
+    assert is_launcher([py, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"])
+    assert is_launcher([py, "-u", "-m", "torch.distributed.run", "train.py"])
+    assert is_launcher([py, "/venv/bin/accelerate", "launch", "train.py"])
+    assert is_launcher([py, "-m", "deepspeed.launcher.launch", "--world_info=x", "train.py"])
+    assert not is_launcher([py, "-u", "train.py", "--launcher", "torchrun"])
+    assert not is_launcher([py, "-m", "mypkg.train"])
+    assert not is_launcher([py, "-c", "print(1)"])

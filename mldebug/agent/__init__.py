@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from .errors import install_excepthook
-from .identity import ENV_OWNER, claim_rank, rank_identity
+from .identity import ENV_OWNER, claim_rank, is_launcher, rank_identity
 
 ENV_RUN_DIR = "MLDEBUG_RUN_DIR"
 ENV_MODE = "MLDEBUG_MODE"
@@ -69,7 +69,7 @@ def activate() -> None:
     global _fault_file
     run_dir = os.environ.get(ENV_RUN_DIR)
     identity = rank_identity(os.environ)
-    if not run_dir or identity is None:
+    if not run_dir or identity is None or is_launcher(getattr(sys, "orig_argv", sys.argv)):
         return  # a launcher or a helper process: nothing of a rank to watch
     rank, local_rank, world_size = identity
     if not claim_rank(os.environ, rank, os.getpid()):

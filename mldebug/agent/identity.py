@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+import os
+from collections.abc import MutableMapping, Sequence
 
 # Set by the first process of a rank for its whole process tree: "<rank>:<pid>".
 ENV_OWNER = "MLDEBUG_RANK_OWNER"
@@ -14,6 +15,36 @@ RANK_VARIABLES = (
     ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
     ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
 )
+
+
+# Launchers are never ranks, even when their own environment has a rank variable
+# (`srun torchrun ...` gives torchrun SLURM_PROCID): script names and `python -m` modules.
+LAUNCHERS = frozenset(
+    {
+        "torchrun",
+        "torch.distributed.run",
+        "torch.distributed.launch",
+        "accelerate",
+        "accelerate.commands.launch",
+        "accelerate.commands.accelerate_cli",
+        "deepspeed",
+        "deepspeed.launcher.runner",
+        "deepspeed.launcher.launch",
+    }
+)
+
+
+def is_launcher(argv: Sequence[str]) -> bool:
+    """Is this Python process a known launcher? `argv` is sys.orig_argv (python included)."""
+    args = list(argv[1:])
+    if "-m" in args:
+        index = args.index("-m")
+        return index + 1 < len(args) and args[index + 1] in LAUNCHERS
+    for arg in args:
+        if not arg.startswith("-"):
+            name = os.path.basename(arg)
+            return name.removesuffix(".py") in LAUNCHERS
+    return False
 
 
 def _int(value: str | None) -> int | None:
