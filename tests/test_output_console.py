@@ -40,3 +40,17 @@ def test_tailer_shows_new_ranks_and_flushes_partial_lines(tmp_path):
         "[h:1] partial 1",
         "[h:1] rank 1 says hi",
     ]
+
+
+def test_tailer_reads_a_flood_to_the_end_when_it_finishes(tmp_path):
+    paths = RunPaths(tmp_path / "run")
+    paths.rank_dir(0).mkdir(parents=True)
+    lines = [f"line {i:07d} " + "x" * 40 for i in range(150_000)]  # ~8 MiB: several looks
+    paths.stdout(0).write_text("\n".join(lines) + "\n")
+    out = os.open(tmp_path / "console", os.O_WRONLY | os.O_CREAT, 0o600)
+    tailer = OutputTailer(paths, Console(stdout_fd=out, stderr_fd=out), "h", local_ranks={0: 0})
+    tailer.start()
+    tailer.finish()
+    os.close(out)
+    shown = (tmp_path / "console").read_text().splitlines()
+    assert shown == [f"[h:0] {line}" for line in lines]

@@ -18,6 +18,7 @@ from mldebug.launch.lines import LineSplitter
 from mldebug.rundir import RunPaths, read_json
 
 READ_CHUNK = 1 << 20
+MAX_CHUNKS_PER_LOOK = 4
 POLL_INTERVAL = 0.1  # seconds between two looks at the files
 SCAN_INTERVAL = 0.5  # seconds between two looks for new rank directories
 
@@ -146,9 +147,9 @@ class OutputTailer:
             if stopping or now - last_scan >= SCAN_INTERVAL:
                 self._scan()
                 last_scan = now
-            self._pump(now)
             if stopping:
                 ended = {source.rank for source in self.sources}
+            self._pump(now, drain=ended)  # an ended rank is read to the end before its flush
             for source in self.sources:
                 if source.rank in ended:
                     self._emit(source, source.splitter.finish())
@@ -180,7 +181,7 @@ class OutputTailer:
             files = [(self.paths.stdout(rank), "stdout"), (self.paths.stderr(rank), "stderr")]
             self._add(rank, str(rank), host, files)
 
-    def _pump(self, now: float) -> None:
+    def _pump(self, now: float, drain: set[int]) -> None:
         for source in self.sources:
             if source.fd is None:
                 try:
@@ -190,7 +191,10 @@ class OutputTailer:
                 if source.skip_existing:
                     os.lseek(source.fd, 0, os.SEEK_END)
             lines: list[bytes] = []
-            while True:
+            # A flood from one rank must not starve the others: a few chunks per look.
+            chunks = 0
+            while source.rank in drain or chunks < MAX_CHUNKS_PER_LOOK:
+                chunks += 1
                 data = os.read(source.fd, READ_CHUNK)
                 if not data:
                     break
