@@ -39,6 +39,7 @@ class AttachApp(App[int]):
     TITLE = "mldebug attach"
     BINDINGS = [
         Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+q", "quit_app", "Quit", show=False, priority=True),
         Binding("p", "toggle_pause", "Pause"),
         Binding("s", "save_report", "Snapshot"),
         Binding("slash", "filter", "Filter ranks"),

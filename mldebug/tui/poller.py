@@ -49,7 +49,7 @@ class CollectorPoller:
     # a large job is read in turns, so one refresh never waits on hundreds of py-spy runs.
     SAMPLES = 1
     MAX_RANKS_PER_POLL = 64
-    NATIVE_TIMEOUT = 60.0  # symbolising libtorch takes a while the first time
+    NATIVE_TIMEOUT = 30.0  # symbolising libtorch takes a while the first time
 
     def __init__(self, resolve: Callable[[], object], native: bool = False,
                  follow: bool = False, job_targets=None) -> None:

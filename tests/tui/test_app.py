@@ -28,6 +28,15 @@ async def settle(app, pilot) -> None:
     await pilot.pause()
 
 
+async def wait_until(pilot, condition, attempts: int = 200) -> None:
+    """For work done in a plain thread: let the app run until `condition()` holds."""
+    for _ in range(attempts):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("condition never held")
+
+
 def table_rows(table: DataTable) -> list[list[str]]:
     return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
 
@@ -111,8 +120,7 @@ async def test_native_frames_are_read_on_demand_for_the_rank_on_screen(poller):
         assert "gloo::AllreduceRing::run" not in detail.text
         assert "1 native frames hidden" in detail.text
         await pilot.press("n")
-        await app.screen.workers.wait_for_complete()
-        await pilot.pause()
+        await wait_until(pilot, lambda: "native frames as read" in detail.text)
         assert "gloo::AllreduceRing::run  libgloo.so" in detail.text
         assert "native frames as read at" in detail.text
         assert poller.native_requests == [0]  # one reading, of the rank on screen only
@@ -129,9 +137,9 @@ async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
             RankTarget(pid=1), FIXED_TIME, failure="timeout",
             failure_detail="py-spy did not answer within 60s")
         await pilot.press("n")
-        await app.screen.workers.wait_for_complete()
-        await pilot.pause()
-        text = app.screen.query_one(RankDetail).text
+        detail = app.screen.query_one(RankDetail)
+        await wait_until(pilot, lambda: "could not be read" in detail.text)
+        text = detail.text
         assert "native frames could not be read: py-spy did not answer within 60s" in text
         assert "all_reduce  /venv/torch/distributed/distributed_c10d.py:2806" in text
 

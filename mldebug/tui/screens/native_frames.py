@@ -1,13 +1,13 @@
 """Native frames on demand for the ranks a detail screen shows.
 
 py-spy --native is slow (it symbolises every loaded library), so it never runs in the live
-poll: a detail screen asks for one reading per rank it shows, in its own thread worker,
+poll: a detail screen asks for one reading per rank it shows, in its own thread,
 and keeps showing the live Python stack until the reading arrives.
 """
 
 from __future__ import annotations
 
-from textual import work
+import threading
 
 from mldebug.tui.messages import NativeReady
 from mldebug.tui.widgets.rank_detail import RankDetail
@@ -28,13 +28,19 @@ class NativeFrames:
             if self.native:
                 self._read_native(rank)
 
-    @work(thread=True, exit_on_error=False, group="native")
     def _read_native(self, rank: int) -> None:
-        try:
-            sample = self.app.poller.read_native(rank)
-        except Exception:  # a failed read leaves the Python stack on screen
-            sample = None
-        self.post_message(NativeReady(rank, sample))
+        # A daemon thread, not a worker: quitting must not wait for a slow native read
+        # (Textual joins its worker threads on exit).
+        poller, post = self.app.poller, self.post_message
+
+        def read() -> None:
+            try:
+                sample = poller.read_native(rank)
+            except Exception:  # a failed read leaves the Python stack on screen
+                sample = None
+            post(NativeReady(rank, sample))
+
+        threading.Thread(target=read, name=f"mldebug-native-{rank}", daemon=True).start()
 
     def on_native_ready(self, message: NativeReady) -> None:
         detail = self.details().get(message.rank)
