@@ -43,6 +43,7 @@ class AttachApp(App[int]):
         Binding("p", "toggle_pause", "Pause"),
         Binding("s", "save_report", "Snapshot"),
         Binding("slash", "filter", "Filter ranks"),
+        Binding("escape", "leave_input", "Back to the table", show=False),
         Binding("r", "open_recipe", "Recipe"),
         Binding("question_mark", "toggle_help", "Keys"),
         *(Binding(str(i + 1), f"tab('{tab}')", tab.title(), show=False) for i, tab in enumerate(TABS)),
@@ -207,6 +208,11 @@ class AttachApp(App[int]):
     def action_filter(self) -> None:
         self.query_one(TabbedContent).active = "overview"
         self.query_one("#rank-filter", Input).focus()
+
+    def action_leave_input(self) -> None:
+        """Escape from the rank filter returns to the table, keeping the filter."""
+        if isinstance(self.focused, Input) and self.focused.id == "rank-filter":
+            self.query_one(RankTable).focus()
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

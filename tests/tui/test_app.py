@@ -174,6 +174,8 @@ async def test_filter_by_rank_set_and_by_text(poller):
         table = app.query_one(RankTable)
         await pilot.press("slash", "2", "-", "3")
         assert table.shown_ranks == [2, 3]
+        await pilot.press("escape")  # back to the table, the filter stays
+        assert app.focused is table and table.shown_ranks == [2, 3]
         app.query_one("#rank-filter", Input).value = "slow_data"
         await pilot.pause()
         assert table.shown_ranks == [1]
