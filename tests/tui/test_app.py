@@ -407,3 +407,12 @@ async def test_recipes_can_be_browsed_with_the_keyboard(poller):
         await pilot.pause()
         assert view.current not in (None, first)
         assert view.current == view.recipes[1].id
+
+
+async def test_enter_on_a_finding_opens_its_recipe(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("2", "enter")
+        assert app.query_one(TabbedContent).active == "recipes"
+        assert app.query_one(RecipesView).current == "rank-outside-collective"

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from mldebug.model import Finding
 from mldebug.ranges import format_ranks
+from mldebug.tui.messages import ShowRecipe
 from mldebug.tui.runfiles import RunFiles
 
 NO_EVENTS = (
@@ -34,7 +35,7 @@ class AnomaliesView(Vertical):
         self._events_shown = -1
 
     def compose(self) -> ComposeResult:
-        yield Static("Findings", classes="section-title")
+        yield Static("Findings (enter opens the recipe)", classes="section-title")
         yield DataTable(id="findings-table", cursor_type="row")
         yield Static("Events", classes="section-title")
         yield Static(NO_RUN, id="events-note")
@@ -58,6 +59,15 @@ class AnomaliesView(Vertical):
                 finding.severity, finding.kind, format_ranks(finding.ranks), finding.summary,
                 finding.location or "-", finding.recipe or "-",
             )
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a finding opens its recipe."""
+        if event.data_table.id != "findings-table" or not self._findings:
+            return
+        event.stop()
+        finding = self._findings[event.cursor_row]
+        if finding.recipe:
+            self.post_message(ShowRecipe(finding.recipe))
 
     def show_files(self, files: RunFiles | None) -> None:
         note = self.query_one("#events-note", Static)
