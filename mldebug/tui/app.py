@@ -65,7 +65,7 @@ class AttachApp(App[int]):
         self.run_dir = run_dir
         self.stop_job = stop
         self.job_name = job_name
-        self.clock = clock  # injected so snapshot tests can fix "last update" times
+        self.clock = clock  # names the saved reports; injectable for tests
         self.snapshot: JobSnapshot | None = None
         self.files: RunFiles | None = None
         self.paused = False
