@@ -12,6 +12,7 @@ import pytest
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+
 WAIT_LINE = next(i for i, line in enumerate(SLEEPY.read_text().splitlines(), 1)
                  if "WAIT_LINE" in line)
 
@@ -23,17 +24,8 @@ def dump(*args, env=None):
 
 
 @pytest.fixture
-def launcher():
-    proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        ready = sorted((proc.stdout.readline().split() for _ in range(4)),
-                       key=lambda r: int(r[2]))
-        proc.rank_pids = [int(pid) for _, pid, _ in ready]
-        yield proc
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def launcher(sleepy_job):
+    return sleepy_job
 
 
 def test_json_report_of_a_launcher(launcher):

@@ -2,9 +2,6 @@
 
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,21 +9,10 @@ from mldebug.collect.collector import JobCollector
 from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN
 from mldebug.targets import resolve_targets
 
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
-
 
 @pytest.fixture
-def job():
-    proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        ready = sorted((proc.stdout.readline().split() for _ in range(4)),
-                       key=lambda r: int(r[2]))
-        proc.rank_pids = [int(pid) for _, pid, _ in ready]
-        yield proc
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def job(sleepy_job):
+    return sleepy_job
 
 
 def test_single_sample_polls_compare_with_the_previous_poll(job):
