@@ -31,6 +31,7 @@ KIND_RENDEZVOUS = "rendezvous"  # everyone waits in init_process_group / the sto
 KIND_HANG = "hang"  # every rank waits in the same collective, none is elsewhere
 KIND_UNREADABLE = "unreadable"  # ranks whose stacks could not be read
 KIND_PROGRESSING = "progressing"  # informational: the job is working, not hung
+KIND_CRASH = "crash"  # a rank ended by an exception or a signal: the root cause of what follows
 KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody waits on them
 
 SEVERITY_ERROR = "error"
@@ -124,6 +125,18 @@ class StackGroup:
     user_frame: Frame | None = None
     collective: str | None = None
     state: str = STATE_UNKNOWN
+
+
+@dataclass(frozen=True)
+class RankCrash:
+    """How a rank ended badly, from the files its hook and `mldebug run` left behind."""
+
+    rank: int
+    time: float  # when the exception reached the top, else when the rank was last seen
+    how: str = ""  # "uncaught exception", "killed (SIGKILL): OOM killer?", ...
+    exc_type: str = ""
+    message: str = ""
+    location: str | None = None  # file:line, the user's own frame when known
 
 
 @dataclass(frozen=True)

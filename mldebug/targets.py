@@ -18,8 +18,9 @@ from pathlib import Path
 import psutil
 
 from mldebug import rundir
+from mldebug.collect.crashes import read_crashes
 from mldebug.errors import NoTargetError, PermissionDeniedError
-from mldebug.model import RankTarget
+from mldebug.model import RankCrash, RankTarget
 from mldebug.ranges import format_ranks
 
 # (rank variable, world size variable, local rank variable), most specific launcher first.
@@ -45,6 +46,7 @@ class JobTargets:
     exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> code, from run.json
     notes: tuple[str, ...] = ()  # what resolution noticed and the user should know
     partial: bool = False  # the user named some ranks only: the others are not "missing"
+    crashes: tuple[RankCrash, ...] = ()  # ranks that ended badly, from the run directory
 
 
 def _int(value: str | None) -> int | None:
@@ -246,15 +248,20 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                                    local_rank=_int(str(info.get("local_rank", ""))),
                                    host=info.get("host") or host, job=str(root),
                                    run_dir=str(root))
+    crashes = read_crashes(root, manifest)
     if not targets:
         status = manifest.get("status") or "unknown"
+        if status == rundir.STATUS_FAILED:
+            # Post-mortem: no stacks to read, but the files say who failed first, and how.
+            return JobTargets((), world, str(root), str(root), exit_codes, crashes=crashes,
+                              notes=(f"the run has ended ({status}); this is what it left",))
         raise NoTargetError(f"run {root} has no live ranks (status: {status})",
                             "It has ended or not started yet; its logs are in that directory.")
     if world is None:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
     ordered = tuple(sorted(targets.values(), key=_order))
-    return JobTargets(ordered, world, str(root), str(root), exit_codes)
+    return JobTargets(ordered, world, str(root), str(root), exit_codes, crashes=crashes)
 
 
 def _describe_job(targets: list[RankTarget]) -> str:

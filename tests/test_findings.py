@@ -5,6 +5,7 @@ from mldebug.analysis.states import rank_state
 from mldebug.model import (
     FAIL_EXITED,
     FAIL_PERMISSION,
+    KIND_CRASH,
     KIND_HANG,
     KIND_MISMATCH,
     KIND_MISSING,
@@ -20,6 +21,7 @@ from mldebug.model import (
     STATE_STUCK,
     STATE_UNKNOWN,
     Frame,
+    RankCrash,
     RankTarget,
     StackSample,
     ThreadStack,
@@ -224,3 +226,40 @@ def test_a_rank_still_starting_up_is_only_a_warning():
     assert [f.ranks for f in outlier] == [(1,)]
     assert outlier[0].severity == SEVERITY_WARNING
     assert "ranks 0,2 wait in init_process_group" in outlier[0].summary
+
+
+def test_the_first_crash_is_the_root_cause():
+    # GIVEN rank 2 raised first and rank 0 failed after it, and rank 1 still waits
+    crashes = (RankCrash(2, 10.0, "uncaught exception", "ValueError", "bad shard", "t.py:9"),
+               RankCrash(0, 11.0, "uncaught exception", "RuntimeError", "peer closed", "t.py:3"))
+    waiting = in_op("all_reduce", "step", 40)
+    targets, by_pid = [], {}
+    for rank in (1,):
+        target, rank_samples = samples(rank, waiting, waiting, waiting, world=3)
+        targets.append(target)
+        by_pid[target.pid] = rank_samples
+    snap = build_snapshot(targets, by_pid, world_size=3, exit_codes={0: 1, 2: 1},
+                          crashes=crashes)
+    # THEN the verdict leads with rank 2's exception at its line
+    first = snap.findings[0]
+    assert (first.kind, first.ranks, first.location, first.recipe) == \
+        (KIND_CRASH, (2,), "t.py:9", "rank-crash")
+    assert first.summary == ("rank 2 failed first: ValueError: bad shard (t.py:9); "
+                             "rank 0 failed after it")
+    # AND the ranks still alive are told to be waiting for the missing ones
+    assert KIND_MISSING in [f.kind for f in snap.findings]
+
+
+def test_a_crash_of_a_rank_still_alive_is_not_reported():
+    waiting = in_op("all_reduce", "step", 40)
+    target, rank_samples = samples(0, waiting, waiting, world=1)
+    snap = build_snapshot([target], {target.pid: rank_samples}, world_size=1,
+                          crashes=(RankCrash(0, 1.0, exc_type="ValueError", message="x"),))
+    assert KIND_CRASH not in [f.kind for f in snap.findings]
+
+
+def test_post_mortem_of_a_dead_job_is_the_crash_alone():
+    snap = build_snapshot([], {}, world_size=2, exit_codes={0: 143, 1: 139},
+                          crashes=(RankCrash(1, 5.0, "segmentation fault (SIGSEGV)"),))
+    assert [(f.kind, f.summary) for f in snap.findings] == [
+        (KIND_CRASH, "rank 1 failed first: segmentation fault (SIGSEGV)")]

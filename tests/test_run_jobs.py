@@ -175,6 +175,20 @@ def test_native_crash_names_root_cause_and_ends_the_job(native_job):
     assert not any(pid_alive(r["pid"]) for r in manifest["ranks"])
 
 
+def test_dump_of_the_crashed_run_names_the_root_cause(native_job):
+    # GIVEN the run that ended with rank 1's exception, WHEN dump reads it post-mortem
+    code, out, err, paths, tmp_path = native_job
+    done = subprocess.run([*MLDEBUG, "dump", "--run", str(paths.root), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    # THEN its verdict is the first failure, with the raising line and the recipe
+    assert done.returncode == 1, done.stderr
+    crash = json.loads(done.stdout)["findings"][0]
+    assert crash["kind"] == "crash" and crash["ranks"] == [1]
+    assert crash["location"] == f"{tmp_path / 'job.py'}:{RAISE_LINE}"
+    assert "ValueError: rank 1 gives up" in crash["summary"]
+    assert crash["recipe"] == "rank-crash"
+
+
 def test_wrapped_torchrun_prefixes_report_and_exit_code(wrapped_job):
     code, out, err, paths, tmp_path = wrapped_job
     assert code == 1  # torchrun's own exit code

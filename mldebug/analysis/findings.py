@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from mldebug.analysis.frames import frame_label, is_rendezvous
 from mldebug.model import (
     FAIL_PERMISSION,
+    KIND_CRASH,
     KIND_HANG,
     KIND_MISMATCH,
     KIND_MISSING,
@@ -32,12 +33,13 @@ from mldebug.model import (
     STATE_UNREADABLE,
     Finding,
     FindingPart,
+    RankCrash,
     RankView,
 )
 from mldebug.ranges import format_ranks
 
 _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
-_KIND_ORDER = (KIND_MISSING, KIND_OUTLIER, KIND_MISMATCH, KIND_RENDEZVOUS, KIND_HANG,
+_KIND_ORDER = (KIND_CRASH, KIND_MISSING, KIND_OUTLIER, KIND_MISMATCH, KIND_RENDEZVOUS, KIND_HANG,
                KIND_UNREADABLE, KIND_STUCK, KIND_PROGRESSING)
 
 
@@ -79,6 +81,25 @@ def _missing(views: Sequence[RankView], world: int | None) -> list[Finding]:
     summary += "; the other ranks cannot complete a collective without " + \
         _verb(ranks, "it", "them")
     return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
+
+
+def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
+    """The root cause: the first rank that ended badly (and is gone), with what it raised."""
+    gone = {v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED)}
+    ended = [c for c in crashes if c.rank in gone]
+    if not ended:
+        return []
+    first = ended[0]
+    what = f"{first.exc_type}: {first.message}" if first.exc_type else (first.how or "it ended")
+    summary = f"rank {first.rank} failed first: {what}"
+    if first.location:
+        summary += f" ({first.location})"
+    later = [c.rank for c in ended[1:]]
+    if later:
+        summary += f"; {ranks_text(later)} failed after it"
+    return [Finding(KIND_CRASH, (first.rank,), summary, location=first.location,
+                    recipe="rank-crash",
+                    detail=first.how if first.exc_type and first.how else "")]
 
 
 def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
@@ -197,9 +218,15 @@ def _idle(present: list[RankView]) -> list[Finding]:
 
 
 def find_problems(views: Sequence[RankView], world_size: int | None = None,
-                  failures: dict[int, str] | None = None) -> tuple[Finding, ...]:
-    """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample."""
-    findings = _missing(views, world_size) + _unreadable(views, failures or {})
+                  failures: dict[int, str] | None = None,
+                  crashes: Sequence[RankCrash] = ()) -> tuple[Finding, ...]:
+    """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
+    `crashes`: how ranks ended badly, earliest first (from the run directory)."""
+    crash = _crash(views, crashes)
+    alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
+    # With every rank gone, "not running" says nothing the root cause does not.
+    findings = crash + (_missing(views, world_size) if alive or not crash else []) \
+        + _unreadable(views, failures or {})
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
     present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)

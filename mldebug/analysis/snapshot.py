@@ -14,6 +14,7 @@ from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
     JobSnapshot,
+    RankCrash,
     RankTarget,
     RankView,
     StackSample,
@@ -62,7 +63,8 @@ def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
 def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence[StackSample]],
                    world_size: int | None = None, job: str = "", run_dir: str | None = None,
                    exit_codes: Mapping[int, int] | None = None,
-                   now: float | None = None, partial: bool = False) -> JobSnapshot:
+                   now: float | None = None, partial: bool = False,
+                   crashes: Sequence[RankCrash] = ()) -> JobSnapshot:
     """Everything about a job at one moment. `samples` maps a target's pid to its samples.
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
@@ -94,5 +96,6 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     return JobSnapshot(
         time=time.time() if now is None else now, ranks=tuple(views), groups=groups,
-        tree=build_tree(groups), findings=find_problems(views, None if partial else world_size, failures),
+        tree=build_tree(groups), findings=find_problems(views, None if partial else world_size, failures,
+                                                   crashes),
         world_size=world_size, job=job, run_dir=run_dir)

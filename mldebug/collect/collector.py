@@ -100,7 +100,7 @@ class JobCollector:
             samples = {t.pid: self._history.get(t.pid, ()) for t in self.job.targets}
             return build_snapshot(self.job.targets, samples, self.job.world_size, self.job.job,
                                   self.job.run_dir, self.job.exit_codes,
-                                  partial=self.job.partial)
+                                  partial=self.job.partial, crashes=self.job.crashes)
 
 
 def collect_once(job_targets: JobTargets, **options) -> JobSnapshot:
