@@ -59,6 +59,7 @@ class ThreadStack:
     os_thread_id: int | None = None
     active: bool = False  # on CPU (not in a wait) when sampled
     owns_gil: bool = False
+    pid: int | None = None  # the process it runs in, when not the rank's own (DataLoader worker)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class RankView:
     detail: str = ""  # why unreadable / how it exited
     step: int | None = None  # from the in-rank agent, when there is one
     heartbeat_age: float | None = None
+    # The rank waits for its DataLoader: pid of the worker process whose line user_frame is.
+    dataloader_worker: int | None = None
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ VENV_BIN = Path(sys.executable).parent
 TORCHRUN = VENV_BIN / "torchrun"
 JOB = Path(__file__).parent / "jobs" / "hang_job.py"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-MODES = ("straggler", "outliers", "mismatch", "missing", "healthy")
+MODES = ("straggler", "outliers", "mismatch", "missing", "healthy", "dataloader")
 NPROC = 4
+NPROC_OF = {"outliers": 5, "dataloader": 3}  # 5: a fifth rank burns CPU in C code
 
 
 def line_of(marker: str) -> str:
@@ -74,8 +75,7 @@ class Job:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     logs = tmp_path_factory.mktemp("jobs")
-    # The outliers job has a fifth rank that burns CPU in C code: busy, yet still the outlier.
-    started = {mode: Job(mode, logs / f"{mode}.log", nproc=5 if mode == "outliers" else NPROC)
+    started = {mode: Job(mode, logs / f"{mode}.log", nproc=NPROC_OF.get(mode, NPROC))
                for mode in MODES}
     started["example_skip"] = Job("example_skip", logs / "skip.log", EXAMPLES /
                                   "skip_collective.py", "rank 1 finished training", 1)
@@ -129,6 +129,32 @@ def test_lock_dataloader_and_busy_outliers(jobs):
     assert "it is busy in crunch" in busy["summary"]
     waiting = [r["rank"] for r in report["ranks"] if r["collective"] == "all_reduce"]
     assert waiting == [0, 4]
+
+
+def test_rank_stuck_in_a_dataloader_worker_is_named_with_the_workers_line(jobs):
+    # GIVEN 3 ranks reading batches with num_workers=2, rank 2's dataset blocking in its workers
+    job = jobs["dataloader"]
+    rank2 = next(p for p in psutil.Process(job.proc.pid).children()
+                 if p.environ().get("RANK") == "2")
+    workers = {c.pid for c in rank2.children()}
+    # WHEN the job is dumped
+    code, report = dump_json(job)
+    # THEN the verdict names rank 2 and the dataset's line in a worker, not the loader loop
+    assert code == 1
+    (finding,) = errors(report)
+    assert (finding["kind"], finding["ranks"]) == ("outlier", [2])
+    assert finding["location"] == line_of("WORKER_GETITEM_LINE")
+    assert "waits for its DataLoader, whose worker (pid" in finding["summary"]
+    assert "while ranks 0-1 wait in all_reduce" in finding["summary"]
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[2]["dataloader_worker"] in workers
+    assert ranks[2]["location"] == line_of("WORKER_GETITEM_LINE")
+    worker_threads = [t for t in ranks[2]["threads"] if t["pid"] is not None]
+    assert {t["pid"] for t in worker_threads} == workers  # both workers, no other child
+    assert all(t["name"] == f"DataLoader worker {t['pid']}" for t in worker_threads)
+    # the ranks in all_reduce do not wait for their loaders: their workers are not read
+    assert all(t["pid"] is None for r in (0, 1) for t in ranks[r]["threads"])
+    assert ranks[0]["location"] == ranks[1]["location"] == line_of("ALL_REDUCE_LINE")
 
 
 def test_mismatched_collectives(jobs):

@@ -59,6 +59,34 @@ def _where(view: RankView) -> str:
     return frame_label(view.user_frame) if view.user_frame else "library code only"
 
 
+def _worker_text(group: Sequence[RankView], stuck: bool) -> str | None:
+    """What ranks that wait for their DataLoader wait on: a worker in user code, by pid."""
+    pids = [v.dataloader_worker for v in group if v.dataloader_worker is not None]
+    if not pids:
+        return None
+    how = "stuck in" if stuck else "in"
+    if len(group) == 1:
+        return f"it waits for its DataLoader, whose worker (pid {pids[0]}) is {how} " \
+            f"{_where(group[0])}"
+    shown = ", ".join(map(str, pids[:3])) + (", ..." if len(pids) > 3 else "")
+    return f"they wait for their DataLoaders, whose workers (pids {shown}) are {how} " \
+        f"{_where(group[0])}"
+
+
+def _worker_detail(group: Sequence[RankView]) -> str:
+    if all(v.dataloader_worker is None for v in group):
+        return ""
+    ranks = [v.rank for v in group]
+    return (f"The main thread of {ranks_text(ranks)} waits in torch/utils/data/dataloader.py for "
+            "a batch; the line is the worker process's. Its stack is shown with the rank's "
+            f"threads: mldebug dump --ranks {format_ranks(ranks)}")
+
+
+def _place(view: RankView) -> tuple[str | None, bool]:
+    """Bucket key: a rank's line, and whether that line is a DataLoader worker's."""
+    return location_of(view), view.dataloader_worker is not None
+
+
 def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
     """Views grouped by key, biggest group first, then by lowest rank."""
     buckets: dict = {}
@@ -148,11 +176,12 @@ def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
     op = main[0].collective
     waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
     findings = []
-    for group in _bucket(elsewhere, key=location_of):
+    for group in _bucket(elsewhere, key=_place):
         ranks = [v.rank for v in group]
         busy = group[0].state == STATE_RUNNING
-        summary = (f"{ranks_text(ranks)} never reached {op}: {_verb(ranks, 'it is', 'they are')} "
-                   f"{'busy' if busy else 'stuck'} in {_where(group[0])}, while "
+        doing = _worker_text(group, stuck=not busy) or \
+            f"{_verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
+        summary = (f"{ranks_text(ranks)} never reached {op}: {doing}, while "
                    f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
                    f"in {op} at {_where(main[0])}")
         # Ranks still working their way to init_process_group is how every job starts.
@@ -162,7 +191,7 @@ def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
         findings.append(Finding(KIND_OUTLIER, tuple(ranks), summary,
                                 location=location_of(group[0]),
                                 recipe="rank-outside-collective", severity=group_severity,
-                                parts=parts))
+                                parts=parts, detail=_worker_detail(group)))
     return findings
 
 
@@ -207,13 +236,15 @@ def _idle(present: list[RankView]) -> list[Finding]:
                             "they use CPU); nothing looks hung", severity=SEVERITY_INFO)]
         return []
     findings = []
-    for group in _bucket(stuck, key=location_of):
+    for group in _bucket(stuck, key=_place):
         ranks = [v.rank for v in group]
         findings.append(Finding(
             KIND_STUCK, tuple(ranks),
             f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
-            f"{_verb(ranks, 'is', 'are')} in no collective: {_where(group[0])}",
-            location=location_of(group[0]), severity=SEVERITY_WARNING))
+            f"{_verb(ranks, 'is', 'are')} in no collective: "
+            f"{_worker_text(group, stuck=True) or _where(group[0])}",
+            location=location_of(group[0]), severity=SEVERITY_WARNING,
+            detail=_worker_detail(group)))
     return findings
 
 

@@ -117,3 +117,52 @@ def short_path(path: str) -> str:
         if marker in path:
             return path.rsplit(marker, 1)[1]
     return path
+
+
+# A rank's main thread that waits for a batch from DataLoader worker processes sits in these
+# methods of the multi-process iterator; a worker runs `_worker_loop`, which calls the dataset.
+_DATALOADER_FILE = "torch/utils/data/dataloader.py"
+_DATALOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_next_data"})
+_WORKER_FILE = "torch/utils/data/_utils/worker.py"
+
+
+def waits_for_dataloader(frames: Sequence[Frame]) -> bool:
+    """True when the stack waits in the DataLoader for a batch that worker processes make.
+
+    With num_workers=0 the dataset runs on this very stack, below the DataLoader frames: its
+    own line is already the innermost user frame, so that is not a wait for workers.
+    """
+    for index in range(len(frames) - 1, -1, -1):
+        frame = frames[index]
+        if frame.native:
+            continue
+        if frame.file.endswith(_DATALOADER_FILE) and short_name(frame.function) in _DATALOADER_WAITS:
+            return True
+        if is_user_frame(frame):
+            return False
+    return False
+
+
+def _worker_loop_index(frames: Sequence[Frame]) -> int | None:
+    for index in range(len(frames) - 1, -1, -1):
+        frame = frames[index]
+        if not frame.native and frame.file.endswith(_WORKER_FILE) \
+                and short_name(frame.function) == "_worker_loop":
+            return index
+    return None
+
+
+def is_dataloader_worker(frames: Sequence[Frame]) -> bool:
+    """True for the main thread of a DataLoader worker process (it runs `_worker_loop`)."""
+    return _worker_loop_index(frames) is not None
+
+
+def worker_user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost user frame a DataLoader worker is in (the dataset's `__getitem__`, a
+    collate_fn, a worker_init_fn), or None while it waits for work in `_worker_loop`.
+
+    Frames above `_worker_loop` are not counted: a forked worker still carries its parent's
+    stack up to the `for batch in loader` line that started it.
+    """
+    start = _worker_loop_index(frames)
+    return None if start is None else user_frame(frames[start + 1:])

@@ -7,17 +7,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.analysis.findings import find_problems
-from mldebug.analysis.frames import collective_op, stack_key, user_frame
+from mldebug.analysis.frames import (
+    collective_op,
+    stack_key,
+    user_frame,
+    waits_for_dataloader,
+    worker_user_frame,
+)
 from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
+    Frame,
     JobSnapshot,
     RankCrash,
     RankTarget,
     RankView,
     StackSample,
+    ThreadStack,
 )
 
 
@@ -53,11 +61,27 @@ def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
     key = stack_key(main)
     classified = memo.get(key)
     if classified is None:
-        classified = memo[key] = (user_frame(main), collective_op(main))
+        classified = memo[key] = (user_frame(main), collective_op(main),
+                                  waits_for_dataloader(main))
     rss = next((s.rss_bytes for s in reversed(samples) if s.rss_bytes is not None), None)
+    frame, worker = classified[0], None
+    if classified[2]:
+        frame, worker = _dataloader_culprit(threads, frame)
     return RankView(rank=rank, target=target, state=state, threads=threads,
-                    user_frame=classified[0], collective=classified[1],
-                    cpu_percent=cpu, rss_bytes=rss, detail=detail)
+                    user_frame=frame, collective=classified[1],
+                    cpu_percent=cpu, rss_bytes=rss, detail=detail, dataloader_worker=worker)
+
+
+def _dataloader_culprit(threads: Sequence[ThreadStack], own: Frame | None
+                        ) -> tuple[Frame | None, int | None]:
+    """(user frame, worker pid) for a rank that waits for its DataLoader: the line of the
+    first worker that is in user code, else the rank's own line and no worker."""
+    for thread in threads[1:]:
+        if thread.pid is not None:
+            frame = worker_user_frame(thread.frames)
+            if frame is not None:
+                return frame, thread.pid
+    return own, None
 
 
 def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence[StackSample]],

@@ -3,7 +3,9 @@
 `JobCollector.poll()` is blocking and safe to call again and again from a worker thread
 (the live view does). It never raises for a rank's trouble (those come back as typed
 failures in the snapshot) and bounds its work: at most `max_ranks_per_poll` ranks are read
-per poll, rotating through the job, and each py-spy run has its own time limit.
+per poll, rotating through the job, and each py-spy run has its own time limit. A rank that
+waits for its DataLoader has its worker processes read too, after the last round
+(mldebug.collect.workers), so the verdict can name the worker's line.
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from mldebug.analysis.frames import waits_for_dataloader
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.pyspy import dump_stack, find_pyspy
+from mldebug.collect.workers import (
+    MAX_RANKS_PER_POLL,
+    MAX_WORKERS_PER_RANK,
+    with_workers,
+    worker_candidates,
+)
 from mldebug.model import FAIL_ERROR, FAIL_EXITED, JobSnapshot, RankTarget, StackSample
 from mldebug.targets import JobTargets
 
@@ -37,6 +46,7 @@ class JobCollector:
         self.samples = max(1, samples)
         self.interval = max(0.0, interval)
         self.timeout_per_rank = timeout_per_rank
+        self.worker_timeout = 3.0  # a DataLoader worker's py-spy run, on top of the rounds
         self.max_ranks_per_poll = max_ranks_per_poll
         self.pyspy = pyspy or find_pyspy()
         count = max(1, len(job_targets.targets))
@@ -86,10 +96,52 @@ class JobCollector:
                 time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
         return taken
 
+    def _waits_for_loader(self, pid: int, taken: list[StackSample]) -> bool:
+        """The rank waits in the DataLoader in its newest reading and in the one before it
+        (this poll's, else the last poll's; none at all with a single-sample dump).
+
+        A healthy rank is seldom seen waiting for a batch twice in a row, so it costs nothing;
+        the exact stack is not compared, as the wait wakes up every few seconds to check on
+        the workers.
+        """
+        def waits(sample: StackSample | None) -> bool:
+            return sample is not None and not sample.failure and bool(sample.threads) \
+                and waits_for_dataloader(sample.threads[0].frames)
+
+        before = taken[-2] if len(taken) > 1 else self._last.get(pid)
+        return waits(taken[-1]) and (before is None or waits(before))
+
+    def _add_workers(self, targets: Sequence[RankTarget],
+                     taken: dict[int, list[StackSample]]) -> None:
+        """Read the DataLoader workers of ranks that wait for them, once per poll, after the
+        last round; bounded: a few ranks, a few workers each, py-spy runs in parallel."""
+        waiting = [t for t in targets
+                   if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])]
+        jobs = [(rank.pid, RankTarget(pid=worker, rank=rank.rank, world_size=rank.world_size,
+                                      host=rank.host, job=rank.job))
+                for rank in waiting[:MAX_RANKS_PER_POLL]
+                for worker in worker_candidates(rank.pid, MAX_WORKERS_PER_RANK)]
+        if not jobs:
+            return
+        read = list(self._pool.map(self._read_worker, [worker for _, worker in jobs]))
+        for rank_pid in {rank_pid for rank_pid, _ in jobs}:
+            mine = [sample for (owner, _), sample in zip(jobs, read, strict=True)
+                    if owner == rank_pid]
+            taken[rank_pid][-1] = with_workers(taken[rank_pid][-1], mine)
+
+    def _read_worker(self, target: RankTarget) -> StackSample:
+        try:
+            return dump_stack(self.pyspy, target, False, self.nonblocking,
+                              min(self.timeout_per_rank, self.worker_timeout))
+        except Exception as error:  # a worker that cannot be read leaves the rank as it was
+            return StackSample(target, time.time(), failure=FAIL_ERROR,
+                               failure_detail=f"{type(error).__name__}: {error}")
+
     def poll(self) -> JobSnapshot:
         with self._lock:
             chosen = self._choose()
             taken = self._sample_rounds(chosen)
+            self._add_workers(chosen, taken)
             for pid, new in taken.items():
                 if not new:
                     continue

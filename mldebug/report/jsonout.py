@@ -25,7 +25,7 @@ def _frames(frames) -> list[dict]:
 def thread_to_json(thread: ThreadStack) -> dict:
     return {"thread_id": thread.thread_id, "name": thread.name,
             "os_thread_id": thread.os_thread_id, "active": thread.active,
-            "owns_gil": thread.owns_gil, "frames": _frames(thread.frames)}
+            "owns_gil": thread.owns_gil, "pid": thread.pid, "frames": _frames(thread.frames)}
 
 
 def rank_to_json(view: RankView) -> dict:
@@ -40,6 +40,7 @@ def rank_to_json(view: RankView) -> dict:
         "function": view.user_frame.function if view.user_frame else None,
         "cpu_percent": round(view.cpu_percent, 1) if view.cpu_percent is not None else None,
         "rss_bytes": view.rss_bytes, "exit_code": view.exit_code, "detail": view.detail,
+        "dataloader_worker": view.dataloader_worker,
         "threads": [thread_to_json(t) for t in view.threads],
     }
 

@@ -135,6 +135,8 @@ def _rank_detail(view: RankView) -> RenderableType:
         head.append(f"  rss {view.rss_bytes / 2**20:.0f} MiB")
     if view.exit_code is not None:
         head.append(f"  exit code {view.exit_code}")
+    if view.dataloader_worker is not None:
+        head.append(f"  waits for DataLoader worker {view.dataloader_worker}")
     lines = [head]
     if view.detail and not view.threads:
         lines.append(Text(f"  {view.detail}", style="dim"))

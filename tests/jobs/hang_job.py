@@ -10,6 +10,9 @@ MODE:
   mismatch   ranks 0-1 call all_gather, ranks 2-3 call all_reduce
   missing    the last rank exits before init_process_group; the others wait for it
   healthy    every rank trains in a loop: compute, all_reduce, repeat (never hangs)
+  dataloader every rank reads batches with DataLoader(num_workers=2); the last rank's
+             dataset blocks in __getitem__ inside its worker processes, the others wait in
+             all_reduce for it
 
 Every rank prints "READY <rank>" once it is in place, so a test knows when to look.
 """
@@ -58,6 +61,30 @@ def read_batches():
     loader = torch.utils.data.DataLoader(StuckDataset(), batch_size=2, num_workers=0)
     for batch in loader:
         return batch
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """This rank's items; on the last rank, reading an item never returns (dead storage)."""
+
+    def __init__(self, blocked):
+        self.blocked = blocked
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        if self.blocked and index == 0:
+            ready()  # printed once, by the worker that got the first batch
+        while self.blocked:
+            time.sleep(0.5)  # WORKER_GETITEM_LINE
+        return torch.full((4,), float(index))
+
+
+def train_with_workers(tensor):
+    dataset = ShardDataset(blocked=RANK == WORLD - 1)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2, num_workers=2)
+    for batch in loader:  # LOADER_LINE
+        sync_gradients(tensor + batch.sum())
 
 
 def crunch():
@@ -111,6 +138,8 @@ def main():
         gather_metrics(tensor) if RANK < 2 else sync_gradients(tensor)
     elif MODE == "healthy":
         train_forever(tensor)
+    elif MODE == "dataloader":
+        train_with_workers(tensor)
     dist.destroy_process_group()
 
 

@@ -70,7 +70,10 @@ def rank_header(view: RankView) -> Text:
     text.append(f"  {state_text(view)}", style="bold yellow")
     if view.collective:
         text.append(f"  in {view.collective}", style="bold")
-    text.append(f"\nframe {short_location(view.user_frame)}  cpu ")
+    text.append(f"\nframe {short_location(view.user_frame)}")
+    if view.dataloader_worker is not None:
+        text.append(f" (in DataLoader worker {view.dataloader_worker})", style="bold")
+    text.append("  cpu ")
     text.append("-" if view.cpu_percent is None else f"{view.cpu_percent:.0f}%")
     text.append(f"  mem {human_bytes(view.rss_bytes)}")
     text.append(f"  step {'-' if view.step is None else view.step}")

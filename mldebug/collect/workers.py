@@ -1,0 +1,84 @@
+"""A rank's DataLoader worker processes: find them, and fold their stacks into its sample.
+
+A rank whose main thread waits in the DataLoader waits for its workers, so the line to show
+is a worker's, not the rank's `for batch in loader`. Workers are children of the rank:
+fork-started ones carry the rank's own command line, spawn-started ones run
+`multiprocessing.spawn`, forkserver-started ones are children of a `multiprocessing.forkserver`
+child. (The pin-memory worker is a thread of the rank, read with it already.) Which of these
+children really are DataLoader workers is told by their stack (`_worker_loop`), once read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import psutil
+
+from mldebug.analysis.frames import is_dataloader_worker
+from mldebug.model import StackSample, ThreadStack
+
+MAX_WORKERS_PER_RANK = 4  # a loader has 2-16 workers; a stuck one shows in the first few
+MAX_RANKS_PER_POLL = 8  # ranks whose workers are read in one poll (the odd ones are few)
+
+_SPAWN_MARK = "multiprocessing.spawn"
+_FORKSERVER_MARK = "multiprocessing.forkserver"
+
+
+def _cmdline(proc: psutil.Process) -> list[str] | None:
+    try:
+        return proc.cmdline()
+    except (psutil.Error, OSError):
+        return None
+
+
+def is_worker_cmdline(child: Sequence[str], parent: Sequence[str]) -> bool:
+    """Could a child with this command line be a DataLoader worker of a parent with that one?"""
+    text = " ".join(child)
+    if _FORKSERVER_MARK in text:
+        return False  # the fork server itself; its children are the workers
+    return list(child) == list(parent) or _SPAWN_MARK in text
+
+
+def worker_candidates(rank_pid: int, limit: int = MAX_WORKERS_PER_RANK) -> list[int]:
+    """Pids of the children of `rank_pid` that may be DataLoader workers, lowest first."""
+    try:
+        rank = psutil.Process(rank_pid)
+        parent = rank.cmdline()
+        children = rank.children(recursive=True)
+    except (psutil.Error, OSError):
+        return []
+    servers = set()
+    found = []
+    for child in sorted(children, key=lambda p: p.pid):
+        line = _cmdline(child)
+        if line is None:
+            continue
+        if _FORKSERVER_MARK in " ".join(line):
+            servers.add(child.pid)
+            continue
+        try:
+            from_server = child.ppid() in servers
+        except (psutil.Error, OSError):
+            continue
+        if from_server or is_worker_cmdline(line, parent):
+            found.append(child.pid)
+    return found[:limit]
+
+
+def worker_thread(sample: StackSample) -> ThreadStack | None:
+    """The main thread of a worker's sample, labelled as a worker of its rank; None when the
+    process could not be read or is not a DataLoader worker after all."""
+    if sample.failure or not sample.threads or not is_dataloader_worker(sample.threads[0].frames):
+        return None
+    pid = sample.target.pid
+    return replace(sample.threads[0], name=f"DataLoader worker {pid}", pid=pid)
+
+
+def with_workers(sample: StackSample, workers: Sequence[StackSample]) -> StackSample:
+    """The rank's sample with its readable workers' main threads right after its own main
+    thread (what it waits for comes next to it), then its other threads."""
+    extra = tuple(t for t in map(worker_thread, workers) if t is not None)
+    if not extra or not sample.threads:
+        return sample
+    return replace(sample, threads=(sample.threads[0], *extra, *sample.threads[1:]))
