@@ -187,3 +187,43 @@ def test_views_show_the_worker_next_to_the_rank():
     screen = rank_text(snap.ranks[1]).plain
     assert "Shards.__getitem__ (in DataLoader worker 10010)" in screen
     assert screen.index('"MainThread"') < screen.index('"DataLoader worker 10010"')
+
+
+STARTS_CHILDREN = """\
+import multiprocessing, subprocess, time
+
+def sit():
+    time.sleep(600)
+
+if __name__ == "__main__":
+    started = [multiprocessing.get_context(how).Process(target=sit)
+               for how in ("fork", "spawn", "forkserver")]
+    for child in started:
+        child.start()
+    other = subprocess.Popen(["sleep", "600"])  # a child that is no worker
+    print(*(child.pid for child in started), other.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_worker_candidates_are_children_started_by_multiprocessing(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mldebug.collect.workers import worker_candidates
+
+    script = tmp_path / "parent.py"
+    script.write_text(STARTS_CHILDREN)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        *workers, other = map(int, parent.stdout.readline().split())
+        # the resource tracker, the fork server and `sleep` are children too, but no workers
+        assert worker_candidates(parent.pid, limit=10) == sorted(workers)
+        assert other not in worker_candidates(parent.pid, limit=10)
+        assert len(worker_candidates(parent.pid, limit=2)) == 2
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

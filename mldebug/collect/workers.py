@@ -41,27 +41,25 @@ def is_worker_cmdline(child: Sequence[str], parent: Sequence[str]) -> bool:
 
 
 def worker_candidates(rank_pid: int, limit: int = MAX_WORKERS_PER_RANK) -> list[int]:
-    """Pids of the children of `rank_pid` that may be DataLoader workers, lowest first."""
+    """Pids of the descendants of `rank_pid` that may be DataLoader workers, lowest first."""
     try:
         rank = psutil.Process(rank_pid)
         parent = rank.cmdline()
-        children = rank.children(recursive=True)
+        children = sorted(rank.children(recursive=True), key=lambda p: p.pid)
     except (psutil.Error, OSError):
         return []
-    servers = set()
+    lines = {child.pid: _cmdline(child) for child in children}
+    # A fork server's children share its command line: they are told by their parent.
+    servers = {pid for pid, line in lines.items() if line and _FORKSERVER_MARK in " ".join(line)}
     found = []
-    for child in sorted(children, key=lambda p: p.pid):
-        line = _cmdline(child)
-        if line is None:
-            continue
-        if _FORKSERVER_MARK in " ".join(line):
-            servers.add(child.pid)
-            continue
+    for child in children:
         try:
             from_server = child.ppid() in servers
         except (psutil.Error, OSError):
             continue
-        if from_server or is_worker_cmdline(line, parent):
+        line = lines[child.pid]
+        if from_server or (line is not None and child.pid not in servers
+                           and is_worker_cmdline(line, parent)):
             found.append(child.pid)
     return found[:limit]
 
