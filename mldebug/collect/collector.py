@@ -60,6 +60,14 @@ class JobCollector:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def adopt_history(self, previous: JobCollector) -> None:
+        """Take over the readings of `previous` for the processes both look at, so a live
+        view that re-resolves its targets keeps telling stuck from running without a gap."""
+        pids = {target.pid for target in self.job.targets}
+        with previous._lock, self._lock:
+            self._last.update((pid, s) for pid, s in previous._last.items() if pid in pids)
+            self._history.update((pid, h) for pid, h in previous._history.items() if pid in pids)
+
     def __enter__(self) -> JobCollector:
         return self
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from mldebug.model import JobSnapshot, StackSample
@@ -40,7 +41,8 @@ class CollectorPoller:
     while ranks are missing and every RESOLVE_EVERY polls, so ranks that start late (the
     TUI of `mldebug run --tui` comes up before the ranks do) appear; the collector, which
     keeps the history that tells stuck from running, is only replaced when the set of
-    processes changed. Until a first rank is found, `poll()` raises the resolver's
+    processes changed, and then keeps the readings of the processes that stay. A rank that
+    is no longer found has ended: it stays in the view, as exited. Until a first rank is found, `poll()` raises the resolver's
     MldebugError, which the app shows as "waiting".
     """
 
@@ -56,7 +58,7 @@ class CollectorPoller:
         self._resolve = resolve
         self._native = native
         self._follow = follow
-        self._lock = threading.Lock()  # set_native comes from the UI thread
+        self._lock = threading.Lock()  # close() comes from the UI thread, poll() from a worker
         self._collector = None
         self._targets = job_targets
         self._polls = 0
@@ -64,6 +66,20 @@ class CollectorPoller:
     @staticmethod
     def _pids(job_targets) -> frozenset[int]:
         return frozenset(target.pid for target in job_targets.targets)
+
+    @staticmethod
+    def _with_ended(found, current):
+        """`found`, plus the ranks of `current` that it no longer has: they have ended, and
+        the collector shows them as exited (with the code run.json gives), not as never found."""
+        if current is None:
+            return found
+        ranks = {target.rank for target in found.targets}
+        ended = [t for t in current.targets if t.rank is not None and t.rank not in ranks]
+        if not ended:
+            return found
+        targets = sorted((*found.targets, *ended),
+                         key=lambda t: (t.rank is None, t.rank or 0, t.pid))
+        return replace(found, targets=tuple(targets))
 
     def _refresh_targets(self) -> None:
         current = self._targets
@@ -77,29 +93,32 @@ class CollectorPoller:
         if not stale:
             return
         try:
-            found = self._resolve()
+            found = self._with_ended(self._resolve(), current)
         except Exception:
             if current is None:
                 raise
             return  # keep looking at what we had: ranks that ended show as exited
         if current is None or self._pids(found) != self._pids(current):
             self._targets = found
-            with self._lock:
-                self._close_collector()
-                self._collector = None
 
-    def _make(self):
+    def _make(self, previous):
         from mldebug.collect.collector import JobCollector
 
-        return JobCollector(self._targets, native=self._native, samples=self.SAMPLES,
-                            max_ranks_per_poll=self.MAX_RANKS_PER_POLL)
+        collector = JobCollector(self._targets, native=self._native, samples=self.SAMPLES,
+                                 max_ranks_per_poll=self.MAX_RANKS_PER_POLL)
+        if previous is not None:
+            collector.adopt_history(previous)
+            previous.close()
+        return collector
 
     def poll(self) -> JobSnapshot:
         self._refresh_targets()
         self._polls += 1
         with self._lock:
-            if self._collector is None:
-                self._collector = self._make()
+            # A new set of processes gets a new collector (its pool sized for them), which
+            # keeps the readings of the processes it shares with the old one.
+            if self._collector is None or self._collector.job is not self._targets:
+                self._collector = self._make(self._collector)
             collector = self._collector
         return collector.poll()
 
@@ -112,12 +131,8 @@ class CollectorPoller:
             return None
         return dump_stack(find_pyspy(), target, native=True, timeout=self.NATIVE_TIMEOUT)
 
-    def _close_collector(self) -> None:
-        close = getattr(self._collector, "close", None)
-        if callable(close):
-            close()
-
     def close(self) -> None:
         with self._lock:
-            self._close_collector()
+            if self._collector is not None:
+                self._collector.close()
             self._collector = None

@@ -87,3 +87,31 @@ def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
         assert sorted(v.rank for v in poller.poll().ranks if v.target) == [0, 1]
     finally:
         poller.close()
+
+
+def test_a_rank_that_ends_in_a_followed_run_shows_as_exited_and_the_others_keep_their_state(
+        tmp_path, ranks):
+    # GIVEN a followed run directory with two ranks, both read twice (stuck)
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"status": "running", "world_size": 2, "start_time": time.time(),
+         "mldebug_pid": os.getpid(), "ranks": []}))
+    for rank in (0, 1):
+        ranks.append(start_rank(rank, 2, run_dir))
+        write_proc(run_dir, rank, ranks[rank].pid)
+    poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
+    poller.RESOLVE_EVERY = 1  # resolve again at every poll
+    try:
+        poller.poll()
+        assert {v.rank: v.state for v in poller.poll().ranks} == {0: "stuck", 1: "stuck"}
+        # WHEN rank 1 ends, and the run directory is resolved again without it
+        ranks[1].kill()
+        ranks[1].wait()
+        snapshot = poller.poll()
+        # THEN rank 1 is shown as exited (not as never found), and rank 0 is still stuck:
+        # its readings were kept across the change of targets
+        states = {v.rank: v.state for v in snapshot.ranks}
+        assert states == {0: "stuck", 1: STATE_EXITED}
+    finally:
+        poller.close()
