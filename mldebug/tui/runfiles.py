@@ -19,6 +19,7 @@ TAIL_LINES = 200
 EVENTS_BYTES = 64 * 1024  # per events.jsonl
 MAX_EVENTS = 500  # across ranks, newest kept
 MAX_NCCL_FILES = 64
+LATEST_TIME = 1e11  # year 5138: later "times" in an event are garbage
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,18 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     return lines[-max_lines:]
 
 
+def parse_time(value: object) -> float | None:
+    """Seconds since the epoch from a JSON value; None for what is not a time a clock can
+    show (a string, true, NaN, 1e400, an integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        when = float(value)
+    except OverflowError:
+        return None
+    return when if 0.0 <= when < LATEST_TIME else None
+
+
 def parse_event_line(rank: int, line: str) -> RankEvent | None:
     """One agent event; None for a line that is not a JSON object."""
     try:
@@ -81,13 +94,12 @@ def parse_event_line(rank: int, line: str) -> RankEvent | None:
         return None
     if not isinstance(data, dict):
         return None
-    when = data.get("time")
     location = data.get("location")
     if location is None and data.get("file"):
         location = f"{data['file']}:{data.get('line', '?')}"
     return RankEvent(
         rank=data["rank"] if isinstance(data.get("rank"), int) else rank,
-        time=float(when) if isinstance(when, (int, float)) else None,
+        time=parse_time(data.get("time")),
         kind=str(data.get("kind") or data.get("type") or "event"),
         message=str(data.get("message") or data.get("summary") or ""),
         location=str(location) if location else None,

@@ -328,6 +328,27 @@ async def test_anomalies_and_nccl_tabs_read_the_run_directory(poller, run_dir):
         assert app.query_one("#nccl-tail", Log).lines == ["node0:4242:4242 [0] NCCL INFO Bootstrap"]
 
 
+async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller, tmp_path):
+    # GIVEN an events.jsonl whose "time" values are valid JSON but no time of day
+    folder = tmp_path / "run" / "ranks" / "0"
+    folder.mkdir(parents=True)
+    lines = ['{"time": 1' + "0" * 400 + ', "kind": "nan", "message": "huge integer"}',
+             '{"time": 1e400, "kind": "nan", "message": "infinite"}',
+             '{"time": NaN, "kind": "nan", "message": "not a number"}',
+             '{"time": 1e300, "kind": "nan", "message": "year out of range"}']
+    (folder / "events.jsonl").write_text("\n".join(lines) + "\n")
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        # THEN the poll is drawn (not failed) and every event is listed, without a time
+        assert app.last_error == ""
+        assert table_rows(app.query_one(RankTable))[0][0] == "0"
+        events = table_rows(app.query_one("#events-table", DataTable))
+        assert sorted(row[3] for row in events) == sorted(
+            ["huge integer", "infinite", "not a number", "year out of range"])
+        assert {row[0] for row in events} == {"-"}
+
+
 async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
     app = AttachApp(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
