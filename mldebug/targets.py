@@ -56,6 +56,22 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+# Bounds on numbers read from run-directory files: beyond them a value is garbage, and a pid
+# too large for the kernel's pid_t would make os.kill raise instead of answering.
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
+MAX_WORLD_SIZE = 1 << 20
+
+
+def _pid(value: object) -> int | None:
+    pid = _int(str(value or ""))
+    return pid if pid is not None and 0 < pid <= PID_MAX else None
+
+
+def _world(value: object) -> int | None:
+    size = _int(str(value or ""))
+    return size if size is not None and 0 < size <= MAX_WORLD_SIZE else None
+
+
 def rank_env(environ: dict[str, str]) -> tuple[int | None, int | None, int | None]:
     """(rank, world size, local rank) from a process environment, or Nones."""
     for rank_var, size_var, local_var in RANK_ENV_SCHEMES:
@@ -222,28 +238,29 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     host = rundir.hostname()
     targets: dict[int, RankTarget] = {}
     exit_codes: dict[int, int] = {}
-    world = _int(str(manifest.get("world_size") or "")) or None
-    for entry in manifest.get("ranks") or []:
+    world = _world(manifest.get("world_size"))
+    entries = manifest.get("ranks")
+    for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, dict):
             continue
         rank = _int(str(entry.get("rank", "")))
         code = entry.get("exit_code", entry.get("returncode"))
         if rank is not None and isinstance(code, int):
             exit_codes[rank] = code
-        pid = _int(str(entry.get("pid") or ""))
+        pid = _pid(entry.get("pid"))
         if rank is not None and pid and rundir.pid_alive(pid):
             targets[rank] = RankTarget(pid=pid, rank=rank, world_size=world,
                                        local_rank=_int(str(entry.get("local_rank", ""))),
-                                       host=entry.get("host") or host, job=str(root),
+                                       host=str(entry.get("host") or host), job=str(root),
                                        run_dir=str(root))
     for rank in paths.rank_ids():  # proc.json written by the in-rank hook
         info = rundir.read_json(paths.proc_info(rank)) or {}
-        pid = _int(str(info.get("pid") or ""))
+        pid = _pid(info.get("pid"))
         if rank in targets or not pid or not rundir.pid_alive(pid):
             continue
         if info.get("host") and info["host"] != host:
             continue  # another node: not readable from here
-        world = world or _int(str(info.get("world_size") or ""))
+        world = world or _world(info.get("world_size"))
         targets[rank] = RankTarget(pid=pid, rank=rank, world_size=world,
                                    local_rank=_int(str(info.get("local_rank", ""))),
                                    host=info.get("host") or host, job=str(root),

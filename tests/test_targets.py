@@ -130,3 +130,30 @@ def test_run_dir_without_live_ranks(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(NoTargetError, match="no live ranks.*succeeded"):
         resolve_targets(run_dir=str(tmp_path))
+
+
+def test_garbage_numbers_in_run_directory_files_are_skipped(tmp_path, capsys):
+    from mldebug.commands import dump
+
+    launcher, rank_pids = start_launcher("1")
+    try:
+        # GIVEN a run directory whose files hold numbers no process or job can have
+        (tmp_path / "run.json").write_text(
+            '{"status": "running", "world_size": 1' + "0" * 15 + ', "ranks": "all of them"}')
+        for rank, info in ((0, {"pid": rank_pids[0], "world_size": 2}),
+                           (1, {"pid": 10**20})):
+            (tmp_path / "ranks" / str(rank)).mkdir(parents=True)
+            (tmp_path / "ranks" / str(rank) / "proc.json").write_text(json.dumps(info))
+        (tmp_path / "ranks" / "1" / "error.json").write_text(
+            '{"type": "ValueError", "message": "x", "time": 1' + "0" * 400 + "}")
+        # WHEN they are resolved, THEN the live rank is found and the garbage is left out
+        job = resolve_targets(run_dir=str(tmp_path))
+        assert [t.pid for t in job.targets] == rank_pids
+        assert job.world_size == 2 and job.crashes == ()
+        # AND the dump reports the rank that has no usable pid as missing
+        assert dump.main(["--run", str(tmp_path), "--json", "--samples", "1"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert [f["kind"] for f in report["findings"]][:1] == ["missing"]
+        assert report["findings"][0]["ranks"] == [1]
+    finally:
+        stop(launcher)

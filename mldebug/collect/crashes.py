@@ -17,7 +17,7 @@ from mldebug.model import RankCrash
 def _crash(data: dict, rank: int, how: str = "") -> RankCrash | None:
     try:
         when = float(data.get("time") or 0.0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond a float
         return None
     location = data.get("user_location") or data.get("location") or None
     return RankCrash(rank=rank, time=when, how=str(data.get("how") or how),
