@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
@@ -62,6 +63,7 @@ class CollectorPoller:
         self._collector = None
         self._targets = job_targets
         self._polls = 0
+        self._native_reads: dict[int, Future] = {}  # rank -> the native reading in flight
 
     @staticmethod
     def _pids(job_targets) -> frozenset[int]:
@@ -123,6 +125,29 @@ class CollectorPoller:
         return collector.poll()
 
     def read_native(self, rank: int) -> StackSample | None:
+        """One native reading of `rank`. A second call while one is in flight for the same
+        rank (`n` pressed again, a compare screen) waits for that one: one py-spy --native
+        per rank at a time, however often it is asked."""
+        with self._lock:
+            pending = self._native_reads.get(rank)
+            mine = pending is None
+            if mine:
+                pending = self._native_reads[rank] = Future()
+        if not mine:
+            return pending.result()
+        try:
+            sample = self._read_native(rank)
+        except BaseException as error:
+            pending.set_exception(error)
+            raise
+        else:
+            pending.set_result(sample)
+            return sample
+        finally:
+            with self._lock:
+                del self._native_reads[rank]
+
+    def _read_native(self, rank: int) -> StackSample | None:
         from mldebug.collect.pyspy import dump_stack, find_pyspy
 
         job = self._targets

@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
+from mldebug.collect.pyspy import find_pyspy
 from mldebug.model import STATE_EXITED
 from mldebug.targets import resolve_targets
 from mldebug.tui.poller import CollectorPoller
@@ -113,5 +115,33 @@ def test_a_rank_that_ends_in_a_followed_run_shows_as_exited_and_the_others_keep_
         # its readings were kept across the change of targets
         states = {v.rank: v.state for v in snapshot.ranks}
         assert states == {0: "stuck", 1: STATE_EXITED}
+    finally:
+        poller.close()
+
+
+def test_native_reads_of_one_rank_never_run_side_by_side(tmp_path, ranks, monkeypatch):
+    # GIVEN a py-spy that notes each start (and takes a while, as --native on libtorch does)
+    log = tmp_path / "starts.log"
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f"#!/bin/sh\necho start >> {log}\nsleep 1\n"
+                       f"exec {find_pyspy()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    ranks.append(start_rank(0, 1))
+    poller = CollectorPoller(lambda: resolve_targets(pids=[ranks[0].pid]))
+    try:
+        poller.poll()
+        monkeypatch.setenv("MLDEBUG_PYSPY", str(wrapper))
+        # WHEN native frames of rank 0 are asked for three times at once
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(poller.read_native(0)))
+                   for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        # THEN one py-spy ran, and every caller got its reading
+        assert log.read_text().split() == ["start"]
+        assert len(results) == 3
+        assert all(r is not None and r.failure is None and r.threads for r in results)
     finally:
         poller.close()
