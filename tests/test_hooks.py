@@ -212,3 +212,24 @@ def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):
     assert manifest["first_failure"]["rank"] == 1
     assert {r["rank"]: r["status"] for r in manifest["ranks"]} == {0: "failed", 1: "failed"}
     assert paths.exit_file(0).exists() and not paths.exit_file(1).exists()
+
+
+def test_a_process_forked_from_a_rank_does_not_speak_for_it(tmp_path):
+    """A forked child inherits the excepthook and atexit: its error and its normal exit are
+    its own, not the rank's (the rank here ends fine, so the job does too)."""
+    job = script(tmp_path, "fork.py", """
+        import os, sys
+        exit_file = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "ranks", "0", "exit.json")
+        pid = os.fork()
+        if pid == 0:
+            raise RuntimeError("a forked helper failed")
+        os.waitpid(pid, 0)
+        print("exit file after the child:", os.path.exists(exit_file))
+    """)
+    done, paths = mldebug_run(tmp_path, job)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == f"[{HOST}:0] exit file after the child: False\n"
+    assert "root cause" not in done.stderr.decode()
+    assert not paths.error_file(0).exists()
+    info = json.loads(paths.proc_info(0).read_text())
+    assert json.loads(paths.exit_file(0).read_text())["pid"] == info["pid"]

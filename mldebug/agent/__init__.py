@@ -101,12 +101,14 @@ def activate() -> None:
     _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
     faulthandler.enable(file=_fault_file, all_threads=True)
     install_excepthook(paths.error_file(rank), rank, host, rundir.write_json_atomic)
-    atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic)
+    atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic, os.getpid())
 
 
-def _note_normal_exit(path, write_json) -> None:
+def _note_normal_exit(path, write_json, pid: int) -> None:
     """Python shuts down normally; a rank that dies of a signal never gets here."""
+    if os.getpid() != pid:
+        return  # a process forked from the rank (it inherits atexit) is not the rank
     try:
-        write_json(path, {"pid": os.getpid(), "time": time.time()})
+        write_json(path, {"pid": pid, "time": time.time()})
     except Exception:
         pass

@@ -42,14 +42,17 @@ def describe_exception(exc_type, exc, tb) -> dict:
 
 def install_excepthook(path, rank: int, host: str, write_json) -> None:
     previous = sys.excepthook
+    pid = os.getpid()
 
     def mldebug_excepthook(exc_type, exc, tb):
-        try:
-            record = {"rank": rank, "host": host, "pid": os.getpid(), "time": time.time()}
-            record.update(describe_exception(exc_type, exc, tb))
-            write_json(path, record)
-        except Exception:
-            pass  # never let the report of an error become another error
+        # A process forked from the rank inherits this hook; its error is not the rank's.
+        if os.getpid() == pid:
+            try:
+                record = {"rank": rank, "host": host, "pid": pid, "time": time.time()}
+                record.update(describe_exception(exc_type, exc, tb))
+                write_json(path, record)
+            except Exception:
+                pass  # never let the report of an error become another error
         previous(exc_type, exc, tb)
 
     sys.excepthook = mldebug_excepthook
