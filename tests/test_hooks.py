@@ -233,3 +233,22 @@ def test_a_process_forked_from_a_rank_does_not_speak_for_it(tmp_path):
     assert not paths.error_file(0).exists()
     info = json.loads(paths.proc_info(0).read_text())
     assert json.loads(paths.exit_file(0).read_text())["pid"] == info["pid"]
+
+
+def test_an_exception_logged_through_the_excepthook_is_not_a_failure(tmp_path):
+    """Code may pass a caught exception to sys.excepthook to log it and carry on: a rank
+    that then exits with 0 did not fail, and the job's exit code stays the script's."""
+    job = script(tmp_path, "logs.py", """
+        import sys
+        try:
+            1 / 0
+        except ZeroDivisionError:
+            sys.excepthook(*sys.exc_info())
+        print("carried on")
+    """)
+    done, paths = mldebug_run(tmp_path, job)
+    assert done.returncode == 0, done.stderr
+    assert "ZeroDivisionError" in done.stderr.decode()  # the user's hook still printed it
+    assert "root cause" not in done.stderr.decode()
+    manifest = json.loads(paths.manifest.read_text())
+    assert (manifest["status"], manifest["first_failure"]) == ("succeeded", None)

@@ -141,7 +141,8 @@ def collect_failures(
 ) -> list[Failure]:
     """Every failed rank, earliest first.
 
-    exits: rank -> (Popen returncode, last time seen alive), for ranks mldebug started.
+    exits: rank -> (Popen returncode, last time seen alive), for ranks mldebug started;
+    one that exited with 0 did not fail, whatever its error file says.
     stopped: ranks mldebug itself terminated; their exit by SIGTERM is not a failure of theirs.
     vanished: rank -> last time seen alive, for ranks a wrapped launcher started that ended
     while mldebug watched; without an error file or a normal exit, they died abruptly.
@@ -152,6 +153,8 @@ def collect_failures(
     for rank in sorted(set(paths.rank_ids()) | set(exits)):
         returncode, alive = exits.get(rank, (None, None))
         exit_code = exit_code_of(returncode) if returncode is not None else None
+        if returncode == 0:
+            continue  # code may hand a caught exception to sys.excepthook just to log it
         data = read_json(paths.error_file(rank))
         if data and data.get("type"):
             failure = failure_from_error_file(data, rank)
