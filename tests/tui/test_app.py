@@ -349,6 +349,34 @@ async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller
         assert {row[0] for row in events} == {"-"}
 
 
+async def test_the_events_table_keeps_up_once_the_newest_500_are_shown(poller, tmp_path):
+    # GIVEN a rank that has written as many events as the tab keeps
+    from mldebug.tui.runfiles import MAX_EVENTS
+
+    events_file = tmp_path / "run" / "ranks" / "0" / "events.jsonl"
+    events_file.parent.mkdir(parents=True)
+
+    def event(index: int) -> str:
+        return json.dumps({"time": FIXED_TIME + index, "kind": "loss_spike",
+                           "message": f"event {index}"}) + "\n"
+
+    events_file.write_text("".join(event(i) for i in range(MAX_EVENTS)))
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one("#events-table", DataTable)
+        assert table_rows(table)[-1][3] == f"event {MAX_EVENTS - 1}"
+        # WHEN one more is written
+        with open(events_file, "a") as handle:
+            handle.write(event(MAX_EVENTS))
+        app.request_poll()
+        await settle(app, pilot)
+        # THEN it is shown, the oldest gone
+        rows = table_rows(table)
+        assert len(rows) == MAX_EVENTS
+        assert rows[-1][3] == f"event {MAX_EVENTS}" and rows[0][3] == "event 1"
+
+
 async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
     app = AttachApp(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 from mldebug.model import Finding
 from mldebug.ranges import format_ranks
 from mldebug.tui.messages import ShowRecipe
-from mldebug.tui.runfiles import RunFiles
+from mldebug.tui.runfiles import RankEvent, RunFiles
 
 NO_EVENTS = (
     "No events yet. The in-rank agent of `mldebug run` writes NaN/Inf, loss-spike and error "
@@ -32,7 +32,7 @@ class AnomaliesView(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._findings: tuple[Finding, ...] | None = None
-        self._events_shown = -1
+        self._events: tuple[RankEvent, ...] | None = None  # as shown in the table
 
     def compose(self) -> ComposeResult:
         yield Static("Findings (enter opens the recipe)", classes="section-title")
@@ -79,9 +79,12 @@ class AnomaliesView(Vertical):
         if files.bad_event_lines:
             message += f" {files.bad_event_lines} lines were not JSON and were skipped."
         note.update(Text(message, style="dim" if not events else ""))
-        if len(events) == self._events_shown:
+        # Compared whole, not counted: once the newest MAX_EVENTS are shown, a new event
+        # pushes out an old one and the count stays the same. (Unchanged files hand back
+        # the same event objects, so this is cheap.)
+        if events == self._events:
             return
-        self._events_shown = len(events)
+        self._events = events
         table = self.query_one("#events-table", DataTable)
         table.clear()
         for event in events:
