@@ -252,3 +252,32 @@ def test_an_exception_logged_through_the_excepthook_is_not_a_failure(tmp_path):
     assert "root cause" not in done.stderr.decode()
     manifest = json.loads(paths.manifest.read_text())
     assert (manifest["status"], manifest["first_failure"]) == ("succeeded", None)
+
+
+def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
+    """run.json is there for other commands: when it cannot be rewritten (a full disk, a
+    quota), the job runs on, the report is printed and the exit code is the script's."""
+    job = script(tmp_path, "quota.py", """
+        import json, os, sys, time
+        run_dir, rank = os.environ["MLDEBUG_RUN_DIR"], int(os.environ["RANK"])
+        if rank == 1:
+            # Where mldebug writes run.json before renaming it: a directory now, so it fails.
+            os.mkdir(os.path.join(run_dir, f".run.json.{os.getppid()}.tmp"))
+            sys.exit(0)
+        proc = os.path.join(run_dir, "ranks", "1", "proc.json")
+        while not os.path.exists(proc):
+            time.sleep(0.01)
+        peer = json.load(open(proc))["pid"]
+        while os.path.exists(f"/proc/{peer}"):  # until mldebug has seen rank 1 end
+            time.sleep(0.01)
+        time.sleep(1)
+        print("rank 0 finished its work")
+        sys.exit(4)
+    """)
+    done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", job)
+    err = done.stderr.decode()
+    assert done.returncode == 4, err
+    assert done.stdout.decode() == f"[{HOST}:0] rank 0 finished its work\n"
+    assert f"root cause (first failure): rank 0 on {HOST}: exited with code 4" in err
+    assert f"mldebug: could not keep {paths.manifest} up to date" in err
+    assert "Traceback" not in err

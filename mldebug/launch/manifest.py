@@ -41,12 +41,17 @@ class Manifest:
             "ranks": [],
             "first_failure": None,
         }
+        self.error: OSError | None = None  # the first write that failed (a full disk...)
         self.write()
 
     def write(self) -> None:
         with self._lock:
             self.data["ranks"] = [self._ranks[rank] for rank in sorted(self._ranks)]
-            write_json_atomic(self.paths.manifest, self.data)
+            try:
+                write_json_atomic(self.paths.manifest, self.data)
+            except OSError as error:
+                # run.json is for other commands to read: the job must not end over it.
+                self.error = self.error or error
 
     def update(self, **fields) -> None:
         with self._lock:
