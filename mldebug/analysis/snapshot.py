@@ -116,7 +116,10 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
             exit_code=code,
             detail=f"exited with code {code}" if code is not None else "no process found"))
     views.sort(key=lambda v: v.rank)
-    stacks = {v.rank: v.threads[0].frames for v in views if v.threads}
+    # A rank that exited after its stack was read keeps that stack in its view, but is not
+    # merged with the ranks still there: it no longer waits with them.
+    stacks = {v.rank: v.threads[0].frames for v in views
+              if v.threads and v.state != STATE_EXITED}
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     return JobSnapshot(
         time=time.time() if now is None else now, ranks=tuple(views), groups=groups,

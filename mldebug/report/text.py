@@ -19,6 +19,7 @@ from mldebug.analysis.frames import frame_label, is_user_frame
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
+    STATE_EXITED,
     STATE_RUNNING,
     STATE_STUCK,
     Finding,
@@ -85,7 +86,7 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
                       group.collective or "-", frame_label(group.user_frame))
     others: dict[tuple[str, str], list[int]] = {}
     for view in snapshot.ranks:
-        if not view.threads:
+        if not view.threads or view.state == STATE_EXITED:  # not in any group
             others.setdefault((view.state, view.detail), []).append(view.rank)
     for (state, detail), ranks in others.items():
         table.add_row(format_ranks(ranks), Text(state, style=STATE_STYLE.get(state, "")),
