@@ -1,9 +1,12 @@
-"""The Supervisor as the TUI drives it: no console, stopped programmatically."""
+"""The Supervisor driven in-process, as the TUI drives it: no console, stopped by a call."""
 
 import json
 import os
+import subprocess
 import sys
 import time
+
+import pytest
 
 from mldebug.launch.output import Console
 from mldebug.launch.supervisor import LaunchSpec, Supervisor
@@ -60,3 +63,63 @@ def test_quiet_supervisor_is_stopped_and_can_show_output_later(tmp_path, monkeyp
     assert not any(pid_alive(rank["pid"]) for rank in manifest["ranks"])
     os.close(write_fd)
     os.close(read_fd)
+
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+EARLY_LEAVER = """\
+import os, sys, time
+if os.environ["RANK"] == "1":
+    sys.exit(0)
+go = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "go")
+while not os.path.exists(go):
+    time.sleep(0.05)
+"""
+
+
+def start_with_pid(pid, argv, attempts=200):
+    """Start argv in a session of its own with this exact pid (the kernel allows it to root
+    through ns_last_pid); None if other processes kept taking it first."""
+    for _ in range(attempts):
+        with open(NS_LAST_PID, "w") as handle:
+            handle.write(str(pid - 1))
+        proc = subprocess.Popen(argv, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="cannot choose the next pid")
+def test_a_stranger_that_gets_an_ended_ranks_pid_is_left_alone(tmp_path, monkeypatch):
+    """Rank 1 ends early; its pid then goes to an unrelated process that leads a group of
+    its own. When the job ends, mldebug must not take that group for rank 1's."""
+    monkeypatch.setenv("MLDEBUG_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "early.py").write_text(EARLY_LEAVER)
+    paths = create_run_dir(tmp_path / "run")
+    supervisor = Supervisor(
+        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "early.py")], nproc=2,
+                   console=None, grace_period=2)
+    )
+    supervisor.start()
+    stranger = None
+    try:
+        def rank_1_reaped():
+            ranks = json.loads(paths.manifest.read_text())["ranks"]
+            return ranks[1]["exit_code"] == 0
+
+        wait_for(rank_1_reaped)
+        rank_1 = json.loads(paths.manifest.read_text())["ranks"][1]["pid"]
+        stranger = start_with_pid(rank_1, ["sleep", "600"])
+        if stranger is None:
+            pytest.skip("the machine kept taking the pid first")
+        (paths.root / "go").touch()
+        assert supervisor.wait(timeout=120) == 0
+        assert stranger.poll() is None, "mldebug signalled a stranger's process group"
+    finally:
+        supervisor.stop()
+        supervisor.wait()
+        if stranger is not None:
+            stranger.kill()
+            stranger.wait()

@@ -36,6 +36,7 @@ from mldebug.rundir import (
     STATUS_SUCCEEDED,
     RunPaths,
     hostname,
+    proc_stat,
 )
 
 POLL_INTERVAL = 0.1
@@ -271,7 +272,7 @@ class Supervisor:
         for child in self.children:
             if child.returncode is None and child.popen.poll() is None:
                 child.stopped = True
-        procs.end_groups([child.popen.pid for child in self.children], grace, self._hurry)
+        procs.end_groups(self._own_groups(), grace, self._hurry)
         for child in self.children:
             child.popen.wait()
             if child.returncode is None:
@@ -279,6 +280,16 @@ class Supervisor:
         if self.spec.mode == envs.MODE_WRAP:
             self.wrapped.discover()
             self.wrapped.end_left_over(grace, self._hurry, self._say)
+
+    def _own_groups(self) -> list[int]:
+        """The process groups our children lead or led (one outlives its leader while other
+        members, say DataLoader workers, run). Once a reaped child's pid is taken by a new
+        process, its group is long gone and that id may lead a stranger's group."""
+        return [
+            child.popen.pid
+            for child in self.children
+            if child.popen.returncode is None or proc_stat(child.popen.pid) is None
+        ]
 
     def _conclude(self) -> None:
         """Exit code, final manifest, and the first-failure report."""
