@@ -263,3 +263,16 @@ def test_post_mortem_of_a_dead_job_is_the_crash_alone():
                           crashes=(RankCrash(1, 5.0, "segmentation fault (SIGSEGV)"),))
     assert [(f.kind, f.summary) for f in snap.findings] == [
         (KIND_CRASH, "rank 1 failed first: segmentation fault (SIGSEGV)")]
+
+
+def test_a_job_whose_ranks_all_exited_with_code_0_has_ended():
+    snap = build_snapshot([], {}, world_size=2, exit_codes={0: 0, 1: 0})
+    assert [(f.kind, f.severity, f.ranks) for f in snap.findings] == [
+        ("ended", SEVERITY_INFO, (0, 1))]
+
+
+def test_ranks_all_gone_without_exit_codes_are_missing_with_no_one_left_waiting():
+    snap = build_snapshot([], {}, world_size=2)
+    assert [f.kind for f in snap.findings] == [KIND_MISSING]
+    assert snap.findings[0].severity == SEVERITY_ERROR
+    assert "the other ranks" not in snap.findings[0].summary

@@ -15,6 +15,7 @@ from mldebug.analysis.frames import frame_label, is_rendezvous
 from mldebug.model import (
     FAIL_PERMISSION,
     KIND_CRASH,
+    KIND_ENDED,
     KIND_HANG,
     KIND_MISMATCH,
     KIND_MISSING,
@@ -40,7 +41,7 @@ from mldebug.ranges import format_ranks
 
 _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 _KIND_ORDER = (KIND_CRASH, KIND_MISSING, KIND_OUTLIER, KIND_MISMATCH, KIND_RENDEZVOUS, KIND_HANG,
-               KIND_UNREADABLE, KIND_STUCK, KIND_PROGRESSING)
+               KIND_UNREADABLE, KIND_STUCK, KIND_PROGRESSING, KIND_ENDED)
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -95,10 +96,15 @@ def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
     return sorted(buckets.values(), key=lambda b: (-len(b), min(v.rank for v in b)))
 
 
-def _missing(views: Sequence[RankView], world: int | None) -> list[Finding]:
+def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[Finding]:
     gone = [v for v in views if v.state in (STATE_MISSING, STATE_EXITED)]
     if not gone:
         return []
+    if not alive and all(v.exit_code == 0 for v in gone):
+        # Every rank returned normally: a job that is over, not one that lost ranks.
+        return [Finding(KIND_ENDED, tuple(v.rank for v in gone),
+                        f"all {len(gone)} ranks exited with code 0: the job has ended",
+                        severity=SEVERITY_INFO)]
     ranks = [v.rank for v in gone]
     codes = [f"rank {v.rank} exited with code {v.exit_code}" for v in gone
              if v.exit_code is not None]
@@ -106,8 +112,9 @@ def _missing(views: Sequence[RankView], world: int | None) -> list[Finding]:
     summary = f"{ranks_text(ranks)}{of} {_verb(ranks, 'is', 'are')} not running"
     summary += f" ({'; '.join(codes[:3])}{'; ...' if len(codes) > 3 else ''})" if codes else \
         ": never found, or exited"
-    summary += "; the other ranks cannot complete a collective without " + \
-        _verb(ranks, "it", "them")
+    if alive:
+        summary += "; the other ranks cannot complete a collective without " + \
+            _verb(ranks, "it", "them")
     return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
 
 
@@ -256,7 +263,7 @@ def find_problems(views: Sequence[RankView], world_size: int | None = None,
     crash = _crash(views, crashes)
     alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
-    findings = crash + (_missing(views, world_size) if alive or not crash else []) \
+    findings = crash + (_missing(views, world_size, alive) if alive or not crash else []) \
         + _unreadable(views, failures or {})
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
