@@ -7,19 +7,20 @@ import signal
 import threading
 import time
 
-from mldebug.rundir import proc_start_ticks, proc_stat
+from mldebug.rundir import proc_stat
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    members = []
+def live_groups(pgids) -> set[int]:
+    """Those of `pgids` that still have a live (non-zombie) member: one pass over /proc."""
+    wanted = {str(pgid) for pgid in pgids}
+    live = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         fields = proc_stat(int(name))
-        if fields and fields[0] != "Z" and fields[2] == str(pgid):
-            members.append(int(name))
-    return members
+        if fields and fields[0] != "Z" and fields[2] in wanted:
+            live.add(int(fields[2]))
+    return live
 
 
 def same_process(pid: int, ticks: int | None) -> bool:
@@ -27,7 +28,7 @@ def same_process(pid: int, ticks: int | None) -> bool:
     fields = proc_stat(pid)
     if not fields or fields[0] == "Z":
         return False
-    return ticks is None or proc_start_ticks(pid) == ticks
+    return ticks is None or (len(fields) > 19 and fields[19] == str(ticks))
 
 
 def signal_group(pgid: int, signum: int) -> None:
@@ -53,12 +54,12 @@ def end_groups(pgids: list[int], grace: float, hurry: threading.Event | None = N
 
     `hurry` cuts the grace period short (a second Ctrl-C).
     """
-    alive = [pgid for pgid in pgids if group_members(pgid)]
+    alive = live_groups(pgids)
     for pgid in alive:
         signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while alive and time.monotonic() < deadline and not (hurry and hurry.is_set()):
         time.sleep(0.05)
-        alive = [pgid for pgid in alive if group_members(pgid)]
+        alive = live_groups(alive)
     for pgid in alive:
         signal_group(pgid, signal.SIGKILL)
