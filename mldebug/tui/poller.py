@@ -43,8 +43,8 @@ class CollectorPoller:
     TUI of `mldebug run --tui` comes up before the ranks do) appear; the collector, which
     keeps the history that tells stuck from running, is only replaced when the set of
     processes changed, and then keeps the readings of the processes that stay. A rank that
-    is no longer found has ended: it stays in the view, as exited. Until a first rank is found, `poll()` raises the resolver's
-    MldebugError, which the app shows as "waiting".
+    is no longer found has ended: it stays in the view, as exited. Until a first rank is
+    found, `poll()` raises the resolver's MldebugError, which the app shows as "waiting".
     """
 
     RESOLVE_EVERY = 10
