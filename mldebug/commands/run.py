@@ -17,7 +17,7 @@ from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
 from mldebug.launch.supervisor import LaunchSpec, Supervisor
 from mldebug.ranges import parse_ranks
-from mldebug.rundir import MANIFEST, create_run_dir
+from mldebug.rundir import MANIFEST, create_run_dir, make_private_dir
 
 DESCRIPTION = """\
 Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -213,9 +213,10 @@ def main(argv: list[str]) -> int:
         raise MldebugError(
             f"cannot create the run directory: {error}", "Pass a writable --run-dir."
         ) from None
-    for sub, wanted in (("nccl", options.nccl_debug), ("fr", options.flight_recorder)):
-        if wanted:
-            (paths.root / sub).mkdir(mode=0o700, exist_ok=True)
+    if options.nccl_debug:
+        make_private_dir(paths.nccl_dir)
+    if options.flight_recorder:
+        make_private_dir(paths.root / "fr")
     console = Console()
     console.message(f"mldebug: run directory {paths.root}")
     if options.cuda_launch_blocking:

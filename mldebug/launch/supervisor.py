@@ -36,6 +36,7 @@ from mldebug.rundir import (
     STATUS_SUCCEEDED,
     RunPaths,
     hostname,
+    make_private_dir,
     proc_stat,
 )
 
@@ -166,7 +167,7 @@ class Supervisor:
             base["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks must not each use every core
         run_id = self.paths.root.name
         for rank in range(spec.nproc):
-            self.paths.rank_dir(rank).mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dir(self.paths.rank_dir(rank))
             env = {**base, **envs.rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
             out = os.open(self.paths.stdout(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             err = os.open(self.paths.stderr(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
