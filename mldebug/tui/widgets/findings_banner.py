@@ -1,4 +1,8 @@
-"""The verdict on top: the findings of the latest snapshot, worst first, with their recipe."""
+"""The verdict on top: the findings of the latest snapshot, with their recipe.
+
+Findings come worst first from analysis (find_problems), as the text report and the JSON
+verdict show them; the banner keeps that order.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,9 @@ from textual.widgets import Static
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
-SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 SEVERITY_MARK = {SEVERITY_ERROR: ("✖", "bold red"), SEVERITY_WARNING: ("▲", "bold yellow"),
                  SEVERITY_INFO: ("●", "green")}
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
-
-
-def ordered(findings) -> list[Finding]:
-    return sorted(findings, key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
 
 
 def banner_text(findings, polled: bool) -> Text:
@@ -27,7 +26,7 @@ def banner_text(findings, polled: bool) -> Text:
         text.append("● ", style="green")
         text.append("No problem found in this snapshot.")
         return text
-    shown = ordered(findings)
+    shown = list(findings)
     for index, finding in enumerate(shown[:MAX_SHOWN]):
         if index:
             text.append("\n")
@@ -56,7 +55,7 @@ class FindingsBanner(Static):
 
     def show(self, findings) -> None:
         findings = tuple(findings)
-        severity = ordered(findings)[0].severity if findings else SEVERITY_INFO
+        severity = findings[0].severity if findings else SEVERITY_INFO
         self.set_class(severity == SEVERITY_ERROR, "-error")
         self.set_class(severity == SEVERITY_WARNING, "-warning")
         if findings == self.findings and self.has_class("-polled"):
@@ -67,7 +66,7 @@ class FindingsBanner(Static):
 
     @property
     def top_recipe(self) -> str | None:
-        for finding in ordered(self.findings):
+        for finding in self.findings:
             if finding.recipe:
                 return finding.recipe
         return None
