@@ -37,7 +37,8 @@ def banner_text(findings, polled: bool) -> Text:
         if finding.location and finding.location not in finding.summary:
             text.append(f"  at {finding.location}", style="cyan")
         ranks = format_ranks(finding.ranks)
-        if ranks and f"rank {ranks}" not in finding.summary.lower():
+        said = finding.summary.lower()
+        if ranks and f"rank {ranks}" not in said and f"ranks {ranks}" not in said:
             text.append(f"  ranks {ranks}", style="dim")
         if finding.recipe:
             text.append(f"  recipe: {finding.recipe}", style="italic")
