@@ -58,9 +58,6 @@ class Manifest:
             self.data.update(fields)
         self.write()
 
-    def has_rank(self, rank: int) -> bool:
-        return rank in self._ranks
-
     def rank_ids(self) -> list[int]:
         return sorted(self._ranks)
 

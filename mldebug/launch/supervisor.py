@@ -240,8 +240,8 @@ class Supervisor:
             if self._stop_requested.is_set():
                 self._interrupted = self._stop_reason
                 return
-            if self.spec.mode == envs.MODE_NATIVE and self._first_failed() is not None:
-                failed = self._first_failed()
+            failed = self._first_failed() if self.spec.mode == envs.MODE_NATIVE else None
+            if failed is not None:
                 self._say(
                     f"mldebug: rank {failed.rank} {describe_exit(failed.returncode)}; "
                     f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
