@@ -52,3 +52,22 @@ def test_log_lines_filtered_by_rank_set_and_text(tmp_path):
     assert lines == ["[1]  loss 1", "[2]  loss 2"] and note == ""
     lines, note = select_lines(logs, "x", "")
     assert len(lines) == 6 and "not a rank set" in note
+
+
+def test_only_the_log_lines_shown_are_built_however_many_ranks():
+    from mldebug.tui.runfiles import LogTail
+    from mldebug.tui.widgets.logs_view import MAX_SHOWN_LINES
+
+    built = []
+
+    class Line(str):
+        def __format__(self, spec):  # called once per line put in the view
+            built.append(self)
+            return str.__format__(self, spec)
+
+    logs = tuple(LogTail(rank, stream, tuple(Line(f"rank {rank} step {i}") for i in range(200)))
+                 for rank in range(1024) for stream in ("stdout", "stderr"))
+    lines, note = select_lines(logs, "", "")
+    assert len(built) == len(lines) == MAX_SHOWN_LINES
+    assert lines[-1] == "[1023]  rank 1023 step 199" and lines[0].startswith("[1016]")
+    assert note == f"Showing the last {MAX_SHOWN_LINES} of {1024 * 2 * 200} lines. "

@@ -17,7 +17,11 @@ NO_RUN = (
 
 
 def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
-    """The lines to show, prefixed with their rank, and a note on what was filtered."""
+    """The lines to show, prefixed with their rank, and a note on what was filtered.
+
+    Runs on the UI thread at every change of the logs: only the last MAX_SHOWN_LINES are
+    built, from the end, so 1,024 ranks' tails cost a count, not 400,000 new strings.
+    """
     wanted: set[int] | None = None
     note = ""
     if ranks_text.strip():
@@ -26,20 +30,21 @@ def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
         except ValueError:
             note = f"'{ranks_text}' is not a rank set (try 0-3,7); showing all ranks. "
     needle = search.lower()
-    lines: list[str] = []
+    tails = sorted((t for t in logs if wanted is None or t.rank in wanted),
+                   key=lambda t: (t.rank, t.stream))
+    chunks: list[list[str]] = []  # newest tail first
+    total, room = 0, MAX_SHOWN_LINES
     tail: LogTail
-    for tail in sorted(logs, key=lambda t: (t.rank, t.stream)):
-        if wanted is not None and tail.rank not in wanted:
-            continue
-        mark = "!" if tail.stream == "stderr" else " "
-        for line in tail.lines:
-            if needle and needle not in line.lower():
-                continue
-            lines.append(f"[{tail.rank}]{mark} {line}")
-    if len(lines) > MAX_SHOWN_LINES:
-        note += f"Showing the last {MAX_SHOWN_LINES} of {len(lines)} lines. "
-        lines = lines[-MAX_SHOWN_LINES:]
-    return lines, note
+    for tail in reversed(tails):
+        lines = [ln for ln in tail.lines if needle in ln.lower()] if needle else tail.lines
+        total += len(lines)
+        if room > 0 and lines:
+            mark = "!" if tail.stream == "stderr" else " "
+            chunks.append([f"[{tail.rank}]{mark} {line}" for line in lines[-room:]])
+            room -= len(chunks[-1])
+    if total > MAX_SHOWN_LINES:
+        note += f"Showing the last {MAX_SHOWN_LINES} of {total} lines. "
+    return [line for chunk in reversed(chunks) for line in chunk], note
 
 
 class LogsView(Vertical):
