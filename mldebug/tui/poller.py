@@ -95,11 +95,14 @@ class CollectorPoller:
         if not stale:
             return
         try:
-            found = self._with_ended(self._resolve(), current)
+            found = self._resolve()
         except Exception:
             if current is None:
                 raise
             return  # keep looking at what we had: ranks that ended show as exited
+        if current is not None and found.job != current.job:
+            return  # another job, started since (a newer `mldebug run`): stay on this one
+        found = self._with_ended(found, current)
         if current is None or self._pids(found) != self._pids(current):
             self._targets = found
 

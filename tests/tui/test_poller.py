@@ -25,9 +25,9 @@ wait_for_peers()
 """
 
 
-def start_rank(rank: int, world: int, run_dir=None) -> subprocess.Popen:
+def start_rank(rank: int, world: int, run_dir=None, port: int = 1) -> subprocess.Popen:
     env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     if run_dir is not None:
         env["MLDEBUG_RUN_DIR"] = str(run_dir)
     proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True,
@@ -143,5 +143,26 @@ def test_native_reads_of_one_rank_never_run_side_by_side(tmp_path, ranks, monkey
         assert log.read_text().split() == ["start"]
         assert len(results) == 3
         assert all(r is not None and r.failure is None and r.threads for r in results)
+    finally:
+        poller.close()
+
+
+def test_a_followed_view_stays_on_its_job_when_another_one_starts(ranks):
+    # GIVEN a view that found a one-rank job (as auto-discovery does, and follows it)
+    ranks.append(start_rank(0, 1, port=1))
+    first = resolve_targets(pids=[ranks[0].pid])
+    found = [first]
+    poller = CollectorPoller(lambda: found[-1], follow=True, job_targets=first)
+    poller.RESOLVE_EVERY = 1
+    try:
+        poller.poll()
+        # WHEN resolving again finds another job (a newer run started meanwhile)
+        ranks.append(start_rank(0, 1, port=2))
+        found.append(resolve_targets(pids=[ranks[1].pid]))
+        assert found[-1].job != first.job
+        snapshot = poller.poll()
+        # THEN the view is still of the first job, its rank 0 alone
+        assert [v.target.pid for v in snapshot.ranks] == [ranks[0].pid]
+        assert snapshot.job == first.job
     finally:
         poller.close()
