@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -281,3 +282,40 @@ def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
     assert f"root cause (first failure): rank 0 on {HOST}: exited with code 4" in err
     assert f"mldebug: could not keep {paths.manifest} up to date" in err
     assert "Traceback" not in err
+
+
+def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
+    """SIGKILL gives `mldebug run` no chance to stop the job: the ranks, each in a session
+    of its own, must still not run on without it."""
+    from mldebug.rundir import pid_alive
+
+    job = script(tmp_path, "forever.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    paths = RunPaths(tmp_path / "run")
+    proc = subprocess.Popen(
+        [*MLDEBUG, "run", "--run-dir", str(paths.root), "--nproc-per-node", "2", str(job)],
+        env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2:
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.05)
+            pids = [json.loads(paths.proc_info(r).read_text())["pid"]
+                    for r in (0, 1) if paths.proc_info(r).exists()]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(pid_alive(pid) for pid in pids), "ranks outlived mldebug run"
+    finally:
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -31,6 +31,32 @@ def same_process(pid: int, ticks: int | None) -> bool:
     return ticks is None or (len(fields) > 19 and fields[19] == str(ticks))
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def parent_death_signal(signum: int = signal.SIGTERM):
+    """A Popen preexec_fn: the kernel sends `signum` to the child when mldebug dies, even
+    of SIGKILL, when there is no chance to stop the job. None where prctl is missing.
+
+    Strictly, the signal comes when the *thread* that started the child ends: start jobs
+    from the main thread.
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum)
+        if os.getppid() != parent:  # mldebug died before the line above took effect
+            os.kill(os.getpid(), signum)
+
+    return preexec
+
+
 def signal_group(pgid: int, signum: int) -> None:
     try:
         os.killpg(pgid, signum)

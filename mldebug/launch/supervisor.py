@@ -8,7 +8,8 @@
 Native mode starts `nproc` ranks itself; wrap mode starts one launcher command (torchrun,
 accelerate, srun...) and learns about its ranks from the files their hooks write. Every
 child starts in a session of its own and is ended by process group (SIGTERM, a grace
-period, SIGKILL), so DataLoader workers and other grandchildren go with it.
+period, SIGKILL), so DataLoader workers and other grandchildren go with it. Should mldebug
+itself be killed outright, the kernel sends each child SIGTERM.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ class Supervisor:
                     stdout=out,
                     stderr=err,
                     start_new_session=True,
+                    preexec_fn=procs.parent_death_signal(),
                 )
             except OSError:
                 self._end_children(grace=0)
@@ -200,6 +202,7 @@ class Supervisor:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=procs.parent_death_signal(),
             )
         finally:
             os.close(log)
