@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,9 +70,23 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
         lines.pop()
     if start > 0 and lines:
         lines = lines[1:]  # the first line was cut in the middle
-    # Progress bars rewrite one line with \r: keep what a terminal would show.
-    lines = [line.rsplit("\r", 1)[-1] for line in lines]
-    return lines[-max_lines:]
+    # Progress bars rewrite one line with \r: keep what a terminal would show (a line that
+    # ends in \r\n is not rewritten). Then make it safe to draw.
+    lines = [printable(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines[-max_lines:]]
+    return lines
+
+
+# Terminal control sequences (colours, cursor moves, window titles) and other control
+# characters a rank may write: drawn as they are, they would move the view's own cursor.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` without terminal control sequences and control characters (tabs stay)."""
+    if not text.isprintable():
+        text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return text
 
 
 def parse_time(value: object) -> float | None:
@@ -100,9 +115,9 @@ def parse_event_line(rank: int, line: str) -> RankEvent | None:
     return RankEvent(
         rank=data["rank"] if isinstance(data.get("rank"), int) else rank,
         time=parse_time(data.get("time")),
-        kind=str(data.get("kind") or data.get("type") or "event"),
-        message=str(data.get("message") or data.get("summary") or ""),
-        location=str(location) if location else None,
+        kind=printable(str(data.get("kind") or data.get("type") or "event")),
+        message=printable(str(data.get("message") or data.get("summary") or "")),
+        location=printable(str(location)) if location else None,
     )
 
 

@@ -71,3 +71,18 @@ def test_only_the_log_lines_shown_are_built_however_many_ranks():
     assert len(built) == len(lines) == MAX_SHOWN_LINES
     assert lines[-1] == "[1023]  rank 1023 step 199" and lines[0].startswith("[1016]")
     assert note == f"Showing the last {MAX_SHOWN_LINES} of {1024 * 2 * 200} lines. "
+
+
+def test_terminal_control_sequences_a_rank_writes_never_reach_the_screen(tmp_path):
+    # GIVEN a rank that writes colours, a screen clear, a window title and CRLF line ends,
+    # and an event whose message carries an escape sequence
+    folder = tmp_path / "ranks" / "0"
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_bytes(
+        b"\x1b[32mINFO\x1b[0m step 1\r\n\x1b[2J\x1b]0;title\x07cleared\nbell\x07 and nul\x00\n")
+    (folder / "events.jsonl").write_text(
+        json.dumps({"time": 1.0, "kind": "nan", "message": "\x1b[31mNaN\x1b[0m in loss"}) + "\n")
+    files = RunFilesReader(tmp_path).read()
+    # THEN what the view draws is the text, without the control sequences
+    assert files.logs[0].lines == ("INFO step 1", "cleared", "bell and nul")
+    assert files.events[0].message == "NaN in loss"
