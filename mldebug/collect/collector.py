@@ -74,10 +74,11 @@ class JobCollector:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _read(self, target: RankTarget) -> StackSample:
+    def _read(self, target: RankTarget, native: bool | None = None,
+              timeout: float | None = None) -> StackSample:
         try:
-            return dump_stack(self.pyspy, target, self.native, self.nonblocking,
-                              self.timeout_per_rank)
+            return dump_stack(self.pyspy, target, self.native if native is None else native,
+                              self.nonblocking, timeout or self.timeout_per_rank)
         except Exception as error:  # a collector must not take the view down
             return StackSample(target, time.time(), failure=FAIL_ERROR,
                                failure_detail=f"{type(error).__name__}: {error}")
@@ -138,12 +139,9 @@ class JobCollector:
             taken[rank_pid][-1] = with_workers(taken[rank_pid][-1], mine)
 
     def _read_worker(self, target: RankTarget) -> StackSample:
-        try:
-            return dump_stack(self.pyspy, target, False, self.nonblocking,
-                              min(self.timeout_per_rank, self.worker_timeout))
-        except Exception as error:  # a worker that cannot be read leaves the rank as it was
-            return StackSample(target, time.time(), failure=FAIL_ERROR,
-                               failure_detail=f"{type(error).__name__}: {error}")
+        # A worker that cannot be read leaves the rank as it was (with_workers skips it).
+        return self._read(target, native=False,
+                          timeout=min(self.timeout_per_rank, self.worker_timeout))
 
     def poll(self) -> JobSnapshot:
         with self._lock:
