@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
+from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
 from mldebug.model import JobSnapshot
 from mldebug.ranges import format_ranks
@@ -194,7 +195,7 @@ class AttachApp(App[int]):
         if node is None or node.frame is None:
             label.update("")
             return
-        label.update(f"ranks at {node.frame.function} ({node.frame.location}): "
+        label.update(f"ranks at {frame_label(node.frame)}: "
                      f"{format_ranks(node.ranks)}  ({len(node.ranks)})")
 
     # ---- actions ----

@@ -30,7 +30,7 @@ def write_report(
     body = render_text(snapshot, verbose=True)  # every rank's threads: it is for later
     data = snapshot_to_json(snapshot)
     _write(text_path, body if body.endswith("\n") else body + "\n")
-    _write(json_path, (data if isinstance(data, str) else json.dumps(data, indent=1)) + "\n")
+    _write(json_path, json.dumps(data, indent=1) + "\n")
     return text_path, json_path
 
 
