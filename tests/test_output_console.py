@@ -54,3 +54,29 @@ def test_tailer_reads_a_flood_to_the_end_when_it_finishes(tmp_path):
     os.close(out)
     shown = (tmp_path / "console").read_text().splitlines()
     assert shown == [f"[h:0] {line}" for line in lines]
+
+
+def test_console_waits_for_a_full_non_blocking_output():
+    """A terminal or pipe left non-blocking by another program refuses writes while it is
+    full: the console waits for room rather than taking it for closed and going quiet."""
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    console = Console(stdout_fd=write_fd, stderr_fd=write_fd)
+    data = b"x" * (1 << 20)  # far more than a pipe holds
+    received = bytearray()
+
+    def read_all():
+        while chunk := os.read(read_fd, 1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read_all)
+    reader.start()
+    console.write("stdout", data)
+    console.write("stdout", b"after\n")
+    os.close(write_fd)
+    reader.join()
+    os.close(read_fd)
+    assert not console.broken
+    assert bytes(received) == data + b"after\n"

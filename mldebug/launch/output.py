@@ -9,6 +9,7 @@ nothing, and since only this thread writes rank lines, two ranks never share a l
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,11 +37,15 @@ class Console:
     def write(self, stream: str, data: bytes) -> None:
         if not data or stream in self.broken:
             return
+        fd = self.fds[stream]
         with self.lock:
             view = memoryview(data)
             try:
                 while view:
-                    view = view[os.write(self.fds[stream], view) :]
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:  # left non-blocking by another program, and full
+                        select.select([], [fd], [])
             except OSError:
                 self.broken.add(stream)  # a closed pipe (`| head`): stop showing, keep running
 
