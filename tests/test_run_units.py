@@ -190,3 +190,22 @@ def test_launchers_are_not_ranks():
     assert not is_launcher([py, "-u", "train.py", "--launcher", "torchrun"])
     assert not is_launcher([py, "-m", "mypkg.train"])
     assert not is_launcher([py, "-c", "print(1)"])
+
+
+def test_a_many_line_message_takes_one_line_of_the_report(tmp_path):
+    """The full message is in the traceback; the root-cause line and the "then rank" lines
+    keep to one line each (a state_dict error lists every missing key)."""
+    message = "Error(s) in loading state_dict for Net:\n\t" + "\n\t".join(
+        f'Missing key "layer{i}.weight"' for i in range(300))
+    failures = [
+        Failure(rank=rank, time=float(rank), exc_type="RuntimeError", message=message,
+                traceback=f"Traceback (most recent call last):\nRuntimeError: {message}\n")
+        for rank in (0, 1)
+    ]
+    assert failures[0].headline == "RuntimeError: Error(s) in loading state_dict for Net: ..."
+    report = format_report(failures, RunPaths(tmp_path)).splitlines()
+    assert report[0].endswith(": RuntimeError: Error(s) in loading state_dict for Net: ...")
+    assert sum('Missing key "layer299.weight"' in line for line in report) == 1
+    assert "  then rank 1 (+1.0s): RuntimeError: Error(s) in loading state_dict for Net: ..." \
+        in report
+    assert Failure(rank=0, time=0.0, exc_type="StopIteration").headline == "StopIteration"

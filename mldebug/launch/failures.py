@@ -85,9 +85,13 @@ class Failure:
 
     @property
     def headline(self) -> str:
-        if self.exc_type:
-            return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
-        return self.how
+        """One line: a long message (a state_dict's missing keys) is in the traceback."""
+        if not self.exc_type:
+            return self.how
+        first, *more = self.message.strip().splitlines() or [""]
+        if not first:
+            return self.exc_type
+        return f"{self.exc_type}: {first}" + (" ..." if more else "")
 
     def to_json(self) -> dict:
         return {
