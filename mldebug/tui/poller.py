@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
-from mldebug.model import JobSnapshot, StackSample
+from mldebug.model import STATE_EXITED, JobSnapshot, StackSample
 
 
 @runtime_checkable
@@ -63,6 +63,7 @@ class CollectorPoller:
         self._collector = None
         self._targets = job_targets
         self._polls = 0
+        self._ended_unexplained = False
         self._native_reads: dict[int, Future] = {}  # rank -> the native reading in flight
 
     @staticmethod
@@ -90,6 +91,7 @@ class CollectorPoller:
             and (
                 self._polls % self.RESOLVE_EVERY == 0
                 or len(current.targets) < (current.world_size or 0)
+                or self._ended_unexplained
             )
         )
         if not stale:
@@ -102,9 +104,9 @@ class CollectorPoller:
             return  # keep looking at what we had: ranks that ended show as exited
         if current is not None and found.job != current.job:
             return  # another job, started since (a newer `mldebug run`): stay on this one
-        found = self._with_ended(found, current)
-        if current is None or self._pids(found) != self._pids(current):
-            self._targets = found
+        # Taken even with the same processes: run.json may have gained exit codes and the
+        # first failure of ranks that ended.
+        self._targets = self._with_ended(found, current)
 
     def _make(self, previous):
         from mldebug.collect.collector import JobCollector
@@ -122,10 +124,17 @@ class CollectorPoller:
         with self._lock:
             # A new set of processes gets a new collector (its pool sized for them), which
             # keeps the readings of the processes it shares with the old one.
-            if self._collector is None or self._collector.job is not self._targets:
-                self._collector = self._make(self._collector)
             collector = self._collector
-        return collector.poll()
+            if collector is None or self._pids(collector.job) != self._pids(self._targets):
+                collector = self._collector = self._make(collector)
+            else:
+                collector.job = self._targets
+        snapshot = collector.poll()
+        # A rank of a run directory seen ended, with no exit code yet: read run.json again
+        # at the next poll, for its code and for the first failure.
+        self._ended_unexplained = self._targets.run_dir is not None and any(
+            view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks)
+        return snapshot
 
     def read_native(self, rank: int) -> StackSample | None:
         """One native reading of `rank`. A second call while one is in flight for the same

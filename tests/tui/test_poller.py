@@ -166,3 +166,35 @@ def test_a_followed_view_stays_on_its_job_when_another_one_starts(ranks):
         assert snapshot.job == first.job
     finally:
         poller.close()
+
+
+def test_a_followed_run_gives_ended_ranks_their_exit_code_and_the_first_failure(tmp_path, ranks):
+    # GIVEN a followed run directory with two live ranks
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks").mkdir(parents=True)
+    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
+                "mldebug_pid": os.getpid(), "ranks": []}
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+    for rank in (0, 1):
+        ranks.append(start_rank(rank, 2, run_dir))
+        write_proc(run_dir, rank, ranks[rank].pid)
+    poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
+    try:
+        poller.poll()
+        poller.poll()
+        # WHEN both end, rank 1 first, and `mldebug run` records it (the same processes)
+        for proc in reversed(ranks):
+            proc.kill()
+            proc.wait()
+        manifest.update(status="failed", ranks=[
+            {"rank": 0, "pid": ranks[0].pid, "exit_code": -15},
+            {"rank": 1, "pid": ranks[1].pid, "exit_code": -9}],
+            first_failure={"rank": 1, "time": time.time(), "how": "killed (SIGKILL)"})
+        (run_dir / "run.json").write_text(json.dumps(manifest))
+        poller.poll()  # sees them gone
+        snapshot = poller.poll()  # reads run.json again for why
+        # THEN each shows its exit code, and the verdict names the rank that failed first
+        assert {v.rank: v.exit_code for v in snapshot.ranks} == {0: -15, 1: -9}
+        assert snapshot.findings[0].kind == "crash" and snapshot.findings[0].ranks == (1,)
+    finally:
+        poller.close()
