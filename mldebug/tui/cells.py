@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from mldebug.model import (
@@ -112,3 +113,27 @@ def rank_matches(view: RankView, query: str, ranks: set[int] | None) -> bool:
         return True
     needle = query.lower()
     return any(needle in cell.lower() for cell in rank_cells(view))
+
+
+class ColumnWidths:
+    """The widest text drawn so far in each column of a DataTable.
+
+    DataTable.update_cell keeps a column's width unless asked to measure again, which cuts a
+    cell that grew ("exited" -> "exited 137") to the old width; measuring every update costs
+    a pass over the whole column whenever a cell shrinks. `grows` says when a new value is
+    wider than anything shown in its column, the one time it must be measured.
+    """
+
+    def __init__(self, labels) -> None:
+        self.widths = [cell_len(str(label)) for label in labels]
+
+    def grows(self, index: int, value: str) -> bool:
+        width = cell_len(value)
+        if width <= self.widths[index]:
+            return False
+        self.widths[index] = width
+        return True
+
+    def fit_row(self, values) -> None:
+        for index, value in enumerate(values):
+            self.grows(index, value)

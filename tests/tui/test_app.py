@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from textual.widgets import DataTable, Input, Log, TabbedContent
@@ -243,6 +244,37 @@ async def test_a_rank_that_exits_is_shown_as_exited_and_the_app_goes_on():
         await settle(app, pilot)
         assert str(table.get_row("3")[1]) == "exited 1"
         assert "1 exited" in str(app.query_one("#status").render())
+
+
+def rendered(table: DataTable) -> str:
+    """The table as drawn on screen (cells cut to their column's width)."""
+    return "\n".join(table.render_line(y).text for y in range(table.size.height))
+
+
+async def test_a_cell_that_outgrows_its_column_is_drawn_whole():
+    # GIVEN a job where rank 3 is stuck and no rank's memory is known yet
+    def make(tick: int):
+        job = hung_job(4)
+        changed = {2: {"rss_bytes": 3 * 2**30},
+                   3: {"state": "exited", "exit_code": 137, "threads": ()} if tick else {}}
+        return replace(job, ranks=tuple(
+            replace(v, **changed.get(v.rank, {})) if tick else replace(v, rss_bytes=None)
+            for v in job.ranks))
+
+    app = AttachApp(FakePoller(make), interval=SLOW_TIMER)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        # WHEN the next poll has rank 3 exited with code 137, and every rank's memory
+        app.request_poll()
+        await settle(app, pilot)
+        await pilot.pause()  # drawn
+        # THEN both are drawn whole, not cut to the width the column had
+        table = rendered(app.query_one(RankTable))
+        assert "exited 137" in table and "512.0M" in table
+        await pilot.press("3")
+        await pilot.pause()
+        memory = rendered(app.query_one("#memory-table", DataTable))
+        assert memory.splitlines()[3].split()[:3] == ["2", "3.0G", "3.0G"]  # rank, rss, peak
 
 
 async def test_256_ranks_update_only_the_cells_that_changed():

@@ -10,8 +10,10 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from mldebug.model import JobSnapshot
-from mldebug.tui.cells import NONE, human_bytes
+from mldebug.tui.cells import NONE, ColumnWidths, human_bytes
 
+MEMORY_COLUMNS = (("rank", "rank"), ("rss", "rss"), ("peak", "peak rss (seen)"),
+                  ("cuda", "cuda alloc"), ("nvml", "nvml used"))
 HISTORY = 120  # polls kept (two minutes at the default interval)
 NOT_YET = "n/a"  # CUDA allocator and NVML figures come from the in-rank agent (later)
 
@@ -23,6 +25,7 @@ class MemoryView(Vertical):
         self.max_history: deque[float] = deque(maxlen=HISTORY)
         self._rows: dict[int, tuple[str, ...]] = {}
         self._peaks: dict[int, int] = {}  # largest RSS seen per rank while attached
+        self._widths = ColumnWidths(label for _, label in MEMORY_COLUMNS)
 
     def compose(self) -> ComposeResult:
         yield Static(id="memory-summary")
@@ -36,11 +39,8 @@ class MemoryView(Vertical):
 
     def on_mount(self) -> None:
         table = self.query_one("#memory-table", DataTable)
-        table.add_column("rank", key="rank")
-        table.add_column("rss", key="rss")
-        table.add_column("peak rss (seen)", key="peak")
-        table.add_column("cuda alloc", key="cuda")
-        table.add_column("nvml used", key="nvml")
+        for key, label in MEMORY_COLUMNS:
+            table.add_column(label, key=key)
 
     def show(self, snapshot: JobSnapshot) -> None:
         known = [v.rss_bytes for v in snapshot.ranks if v.rss_bytes is not None]
@@ -62,17 +62,20 @@ class MemoryView(Vertical):
         if [v.rank for v in ranks] != list(self._rows):
             table.clear()
             self._rows = {}
+            self._widths = ColumnWidths(label for _, label in MEMORY_COLUMNS)
             for view in ranks:
                 cells = self._cells(view.rank, view.rss_bytes)
                 table.add_row(*cells, key=str(view.rank))
                 self._rows[view.rank] = cells
+                self._widths.fit_row(cells)
             return
         for view in ranks:
             cells = self._cells(view.rank, view.rss_bytes)
             old = self._rows[view.rank]
-            for key, new, before in zip(("rank", "rss", "peak", "cuda", "nvml"), cells, old, strict=True):
+            for index, (new, before) in enumerate(zip(cells, old, strict=True)):
                 if new != before:
-                    table.update_cell(str(view.rank), key, new)
+                    table.update_cell(str(view.rank), MEMORY_COLUMNS[index][0], new,
+                                      update_width=self._widths.grows(index, new))
             self._rows[view.rank] = cells
 
     def _cells(self, rank: int, rss: int | None) -> tuple[str, ...]:

@@ -12,7 +12,13 @@ from textual.widgets import DataTable
 
 from mldebug.model import JobSnapshot, RankView
 from mldebug.ranges import parse_ranks
-from mldebug.tui.cells import RANK_COLUMNS, rank_cells, rank_matches, styled_cell
+from mldebug.tui.cells import (
+    RANK_COLUMNS,
+    ColumnWidths,
+    rank_cells,
+    rank_matches,
+    styled_cell,
+)
 from mldebug.tui.messages import ShowRank
 
 
@@ -37,6 +43,7 @@ class RankTable(DataTable):
         self._filter_text = ""
         self._filter_ranks: set[int] | None = None
         self._views: dict[int, RankView] = {}
+        self._widths = ColumnWidths(label for _, label in RANK_COLUMNS)
         self.cells_updated = 0  # cells sent to the DataTable (read by tests and the benchmark)
 
     def on_mount(self) -> None:
@@ -75,9 +82,10 @@ class RankTable(DataTable):
             for index, (new_value, old_value) in enumerate(zip(cells, old, strict=True)):
                 if new_value != old_value:
                     column = columns[index]
+                    grows = self._widths.grows(index, new_value)
                     self.update_cell(
                         str(view.rank), column, styled_cell(column, new_value, view),
-                        update_width=column == "frame",
+                        update_width=grows or column == "frame",
                     )
                     self.cells_updated += 1
             self._rows[view.rank] = cells
@@ -86,6 +94,7 @@ class RankTable(DataTable):
         selected = self.selected_rank
         self.clear()
         self._rows.clear()
+        self._widths = ColumnWidths(label for _, label in RANK_COLUMNS)
         columns = [key for key, _ in RANK_COLUMNS]
         for view in views:
             cells = rank_cells(view)
@@ -93,6 +102,7 @@ class RankTable(DataTable):
                 *(styled_cell(c, v, view) for c, v in zip(columns, cells, strict=True)), key=str(view.rank)
             )
             self._rows[view.rank] = cells
+            self._widths.fit_row(cells)
             self.cells_updated += len(cells)
         self._order = [view.rank for view in views]
         if selected in self._rows:
