@@ -319,3 +319,23 @@ def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_launcher_started_with_interpreter_options_is_not_taken_for_a_rank(tmp_path):
+    """`srun python -W ignore torchrun ...`: the launcher has SLURM_PROCID=0 but is no rank;
+    taking it for rank 0 would leave the real rank 0 without its agent."""
+    launcher = script(tmp_path, "torchrun", """
+        import os, subprocess, sys
+        ranks = [subprocess.Popen([sys.executable, "rank.py"],
+                                  env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2"})
+                 for r in (0, 1)]
+        sys.exit(max(rank.wait() for rank in ranks))
+    """)
+    script(tmp_path, "rank.py", "import os\nprint('rank', os.environ['RANK'], 'pid', os.getpid())\n")
+    done, paths = mldebug_run(tmp_path, "--", sys.executable, "-W", "ignore", launcher,
+                              env={"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode().splitlines()
+    for rank in (0, 1):
+        pid = json.loads(paths.proc_info(rank).read_text())["pid"]
+        assert f"[{HOST}:{rank}] rank {rank} pid {pid}" in out

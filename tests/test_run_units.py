@@ -190,6 +190,9 @@ def test_launchers_are_not_ranks():
     assert not is_launcher([py, "-u", "train.py", "--launcher", "torchrun"])
     assert not is_launcher([py, "-m", "mypkg.train"])
     assert not is_launcher([py, "-c", "print(1)"])
+    assert is_launcher([py, "-W", "ignore", "/venv/bin/torchrun", "train.py"])
+    assert is_launcher([py, "-X", "faulthandler", "-um", "torch.distributed.run", "t.py"])
+    assert not is_launcher([py, "train.py", "-m", "torchrun"])  # the script's own arguments
 
 
 def test_a_many_line_message_takes_one_line_of_the_report(tmp_path):

@@ -35,15 +35,26 @@ LAUNCHERS = frozenset(
 
 
 def is_launcher(argv: Sequence[str]) -> bool:
-    """Is this Python process a known launcher? `argv` is sys.orig_argv (python included)."""
-    args = list(argv[1:])
-    if "-m" in args:
-        index = args.index("-m")
-        return index + 1 < len(args) and args[index + 1] in LAUNCHERS
+    """Is this Python process a known launcher? `argv` is sys.orig_argv (python included).
+
+    Read as the interpreter reads its options: up to `-m MODULE`, `-c CODE` or the script,
+    skipping the values of -W and -X (`python -W ignore torchrun ...`).
+    """
+    args = iter(argv[1:])
     for arg in args:
-        if not arg.startswith("-"):
-            name = os.path.basename(arg)
-            return name.removesuffix(".py") in LAUNCHERS
+        if arg == "--check-hash-based-pycs":
+            next(args, None)
+        elif arg.startswith("--"):
+            continue
+        elif arg.startswith("-") and arg != "-":
+            for position, flag in enumerate(arg[1:], start=2):
+                if flag in "cmWX":  # the value is the rest of this argument, or the next one
+                    value = arg[position:] or next(args, "")
+                    if flag in "cm":
+                        return flag == "m" and value in LAUNCHERS
+                    break
+        else:
+            return os.path.basename(arg).removesuffix(".py") in LAUNCHERS
     return False
 
 
