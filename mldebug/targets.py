@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -228,6 +228,33 @@ def _order(target: RankTarget) -> tuple:
     return (target.rank is None, target.rank if target.rank is not None else 0, target.pid)
 
 
+def _exit_codes(manifest: dict) -> dict[int, int]:
+    """rank -> exit code of the ranks run.json says have ended."""
+    codes: dict[int, int] = {}
+    entries = manifest.get("ranks")
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        rank = _int(str(entry.get("rank", "")))
+        code = entry.get("exit_code", entry.get("returncode"))
+        if rank is not None and isinstance(code, int):
+            codes[rank] = code
+    return codes
+
+
+def with_run_outcome(job: JobTargets) -> JobTargets:
+    """`job` with the exit codes and crashes its run directory records now.
+
+    A live view keeps its targets once the run is over (resolving it again finds nothing to
+    look at) and still has to learn how each rank ended.
+    """
+    manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
+    if manifest is None:
+        return job
+    return replace(job, exit_codes=_exit_codes(manifest),
+                   crashes=read_crashes(job.run_dir, manifest))
+
+
 def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
@@ -237,16 +264,13 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     paths = rundir.RunPaths(root)
     host = rundir.hostname()
     targets: dict[int, RankTarget] = {}
-    exit_codes: dict[int, int] = {}
+    exit_codes = _exit_codes(manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")
     for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, dict):
             continue
         rank = _int(str(entry.get("rank", "")))
-        code = entry.get("exit_code", entry.get("returncode"))
-        if rank is not None and isinstance(code, int):
-            exit_codes[rank] = code
         pid = _pid(entry.get("pid"))
         if rank is not None and pid and rundir.pid_alive(pid):
             targets[rank] = RankTarget(pid=pid, rank=rank, world_size=world,

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from mldebug.model import STATE_EXITED, JobSnapshot, StackSample
+from mldebug.targets import with_run_outcome
 
 
 @runtime_checkable
@@ -101,7 +102,10 @@ class CollectorPoller:
         except Exception:
             if current is None:
                 raise
-            return  # keep looking at what we had: ranks that ended show as exited
+            # Keep looking at what we had (ranks that ended show as exited), with how they
+            # ended when the run directory says so: a run that is over resolves to nothing.
+            self._targets = with_run_outcome(current)
+            return
         if current is not None and found.job != current.job:
             return  # another job, started since (a newer `mldebug run`): stay on this one
         # Taken even with the same processes: run.json may have gained exit codes and the

@@ -198,3 +198,33 @@ def test_a_followed_run_gives_ended_ranks_their_exit_code_and_the_first_failure(
         assert snapshot.findings[0].kind == "crash" and snapshot.findings[0].ranks == (1,)
     finally:
         poller.close()
+
+
+def test_a_followed_run_that_succeeds_has_ended_not_lost_its_ranks(tmp_path, ranks):
+    # GIVEN a followed run directory with two live ranks
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks").mkdir(parents=True)
+    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
+                "mldebug_pid": os.getpid(), "ranks": []}
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+    for rank in (0, 1):
+        ranks.append(start_rank(rank, 2, run_dir))
+        write_proc(run_dir, rank, ranks[rank].pid)
+    poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
+    try:
+        poller.poll()
+        # WHEN both end and `mldebug run` records the run as succeeded (resolving it again
+        # now finds nothing to look at)
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
+        manifest.update(status="succeeded", ranks=[
+            {"rank": rank, "pid": proc.pid, "exit_code": 0} for rank, proc in enumerate(ranks)])
+        (run_dir / "run.json").write_text(json.dumps(manifest))
+        poller.poll()  # sees them gone
+        snapshot = poller.poll()  # reads run.json for how they ended
+        # THEN the job has ended: no error about ranks that are not running
+        assert {v.rank: v.exit_code for v in snapshot.ranks} == {0: 0, 1: 0}
+        assert [f.kind for f in snapshot.findings] == ["ended"]
+    finally:
+        poller.close()
