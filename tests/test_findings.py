@@ -276,3 +276,9 @@ def test_ranks_all_gone_without_exit_codes_are_missing_with_no_one_left_waiting(
     assert [f.kind for f in snap.findings] == [KIND_MISSING]
     assert snap.findings[0].severity == SEVERITY_ERROR
     assert "the other ranks" not in snap.findings[0].summary
+
+
+def test_an_exception_logged_by_a_rank_that_exited_0_is_no_crash():
+    snap = build_snapshot([], {}, world_size=2, exit_codes={0: 0, 1: 0},
+                          crashes=(RankCrash(1, 5.0, "uncaught exception", "KeyError", "x"),))
+    assert KIND_CRASH not in [f.kind for f in snap.findings]

@@ -120,7 +120,8 @@ def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[
 
 def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
     """The root cause: the first rank that ended badly (and is gone), with what it raised."""
-    gone = {v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED)}
+    # A rank that exited 0 did not crash, even if it handed an exception to its excepthook.
+    gone = {v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED) and v.exit_code != 0}
     ended = [c for c in crashes if c.rank in gone]
     if not ended:
         return []
