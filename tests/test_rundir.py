@@ -84,3 +84,4 @@ def test_pid_alive_tells_zombies_from_live_processes():
     assert not rundir.pid_alive(child.pid)
     assert rundir.pid_alive(os.getpid())
     assert not rundir.pid_alive(None)
+    assert not rundir.pid_alive(2**80)  # garbage from a file is no pid
