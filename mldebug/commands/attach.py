@@ -89,10 +89,25 @@ def run_app(resolve: Callable[[], object], *, follow: bool, run_dir: Path | None
     from mldebug.tui.app import AttachApp
     from mldebug.tui.poller import CollectorPoller
 
+    global _live_app
     poller = CollectorPoller(resolve, native=native, follow=follow, job_targets=job_targets)
     app = AttachApp(poller, interval=interval, run_dir=run_dir, stop=stop, job_name=label)
-    code = app.run()
+    _live_app = app
+    try:
+        code = app.run()
+    finally:
+        _live_app = None
     return 0 if code is None else int(code)
+
+
+_live_app = None  # the app on screen, so a signal handler can close it
+
+
+def request_exit() -> None:
+    """Close the live view from a signal handler (SIGTERM, SIGHUP: the terminal is gone)."""
+    app = _live_app
+    if app is not None:
+        app.exit_soon()
 
 
 def main(argv: list[str]) -> int:

@@ -244,8 +244,15 @@ def main(argv: list[str]) -> int:
 def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
+    def on_signal(number, _frame) -> None:
+        supervisor.stop(number)
+        if attach is not None:  # the live view must not outlive the job it watches
+            from mldebug.commands.attach import request_exit
+
+            request_exit()
+
     for signum in handled:
-        signal.signal(signum, lambda number, _frame: supervisor.stop(number))
+        signal.signal(signum, on_signal)
     try:
         try:
             supervisor.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -77,6 +78,7 @@ class AttachApp(App[int]):
         self.waiting = False  # last_error is an expected wait, not a fault
         self.last_report = ""
         self._files_reader = RunFilesReader(run_dir) if run_dir is not None else None
+        self._running_loop: asyncio.AbstractEventLoop | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="▣")
@@ -101,7 +103,14 @@ class AttachApp(App[int]):
         yield Static(id="status")
         yield Footer()
 
+    def exit_soon(self) -> None:
+        """Exit from outside the app's loop, even from a signal handler (thread-safe)."""
+        loop = self._running_loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self.exit)
+
     def on_mount(self) -> None:
+        self._running_loop = asyncio.get_running_loop()
         self.sub_title = self.job_name
         self.query_one("#status", Static).update(self._status())
         self.set_interval(self.interval, self.request_poll)

@@ -4,6 +4,7 @@ in a real terminal (tmux), read from the screen, quit with `q`.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -136,3 +137,29 @@ def test_attach_shows_the_culprit_line_and_the_collective_then_quits(hung_job, t
     wait_for(lambda: not tmux.alive(), 60, "mldebug attach to exit after q")
     wait_for(lambda: not pid_alive(pid), 30, "the mldebug process to be gone")
     assert hung_job.poll() is None  # attaching and quitting left the job alone
+
+
+SLEEPER = """\
+import os, time
+print("rank", os.environ["RANK"], "up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigterm_to_run_tui_closes_the_view_and_stops_the_job(tmp_path, tmux):
+    # GIVEN `mldebug run --tui` watching two ranks in a terminal
+    job = tmp_path / "sleeper.py"
+    job.write_text(SLEEPER)
+    runs = tmp_path / "runs"
+    tmux.start(["env", f"MLDEBUG_RUNS_DIR={runs}", sys.executable, "-m", "mldebug", "run",
+                "--tui", "--nproc-per-node", "2", str(job)])
+    wait_for(lambda: "sleeper.py:3" in tmux.screen(), 120, "the ranks on the screen")
+    manifest = json.loads(next(runs.glob("*/run.json")).read_text())
+    ranks = [entry["pid"] for entry in manifest["ranks"]]
+    # WHEN mldebug itself gets SIGTERM (a scheduler ending the job, a closed terminal)
+    os.kill(manifest["mldebug_pid"], signal.SIGTERM)
+    # THEN the view closes instead of outliving the job, and no rank is left
+    wait_for(lambda: not pid_alive(manifest["mldebug_pid"]), 60, "mldebug run to exit")
+    assert not any(pid_alive(pid) for pid in ranks)
+    final = json.loads(next(runs.glob("*/run.json")).read_text())
+    assert final["status"] == "interrupted"
