@@ -197,6 +197,9 @@ def test_rank_state_rules():
     assert rank_state([sample(0, 0.0), sample(1, 0.5)])[0] == STATE_RUNNING
     assert rank_state([sample(0, 0.0)])[0] == STATE_UNKNOWN
     assert rank_state([])[0] == STATE_UNKNOWN
+    # one 10 ms tick between two readings 50 ms apart is 20%, but it is noise, not work
+    assert rank_state([sample(0, 0.0), sample(0.05, 0.01)])[0] == STATE_STUCK
+    assert rank_state([sample(0, 0.0), sample(0.05, 0.04)])[0] == STATE_RUNNING
 
 
 def test_ranks_working_inside_init_are_not_outliers_of_it():

@@ -24,6 +24,9 @@ from mldebug.model import (
 # computes between short collectives uses some even on a crowded machine.
 BUSY_MAIN_THREAD_PERCENT = 5.0
 BUSY_PROCESS_PERCENT = 30.0  # when the main thread's own time cannot be read
+# /proc counts CPU time in 10 ms ticks, and attaching py-spy can cost the target one: over
+# two readings a moment apart, a tick or two is noise, not work.
+NOISE_CPU_SECONDS = 0.02
 
 
 def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | None:
@@ -33,6 +36,15 @@ def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | N
     if a is None or b is None or elapsed <= 0:
         return None
     return max(0.0, (b - a) / elapsed * 100.0)
+
+
+def _busy(first: StackSample, last: StackSample, main: bool, percent: float) -> float | None:
+    """The CPU percent between two readings when it says the rank works, else None."""
+    used = _cpu_percent(first, last, main)
+    if used is None or used < percent:
+        return None
+    seconds = used / 100.0 * (last.time - first.time)
+    return used if seconds > NOISE_CPU_SECONDS else None
 
 
 def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
@@ -54,12 +66,12 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
     # Tuple equality tries identity first, so stacks of shared (interned) frames compare fast.
     if any(s.threads[0].frames != first for s in good[1:]):
         return STATE_RUNNING, cpu, "its stack moves between samples"
-    main_cpu = _cpu_percent(good[0], good[-1], main=True)
-    if main_cpu is not None:
-        if main_cpu >= BUSY_MAIN_THREAD_PERCENT:
+    if _cpu_percent(good[0], good[-1], main=True) is not None:
+        main_cpu = _busy(good[0], good[-1], True, BUSY_MAIN_THREAD_PERCENT)
+        if main_cpu is not None:
             return STATE_RUNNING, cpu, f"same stack, but its main thread uses {main_cpu:.0f}% CPU"
     else:
-        busy = _cpu_percent(good[0], good[-1], main=False)
-        if busy is not None and busy >= BUSY_PROCESS_PERCENT:
+        busy = _busy(good[0], good[-1], False, BUSY_PROCESS_PERCENT)
+        if busy is not None:
             return STATE_RUNNING, cpu, f"same stack, but it uses {busy:.0f}% CPU"
     return STATE_STUCK, cpu, "same stack in every sample, idle"
