@@ -72,7 +72,11 @@ def test_a_process_that_is_not_python():
 def test_a_stopped_process_is_explained(sitter):
     os.kill(sitter.pid, signal.SIGSTOP)
     try:
-        time.sleep(0.2)
+        # On a busy machine the stop takes effect only once the process is scheduled.
+        deadline = time.monotonic() + 30
+        while psutil.Process(sitter.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "the process never stopped"
+            time.sleep(0.05)
         sample = dump_stack(find_pyspy(), RankTarget(pid=sitter.pid), timeout=10)
     finally:
         os.kill(sitter.pid, signal.SIGCONT)

@@ -120,6 +120,9 @@ def process_status(pid: int) -> str | None:
         return None
 
 
+_EXPLAINING = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_DISK_SLEEP)
+
+
 def explain_by_status(kind: str, detail: str, status: str | None,
                       nonblocking: bool) -> tuple[str, str]:
     """A better reason than py-spy's when the process state explains the failure.
@@ -155,6 +158,8 @@ def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking
     now = time.time()
     cpu, rss = cpu_and_rss(target.pid)
     main_cpu = thread_cpu_seconds(target.pid)
+    # Read before py-spy too: attaching and detaching can end a stop, hiding why it failed.
+    status_before = process_status(target.pid)
     if cpu is None and process_gone(target.pid):
         return StackSample(target, now, failure=FAIL_EXITED, failure_detail="the process exited")
     try:
@@ -170,7 +175,8 @@ def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking
         kind, detail = classify_pyspy_error(done.stderr or done.stdout)
         if kind != FAIL_PERMISSION and process_gone(target.pid):
             kind, detail = FAIL_EXITED, "the process exited"
-        kind, detail = explain_by_status(kind, detail, process_status(target.pid), nonblocking)
+        status = status_before if status_before in _EXPLAINING else process_status(target.pid)
+        kind, detail = explain_by_status(kind, detail, status, nonblocking)
         return StackSample(target, now, failure=kind, failure_detail=detail,
                            cpu_seconds=cpu, rss_bytes=rss)
     try:
