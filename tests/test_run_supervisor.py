@@ -27,14 +27,18 @@ def wait_for(predicate, timeout=60.0):
         time.sleep(0.05)
 
 
-def test_quiet_supervisor_is_stopped_and_can_show_output_later(tmp_path, monkeypatch):
+def quiet_job(tmp_path, monkeypatch, source: str):
+    """A 2-rank job of `source` whose output goes to files only: (paths, Supervisor)."""
     monkeypatch.setenv("MLDEBUG_RUNS_DIR", str(tmp_path / "runs"))
-    (tmp_path / "ticker.py").write_text(TICKER)
+    (tmp_path / "job.py").write_text(source)
     paths = create_run_dir(tmp_path / "run")
-    supervisor = Supervisor(
-        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "ticker.py")], nproc=2,
-                   console=None, grace_period=2)
-    )
+    return paths, Supervisor(
+        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "job.py")], nproc=2,
+                   console=None, grace_period=2))
+
+
+def test_quiet_supervisor_is_stopped_and_can_show_output_later(tmp_path, monkeypatch):
+    paths, supervisor = quiet_job(tmp_path, monkeypatch, TICKER)
     supervisor.start()
     try:
         wait_for(lambda: all(b"tick" in paths.stdout(r).read_bytes() for r in (0, 1)))
@@ -95,13 +99,7 @@ def start_with_pid(pid, argv, attempts=200):
 def test_a_stranger_that_gets_an_ended_ranks_pid_is_left_alone(tmp_path, monkeypatch):
     """Rank 1 ends early; its pid then goes to an unrelated process that leads a group of
     its own. When the job ends, mldebug must not take that group for rank 1's."""
-    monkeypatch.setenv("MLDEBUG_RUNS_DIR", str(tmp_path / "runs"))
-    (tmp_path / "early.py").write_text(EARLY_LEAVER)
-    paths = create_run_dir(tmp_path / "run")
-    supervisor = Supervisor(
-        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "early.py")], nproc=2,
-                   console=None, grace_period=2)
-    )
+    paths, supervisor = quiet_job(tmp_path, monkeypatch, EARLY_LEAVER)
     supervisor.start()
     stranger = None
     try:

@@ -68,13 +68,26 @@ def write_proc(run_dir, rank: int, pid: int) -> None:
     (folder / "proc.json").write_text(json.dumps({"rank": rank, "pid": pid, "world_size": 2}))
 
 
-def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
-    # GIVEN a run whose rank 1 has not started yet (what `mldebug run --tui` sees first)
+def running_run(tmp_path):
+    """A run directory as `mldebug run` leaves it while its 2 ranks start: (path, manifest)."""
     run_dir = tmp_path / "run"
     (run_dir / "ranks").mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps(
-        {"status": "running", "world_size": 2, "start_time": time.time(),
-         "mldebug_pid": os.getpid(), "ranks": []}))
+    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
+                "mldebug_pid": os.getpid(), "ranks": []}
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+    return run_dir, manifest
+
+
+def start_ranks(run_dir, ranks) -> None:
+    """Start ranks 0 and 1 of the run, each announced by its proc.json."""
+    for rank in (0, 1):
+        ranks.append(start_rank(rank, 2, run_dir))
+        write_proc(run_dir, rank, ranks[rank].pid)
+
+
+def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
+    # GIVEN a run whose rank 1 has not started yet (what `mldebug run --tui` sees first)
+    run_dir, _ = running_run(tmp_path)
     poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
     try:
         with pytest.raises(Exception, match="no live ranks"):
@@ -94,14 +107,8 @@ def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
 def test_a_rank_that_ends_in_a_followed_run_shows_as_exited_and_the_others_keep_their_state(
         tmp_path, ranks):
     # GIVEN a followed run directory with two ranks, both read twice (stuck)
-    run_dir = tmp_path / "run"
-    (run_dir / "ranks").mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps(
-        {"status": "running", "world_size": 2, "start_time": time.time(),
-         "mldebug_pid": os.getpid(), "ranks": []}))
-    for rank in (0, 1):
-        ranks.append(start_rank(rank, 2, run_dir))
-        write_proc(run_dir, rank, ranks[rank].pid)
+    run_dir, _ = running_run(tmp_path)
+    start_ranks(run_dir, ranks)
     poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
     poller.RESOLVE_EVERY = 1  # resolve again at every poll
     try:
@@ -170,14 +177,8 @@ def test_a_followed_view_stays_on_its_job_when_another_one_starts(ranks):
 
 def test_a_followed_run_gives_ended_ranks_their_exit_code_and_the_first_failure(tmp_path, ranks):
     # GIVEN a followed run directory with two live ranks
-    run_dir = tmp_path / "run"
-    (run_dir / "ranks").mkdir(parents=True)
-    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
-                "mldebug_pid": os.getpid(), "ranks": []}
-    (run_dir / "run.json").write_text(json.dumps(manifest))
-    for rank in (0, 1):
-        ranks.append(start_rank(rank, 2, run_dir))
-        write_proc(run_dir, rank, ranks[rank].pid)
+    run_dir, manifest = running_run(tmp_path)
+    start_ranks(run_dir, ranks)
     poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
     try:
         poller.poll()
@@ -202,14 +203,8 @@ def test_a_followed_run_gives_ended_ranks_their_exit_code_and_the_first_failure(
 
 def test_a_followed_run_that_succeeds_has_ended_not_lost_its_ranks(tmp_path, ranks):
     # GIVEN a followed run directory with two live ranks
-    run_dir = tmp_path / "run"
-    (run_dir / "ranks").mkdir(parents=True)
-    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
-                "mldebug_pid": os.getpid(), "ranks": []}
-    (run_dir / "run.json").write_text(json.dumps(manifest))
-    for rank in (0, 1):
-        ranks.append(start_rank(rank, 2, run_dir))
-        write_proc(run_dir, rank, ranks[rank].pid)
+    run_dir, manifest = running_run(tmp_path)
+    start_ranks(run_dir, ranks)
     poller = CollectorPoller(lambda: resolve_targets(run_dir=run_dir), follow=True)
     try:
         poller.poll()
