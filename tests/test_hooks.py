@@ -262,8 +262,10 @@ def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
         import json, os, sys, time
         run_dir, rank = os.environ["MLDEBUG_RUN_DIR"], int(os.environ["RANK"])
         if rank == 1:
-            # Where mldebug writes run.json before renaming it: a directory now, so it fails.
-            os.mkdir(os.path.join(run_dir, f".run.json.{os.getppid()}.tmp"))
+            # A directory in place of run.json: renaming the new one onto it fails.
+            manifest = os.path.join(run_dir, "run.json")
+            os.replace(manifest, manifest + ".old")
+            os.mkdir(manifest)
             sys.exit(0)
         proc = os.path.join(run_dir, "ranks", "1", "proc.json")
         while not os.path.exists(proc):

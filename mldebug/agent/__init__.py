@@ -48,11 +48,11 @@ def _rundir_module():
     return module
 
 
-def _redirect_to_files(stdout_path, stderr_path) -> None:
+def _redirect_to_files(rundir, stdout_path, stderr_path) -> None:
     for stream, fd, path in ((sys.stdout, 1, stdout_path), (sys.stderr, 2, stderr_path)):
         if stream is not None:
             stream.flush()
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        target = rundir.open_append(path)
         try:
             os.dup2(target, fd)
         finally:
@@ -93,11 +93,11 @@ def activate() -> None:
         },
     )
     if os.environ.get(ENV_MODE) == MODE_WRAP:
-        _redirect_to_files(paths.stdout(rank), paths.stderr(rank))
+        _redirect_to_files(rundir, paths.stdout(rank), paths.stderr(rank))
     _line_buffer_stdout()
     import faulthandler
 
-    fault_fd = os.open(paths.fault_log(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fault_fd = rundir.open_append(paths.fault_log(rank))
     _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
     faulthandler.enable(file=_fault_file, all_threads=True)
     install_excepthook(paths.error_file(rank), rank, host, rundir.write_json_atomic)

@@ -18,6 +18,7 @@ from mldebug.rundir import (
     STATUS_SUCCEEDED,
     RunPaths,
     read_json,
+    read_tail,
 )
 
 RECIPE = "rank-crash"
@@ -130,10 +131,10 @@ def order_failures(failures: list[Failure]) -> list[Failure]:
 
 def read_fault_log(paths: RunPaths, rank: int, limit: int = 4000) -> str:
     try:
-        text = paths.fault_log(rank).read_text(encoding="utf-8", errors="replace")
+        data, _ = read_tail(paths.fault_log(rank), limit * 4)  # 4: the most bytes of a char
     except OSError:
         return ""
-    return text.strip()[-limit:]
+    return data.decode("utf-8", errors="replace").strip()[-limit:]
 
 
 def collect_failures(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug.launch.lines import LineSplitter
-from mldebug.rundir import RunPaths, read_json
+from mldebug.rundir import RunPaths, open_regular, read_json
 
 READ_CHUNK = 1 << 20
 MAX_CHUNKS_PER_LOOK = 4
@@ -190,7 +190,7 @@ class OutputTailer:
         for source in self.sources:
             if source.fd is None:
                 try:
-                    source.fd = os.open(source.path, os.O_RDONLY)
+                    source.fd = open_regular(source.path)
                 except OSError:
                     continue
                 if source.skip_existing:

@@ -38,6 +38,7 @@ from mldebug.rundir import (
     RunPaths,
     hostname,
     make_private_dir,
+    open_append,
     proc_stat,
 )
 
@@ -170,8 +171,8 @@ class Supervisor:
         for rank in range(spec.nproc):
             make_private_dir(self.paths.rank_dir(rank))
             env = {**base, **envs.rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
-            out = os.open(self.paths.stdout(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            err = os.open(self.paths.stderr(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            out = open_append(self.paths.stdout(rank))
+            err = open_append(self.paths.stderr(rank))
             try:
                 popen = subprocess.Popen(
                     spec.command,
@@ -193,7 +194,7 @@ class Supervisor:
         self.manifest.update(world_size=spec.nproc, master_port=port)
 
     def _start_launcher(self) -> None:
-        log = os.open(self.paths.launcher_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = open_append(self.paths.launcher_log)
         try:
             popen = subprocess.Popen(
                 self.spec.command,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from mldebug.model import JobSnapshot
-from mldebug.rundir import RunPaths, make_private_dir
+from mldebug.rundir import RunPaths, create_new, make_private_dir
 
 
 def report_dir(run_dir: Path | None, cwd: Path) -> Path:
@@ -39,12 +39,12 @@ def _free_name(folder: Path, stem: str) -> tuple[Path, Path]:
     for index in range(1000):
         suffix = f"-{index}" if index else ""
         text_path = folder / f"{stem}{suffix}.txt"
-        if not text_path.exists():
+        if not os.path.lexists(text_path):
             return text_path, folder / f"{stem}{suffix}.json"
     raise OSError(f"too many reports named {stem}* in {folder}")
 
 
 def _write(path: Path, content: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = create_new(path)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(content)

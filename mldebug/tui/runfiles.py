@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mldebug import rundir
 from mldebug.rundir import RunPaths
 
 TAIL_BYTES = 16 * 1024  # per log file: enough for ~200 lines of training output
@@ -56,12 +57,7 @@ class RunFiles:
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
     """The last lines of a file (decoded leniently); [] when it cannot be read."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            start = max(0, size - max_bytes)
-            handle.seek(start)
-            data = handle.read(max_bytes)
+        data, start = rundir.read_tail(path, max_bytes)
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace")
