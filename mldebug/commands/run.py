@@ -17,7 +17,7 @@ from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
 from mldebug.launch.supervisor import LaunchSpec, Supervisor
 from mldebug.ranges import parse_ranks
-from mldebug.rundir import MANIFEST, create_run_dir, make_private_dir
+from mldebug.rundir import MANIFEST, UntrustedDirError, create_run_dir, make_private_dir
 
 DESCRIPTION = """\
 Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -209,6 +209,12 @@ def main(argv: list[str]) -> int:
         )
     try:
         paths = create_run_dir(args.run_dir)
+    except UntrustedDirError as error:
+        raise MldebugError(
+            f"refusing the run directory {error.filename}: {error.strerror}",
+            "A run directory must be yours and writable by you only (chmod 700 DIR), or "
+            "give --run-dir a path that does not exist yet.",
+        ) from None
     except OSError as error:
         raise MldebugError(
             f"cannot create the run directory: {error}", "Pass a writable --run-dir."
