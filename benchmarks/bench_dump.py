@@ -28,8 +28,12 @@ BIN = Path(sys.executable).parent
 
 
 def start_ranks(count: int) -> tuple[subprocess.Popen, list[int]]:
-    proc = subprocess.Popen([sys.executable, str(SLEEPY), str(count)], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     pids = [int(proc.stdout.readline().split()[1]) for _ in range(count)]
     return proc, pids
 
@@ -51,8 +55,9 @@ def timed_loop(pids: list[int], repeat: int) -> float:
     for _ in range(repeat):
         started = time.perf_counter()
         for pid in pids:
-            subprocess.run([str(BIN / "py-spy"), "dump", "--pid", str(pid)],
-                           capture_output=True, check=True)
+            subprocess.run(
+                [str(BIN / "py-spy"), "dump", "--pid", str(pid)], capture_output=True, check=True
+            )
         best = min(best, time.perf_counter() - started)
     return best
 
@@ -63,8 +68,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     mldebug = [str(BIN / "mldebug"), "dump", "--json"]
-    print(f"{'ranks':>5}  {'mldebug dump':>12}  {'--samples 1':>11}  {'py-spy loop':>11}"
-          "   (seconds, best of %d; mldebug reads each rank 3x over 0.8 s)" % args.repeat)
+    print(
+        f"{'ranks':>5}  {'mldebug dump':>12}  {'--samples 1':>11}  {'py-spy loop':>11}"
+        "   (seconds, best of %d; mldebug reads each rank 3x over 0.8 s)" % args.repeat
+    )
     for count in (int(n) for n in args.ranks.split(",")):
         launcher, pids = start_ranks(count)
         try:

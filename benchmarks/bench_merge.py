@@ -25,15 +25,27 @@ def stacks(depth: int) -> tuple[tuple[Frame, ...], tuple[Frame, ...], tuple[Fram
     """Three distinct stacks of `depth` frames: waiting in all_reduce, in barrier, loading."""
     common = [Frame("<module>", TRAIN, 300), Frame("main", TRAIN, 280)]
     common += [Frame(f"layer_{i}", LIB, 100 + i) for i in range(depth - 6)]
-    waiting = (*common, Frame("train_step", TRAIN, 120),
-               Frame("wrapper", "/venv/lib/python3.11/site-packages/torch/distributed/"
-                                "c10d_logger.py", 83),
-               Frame("all_reduce", C10D, 3252), Frame("wait", C10D, 3260))
-    barrier = (*common, Frame("evaluate", TRAIN, 150), Frame("wrapper", LIB, 83),
-               Frame("barrier", C10D, 4700), Frame("wait", C10D, 4710))
-    loading = (*common, Frame("load_batch", TRAIN, 90), Frame("read", LIB, 10),
-               Frame("wait", "/usr/lib/python3.11/threading.py", 320),
-               Frame("acquire", "/usr/lib/python3.11/threading.py", 330))
+    waiting = (
+        *common,
+        Frame("train_step", TRAIN, 120),
+        Frame("wrapper", "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", 83),
+        Frame("all_reduce", C10D, 3252),
+        Frame("wait", C10D, 3260),
+    )
+    barrier = (
+        *common,
+        Frame("evaluate", TRAIN, 150),
+        Frame("wrapper", LIB, 83),
+        Frame("barrier", C10D, 4700),
+        Frame("wait", C10D, 4710),
+    )
+    loading = (
+        *common,
+        Frame("load_batch", TRAIN, 90),
+        Frame("read", LIB, 10),
+        Frame("wait", "/usr/lib/python3.11/threading.py", 320),
+        Frame("acquire", "/usr/lib/python3.11/threading.py", 330),
+    )
     return waiting, barrier, loading
 
 
@@ -46,7 +58,8 @@ def synthetic(ranks: int, depth: int):
         thread = (ThreadStack(1, "MainThread", frames),)
         samples[target.pid] = (
             StackSample(target, 0.0, thread, cpu_seconds=1.0, main_cpu_seconds=1.0),
-            StackSample(target, 0.8, thread, cpu_seconds=1.0, main_cpu_seconds=1.0))
+            StackSample(target, 0.8, thread, cpu_seconds=1.0, main_cpu_seconds=1.0),
+        )
         targets.append(target)
     return targets, samples
 
@@ -70,8 +83,10 @@ def main() -> None:
     print(f"{'ranks':>8}  {'seconds':>8}  {'us/rank':>8}  groups  findings")
     for count in (int(n) for n in args.ranks.split(",")):
         seconds, groups, findings = measure(count, args.depth, args.repeat)
-        print(f"{count:>8}  {seconds:>8.3f}  {seconds / count * 1e6:>8.1f}  {groups:>6}  "
-              f"{findings:>8}")
+        print(
+            f"{count:>8}  {seconds:>8.3f}  {seconds / count * 1e6:>8.1f}  {groups:>6}  "
+            f"{findings:>8}"
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,14 @@ dist.destroy_process_group()
 def launch(kind: str, script: Path, steps: int, workdir: Path) -> tuple[float, float]:
     bindir = Path(sys.executable).parent
     if kind == "mldebug run":
-        command = [str(bindir / "mldebug"), "run", "--nproc-per-node", "2",
-                   "--run-dir", str(workdir / f"run-{time.monotonic_ns()}")]
+        command = [
+            str(bindir / "mldebug"),
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--run-dir",
+            str(workdir / f"run-{time.monotonic_ns()}"),
+        ]
     else:
         command = [str(bindir / "torchrun"), "--standalone", "--nproc-per-node", "2"]
     command += [str(script), str(steps)]
@@ -89,8 +95,10 @@ def main() -> int:
             for kind in kinds if repeat % 2 == 0 else reversed(kinds):
                 wall, rate = launch(kind, script, args.steps, workdir)
                 results[kind].append((wall, rate))
-                print(f"  run {repeat + 1} {kind:<12} wall {wall:6.2f} s  {rate:7.1f} steps/s",
-                      flush=True)
+                print(
+                    f"  run {repeat + 1} {kind:<12} wall {wall:6.2f} s  {rate:7.1f} steps/s",
+                    flush=True,
+                )
     print(f"\n2 ranks, gloo, DDP, {args.steps} steps, {args.repeats} runs each, medians:")
     print(f"{'launcher':<12} {'wall s':>8} {'steps/s':>9}")
     medians = {}
@@ -100,14 +108,18 @@ def main() -> int:
         medians[kind] = (wall, rate)
         print(f"{kind:<12} {wall:8.2f} {rate:9.1f}")
     (base_wall, base_rate), (ml_wall, ml_rate) = medians["torchrun"], medians["mldebug run"]
-    print(f"overhead of the medians: wall time {100 * (ml_wall / base_wall - 1):+.1f}%, "
-          f"throughput {100 * (1 - ml_rate / base_rate):+.1f}% (target: under 3%)")
+    print(
+        f"overhead of the medians: wall time {100 * (ml_wall / base_wall - 1):+.1f}%, "
+        f"throughput {100 * (1 - ml_rate / base_rate):+.1f}% (target: under 3%)"
+    )
     # Runs next to each other share the machine's load; their ratios cancel most of it.
     pairs = list(zip(results["torchrun"], results["mldebug run"], strict=True))
     wall_ratio = statistics.median(ml[0] / base[0] for base, ml in pairs)
     rate_ratio = statistics.median(ml[1] / base[1] for base, ml in pairs)
-    print(f"overhead, median of paired runs: wall time {100 * (wall_ratio - 1):+.1f}%, "
-          f"throughput {100 * (1 - rate_ratio):+.1f}%")
+    print(
+        f"overhead, median of paired runs: wall time {100 * (wall_ratio - 1):+.1f}%, "
+        f"throughput {100 * (1 - rate_ratio):+.1f}%"
+    )
     return 0
 
 

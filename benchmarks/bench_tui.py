@@ -37,17 +37,32 @@ wait_in_collective()
 
 
 def tmux(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["tmux", "-L", f"mldebug-bench-{os.getpid()}", *args],
-                          capture_output=True, text=True, check=check)
+    return subprocess.run(
+        ["tmux", "-L", f"mldebug-bench-{os.getpid()}", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
 
 
 def start_ranks(count: int) -> list[subprocess.Popen]:
     procs = []
     for rank in range(count):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(count),
-               "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
-        proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE,
-                                text=True, env=env, start_new_session=True)
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(count),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29999",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SITTER],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         procs.append(proc)
     for proc in procs:
         proc.stdout.readline()
@@ -56,8 +71,7 @@ def start_ranks(count: int) -> list[subprocess.Popen]:
 
 def measure(command: list[str], ready: str, seconds: float, warmup: float) -> dict:
     """Run `command` in a 160x48 tmux pane; once `ready` is on screen, measure its CPU."""
-    tmux("new-session", "-d", "-s", "bench", "-x", "160", "-y", "48",
-         "exec " + shlex.join(command))
+    tmux("new-session", "-d", "-s", "bench", "-x", "160", "-y", "48", "exec " + shlex.join(command))
     try:
         pid = int(tmux("display-message", "-p", "-t", "bench", "#{pane_pid}").stdout)
         deadline = time.monotonic() + 180
@@ -72,24 +86,36 @@ def measure(command: list[str], ready: str, seconds: float, warmup: float) -> di
         after, wall = proc.cpu_times(), time.monotonic() - wall0
         screen = tmux("capture-pane", "-p", "-t", "bench", check=False).stdout
         own = (after.user + after.system) - (before.user + before.system)
-        children = ((after.children_user + after.children_system)
-                    - (before.children_user + before.children_system))
-        return {"wall": wall, "own": own, "children": children, "screen": screen,
-                "rss": proc.memory_info().rss}
+        children = (after.children_user + after.children_system) - (
+            before.children_user + before.children_system
+        )
+        return {
+            "wall": wall,
+            "own": own,
+            "children": children,
+            "screen": screen,
+            "rss": proc.memory_info().rss,
+        }
     finally:
         tmux("kill-server", check=False)
 
 
 def report(name: str, result: dict) -> None:
     own_pct = 100 * result["own"] / result["wall"]
-    print(f"{name}: TUI process {own_pct:.1f}% of one core "
-          f"({1000 * result['own'] / result['wall']:.0f} ms CPU per 1 s refresh), "
-          f"RSS {result['rss'] / 2**20:.0f} MiB", end="")
+    print(
+        f"{name}: TUI process {own_pct:.1f}% of one core "
+        f"({1000 * result['own'] / result['wall']:.0f} ms CPU per 1 s refresh), "
+        f"RSS {result['rss'] / 2**20:.0f} MiB",
+        end="",
+    )
     if result["children"]:
-        print(f"; py-spy children {100 * result['children'] / result['wall']:.1f}% of one core",
-              end="")
-    print(f"  [{result['wall']:.0f} s measured]  target < 20%: "
-          f"{'OK' if own_pct < 20 else 'MISSED'}")
+        print(
+            f"; py-spy children {100 * result['children'] / result['wall']:.1f}% of one core",
+            end="",
+        )
+    print(
+        f"  [{result['wall']:.0f} s measured]  target < 20%: {'OK' if own_pct < 20 else 'MISSED'}"
+    )
     status = [line for line in result["screen"].splitlines() if "ranks:" in line]
     if status:  # says "last poll took N s" when polls are slower than the refresh
         print(f"  status line at the end: {status[-1].strip()}")
@@ -118,18 +144,28 @@ def main() -> None:
     if args.serve_synthetic:
         serve_synthetic(args.serve_synthetic)
         return
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if args.case in ("synthetic256", "both"):
-        result = measure([sys.executable, __file__, "--serve-synthetic", "256"], "256/256 ranks",
-                         args.seconds, args.warmup)
+        result = measure(
+            [sys.executable, __file__, "--serve-synthetic", "256"],
+            "256/256 ranks",
+            args.seconds,
+            args.warmup,
+        )
         report("synthetic256", result)
     if args.case in ("real16", "both"):
         ranks = start_ranks(16)
         try:
             pids = [arg for proc in ranks for arg in ("--pid", str(proc.pid))]
-            result = measure([sys.executable, "-m", "mldebug", "attach", *pids],
-                             "16/16 ranks", args.seconds, args.warmup)
+            result = measure(
+                [sys.executable, "-m", "mldebug", "attach", *pids],
+                "16/16 ranks",
+                args.seconds,
+                args.warmup,
+            )
             report("real16", result)
         finally:
             for proc in ranks:

@@ -15,7 +15,10 @@ from mldebug.errors import EXIT_INTERRUPTED, EXIT_USAGE, MldebugError
 
 COMMANDS = {
     "run": ("mldebug.commands.run", "launch a script on N ranks (or wrap a launcher) with hooks"),
-    "dump": ("mldebug.commands.dump", "every rank's stack, merged, with a verdict (text or --json)"),
+    "dump": (
+        "mldebug.commands.dump",
+        "every rank's stack, merged, with a verdict (text or --json)",
+    ),
     "attach": ("mldebug.commands.attach", "live terminal UI over a running job"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),

@@ -31,8 +31,15 @@ RANK_ENV_SCHEMES = (
     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
 # Variables whose values together name one job (so two jobs on a machine stay apart).
-JOB_KEY_ENV = ("MLDEBUG_RUN_DIR", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
-               "SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "PMI_PORT")
+JOB_KEY_ENV = (
+    "MLDEBUG_RUN_DIR",
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_JOB_ID",
+    "OMPI_MCA_orte_hnp_uri",
+    "PMI_PORT",
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,11 @@ def rank_env(environ: dict[str, str]) -> tuple[int | None, int | None, int | Non
 
 def job_key(environ: dict[str, str]) -> str:
     # torchrun's default run id "none" is shared by every job: it tells nothing apart.
-    parts = [f"{name}={environ[name]}" for name in JOB_KEY_ENV
-             if environ.get(name) and environ[name] != "none"]
+    parts = [
+        f"{name}={environ[name]}"
+        for name in JOB_KEY_ENV
+        if environ.get(name) and environ[name] != "none"
+    ]
     return " ".join(parts)
 
 
@@ -102,14 +112,20 @@ def _cmdline(proc: psutil.Process) -> str:
         return ""
 
 
-def target_from_process(proc: psutil.Process, environ: dict[str, str] | None = None,
-                        host: str | None = None) -> RankTarget:
+def target_from_process(
+    proc: psutil.Process, environ: dict[str, str] | None = None, host: str | None = None
+) -> RankTarget:
     environ = _environ(proc) if environ is None else environ
     rank, world, local = rank_env(environ or {})
     return RankTarget(
-        pid=proc.pid, rank=rank, world_size=world, local_rank=local,
-        host=host or rundir.hostname(), job=job_key(environ or {}),
-        cmdline=_cmdline(proc), run_dir=(environ or {}).get("MLDEBUG_RUN_DIR"),
+        pid=proc.pid,
+        rank=rank,
+        world_size=world,
+        local_rank=local,
+        host=host or rundir.hostname(),
+        job=job_key(environ or {}),
+        cmdline=_cmdline(proc),
+        run_dir=(environ or {}).get("MLDEBUG_RUN_DIR"),
     )
 
 
@@ -118,20 +134,23 @@ def check_pid(pid: int) -> None:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        raise NoTargetError(f"no process with pid {pid}",
-                            "Check the pid with `ps -ef | grep python`.") from None
+        raise NoTargetError(
+            f"no process with pid {pid}", "Check the pid with `ps -ef | grep python`."
+        ) from None
     except PermissionError:
         raise PermissionDeniedError(
             f"pid {pid} belongs to another user",
-            "mldebug only reads your own processes; run it as that user.") from None
+            "mldebug only reads your own processes; run it as that user.",
+        ) from None
     except OSError as error:
         if error.errno == errno.EINVAL:
             raise NoTargetError(f"bad pid {pid}") from None
         raise
 
 
-def select_ranks(candidates: list[tuple[psutil.Process, dict[str, str]]]
-                 ) -> list[tuple[psutil.Process, dict[str, str]]]:
+def select_ranks(
+    candidates: list[tuple[psutil.Process, dict[str, str]]],
+) -> list[tuple[psutil.Process, dict[str, str]]]:
     """Keep the topmost process per (job, rank); drop launchers that carry rank env too.
 
     A DataLoader worker inherits its rank's environment, so it looks like a second copy of
@@ -146,6 +165,7 @@ def select_ranks(candidates: list[tuple[psutil.Process, dict[str, str]]]
         except psutil.Error:
             continue
         keys[proc.pid] = (job_key(environ), rank_env(environ)[0])
+
     def ancestors(pid: int):
         ancestor, hops = parents.get(pid), 0
         while ancestor in keys and hops < 64:
@@ -153,10 +173,16 @@ def select_ranks(candidates: list[tuple[psutil.Process, dict[str, str]]]
             ancestor, hops = parents.get(ancestor), hops + 1
 
     launchers = {a for pid, key in keys.items() for a in ancestors(pid) if keys[a] != key}
-    inherited = {pid for pid, key in keys.items()
-                 if any(keys[a] == key and a not in launchers for a in ancestors(pid))}
-    return [(p, env) for p, env in candidates
-            if p.pid in keys and p.pid not in inherited and p.pid not in launchers]
+    inherited = {
+        pid
+        for pid, key in keys.items()
+        if any(keys[a] == key and a not in launchers for a in ancestors(pid))
+    }
+    return [
+        (p, env)
+        for p, env in candidates
+        if p.pid in keys and p.pid not in inherited and p.pid not in launchers
+    ]
 
 
 def rank_processes_under(root: psutil.Process) -> list[tuple[psutil.Process, dict[str, str]]]:
@@ -219,8 +245,10 @@ def _from_pids(pids: Iterable[int]) -> JobTargets:
     job, world = _job_of(ordered)
     partial = not launchers and world is not None and len(ordered) < world
     if partial:
-        notes.append(f"looking at the {len(ordered)} rank(s) given, of world size {world}; "
-                     "give the launcher's pid to see every rank")
+        notes.append(
+            f"looking at the {len(ordered)} rank(s) given, of world size {world}; "
+            "give the launcher's pid to see every rank"
+        )
     return JobTargets(ordered, world, job, None, notes=tuple(notes), partial=partial)
 
 
@@ -251,16 +279,19 @@ def with_run_outcome(job: JobTargets) -> JobTargets:
     manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
     if manifest is None:
         return job
-    return replace(job, exit_codes=_exit_codes(manifest),
-                   crashes=read_crashes(job.run_dir, manifest))
+    return replace(
+        job, exit_codes=_exit_codes(manifest), crashes=read_crashes(job.run_dir, manifest)
+    )
 
 
 def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
     if manifest is None:
-        raise NoTargetError(f"{root} is not an mldebug run directory (no readable run.json)",
-                            "Pass the directory `mldebug run` printed, or use --pid.")
+        raise NoTargetError(
+            f"{root} is not an mldebug run directory (no readable run.json)",
+            "Pass the directory `mldebug run` printed, or use --pid.",
+        )
     paths = rundir.RunPaths(root)
     host = rundir.hostname()
     targets: dict[int, RankTarget] = {}
@@ -273,10 +304,15 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         rank = _int(str(entry.get("rank", "")))
         pid = _pid(entry.get("pid"))
         if rank is not None and pid and rundir.pid_alive(pid):
-            targets[rank] = RankTarget(pid=pid, rank=rank, world_size=world,
-                                       local_rank=_int(str(entry.get("local_rank", ""))),
-                                       host=str(entry.get("host") or host), job=str(root),
-                                       run_dir=str(root))
+            targets[rank] = RankTarget(
+                pid=pid,
+                rank=rank,
+                world_size=world,
+                local_rank=_int(str(entry.get("local_rank", ""))),
+                host=str(entry.get("host") or host),
+                job=str(root),
+                run_dir=str(root),
+            )
     for rank in paths.rank_ids():  # proc.json written by the in-rank hook
         info = rundir.read_json(paths.proc_info(rank)) or {}
         pid = _pid(info.get("pid"))
@@ -285,19 +321,33 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         if info.get("host") and info["host"] != host:
             continue  # another node: not readable from here
         world = world or _world(info.get("world_size"))
-        targets[rank] = RankTarget(pid=pid, rank=rank, world_size=world,
-                                   local_rank=_int(str(info.get("local_rank", ""))),
-                                   host=info.get("host") or host, job=str(root),
-                                   run_dir=str(root))
+        targets[rank] = RankTarget(
+            pid=pid,
+            rank=rank,
+            world_size=world,
+            local_rank=_int(str(info.get("local_rank", ""))),
+            host=info.get("host") or host,
+            job=str(root),
+            run_dir=str(root),
+        )
     crashes = read_crashes(root, manifest)
     if not targets:
         status = manifest.get("status") or "unknown"
         if status == rundir.STATUS_FAILED:
             # Post-mortem: no stacks to read, but the files say who failed first, and how.
-            return JobTargets((), world, str(root), str(root), exit_codes, crashes=crashes,
-                              notes=(f"the run has ended ({status}); this is what it left",))
-        raise NoTargetError(f"run {root} has no live ranks (status: {status})",
-                            "It has ended or not started yet; its logs are in that directory.")
+            return JobTargets(
+                (),
+                world,
+                str(root),
+                str(root),
+                exit_codes,
+                crashes=crashes,
+                notes=(f"the run has ended ({status}); this is what it left",),
+            )
+        raise NoTargetError(
+            f"run {root} has no live ranks (status: {status})",
+            "It has ended or not started yet; its logs are in that directory.",
+        )
     if world is None:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
@@ -318,7 +368,8 @@ def _from_discovery() -> JobTargets:
         raise NoTargetError(
             "found no training processes of yours to look at",
             "Start the job with `mldebug run`, or point at it: mldebug dump --pid PID "
-            "(a rank's or its launcher's pid) or --run DIR.")
+            "(a rank's or its launcher's pid) or --run DIR.",
+        )
     host = rundir.hostname()
     jobs: dict[str, list[RankTarget]] = {}
     for proc, environ in found:
@@ -328,15 +379,17 @@ def _from_discovery() -> JobTargets:
         listing = "\n".join(_describe_job(sorted(t, key=_order)) for t in jobs.values())
         raise NoTargetError(
             f"found {len(jobs)} jobs; say which one to look at:\n{listing}",
-            "Pick one with --pid (any of its pids, or its launcher's) or --run DIR.")
+            "Pick one with --pid (any of its pids, or its launcher's) or --run DIR.",
+        )
     targets = tuple(sorted(next(iter(jobs.values())), key=_order))
     job, world = _job_of(targets)
     run_dir = targets[0].run_dir
     return JobTargets(targets, world, job, run_dir)
 
 
-def resolve_targets(pids: Sequence[int] = (), run_dir: str | os.PathLike | None = None
-                    ) -> JobTargets:
+def resolve_targets(
+    pids: Sequence[int] = (), run_dir: str | os.PathLike | None = None
+) -> JobTargets:
     """What the user pointed at, as rank targets. Raises NoTargetError & co. with a remedy."""
     if pids:
         return _from_pids(pids)

@@ -17,11 +17,14 @@ def sleepy_job():
 
     The Popen object gets `rank_pids`, the ranks' pids in rank order.
     """
-    proc = subprocess.Popen([sys.executable, str(SLEEPY), "4"], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        ready = sorted((proc.stdout.readline().split() for _ in range(4)),
-                       key=lambda r: int(r[2]))
+        ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
         proc.rank_pids = [int(pid) for _, pid, _ in ready]
         yield proc
     finally:

@@ -8,8 +8,13 @@ from mldebug.model import RankCrash
 def test_error_files_and_first_failure_ordered_by_time(tmp_path):
     paths = rundir.RunPaths(tmp_path)
     for rank, data in {
-        0: {"type": "RuntimeError", "message": "peer closed", "time": 12.0,
-            "location": "/lib/torch/x.py:5", "user_location": "/job.py:30"},
+        0: {
+            "type": "RuntimeError",
+            "message": "peer closed",
+            "time": 12.0,
+            "location": "/lib/torch/x.py:5",
+            "user_location": "/job.py:30",
+        },
         2: {"type": "ValueError", "message": "bad", "time": 10.0, "location": "/job.py:9"},
         3: "{ not json",
     }.items():

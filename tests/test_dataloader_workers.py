@@ -30,26 +30,39 @@ DATA = "/home/me/proj/data.py"
 OUTER = (Frame("<module>", TRAIN, 90), Frame("main", TRAIN, 80))
 LOOP = Frame("train", TRAIN, 42)  # for batch in loader:
 # The main thread of a rank waiting for a batch from worker processes (py-spy 0.4 names).
-WAITING = (*OUTER, LOOP,
-           Frame("_BaseDataLoaderIter.__next__", LOADER, 725),
-           Frame("_MultiProcessingDataLoaderIter._next_data", LOADER, 1505),
-           Frame("_MultiProcessingDataLoaderIter._get_data", LOADER, 1464),
-           Frame("_MultiProcessingDataLoaderIter._try_get_data", LOADER, 1291),
-           Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 113),
-           Frame("_PollLikeSelector.select", f"{STDLIB}/selectors.py", 415))
+WAITING = (
+    *OUTER,
+    LOOP,
+    Frame("_BaseDataLoaderIter.__next__", LOADER, 725),
+    Frame("_MultiProcessingDataLoaderIter._next_data", LOADER, 1505),
+    Frame("_MultiProcessingDataLoaderIter._get_data", LOADER, 1464),
+    Frame("_MultiProcessingDataLoaderIter._try_get_data", LOADER, 1291),
+    Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 113),
+    Frame("_PollLikeSelector.select", f"{STDLIB}/selectors.py", 415),
+)
 # num_workers=0: the dataset runs on the rank's own stack, under the DataLoader frames.
-IN_PROCESS = (*OUTER, LOOP,
-              Frame("_BaseDataLoaderIter.__next__", LOADER, 725),
-              Frame("_SingleProcessDataLoaderIter._next_data", LOADER, 1452),
-              Frame("_MapDatasetFetcher.fetch", FETCH, 54),
-              Frame("Shards.__getitem__", DATA, 17),
-              Frame("sleep", "<built-in>", None, native=True))
+IN_PROCESS = (
+    *OUTER,
+    LOOP,
+    Frame("_BaseDataLoaderIter.__next__", LOADER, 725),
+    Frame("_SingleProcessDataLoaderIter._next_data", LOADER, 1452),
+    Frame("_MapDatasetFetcher.fetch", FETCH, 54),
+    Frame("Shards.__getitem__", DATA, 17),
+    Frame("sleep", "<built-in>", None, native=True),
+)
 # A forked worker keeps its parent's stack down to the line that started it.
-FORKED = (*OUTER, LOOP, Frame("DataLoader.__iter__", LOADER, 505),
-          Frame("BaseProcess._bootstrap", f"{STDLIB}/multiprocessing/process.py", 314),
-          Frame("_worker_loop", WORKER, 374))
-STUCK_WORKER = (*FORKED, Frame("_MapDatasetFetcher.fetch", FETCH, 54),
-                Frame("Shards.__getitem__", DATA, 17))
+FORKED = (
+    *OUTER,
+    LOOP,
+    Frame("DataLoader.__iter__", LOADER, 505),
+    Frame("BaseProcess._bootstrap", f"{STDLIB}/multiprocessing/process.py", 314),
+    Frame("_worker_loop", WORKER, 374),
+)
+STUCK_WORKER = (
+    *FORKED,
+    Frame("_MapDatasetFetcher.fetch", FETCH, 54),
+    Frame("Shards.__getitem__", DATA, 17),
+)
 IDLE_WORKER = (*FORKED, Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 117))
 IN_ALL_REDUCE = (*OUTER, Frame("sync", TRAIN, 50), Frame("all_reduce", C10D, 3000))
 
@@ -73,18 +86,30 @@ def test_a_workers_line_is_below_its_worker_loop():
 def test_worker_command_lines():
     rank = ["/venv/bin/python", "-u", "train.py", "--lr", "0.1"]
     assert is_worker_cmdline(rank, rank)  # fork: the parent's own command line
-    assert is_worker_cmdline(["/venv/bin/python", "-c",
-                              "from multiprocessing.spawn import spawn_main; spawn_main("
-                              "tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"], rank)
-    assert not is_worker_cmdline(["/venv/bin/python", "-c",
-                                  "from multiprocessing.forkserver import main; main(3, 4)"],
-                                 rank)
+    assert is_worker_cmdline(
+        [
+            "/venv/bin/python",
+            "-c",
+            "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
+            "--multiprocessing-fork",
+        ],
+        rank,
+    )
+    assert not is_worker_cmdline(
+        ["/venv/bin/python", "-c", "from multiprocessing.forkserver import main; main(3, 4)"], rank
+    )
     assert not is_worker_cmdline(["nvidia-smi", "-q"], rank)
 
 
 def _sample(pid, *threads, rank=None, failure=None, time=100.0):
-    return StackSample(RankTarget(pid=pid, rank=rank), time, threads=tuple(threads),
-                       failure=failure, main_cpu_seconds=0.0, cpu_seconds=0.0)
+    return StackSample(
+        RankTarget(pid=pid, rank=rank),
+        time,
+        threads=tuple(threads),
+        failure=failure,
+        main_cpu_seconds=0.0,
+        cpu_seconds=0.0,
+    )
 
 
 def _main(frames, tid):
@@ -94,12 +119,17 @@ def _main(frames, tid):
 def test_with_workers_puts_readable_workers_next_to_the_main_thread():
     feeder = ThreadStack(2, "QueueFeederThread", (), os_thread_id=12)
     rank = _sample(10, _main(WAITING, 10), feeder, rank=3)
-    workers = [_sample(21, _main(STUCK_WORKER, 21)),
-               _sample(22, failure=FAIL_PERMISSION),
-               _sample(23, _main(IN_ALL_REDUCE, 23))]  # a child that is no DataLoader worker
+    workers = [
+        _sample(21, _main(STUCK_WORKER, 21)),
+        _sample(22, failure=FAIL_PERMISSION),
+        _sample(23, _main(IN_ALL_REDUCE, 23)),
+    ]  # a child that is no DataLoader worker
     merged = with_workers(rank, workers)
-    assert [t.name for t in merged.threads] == ["MainThread", "DataLoader worker 21",
-                                                "QueueFeederThread"]
+    assert [t.name for t in merged.threads] == [
+        "MainThread",
+        "DataLoader worker 21",
+        "QueueFeederThread",
+    ]
     assert merged.threads[1].pid == 21 and merged.threads[0].pid is None
     assert worker_thread(workers[1]) is None
     assert with_workers(rank, workers[1:]) is rank
@@ -114,8 +144,13 @@ def _job(per_rank):
         for index in range(3):
             sample = _sample(pid, _main(frames, pid), rank=rank, time=100.0 + 0.4 * index)
             if index == 2:
-                sample = with_workers(sample, [_sample(pid * 10 + n, _main(stack, pid * 10 + n))
-                                               for n, stack in enumerate(worker_stacks)])
+                sample = with_workers(
+                    sample,
+                    [
+                        _sample(pid * 10 + n, _main(stack, pid * 10 + n))
+                        for n, stack in enumerate(worker_stacks)
+                    ],
+                )
             rank_samples.append(sample)
         targets.append(rank_samples[0].target)
         samples[pid] = rank_samples
@@ -123,18 +158,26 @@ def _job(per_rank):
 
 
 def test_the_outlier_is_named_by_its_stuck_workers_line():
-    snap = _job({0: (IN_ALL_REDUCE, ()), 1: (IN_ALL_REDUCE, ()), 2: (IN_ALL_REDUCE, ()),
-                 3: (WAITING, (IDLE_WORKER, STUCK_WORKER))})
+    snap = _job(
+        {
+            0: (IN_ALL_REDUCE, ()),
+            1: (IN_ALL_REDUCE, ()),
+            2: (IN_ALL_REDUCE, ()),
+            3: (WAITING, (IDLE_WORKER, STUCK_WORKER)),
+        }
+    )
     (finding,) = snap.findings
     assert (finding.kind, finding.ranks, finding.severity) == (KIND_OUTLIER, (3,), SEVERITY_ERROR)
     assert finding.location == f"{DATA}:17"
     assert finding.summary.startswith(
         "rank 3 never reached all_reduce: it waits for its DataLoader, whose worker (pid 10031) "
-        f"is stuck in Shards.__getitem__ ({DATA}:17), while ranks 0-2 wait in all_reduce at ")
+        f"is stuck in Shards.__getitem__ ({DATA}:17), while ranks 0-2 wait in all_reduce at "
+    )
     assert "mldebug dump --ranks 3" in finding.detail
     view = snap.ranks[3]
-    assert view.dataloader_worker == 10031 and view.user_frame == Frame("Shards.__getitem__",
-                                                                        DATA, 17)
+    assert view.dataloader_worker == 10031 and view.user_frame == Frame(
+        "Shards.__getitem__", DATA, 17
+    )
     # The merged tree and groups still show the rank's own main thread.
     assert snap.groups[-1].ranks == (3,) and snap.groups[-1].user_frame == LOOP
 
@@ -147,12 +190,15 @@ def test_idle_workers_leave_the_ranks_own_line():
 
 
 def test_ranks_stuck_in_the_same_worker_line_are_one_group():
-    snap = _job({0: (IN_ALL_REDUCE, ()), 1: (WAITING, (STUCK_WORKER,)),
-                 2: (WAITING, (STUCK_WORKER,))})
+    snap = _job(
+        {0: (IN_ALL_REDUCE, ()), 1: (WAITING, (STUCK_WORKER,)), 2: (WAITING, (STUCK_WORKER,))}
+    )
     (finding,) = snap.findings
     assert finding.ranks == (1, 2)
-    assert "they wait for their DataLoaders, whose workers (pids 10010, 10020) are stuck in " \
+    assert (
+        "they wait for their DataLoaders, whose workers (pids 10010, 10020) are stuck in "
         "Shards.__getitem__" in finding.summary
+    )
 
 
 def test_a_lone_process_stuck_in_its_loader_says_where_the_worker_is():
@@ -216,8 +262,9 @@ def test_worker_candidates_are_children_started_by_multiprocessing(tmp_path):
 
     script = tmp_path / "parent.py"
     script.write_text(STARTS_CHILDREN)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         *workers, other = map(int, parent.stdout.readline().split())
         # the resource tracker, the fork server and `sleep` are children too, but no workers

@@ -16,19 +16,28 @@ pytestmark = pytest.mark.multirank
 def test_demo_without_a_terminal_prints_the_verdict(tmp_path):
     env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), "NO_COLOR": "1"}
     # GIVEN no terminal, WHEN the demo runs
-    done = subprocess.run([sys.executable, "-m", "mldebug", "demo", "--nproc-per-node", "2"],
-                          env=env, capture_output=True, text=True, timeout=240,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "mldebug", "demo", "--nproc-per-node", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     # THEN the report names the rank whose prefetch thread died, at its line, and what the
     # others wait in
     source = (tmp_path / "runs").glob("*/prefetch_hang.py")
     job = next(source)
-    blocked = next(i for i, line in enumerate(job.read_text().splitlines(), 1)
-                   if "return batches.get()" in line)
+    blocked = next(
+        i
+        for i, line in enumerate(job.read_text().splitlines(), 1)
+        if "return batches.get()" in line
+    )
     verdict = re.sub(r"\s+", " ", done.stdout.split("Ranks by stack")[0])
-    assert f"rank 1 never reached all_reduce: it is stuck in next_batch ({job}:{blocked})" \
-        in verdict
+    assert (
+        f"rank 1 never reached all_reduce: it is stuck in next_batch ({job}:{blocked})" in verdict
+    )
     assert "rank 0 waits in all_reduce at average_gradients" in verdict
     # AND the job is stopped: no rank of it is left
     left = subprocess.run(["pgrep", "-f", str(job)], capture_output=True, text=True)

@@ -13,13 +13,19 @@ import pytest
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 
-WAIT_LINE = next(i for i, line in enumerate(SLEEPY.read_text().splitlines(), 1)
-                 if "WAIT_LINE" in line)
+WAIT_LINE = next(
+    i for i, line in enumerate(SLEEPY.read_text().splitlines(), 1) if "WAIT_LINE" in line
+)
 
 
 def dump(*args, env=None):
-    done = subprocess.run([*MLDEBUG, "dump", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [*MLDEBUG, "dump", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
     return done
 
 
@@ -53,9 +59,14 @@ def test_a_killed_rank_shows_as_missing(launcher):
 
 
 def test_run_dir_reports_exit_codes(launcher, tmp_path):
-    manifest = {"status": "running", "world_size": 5, "ranks": [
-        *({"rank": r, "pid": pid} for r, pid in enumerate(launcher.rank_pids)),
-        {"rank": 4, "pid": 999999, "exit_code": 1}]}
+    manifest = {
+        "status": "running",
+        "world_size": 5,
+        "ranks": [
+            *({"rank": r, "pid": pid} for r, pid in enumerate(launcher.rank_pids)),
+            {"rank": 4, "pid": 999999, "exit_code": 1},
+        ],
+    }
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     done = dump("--run", str(tmp_path), "--json")
     report = json.loads(done.stdout)
@@ -90,8 +101,7 @@ def test_bad_options_are_usage_errors():
 
 
 def test_ranks_named_one_by_one_are_not_reported_missing(launcher):
-    done = dump("--pid", str(launcher.rank_pids[0]), "--pid", str(launcher.rank_pids[3]),
-                "--json")
+    done = dump("--pid", str(launcher.rank_pids[0]), "--pid", str(launcher.rank_pids[3]), "--json")
     report = json.loads(done.stdout)
     assert [r["rank"] for r in report["ranks"]] == [0, 3]
     assert "missing" not in [f["kind"] for f in report["findings"]]
@@ -108,8 +118,11 @@ def fake_pyspy(tmp_path, stderr_file: str) -> str:
 
 def test_ptrace_refused_everywhere_says_how_to_allow_it(launcher, tmp_path):
     # Running as root here, ptrace cannot be refused for real: replay py-spy's real answer.
-    done = dump("--pid", str(launcher.pid),
-                env={"MLDEBUG_PYSPY": fake_pyspy(tmp_path, "pyspy_error_permission.txt")})
+    done = dump(
+        "--pid",
+        str(launcher.pid),
+        env={"MLDEBUG_PYSPY": fake_pyspy(tmp_path, "pyspy_error_permission.txt")},
+    )
     assert done.returncode == 4
     for needle in ("ptrace_scope", "SYS_PTRACE", "sudo -E"):
         assert needle in done.stderr

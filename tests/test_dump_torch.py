@@ -41,8 +41,15 @@ def free_port() -> int:
 class Job:
     """A torchrun job, ready once its log shows `marker` `expected` times."""
 
-    def __init__(self, mode: str, log: Path, script: Path = JOB, marker: str = "READY",
-                 expected: int | None = None, nproc: int = NPROC):
+    def __init__(
+        self,
+        mode: str,
+        log: Path,
+        script: Path = JOB,
+        marker: str = "READY",
+        expected: int | None = None,
+        nproc: int = NPROC,
+    ):
         self.mode = mode
         self.port = free_port()
         self.log = log
@@ -50,9 +57,19 @@ class Job:
         args = [mode] if script == JOB else []
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [str(TORCHRUN), "--nproc-per-node", str(nproc), "--master-port", str(self.port),
-                 str(script), *args], stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    str(TORCHRUN),
+                    "--nproc-per-node",
+                    str(nproc),
+                    "--master-port",
+                    str(self.port),
+                    str(script),
+                    *args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.expected = expected or (nproc - 1 if mode == "missing" else nproc)
 
     def ready(self) -> bool:
@@ -75,12 +92,23 @@ class Job:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     logs = tmp_path_factory.mktemp("jobs")
-    started = {mode: Job(mode, logs / f"{mode}.log", nproc=NPROC_OF.get(mode, NPROC))
-               for mode in MODES}
-    started["example_skip"] = Job("example_skip", logs / "skip.log", EXAMPLES /
-                                  "skip_collective.py", "rank 1 finished training", 1)
-    started["example_mismatch"] = Job("example_mismatch", logs / "mismatch_ex.log", EXAMPLES /
-                                      "mismatched_collectives.py", "step 0 done", 1)
+    started = {
+        mode: Job(mode, logs / f"{mode}.log", nproc=NPROC_OF.get(mode, NPROC)) for mode in MODES
+    }
+    started["example_skip"] = Job(
+        "example_skip",
+        logs / "skip.log",
+        EXAMPLES / "skip_collective.py",
+        "rank 1 finished training",
+        1,
+    )
+    started["example_mismatch"] = Job(
+        "example_mismatch",
+        logs / "mismatch_ex.log",
+        EXAMPLES / "mismatched_collectives.py",
+        "step 0 done",
+        1,
+    )
     try:
         deadline = time.monotonic() + 480
         while not all(job.ready() for job in started.values()):
@@ -96,8 +124,12 @@ def jobs(tmp_path_factory):
 
 
 def dump_json(job: Job) -> tuple[int, dict]:
-    done = subprocess.run([str(VENV_BIN / "mldebug"), "dump", "--pid", str(job.proc.pid),
-                           "--json"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(VENV_BIN / "mldebug"), "dump", "--pid", str(job.proc.pid), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -120,8 +152,11 @@ def test_lock_dataloader_and_busy_outliers(jobs):
     code, report = dump_json(jobs["outliers"])
     assert code == 1
     found = {tuple(f["ranks"]): f["location"] for f in errors(report)}
-    assert found == {(1,): line_of("LOCK_LINE"), (2,): line_of("GETITEM_LINE"),
-                     (3,): line_of("BUSY_LINE")}
+    assert found == {
+        (1,): line_of("LOCK_LINE"),
+        (2,): line_of("GETITEM_LINE"),
+        (3,): line_of("BUSY_LINE"),
+    }
     assert all(f["kind"] == "outlier" for f in errors(report))
     states = {r["rank"]: r["state"] for r in report["ranks"]}
     assert states == {0: "stuck", 1: "stuck", 2: "stuck", 3: "running", 4: "stuck"}
@@ -134,8 +169,9 @@ def test_lock_dataloader_and_busy_outliers(jobs):
 def test_rank_stuck_in_a_dataloader_worker_is_named_with_the_workers_line(jobs):
     # GIVEN 3 ranks reading batches with num_workers=2, rank 2's dataset blocking in its workers
     job = jobs["dataloader"]
-    rank2 = next(p for p in psutil.Process(job.proc.pid).children()
-                 if p.environ().get("RANK") == "2")
+    rank2 = next(
+        p for p in psutil.Process(job.proc.pid).children() if p.environ().get("RANK") == "2"
+    )
     workers = {c.pid for c in rank2.children()}
     # WHEN the job is dumped
     code, report = dump_json(job)
@@ -163,8 +199,10 @@ def test_mismatched_collectives(jobs):
     (finding,) = errors(report)
     assert finding["kind"] == "mismatch" and finding["ranks"] == [0, 1, 2, 3]
     sides = {(p["label"], tuple(p["ranks"]), p["location"]) for p in finding["parts"]}
-    assert sides == {("all_gather", (0, 1), line_of("ALL_GATHER_LINE")),
-                     ("all_reduce", (2, 3), line_of("ALL_REDUCE_LINE"))}
+    assert sides == {
+        ("all_gather", (0, 1), line_of("ALL_GATHER_LINE")),
+        ("all_reduce", (2, 3), line_of("ALL_REDUCE_LINE")),
+    }
 
 
 def test_rank_missing_from_rendezvous(jobs):
@@ -195,8 +233,9 @@ def test_torchrun_pid_expands_to_its_four_ranks(jobs):
 
 def test_no_target_with_several_jobs_lists_them(jobs, tmp_path):
     env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path)}  # no `mldebug run` jobs here
-    done = subprocess.run([str(VENV_BIN / "mldebug"), "dump"], capture_output=True, text=True,
-                          timeout=120, env=env)
+    done = subprocess.run(
+        [str(VENV_BIN / "mldebug"), "dump"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 3
     assert "jobs; say which one" in done.stderr
     for job in jobs.values():
@@ -213,4 +252,6 @@ def test_examples_say_what_their_docstrings_promise(jobs):
     (finding,) = errors(report)
     assert finding["kind"] == "mismatch"
     assert {(p["label"], tuple(p["ranks"])) for p in finding["parts"]} == {
-        ("all_gather", (0, 1)), ("all_reduce", (2, 3))}
+        ("all_gather", (0, 1)),
+        ("all_reduce", (2, 3)),
+    }

@@ -46,10 +46,17 @@ def samples(rank: int, *stacks, main_cpu=(0.0, 0.0, 0.0), failure=None, world=No
     out = []
     for index, frames in enumerate(stacks):
         threads = (ThreadStack(1, "MainThread", frames),) if frames else ()
-        out.append(StackSample(target, 100.0 + 0.4 * index, threads,
-                               failure=None if frames else failure,
-                               failure_detail="ptrace refused: EPERM" if not frames else "",
-                               cpu_seconds=main_cpu[index], main_cpu_seconds=main_cpu[index]))
+        out.append(
+            StackSample(
+                target,
+                100.0 + 0.4 * index,
+                threads,
+                failure=None if frames else failure,
+                failure_detail="ptrace refused: EPERM" if not frames else "",
+                cpu_seconds=main_cpu[index],
+                main_cpu_seconds=main_cpu[index],
+            )
+        )
     return target, out
 
 
@@ -89,7 +96,9 @@ def test_outliers_in_two_places_are_two_findings():
     ranks[2] = still(at("__getitem__", 53))
     snap = snapshot(ranks, world=4)
     assert [(f.kind, f.ranks, f.location) for f in snap.findings] == [
-        (KIND_OUTLIER, (1,), f"{TRAIN}:43"), (KIND_OUTLIER, (2,), f"{TRAIN}:53")]
+        (KIND_OUTLIER, (1,), f"{TRAIN}:43"),
+        (KIND_OUTLIER, (2,), f"{TRAIN}:53"),
+    ]
 
 
 def test_mismatched_ops_name_each_side():
@@ -99,7 +108,9 @@ def test_mismatched_ops_name_each_side():
     assert finding.kind == KIND_MISMATCH and finding.ranks == (0, 1, 2, 3, 4)
     assert finding.recipe == "mismatched-collectives"
     assert {(p.label, p.ranks, p.location) for p in finding.parts} == {
-        ("all_gather", (0, 1), f"{TRAIN}:70"), ("all_reduce", (2, 3, 4), f"{TRAIN}:64")}
+        ("all_gather", (0, 1), f"{TRAIN}:70"),
+        ("all_reduce", (2, 3, 4), f"{TRAIN}:64"),
+    }
     assert finding.location == f"{TRAIN}:70"  # the smaller side
     assert "different collectives" in finding.summary
 
@@ -125,8 +136,10 @@ def test_missing_ranks_with_exit_codes():
 
 
 def test_rank_that_exits_during_the_dump():
-    ranks = {0: still(in_op("barrier", "sync", 10)),
-             1: (((at("step", 5)), (), ()), {"failure": FAIL_EXITED})}
+    ranks = {
+        0: still(in_op("barrier", "sync", 10)),
+        1: (((at("step", 5)), (), ()), {"failure": FAIL_EXITED}),
+    }
     snap = snapshot(ranks, world=2)
     assert snap.findings[0].kind == KIND_MISSING and snap.findings[0].ranks == (1,)
 
@@ -145,8 +158,10 @@ def test_all_in_one_collective_is_a_hang():
 
 
 def test_unreadable_ranks_point_to_the_ptrace_recipe():
-    ranks = {0: still(in_op("all_reduce", "sync", 64)),
-             1: (((), (), ()), {"failure": FAIL_PERMISSION})}
+    ranks = {
+        0: still(in_op("all_reduce", "sync", 64)),
+        1: (((), (), ()), {"failure": FAIL_PERMISSION}),
+    }
     snap = snapshot(ranks)
     unreadable = [f for f in snap.findings if f.kind == KIND_UNREADABLE]
     assert unreadable[0].ranks == (1,) and unreadable[0].recipe == "ptrace-permission"
@@ -155,9 +170,14 @@ def test_unreadable_ranks_point_to_the_ptrace_recipe():
 
 def test_a_healthy_job_is_progressing_not_hung():
     # Sampled mid-collective, but stacks move between samples or the main thread computes.
-    ranks = {0: ((in_op("all_reduce", "sync", 64), at("forward", 30), in_op("all_reduce", "sync", 64)), {}),
-             1: (tuple([in_op("all_reduce", "sync", 64)] * 3), {"main_cpu": (0.0, 0.2, 0.4)}),
-             2: ((at("forward", 30), at("forward", 31), at("forward", 30)), {})}
+    ranks = {
+        0: (
+            (in_op("all_reduce", "sync", 64), at("forward", 30), in_op("all_reduce", "sync", 64)),
+            {},
+        ),
+        1: (tuple([in_op("all_reduce", "sync", 64)] * 3), {"main_cpu": (0.0, 0.2, 0.4)}),
+        2: ((at("forward", 30), at("forward", 31), at("forward", 30)), {}),
+    }
     snap = snapshot(ranks, world=3)
     assert kinds(snap) == [KIND_PROGRESSING]
     assert snap.findings[0].severity == SEVERITY_INFO
@@ -206,12 +226,17 @@ def test_ranks_working_inside_init_are_not_outliers_of_it():
     # GIVEN ranks arriving at init_process_group one after another: two already wait, one
     # is still working inside it
     init = in_op("init_process_group", "setup", 20)
-    busy_a = in_op("init_process_group", "setup", 20)[:-1] + (Frame("_store_based_barrier", C10D, 90),)
-    snap = snapshot({
-        0: ((init, init, init), {}),
-        1: ((init, busy_a, init), {"main_cpu": (0.0, 0.2, 0.4)}),
-        2: ((init, init, init), {}),
-    }, world=3)
+    busy_a = in_op("init_process_group", "setup", 20)[:-1] + (
+        Frame("_store_based_barrier", C10D, 90),
+    )
+    snap = snapshot(
+        {
+            0: ((init, init, init), {}),
+            1: ((init, busy_a, init), {"main_cpu": (0.0, 0.2, 0.4)}),
+            2: ((init, init, init), {}),
+        },
+        world=3,
+    )
     # THEN nobody is called an outlier of the rendezvous it is in
     assert not [f for f in snap.findings if f.kind == KIND_OUTLIER]
 
@@ -219,12 +244,17 @@ def test_ranks_working_inside_init_are_not_outliers_of_it():
 def test_a_rank_still_starting_up_is_only_a_warning():
     # GIVEN two ranks waiting in init_process_group and one still busy before it (imports)
     init = in_op("init_process_group", "setup", 20)
-    snap = snapshot({
-        0: ((init, init, init), {}),
-        1: ((at("load_config", 5), at("load_config", 6), at("load_config", 7)),
-            {"main_cpu": (0.0, 0.3, 0.6)}),
-        2: ((init, init, init), {}),
-    }, world=3)
+    snap = snapshot(
+        {
+            0: ((init, init, init), {}),
+            1: (
+                (at("load_config", 5), at("load_config", 6), at("load_config", 7)),
+                {"main_cpu": (0.0, 0.3, 0.6)},
+            ),
+            2: ((init, init, init), {}),
+        },
+        world=3,
+    )
     outlier = [f for f in snap.findings if f.kind == KIND_OUTLIER]
     assert [f.ranks for f in outlier] == [(1,)]
     assert outlier[0].severity == SEVERITY_WARNING
@@ -233,22 +263,28 @@ def test_a_rank_still_starting_up_is_only_a_warning():
 
 def test_the_first_crash_is_the_root_cause():
     # GIVEN rank 2 raised first and rank 0 failed after it, and rank 1 still waits
-    crashes = (RankCrash(2, 10.0, "uncaught exception", "ValueError", "bad shard", "t.py:9"),
-               RankCrash(0, 11.0, "uncaught exception", "RuntimeError", "peer closed", "t.py:3"))
+    crashes = (
+        RankCrash(2, 10.0, "uncaught exception", "ValueError", "bad shard", "t.py:9"),
+        RankCrash(0, 11.0, "uncaught exception", "RuntimeError", "peer closed", "t.py:3"),
+    )
     waiting = in_op("all_reduce", "step", 40)
     targets, by_pid = [], {}
     for rank in (1,):
         target, rank_samples = samples(rank, waiting, waiting, waiting, world=3)
         targets.append(target)
         by_pid[target.pid] = rank_samples
-    snap = build_snapshot(targets, by_pid, world_size=3, exit_codes={0: 1, 2: 1},
-                          crashes=crashes)
+    snap = build_snapshot(targets, by_pid, world_size=3, exit_codes={0: 1, 2: 1}, crashes=crashes)
     # THEN the verdict leads with rank 2's exception at its line
     first = snap.findings[0]
-    assert (first.kind, first.ranks, first.location, first.recipe) == \
-        (KIND_CRASH, (2,), "t.py:9", "rank-crash")
-    assert first.summary == ("rank 2 failed first: ValueError: bad shard (t.py:9); "
-                             "rank 0 failed after it")
+    assert (first.kind, first.ranks, first.location, first.recipe) == (
+        KIND_CRASH,
+        (2,),
+        "t.py:9",
+        "rank-crash",
+    )
+    assert first.summary == (
+        "rank 2 failed first: ValueError: bad shard (t.py:9); rank 0 failed after it"
+    )
     # AND the ranks still alive are told to be waiting for the missing ones
     assert KIND_MISSING in [f.kind for f in snap.findings]
 
@@ -256,22 +292,33 @@ def test_the_first_crash_is_the_root_cause():
 def test_a_crash_of_a_rank_still_alive_is_not_reported():
     waiting = in_op("all_reduce", "step", 40)
     target, rank_samples = samples(0, waiting, waiting, world=1)
-    snap = build_snapshot([target], {target.pid: rank_samples}, world_size=1,
-                          crashes=(RankCrash(0, 1.0, exc_type="ValueError", message="x"),))
+    snap = build_snapshot(
+        [target],
+        {target.pid: rank_samples},
+        world_size=1,
+        crashes=(RankCrash(0, 1.0, exc_type="ValueError", message="x"),),
+    )
     assert KIND_CRASH not in [f.kind for f in snap.findings]
 
 
 def test_post_mortem_of_a_dead_job_is_the_crash_alone():
-    snap = build_snapshot([], {}, world_size=2, exit_codes={0: 143, 1: 139},
-                          crashes=(RankCrash(1, 5.0, "segmentation fault (SIGSEGV)"),))
+    snap = build_snapshot(
+        [],
+        {},
+        world_size=2,
+        exit_codes={0: 143, 1: 139},
+        crashes=(RankCrash(1, 5.0, "segmentation fault (SIGSEGV)"),),
+    )
     assert [(f.kind, f.summary) for f in snap.findings] == [
-        (KIND_CRASH, "rank 1 failed first: segmentation fault (SIGSEGV)")]
+        (KIND_CRASH, "rank 1 failed first: segmentation fault (SIGSEGV)")
+    ]
 
 
 def test_a_job_whose_ranks_all_exited_with_code_0_has_ended():
     snap = build_snapshot([], {}, world_size=2, exit_codes={0: 0, 1: 0})
     assert [(f.kind, f.severity, f.ranks) for f in snap.findings] == [
-        ("ended", SEVERITY_INFO, (0, 1))]
+        ("ended", SEVERITY_INFO, (0, 1))
+    ]
 
 
 def test_ranks_all_gone_without_exit_codes_are_missing_with_no_one_left_waiting():
@@ -282,6 +329,11 @@ def test_ranks_all_gone_without_exit_codes_are_missing_with_no_one_left_waiting(
 
 
 def test_an_exception_logged_by_a_rank_that_exited_0_is_no_crash():
-    snap = build_snapshot([], {}, world_size=2, exit_codes={0: 0, 1: 0},
-                          crashes=(RankCrash(1, 5.0, "uncaught exception", "KeyError", "x"),))
+    snap = build_snapshot(
+        [],
+        {},
+        world_size=2,
+        exit_codes={0: 0, 1: 0},
+        crashes=(RankCrash(1, 5.0, "uncaught exception", "KeyError", "x"),),
+    )
     assert KIND_CRASH not in [f.kind for f in snap.findings]

@@ -28,7 +28,10 @@ def mldebug_run(tmp_path, *args, env=None, timeout=120):
     full_env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), **(env or {})}
     done = subprocess.run(
         [*MLDEBUG, "run", "--run-dir", str(run_dir), *map(str, args)],
-        cwd=tmp_path, env=full_env, capture_output=True, timeout=timeout,
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        timeout=timeout,
     )
     return done, RunPaths(run_dir)
 
@@ -47,7 +50,9 @@ def test_hook_does_nothing_unless_activated(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(envs.hooks_dir()), "RANK": "0"}
     done = subprocess.run(
         [sys.executable, "-c", "import sys; print('_mldebug_agent' in sys.modules)"],
-        env=env, capture_output=True, timeout=60,
+        env=env,
+        capture_output=True,
+        timeout=60,
     )
     assert done.stdout == b"False\n" and done.stderr == b""
 
@@ -71,14 +76,22 @@ def test_a_failing_hook_stands_aside(tmp_path, broken):
     else:
         (tmp_path / "file").write_text("")
         extra = {envs.ENV_RUN_DIR: str(tmp_path / "file" / "run")}  # cannot be a directory
-    done = hooked_python(tmp_path, "print('user code ran'); raise SystemExit(7)",
-                         package_dir=package_dir, extra=extra)
+    done = hooked_python(
+        tmp_path,
+        "print('user code ran'); raise SystemExit(7)",
+        package_dir=package_dir,
+        extra=extra,
+    )
     assert done.returncode == 7
     assert done.stdout == b"user code ran\n"
     lines = done.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mldebug: hook disabled in this process")
-    killed = hooked_python(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
-                           package_dir=package_dir, extra=extra)
+    killed = hooked_python(
+        tmp_path,
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+        package_dir=package_dir,
+        extra=extra,
+    )
     assert killed.returncode == -signal.SIGTERM
 
 
@@ -86,10 +99,14 @@ def test_existing_sitecustomize_is_chained(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = 'yes'\n")
-    job = script(tmp_path, "job.py", """
+    job = script(
+        tmp_path,
+        "job.py",
+        """
         import os, sys
         print("chained:", os.environ.get("CHAINED"), "agent:", "_mldebug_agent" in sys.modules)
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, job, env={"PYTHONPATH": str(site)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == f"[{HOST}:0] chained: yes agent: True\n"
@@ -106,33 +123,45 @@ def test_exit_code_is_the_scripts_and_named_in_the_report(tmp_path):
 
 
 def test_segfault_is_named_with_the_python_stack(tmp_path):
-    job = script(tmp_path, "segv.py", """
+    job = script(
+        tmp_path,
+        "segv.py",
+        """
         import os, signal
         def deep_in_native_code():
             os.kill(os.getpid(), signal.SIGSEGV)
         deep_in_native_code()
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, job)
     assert done.returncode == 128 + signal.SIGSEGV
     report = done.stderr.decode()
     assert "rank 0 on" in report and "segmentation fault (SIGSEGV)" in report
-    assert "segv.py\", line 4 in deep_in_native_code" in report
+    assert 'segv.py", line 4 in deep_in_native_code' in report
 
 
 def test_wrapped_launcher_output_and_rank_children(tmp_path):
     """A toy launcher starts rank 0, which starts a helper process with the same rank env."""
-    launcher = script(tmp_path, "launcher.py", """
+    launcher = script(
+        tmp_path,
+        "launcher.py",
+        """
         import os, subprocess, sys
         print("launcher starting", flush=True)
         env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
         sys.exit(subprocess.call([sys.executable, "rank.py"], env=env))
-    """)
-    script(tmp_path, "rank.py", """
+    """,
+    )
+    script(
+        tmp_path,
+        "rank.py",
+        """
         import os, subprocess, sys
         print("rank pid", os.getpid())
         subprocess.check_call([sys.executable, "-c", "print('helper of rank 0')"])
         sys.exit(3)
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, "--", sys.executable, launcher)
     assert done.returncode == 3
     out = done.stdout.decode().splitlines()
@@ -194,7 +223,10 @@ def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):
     """The same under a launcher: mldebug sees no exit status, only that rank 1 vanished
     without an error file or a normal exit."""
     script(tmp_path, "peers.py", PEERS)
-    launcher = script(tmp_path, "launcher.py", """
+    launcher = script(
+        tmp_path,
+        "launcher.py",
+        """
         import os, subprocess, sys
         ranks = [
             subprocess.Popen([sys.executable, "peers.py"],
@@ -202,12 +234,15 @@ def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):
             for r in (0, 1)
         ]
         sys.exit(1 if any(rank.wait() for rank in ranks) else 0)
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, "--", sys.executable, launcher)
     report = done.stderr.decode()
     assert done.returncode == 1  # the launcher's
-    assert (f"root cause (first failure): rank 1 on {HOST}: ended without a Python exception "
-            "or a normal exit") in report
+    assert (
+        f"root cause (first failure): rank 1 on {HOST}: ended without a Python exception "
+        "or a normal exit"
+    ) in report
     assert "then rank 0" in report and "ConnectionError" in report
     manifest = json.loads(paths.manifest.read_text())
     assert manifest["first_failure"]["rank"] == 1
@@ -218,7 +253,10 @@ def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):
 def test_a_process_forked_from_a_rank_does_not_speak_for_it(tmp_path):
     """A forked child inherits the excepthook and atexit: its error and its normal exit are
     its own, not the rank's (the rank here ends fine, so the job does too)."""
-    job = script(tmp_path, "fork.py", """
+    job = script(
+        tmp_path,
+        "fork.py",
+        """
         import os, sys
         exit_file = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "ranks", "0", "exit.json")
         pid = os.fork()
@@ -226,7 +264,8 @@ def test_a_process_forked_from_a_rank_does_not_speak_for_it(tmp_path):
             raise RuntimeError("a forked helper failed")
         os.waitpid(pid, 0)
         print("exit file after the child:", os.path.exists(exit_file))
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, job)
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == f"[{HOST}:0] exit file after the child: False\n"
@@ -239,14 +278,18 @@ def test_a_process_forked_from_a_rank_does_not_speak_for_it(tmp_path):
 def test_an_exception_logged_through_the_excepthook_is_not_a_failure(tmp_path):
     """Code may pass a caught exception to sys.excepthook to log it and carry on: a rank
     that then exits with 0 did not fail, and the job's exit code stays the script's."""
-    job = script(tmp_path, "logs.py", """
+    job = script(
+        tmp_path,
+        "logs.py",
+        """
         import sys
         try:
             1 / 0
         except ZeroDivisionError:
             sys.excepthook(*sys.exc_info())
         print("carried on")
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, job)
     assert done.returncode == 0, done.stderr
     assert "ZeroDivisionError" in done.stderr.decode()  # the user's hook still printed it
@@ -258,7 +301,10 @@ def test_an_exception_logged_through_the_excepthook_is_not_a_failure(tmp_path):
 def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
     """run.json is there for other commands: when it cannot be rewritten (a full disk, a
     quota), the job runs on, the report is printed and the exit code is the script's."""
-    job = script(tmp_path, "quota.py", """
+    job = script(
+        tmp_path,
+        "quota.py",
+        """
         import json, os, sys, time
         run_dir, rank = os.environ["MLDEBUG_RUN_DIR"], int(os.environ["RANK"])
         if rank == 1:
@@ -276,7 +322,8 @@ def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
         time.sleep(1)
         print("rank 0 finished its work")
         sys.exit(4)
-    """)
+    """,
+    )
     done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", job)
     err = done.stderr.decode()
     assert done.returncode == 4, err
@@ -296,7 +343,9 @@ def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
     proc = subprocess.Popen(
         [*MLDEBUG, "run", "--run-dir", str(paths.root), "--nproc-per-node", "2", str(job)],
         env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     pids = []
     try:
@@ -304,8 +353,11 @@ def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
         while len(pids) < 2:
             assert time.monotonic() < deadline, "the ranks never started"
             time.sleep(0.05)
-            pids = [json.loads(paths.proc_info(r).read_text())["pid"]
-                    for r in (0, 1) if paths.proc_info(r).exists()]
+            pids = [
+                json.loads(paths.proc_info(r).read_text())["pid"]
+                for r in (0, 1)
+                if paths.proc_info(r).exists()
+            ]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 30
@@ -326,16 +378,29 @@ def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
 def test_a_launcher_started_with_interpreter_options_is_not_taken_for_a_rank(tmp_path):
     """`srun python -W ignore torchrun ...`: the launcher has SLURM_PROCID=0 but is no rank;
     taking it for rank 0 would leave the real rank 0 without its agent."""
-    launcher = script(tmp_path, "torchrun", """
+    launcher = script(
+        tmp_path,
+        "torchrun",
+        """
         import os, subprocess, sys
         ranks = [subprocess.Popen([sys.executable, "rank.py"],
                                   env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2"})
                  for r in (0, 1)]
         sys.exit(max(rank.wait() for rank in ranks))
-    """)
-    script(tmp_path, "rank.py", "import os\nprint('rank', os.environ['RANK'], 'pid', os.getpid())\n")
-    done, paths = mldebug_run(tmp_path, "--", sys.executable, "-W", "ignore", launcher,
-                              env={"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    """,
+    )
+    script(
+        tmp_path, "rank.py", "import os\nprint('rank', os.environ['RANK'], 'pid', os.getpid())\n"
+    )
+    done, paths = mldebug_run(
+        tmp_path,
+        "--",
+        sys.executable,
+        "-W",
+        "ignore",
+        launcher,
+        env={"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout.decode().splitlines()
     for rank in (0, 1):

@@ -78,16 +78,31 @@ def test_innermost_user_frame_skips_library_frames():
 
 def test_collective_is_the_outermost_c10d_op():
     # all_gather_object calls all_gather inside: the user called all_gather_object.
-    stack = (MODULE, STEP, Frame("all_gather_object", C10D, 2900), WRAPPER,
-             Frame("all_gather", C10D, 4287))
+    stack = (
+        MODULE,
+        STEP,
+        Frame("all_gather_object", C10D, 2900),
+        WRAPPER,
+        Frame("all_gather", C10D, 4287),
+    )
     assert collective_op(stack) == "all_gather_object"
     assert collective_op((MODULE, MAIN)) is None
-    rendezvous = (MODULE, Frame("init_process_group", C10D, 1700),
-                  Frame("_env_rendezvous_handler",
-                        "/venv/lib/python3.11/site-packages/torch/distributed/rendezvous.py", 270))
+    rendezvous = (
+        MODULE,
+        Frame("init_process_group", C10D, 1700),
+        Frame(
+            "_env_rendezvous_handler",
+            "/venv/lib/python3.11/site-packages/torch/distributed/rendezvous.py",
+            270,
+        ),
+    )
     assert collective_op(rendezvous) == "init_process_group"
-    assert collective_op((MODULE, Frame("_create_c10d_store", "/x/torch/distributed/rendezvous.py", 1))) \
+    assert (
+        collective_op(
+            (MODULE, Frame("_create_c10d_store", "/x/torch/distributed/rendezvous.py", 1))
+        )
         == "rendezvous"
+    )
 
 
 def test_qualified_names_compare_by_last_part():

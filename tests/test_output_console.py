@@ -23,8 +23,13 @@ def test_tailer_shows_new_ranks_and_flushes_partial_lines(tmp_path):
     paths = RunPaths(tmp_path)
     read_fd, write_fd = os.pipe()
     console = Console(stdout_fd=write_fd, stderr_fd=write_fd)
-    tailer = OutputTailer(paths, console, "h", local_ranks={0: 0, 1: 1},
-                          rank_filter=RankFilter(ranks=frozenset({0, 1})))
+    tailer = OutputTailer(
+        paths,
+        console,
+        "h",
+        local_ranks={0: 0, 1: 1},
+        rank_filter=RankFilter(ranks=frozenset({0, 1})),
+    )
     tailer.start()
     for rank in (0, 1, 2):
         paths.rank_dir(rank).mkdir(parents=True)

@@ -85,9 +85,12 @@ def test_a_stopped_process_is_explained(sitter):
 
 
 def test_uninterruptible_sleep_is_not_blamed_on_ptrace():
-    kind, detail = explain_by_status(FAIL_PERMISSION, "ptrace refused: EPERM",
-                                     psutil.STATUS_DISK_SLEEP, nonblocking=False)
+    kind, detail = explain_by_status(
+        FAIL_PERMISSION, "ptrace refused: EPERM", psutil.STATUS_DISK_SLEEP, nonblocking=False
+    )
     assert kind != FAIL_PERMISSION
     assert "uninterruptible" in detail and "--nonblocking" in detail
-    assert explain_by_status(FAIL_PERMISSION, "x", psutil.STATUS_SLEEPING, False) == \
-        (FAIL_PERMISSION, "x")
+    assert explain_by_status(FAIL_PERMISSION, "x", psutil.STATUS_SLEEPING, False) == (
+        FAIL_PERMISSION,
+        "x",
+    )

@@ -61,11 +61,14 @@ def test_bad_output_is_a_value_error(text):
         parse_pyspy_json(text)
 
 
-@pytest.mark.parametrize(("name", "kind"), [
-    ("pyspy_error_no_process.txt", FAIL_EXITED),
-    ("pyspy_error_not_python.txt", FAIL_NOT_PYTHON),
-    ("pyspy_error_permission.txt", FAIL_PERMISSION),
-])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("pyspy_error_no_process.txt", FAIL_EXITED),
+        ("pyspy_error_not_python.txt", FAIL_NOT_PYTHON),
+        ("pyspy_error_permission.txt", FAIL_PERMISSION),
+    ],
+)
 def test_errors_are_classified(name, kind):
     found, detail = classify_pyspy_error(load(name))
     assert found == kind

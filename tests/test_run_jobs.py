@@ -80,8 +80,12 @@ def start(tmp_path, *args, **kwargs):
     env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")}
     return subprocess.Popen(
         [*MLDEBUG, "run", "--run-dir", str(tmp_path / "run"), *map(str, args)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, **kwargs,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        **kwargs,
     )
 
 
@@ -141,8 +145,9 @@ def check_console_lines(out, err):
 
 def check_root_cause(err, paths, tmp_path):
     report = err[err.index("mldebug: root cause") :]
-    assert report.startswith(f"mldebug: root cause (first failure): rank 1 on {HOST}: "
-                             "ValueError: rank 1 gives up")
+    assert report.startswith(
+        f"mldebug: root cause (first failure): rank 1 on {HOST}: ValueError: rank 1 gives up"
+    )
     assert f"raised at {tmp_path / 'job.py'}:{RAISE_LINE}" in report
     assert "mldebug recipes rank-crash" in report
     manifest = json.loads(paths.manifest.read_text())
@@ -178,8 +183,12 @@ def test_native_crash_names_root_cause_and_ends_the_job(native_job):
 def test_dump_of_the_crashed_run_names_the_root_cause(native_job):
     # GIVEN the run that ended with rank 1's exception, WHEN dump reads it post-mortem
     code, out, err, paths, tmp_path = native_job
-    done = subprocess.run([*MLDEBUG, "dump", "--run", str(paths.root), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(paths.root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # THEN its verdict is the first failure, with the raising line and the recipe
     assert done.returncode == 1, done.stderr
     crash = json.loads(done.stdout)["findings"][0]

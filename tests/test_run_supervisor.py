@@ -33,8 +33,14 @@ def quiet_job(tmp_path, monkeypatch, source: str):
     (tmp_path / "job.py").write_text(source)
     paths = create_run_dir(tmp_path / "run")
     return paths, Supervisor(
-        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "job.py")], nproc=2,
-                   console=None, grace_period=2))
+        LaunchSpec(
+            paths=paths,
+            command=[sys.executable, str(tmp_path / "job.py")],
+            nproc=2,
+            console=None,
+            grace_period=2,
+        )
+    )
 
 
 def test_quiet_supervisor_is_stopped_and_can_show_output_later(tmp_path, monkeypatch):
@@ -103,6 +109,7 @@ def test_a_stranger_that_gets_an_ended_ranks_pid_is_left_alone(tmp_path, monkeyp
     supervisor.start()
     stranger = None
     try:
+
         def rank_1_reaped():
             ranks = json.loads(paths.manifest.read_text())["ranks"]
             return ranks[1]["exit_code"] == 0

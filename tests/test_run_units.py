@@ -100,7 +100,11 @@ def test_exit_codes_and_signal_names():
 
 
 def test_failures_are_ordered_by_time_then_rank():
-    late, early, tie = Failure(rank=0, time=5.0), Failure(rank=3, time=1.0), Failure(rank=1, time=1.0)
+    late, early, tie = (
+        Failure(rank=0, time=5.0),
+        Failure(rank=3, time=1.0),
+        Failure(rank=1, time=1.0),
+    )
     assert [f.rank for f in order_failures([late, early, tie])] == [1, 3, 0]
 
 
@@ -199,16 +203,23 @@ def test_a_many_line_message_takes_one_line_of_the_report(tmp_path):
     """The full message is in the traceback; the root-cause line and the "then rank" lines
     keep to one line each (a state_dict error lists every missing key)."""
     message = "Error(s) in loading state_dict for Net:\n\t" + "\n\t".join(
-        f'Missing key "layer{i}.weight"' for i in range(300))
+        f'Missing key "layer{i}.weight"' for i in range(300)
+    )
     failures = [
-        Failure(rank=rank, time=float(rank), exc_type="RuntimeError", message=message,
-                traceback=f"Traceback (most recent call last):\nRuntimeError: {message}\n")
+        Failure(
+            rank=rank,
+            time=float(rank),
+            exc_type="RuntimeError",
+            message=message,
+            traceback=f"Traceback (most recent call last):\nRuntimeError: {message}\n",
+        )
         for rank in (0, 1)
     ]
     assert failures[0].headline == "RuntimeError: Error(s) in loading state_dict for Net: ..."
     report = format_report(failures, RunPaths(tmp_path)).splitlines()
     assert report[0].endswith(": RuntimeError: Error(s) in loading state_dict for Net: ...")
     assert sum('Missing key "layer299.weight"' in line for line in report) == 1
-    assert "  then rank 1 (+1.0s): RuntimeError: Error(s) in loading state_dict for Net: ..." \
-        in report
+    assert (
+        "  then rank 1 (+1.0s): RuntimeError: Error(s) in loading state_dict for Net: ..." in report
+    )
     assert Failure(rank=0, time=0.0, exc_type="StopIteration").headline == "StopIteration"

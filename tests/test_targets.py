@@ -16,8 +16,13 @@ SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 
 
 def start_launcher(*args, env=None):
-    proc = subprocess.Popen([sys.executable, str(SLEEPY), *args], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     try:
         ready = [proc.stdout.readline().split() for _ in range(int(args[0]))]
         return proc, [int(pid) for _, pid, _ in sorted(ready, key=lambda r: int(r[2]))]
@@ -31,22 +36,29 @@ def stop(proc):
     proc.wait()
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (3, 8, 1)),
-    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"}, (5, 16, 1)),
-    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4, None)),
-    ({"PMI_RANK": "7", "PMI_SIZE": "9"}, (7, 9, None)),
-    ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0"}, (1, 2, None)),  # torchrun inside srun
-    ({"PATH": "/bin"}, (None, None, None)),
-    ({"RANK": "x"}, (None, None, None)),
-])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (3, 8, 1)),
+        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"}, (5, 16, 1)),
+        ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4, None)),
+        ({"PMI_RANK": "7", "PMI_SIZE": "9"}, (7, 9, None)),
+        (
+            {"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0"},
+            (1, 2, None),
+        ),  # torchrun inside srun
+        ({"PATH": "/bin"}, (None, None, None)),
+        ({"RANK": "x"}, (None, None, None)),
+    ],
+)
 def test_rank_env_schemes(environ, expected):
     assert rank_env(environ) == expected
 
 
 def test_job_key_separates_jobs():
-    assert job_key({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) != job_key({"MASTER_ADDR": "h",
-                                                                         "MASTER_PORT": "2"})
+    assert job_key({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) != job_key(
+        {"MASTER_ADDR": "h", "MASTER_PORT": "2"}
+    )
 
 
 def test_launcher_pid_expands_to_ranks_without_their_workers():
@@ -94,9 +106,15 @@ def test_run_dir_reads_pids_and_exit_codes(tmp_path):
     launcher, rank_pids = start_launcher("2", "--world", "3")
     try:
         (tmp_path / "ranks").mkdir()
-        manifest = {"status": "running", "world_size": 3, "ranks": [
-            {"rank": 0, "pid": rank_pids[0]}, {"rank": 1, "pid": rank_pids[1]},
-            {"rank": 2, "pid": 999999, "exit_code": 7}]}
+        manifest = {
+            "status": "running",
+            "world_size": 3,
+            "ranks": [
+                {"rank": 0, "pid": rank_pids[0]},
+                {"rank": 1, "pid": rank_pids[1]},
+                {"rank": 2, "pid": 999999, "exit_code": 7},
+            ],
+        }
         (tmp_path / "run.json").write_text(json.dumps(manifest))
         job = resolve_targets(run_dir=str(tmp_path))
         assert [t.pid for t in job.targets] == rank_pids
@@ -124,9 +142,14 @@ def test_another_users_pid_is_refused(monkeypatch):
 
 
 def test_run_dir_without_live_ranks(tmp_path):
-    manifest = {"status": "succeeded", "world_size": 2,
-                "ranks": [{"rank": 0, "pid": 999998, "exit_code": 0},
-                          {"rank": 1, "pid": 999999, "exit_code": 0}]}
+    manifest = {
+        "status": "succeeded",
+        "world_size": 2,
+        "ranks": [
+            {"rank": 0, "pid": 999998, "exit_code": 0},
+            {"rank": 1, "pid": 999999, "exit_code": 0},
+        ],
+    }
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(NoTargetError, match="no live ranks.*succeeded"):
         resolve_targets(run_dir=str(tmp_path))
@@ -139,13 +162,14 @@ def test_garbage_numbers_in_run_directory_files_are_skipped(tmp_path, capsys):
     try:
         # GIVEN a run directory whose files hold numbers no process or job can have
         (tmp_path / "run.json").write_text(
-            '{"status": "running", "world_size": 1' + "0" * 15 + ', "ranks": "all of them"}')
-        for rank, info in ((0, {"pid": rank_pids[0], "world_size": 2}),
-                           (1, {"pid": 10**20})):
+            '{"status": "running", "world_size": 1' + "0" * 15 + ', "ranks": "all of them"}'
+        )
+        for rank, info in ((0, {"pid": rank_pids[0], "world_size": 2}), (1, {"pid": 10**20})):
             (tmp_path / "ranks" / str(rank)).mkdir(parents=True)
             (tmp_path / "ranks" / str(rank) / "proc.json").write_text(json.dumps(info))
         (tmp_path / "ranks" / "1" / "error.json").write_text(
-            '{"type": "ValueError", "message": "x", "time": 1' + "0" * 400 + "}")
+            '{"type": "ValueError", "message": "x", "time": 1' + "0" * 400 + "}"
+        )
         # WHEN they are resolved, THEN the live rank is found and the garbage is left out
         job = resolve_targets(run_dir=str(tmp_path))
         assert [t.pid for t in job.targets] == rank_pids

@@ -40,8 +40,18 @@ from mldebug.model import (
 from mldebug.ranges import format_ranks
 
 _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
-_KIND_ORDER = (KIND_CRASH, KIND_MISSING, KIND_OUTLIER, KIND_MISMATCH, KIND_RENDEZVOUS, KIND_HANG,
-               KIND_UNREADABLE, KIND_STUCK, KIND_PROGRESSING, KIND_ENDED)
+_KIND_ORDER = (
+    KIND_CRASH,
+    KIND_MISSING,
+    KIND_OUTLIER,
+    KIND_MISMATCH,
+    KIND_RENDEZVOUS,
+    KIND_HANG,
+    KIND_UNREADABLE,
+    KIND_STUCK,
+    KIND_PROGRESSING,
+    KIND_ENDED,
+)
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -67,20 +77,25 @@ def _worker_text(group: Sequence[RankView], stuck: bool) -> str | None:
         return None
     how = "stuck in" if stuck else "in"
     if len(group) == 1:
-        return f"it waits for its DataLoader, whose worker (pid {pids[0]}) is {how} " \
-            f"{_where(group[0])}"
+        return (
+            f"it waits for its DataLoader, whose worker (pid {pids[0]}) is {how} {_where(group[0])}"
+        )
     shown = ", ".join(map(str, pids[:3])) + (", ..." if len(pids) > 3 else "")
-    return f"they wait for their DataLoaders, whose workers (pids {shown}) are {how} " \
+    return (
+        f"they wait for their DataLoaders, whose workers (pids {shown}) are {how} "
         f"{_where(group[0])}"
+    )
 
 
 def _worker_detail(group: Sequence[RankView]) -> str:
     if all(v.dataloader_worker is None for v in group):
         return ""
     ranks = [v.rank for v in group]
-    return (f"The main thread of {ranks_text(ranks)} waits in torch/utils/data/dataloader.py for "
-            "a batch; the line is the worker process's. Its stack is shown with the rank's "
-            f"threads: mldebug dump --ranks {format_ranks(ranks)}")
+    return (
+        f"The main thread of {ranks_text(ranks)} waits in torch/utils/data/dataloader.py for "
+        "a batch; the line is the worker process's. Its stack is shown with the rank's "
+        f"threads: mldebug dump --ranks {format_ranks(ranks)}"
+    )
 
 
 def _place(view: RankView) -> tuple[str | None, bool]:
@@ -102,19 +117,29 @@ def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[
         return []
     if not alive and all(v.exit_code == 0 for v in gone):
         # Every rank returned normally: a job that is over, not one that lost ranks.
-        return [Finding(KIND_ENDED, tuple(v.rank for v in gone),
-                        f"all {len(gone)} ranks exited with code 0: the job has ended",
-                        severity=SEVERITY_INFO)]
+        return [
+            Finding(
+                KIND_ENDED,
+                tuple(v.rank for v in gone),
+                f"all {len(gone)} ranks exited with code 0: the job has ended",
+                severity=SEVERITY_INFO,
+            )
+        ]
     ranks = [v.rank for v in gone]
-    codes = [f"rank {v.rank} exited with code {v.exit_code}" for v in gone
-             if v.exit_code is not None]
+    codes = [
+        f"rank {v.rank} exited with code {v.exit_code}" for v in gone if v.exit_code is not None
+    ]
     of = f" of {world}" if world else ""
     summary = f"{ranks_text(ranks)}{of} {_verb(ranks, 'is', 'are')} not running"
-    summary += f" ({'; '.join(codes[:3])}{'; ...' if len(codes) > 3 else ''})" if codes else \
-        ": never found, or exited"
+    summary += (
+        f" ({'; '.join(codes[:3])}{'; ...' if len(codes) > 3 else ''})"
+        if codes
+        else ": never found, or exited"
+    )
     if alive:
-        summary += "; the other ranks cannot complete a collective without " + \
-            _verb(ranks, "it", "them")
+        summary += "; the other ranks cannot complete a collective without " + _verb(
+            ranks, "it", "them"
+        )
     return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
 
 
@@ -133,9 +158,16 @@ def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Find
     later = [c.rank for c in ended[1:]]
     if later:
         summary += f"; {ranks_text(later)} failed after it"
-    return [Finding(KIND_CRASH, (first.rank,), summary, location=first.location,
-                    recipe="rank-crash",
-                    detail=first.how if first.exc_type and first.how else "")]
+    return [
+        Finding(
+            KIND_CRASH,
+            (first.rank,),
+            summary,
+            location=first.location,
+            recipe="rank-crash",
+            detail=first.how if first.exc_type and first.how else "",
+        )
+    ]
 
 
 def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
@@ -147,9 +179,15 @@ def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Fin
     summary = f"could not read the stack of {ranks_text(ranks)}: {bad[0].detail}"
     # With no rank read at all there is no verdict: that is an error, not a footnote.
     nothing_read = all(v.state == STATE_UNREADABLE for v in views if v.target is not None)
-    return [Finding(KIND_UNREADABLE, tuple(ranks), summary,
-                    severity=SEVERITY_ERROR if nothing_read else SEVERITY_WARNING,
-                    recipe="ptrace-permission" if permission else None)]
+    return [
+        Finding(
+            KIND_UNREADABLE,
+            tuple(ranks),
+            summary,
+            severity=SEVERITY_ERROR if nothing_read else SEVERITY_WARNING,
+            recipe="ptrace-permission" if permission else None,
+        )
+    ]
 
 
 def _waiting_label(view: RankView) -> tuple[str, str | None]:
@@ -164,22 +202,34 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
     if len(groups) < 2:
         return []
     ops = {g[0].collective for g in groups}
-    sides = [f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
-             for g in groups[:4]]
+    sides = [
+        f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
+        for g in groups[:4]
+    ]
     more = f" and {len(groups) - 4} more groups" if len(groups) > 4 else ""
-    why = "different collectives" if len(ops) > 1 else f"{groups[0][0].collective} from different lines"
+    why = (
+        "different collectives"
+        if len(ops) > 1
+        else f"{groups[0][0].collective} from different lines"
+    )
     ranks = sorted(v.rank for g in groups for v in g)
     culprit = groups[-1][0]  # the smallest group is the likeliest to have taken the wrong turn
-    return [Finding(
-        KIND_MISMATCH, tuple(ranks),
-        f"ranks wait in {why}, which never match: {'; '.join(sides)}{more}",
-        location=location_of(culprit), recipe="mismatched-collectives", severity=severity,
-        parts=tuple(_part(g, g[0].collective or "?") for g in groups),
-    )]
+    return [
+        Finding(
+            KIND_MISMATCH,
+            tuple(ranks),
+            f"ranks wait in {why}, which never match: {'; '.join(sides)}{more}",
+            location=location_of(culprit),
+            recipe="mismatched-collectives",
+            severity=severity,
+            parts=tuple(_part(g, g[0].collective or "?") for g in groups),
+        )
+    ]
 
 
-def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
-              severity: str) -> list[Finding]:
+def _outliers(
+    elsewhere: list[RankView], waiting_groups: list[list[RankView]], severity: str
+) -> list[Finding]:
     main = waiting_groups[0]
     op = main[0].collective
     waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
@@ -187,19 +237,33 @@ def _outliers(elsewhere: list[RankView], waiting_groups: list[list[RankView]],
     for group in _bucket(elsewhere, key=_place):
         ranks = [v.rank for v in group]
         busy = group[0].state == STATE_RUNNING
-        doing = _worker_text(group, stuck=not busy) or \
-            f"{_verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
-        summary = (f"{ranks_text(ranks)} never reached {op}: {doing}, while "
-                   f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
-                   f"in {op} at {_where(main[0])}")
+        doing = (
+            _worker_text(group, stuck=not busy)
+            or f"{_verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
+        )
+        summary = (
+            f"{ranks_text(ranks)} never reached {op}: {doing}, while "
+            f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
+            f"in {op} at {_where(main[0])}"
+        )
         # Ranks still working their way to init_process_group is how every job starts.
         group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
-        parts = (_part(group, group[0].user_frame.function if group[0].user_frame else "?"),
-                 *(_part(g, g[0].collective or "?") for g in waiting_groups))
-        findings.append(Finding(KIND_OUTLIER, tuple(ranks), summary,
-                                location=location_of(group[0]),
-                                recipe="rank-outside-collective", severity=group_severity,
-                                parts=parts, detail=_worker_detail(group)))
+        parts = (
+            _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
+            *(_part(g, g[0].collective or "?") for g in waiting_groups),
+        )
+        findings.append(
+            Finding(
+                KIND_OUTLIER,
+                tuple(ranks),
+                summary,
+                location=location_of(group[0]),
+                recipe="rank-outside-collective",
+                severity=group_severity,
+                parts=parts,
+                detail=_worker_detail(group),
+            )
+        )
     return findings
 
 
@@ -209,67 +273,104 @@ def _all_waiting(group: list[RankView], missing: list[int], severity: str) -> li
     where = _where(group[0])
     if missing:
         kind = KIND_RENDEZVOUS if is_rendezvous(op) else KIND_HANG
-        summary = (f"{ranks_text(ranks)} wait in {op} at {where} for {ranks_text(missing)}, "
-                   f"which {_verb(missing, 'is', 'are')} not running")
+        summary = (
+            f"{ranks_text(ranks)} wait in {op} at {where} for {ranks_text(missing)}, "
+            f"which {_verb(missing, 'is', 'are')} not running"
+        )
     elif is_rendezvous(op):
         kind = KIND_RENDEZVOUS
-        summary = (f"all {len(ranks)} ranks wait in {op} at {where}: the rendezvous never "
-                   "completes (check MASTER_ADDR, MASTER_PORT and that every node started)")
+        summary = (
+            f"all {len(ranks)} ranks wait in {op} at {where}: the rendezvous never "
+            "completes (check MASTER_ADDR, MASTER_PORT and that every node started)"
+        )
     else:
         kind = KIND_HANG
-        summary = (f"all {len(ranks)} ranks wait in {op} at {where} and none is elsewhere: "
-                   "the collective itself does not complete")
+        summary = (
+            f"all {len(ranks)} ranks wait in {op} at {where} and none is elsewhere: "
+            "the collective itself does not complete"
+        )
     recipe = "rendezvous-hang" if kind == KIND_RENDEZVOUS else "collective-hang"
     detail = _RENDEZVOUS_DETAIL if kind == KIND_RENDEZVOUS else _HANG_DETAIL
-    return [Finding(kind, tuple(ranks), summary, location=location_of(group[0]),
-                    recipe=recipe, severity=severity, detail="" if missing else detail)]
+    return [
+        Finding(
+            kind,
+            tuple(ranks),
+            summary,
+            location=location_of(group[0]),
+            recipe=recipe,
+            severity=severity,
+            detail="" if missing else detail,
+        )
+    ]
 
 
 _RENDEZVOUS_DETAIL = (
     "Every rank must reach init_process_group with the same MASTER_ADDR, MASTER_PORT and "
     "WORLD_SIZE; a rank on another node that never started, a firewall, or a wrong address "
-    "keeps the others here.")
+    "keeps the others here."
+)
 _HANG_DETAIL = (
     "No rank is elsewhere, so the wait is below Python: another process group or rank not "
     "shown here, the network between ranks (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), or a "
-    "device that stopped answering.")
+    "device that stopped answering."
+)
 
 
 def _idle(present: list[RankView]) -> list[Finding]:
     stuck = [v for v in present if v.state == STATE_STUCK]
     if not stuck:
         if present and all(v.state == STATE_RUNNING for v in present):
-            return [Finding(KIND_PROGRESSING, tuple(v.rank for v in present),
-                            f"all {len(present)} ranks are working (their stacks move or "
-                            "they use CPU); nothing looks hung", severity=SEVERITY_INFO)]
+            return [
+                Finding(
+                    KIND_PROGRESSING,
+                    tuple(v.rank for v in present),
+                    f"all {len(present)} ranks are working (their stacks move or "
+                    "they use CPU); nothing looks hung",
+                    severity=SEVERITY_INFO,
+                )
+            ]
         return []
     findings = []
     for group in _bucket(stuck, key=_place):
         ranks = [v.rank for v in group]
-        findings.append(Finding(
-            KIND_STUCK, tuple(ranks),
-            f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
-            f"{_verb(ranks, 'is', 'are')} in no collective: "
-            f"{_worker_text(group, stuck=True) or _where(group[0])}",
-            location=location_of(group[0]), severity=SEVERITY_WARNING,
-            detail=_worker_detail(group)))
+        findings.append(
+            Finding(
+                KIND_STUCK,
+                tuple(ranks),
+                f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
+                f"{_verb(ranks, 'is', 'are')} in no collective: "
+                f"{_worker_text(group, stuck=True) or _where(group[0])}",
+                location=location_of(group[0]),
+                severity=SEVERITY_WARNING,
+                detail=_worker_detail(group),
+            )
+        )
     return findings
 
 
-def find_problems(views: Sequence[RankView], world_size: int | None = None,
-                  failures: dict[int, str] | None = None,
-                  crashes: Sequence[RankCrash] = ()) -> tuple[Finding, ...]:
+def find_problems(
+    views: Sequence[RankView],
+    world_size: int | None = None,
+    failures: dict[int, str] | None = None,
+    crashes: Sequence[RankCrash] = (),
+) -> tuple[Finding, ...]:
     """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
     `crashes`: how ranks ended badly, earliest first (from the run directory)."""
     crash = _crash(views, crashes)
     alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
-    findings = crash + (_missing(views, world_size, alive) if alive or not crash else []) \
+    findings = (
+        crash
+        + (_missing(views, world_size, alive) if alive or not crash else [])
         + _unreadable(views, failures or {})
+    )
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    present = [v for v in views if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE)
-               and v.threads]
+    present = [
+        v
+        for v in views
+        if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE) and v.threads
+    ]
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
@@ -278,14 +379,19 @@ def find_problems(views: Sequence[RankView], world_size: int | None = None,
         findings += _idle(present)
     else:
         # Waiting ranks that were seen stuck make it an error; one sample only, a warning.
-        severity = SEVERITY_ERROR if any(v.state == STATE_STUCK for v in waiting) \
-            else SEVERITY_WARNING
+        severity = (
+            SEVERITY_ERROR if any(v.state == STATE_STUCK for v in waiting) else SEVERITY_WARNING
+        )
         groups = _bucket(waiting, key=_waiting_label)
         findings += _mismatch(groups, severity)
         if elsewhere:
             findings += _outliers(elsewhere, groups, severity)
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
-    findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3),
-                                 _KIND_ORDER.index(f.kind) if f.kind in _KIND_ORDER else 99))
+    findings.sort(
+        key=lambda f: (
+            _SEVERITY_ORDER.get(f.severity, 3),
+            _KIND_ORDER.index(f.kind) if f.kind in _KIND_ORDER else 99,
+        )
+    )
     return tuple(findings)

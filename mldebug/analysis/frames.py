@@ -18,17 +18,45 @@ from pathlib import Path
 
 from mldebug.model import Frame
 
-COLLECTIVE_OPS = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor",
-    "all_gather_object", "all_gather_coalesced", "_all_gather_base", "broadcast",
-    "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter",
-    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
-    "send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
-    "batch_isend_irecv", "gather", "gather_object", "scatter", "scatter_object_list",
-    "init_process_group", "new_group", "new_subgroups", "destroy_process_group",
-})
-RENDEZVOUS_OPS = frozenset({"init_process_group", "new_group", "new_subgroups", "rendezvous",
-                            "store"})
+COLLECTIVE_OPS = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "broadcast",
+        "broadcast_object_list",
+        "barrier",
+        "monitored_barrier",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "all_to_all",
+        "all_to_all_single",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "send_object_list",
+        "recv_object_list",
+        "batch_isend_irecv",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "init_process_group",
+        "new_group",
+        "new_subgroups",
+        "destroy_process_group",
+    }
+)
+RENDEZVOUS_OPS = frozenset(
+    {"init_process_group", "new_group", "new_subgroups", "rendezvous", "store"}
+)
 
 _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
 # mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
@@ -107,8 +135,11 @@ def frame_label(frame: Frame | None) -> str:
     """`function (file:line)` with the path shortened for people."""
     if frame is None:
         return "?"
-    return f"{frame.function} ({short_path(frame.file)}:{frame.line})" if frame.line is not None \
+    return (
+        f"{frame.function} ({short_path(frame.file)}:{frame.line})"
+        if frame.line is not None
         else f"{frame.function} ({short_path(frame.file)})"
+    )
 
 
 def short_path(path: str) -> str:
@@ -136,7 +167,10 @@ def waits_for_dataloader(frames: Sequence[Frame]) -> bool:
         frame = frames[index]
         if frame.native:
             continue
-        if frame.file.endswith(_DATALOADER_FILE) and short_name(frame.function) in _DATALOADER_WAITS:
+        if (
+            frame.file.endswith(_DATALOADER_FILE)
+            and short_name(frame.function) in _DATALOADER_WAITS
+        ):
             return True
         if is_user_frame(frame):
             return False
@@ -146,8 +180,11 @@ def waits_for_dataloader(frames: Sequence[Frame]) -> bool:
 def _worker_loop_index(frames: Sequence[Frame]) -> int | None:
     for index in range(len(frames) - 1, -1, -1):
         frame = frames[index]
-        if not frame.native and frame.file.endswith(_WORKER_FILE) \
-                and short_name(frame.function) == "_worker_loop":
+        if (
+            not frame.native
+            and frame.file.endswith(_WORKER_FILE)
+            and short_name(frame.function) == "_worker_loop"
+        ):
             return index
     return None
 
@@ -165,4 +202,4 @@ def worker_user_frame(frames: Sequence[Frame]) -> Frame | None:
     stack up to the `for batch in loader` line that started it.
     """
     start = _worker_loop_index(frames)
-    return None if start is None else user_frame(frames[start + 1:])
+    return None if start is None else user_frame(frames[start + 1 :])

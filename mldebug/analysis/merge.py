@@ -15,8 +15,9 @@ from mldebug.model import STATE_UNKNOWN, Frame, StackGroup, StackNode
 FrameKey = tuple[str, str, int | None]
 
 
-def group_stacks(stacks: Mapping[int, Sequence[Frame]],
-                 states: Mapping[int, str] | None = None) -> tuple[StackGroup, ...]:
+def group_stacks(
+    stacks: Mapping[int, Sequence[Frame]], states: Mapping[int, str] | None = None
+) -> tuple[StackGroup, ...]:
     """Ranks with identical stacks, biggest group first (ties: lowest rank first)."""
     buckets: dict[tuple[FrameKey, ...], list[int]] = {}
     first_frames: dict[tuple[FrameKey, ...], Sequence[Frame]] = {}
@@ -32,10 +33,15 @@ def group_stacks(stacks: Mapping[int, Sequence[Frame]],
     for key, ranks in buckets.items():
         ranks.sort()
         frames = tuple(first_frames[key])
-        groups.append(StackGroup(
-            ranks=tuple(ranks), frames=frames, user_frame=user_frame(frames),
-            collective=collective_op(frames), state=_group_state(ranks, states),
-        ))
+        groups.append(
+            StackGroup(
+                ranks=tuple(ranks),
+                frames=frames,
+                user_frame=user_frame(frames),
+                collective=collective_op(frames),
+                state=_group_state(ranks, states),
+            )
+        )
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
     return tuple(groups)
 
@@ -57,8 +63,9 @@ class _Building:
 
     def freeze(self) -> StackNode:
         children = sorted(self.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks)))
-        return StackNode(self.frame, tuple(sorted(self.ranks)),
-                         tuple(child.freeze() for child in children))
+        return StackNode(
+            self.frame, tuple(sorted(self.ranks)), tuple(child.freeze() for child in children)
+        )
 
 
 def build_tree(groups: Sequence[StackGroup]) -> StackNode:

@@ -50,8 +50,9 @@ def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
     return sorted(result, key=lambda pair: pair[0])
 
 
-def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
-              memo: dict | None = None) -> RankView:
+def rank_view(
+    rank: int, target: RankTarget, samples: Sequence[StackSample], memo: dict | None = None
+) -> RankView:
     """One rank's view. `memo` shares frame classification between ranks with one stack."""
     state, cpu, detail = rank_state(samples)
     good = [s for s in samples if s.failure is None and s.threads]
@@ -61,19 +62,28 @@ def rank_view(rank: int, target: RankTarget, samples: Sequence[StackSample],
     key = stack_key(main)
     classified = memo.get(key)
     if classified is None:
-        classified = memo[key] = (user_frame(main), collective_op(main),
-                                  waits_for_dataloader(main))
+        classified = memo[key] = (user_frame(main), collective_op(main), waits_for_dataloader(main))
     rss = next((s.rss_bytes for s in reversed(samples) if s.rss_bytes is not None), None)
     frame, worker = classified[0], None
     if classified[2]:
         frame, worker = _dataloader_culprit(threads, frame)
-    return RankView(rank=rank, target=target, state=state, threads=threads,
-                    user_frame=frame, collective=classified[1],
-                    cpu_percent=cpu, rss_bytes=rss, detail=detail, dataloader_worker=worker)
+    return RankView(
+        rank=rank,
+        target=target,
+        state=state,
+        threads=threads,
+        user_frame=frame,
+        collective=classified[1],
+        cpu_percent=cpu,
+        rss_bytes=rss,
+        detail=detail,
+        dataloader_worker=worker,
+    )
 
 
-def _dataloader_culprit(threads: Sequence[ThreadStack], own: Frame | None
-                        ) -> tuple[Frame | None, int | None]:
+def _dataloader_culprit(
+    threads: Sequence[ThreadStack], own: Frame | None
+) -> tuple[Frame | None, int | None]:
     """(user frame, worker pid) for a rank that waits for its DataLoader: the line of the
     first worker that is in user code, else the rank's own line and no worker."""
     for thread in threads[1:]:
@@ -84,11 +94,17 @@ def _dataloader_culprit(threads: Sequence[ThreadStack], own: Frame | None
     return own, None
 
 
-def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence[StackSample]],
-                   world_size: int | None = None, job: str = "", run_dir: str | None = None,
-                   exit_codes: Mapping[int, int] | None = None,
-                   now: float | None = None, partial: bool = False,
-                   crashes: Sequence[RankCrash] = ()) -> JobSnapshot:
+def build_snapshot(
+    targets: Sequence[RankTarget],
+    samples: Mapping[int, Sequence[StackSample]],
+    world_size: int | None = None,
+    job: str = "",
+    run_dir: str | None = None,
+    exit_codes: Mapping[int, int] | None = None,
+    now: float | None = None,
+    partial: bool = False,
+    crashes: Sequence[RankCrash] = (),
+) -> JobSnapshot:
     """Everything about a job at one moment. `samples` maps a target's pid to its samples.
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
@@ -111,18 +127,27 @@ def build_snapshot(targets: Sequence[RankTarget], samples: Mapping[int, Sequence
     absent |= set(exit_codes) - present
     for rank in sorted(absent):
         code = exit_codes.get(rank)
-        views.append(RankView(
-            rank=rank, target=None, state=STATE_EXITED if code is not None else STATE_MISSING,
-            exit_code=code,
-            detail=f"exited with code {code}" if code is not None else "no process found"))
+        views.append(
+            RankView(
+                rank=rank,
+                target=None,
+                state=STATE_EXITED if code is not None else STATE_MISSING,
+                exit_code=code,
+                detail=f"exited with code {code}" if code is not None else "no process found",
+            )
+        )
     views.sort(key=lambda v: v.rank)
     # A rank that exited after its stack was read keeps that stack in its view, but is not
     # merged with the ranks still there: it no longer waits with them.
-    stacks = {v.rank: v.threads[0].frames for v in views
-              if v.threads and v.state != STATE_EXITED}
+    stacks = {v.rank: v.threads[0].frames for v in views if v.threads and v.state != STATE_EXITED}
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     return JobSnapshot(
-        time=time.time() if now is None else now, ranks=tuple(views), groups=groups,
-        tree=build_tree(groups), findings=find_problems(views, None if partial else world_size, failures,
-                                                   crashes),
-        world_size=world_size, job=job, run_dir=run_dir)
+        time=time.time() if now is None else now,
+        ranks=tuple(views),
+        groups=groups,
+        tree=build_tree(groups),
+        findings=find_problems(views, None if partial else world_size, failures, crashes),
+        world_size=world_size,
+        job=job,
+        run_dir=run_dir,
+    )

@@ -36,10 +36,18 @@ class JobCollector:
     which is enough for a live view to tell stuck from running.
     """
 
-    def __init__(self, job_targets: JobTargets, native: bool = False, nonblocking: bool = False,
-                 samples: int = 3, interval: float = 0.4, timeout_per_rank: float = 5.0,
-                 max_workers: int | None = None, max_ranks_per_poll: int | None = None,
-                 pyspy: str | None = None):
+    def __init__(
+        self,
+        job_targets: JobTargets,
+        native: bool = False,
+        nonblocking: bool = False,
+        samples: int = 3,
+        interval: float = 0.4,
+        timeout_per_rank: float = 5.0,
+        max_workers: int | None = None,
+        max_ranks_per_poll: int | None = None,
+        pyspy: str | None = None,
+    ):
         self.job = job_targets
         self.native = native
         self.nonblocking = nonblocking
@@ -50,8 +58,9 @@ class JobCollector:
         self.max_ranks_per_poll = max_ranks_per_poll
         self.pyspy = pyspy or find_pyspy()
         count = max(1, len(job_targets.targets))
-        self._pool = ThreadPoolExecutor(max_workers=max_workers or min(32, count),
-                                        thread_name_prefix="mldebug-pyspy")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_workers or min(32, count), thread_name_prefix="mldebug-pyspy"
+        )
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
         self._cursor = 0
@@ -74,14 +83,24 @@ class JobCollector:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _read(self, target: RankTarget, native: bool | None = None,
-              timeout: float | None = None) -> StackSample:
+    def _read(
+        self, target: RankTarget, native: bool | None = None, timeout: float | None = None
+    ) -> StackSample:
         try:
-            return dump_stack(self.pyspy, target, self.native if native is None else native,
-                              self.nonblocking, timeout or self.timeout_per_rank)
+            return dump_stack(
+                self.pyspy,
+                target,
+                self.native if native is None else native,
+                self.nonblocking,
+                timeout or self.timeout_per_rank,
+            )
         except Exception as error:  # a collector must not take the view down
-            return StackSample(target, time.time(), failure=FAIL_ERROR,
-                               failure_detail=f"{type(error).__name__}: {error}")
+            return StackSample(
+                target,
+                time.time(),
+                failure=FAIL_ERROR,
+                failure_detail=f"{type(error).__name__}: {error}",
+            )
 
     def _choose(self) -> list[RankTarget]:
         """This poll's ranks: all of them, or the next `max_ranks_per_poll` in rotation."""
@@ -97,8 +116,9 @@ class JobCollector:
         taken: dict[int, list[StackSample]] = {t.pid: [] for t in targets}
         for round_index in range(self.samples):
             started = time.monotonic()
-            live = [t for t in targets
-                    if not taken[t.pid] or taken[t.pid][-1].failure != FAIL_EXITED]
+            live = [
+                t for t in targets if not taken[t.pid] or taken[t.pid][-1].failure != FAIL_EXITED
+            ]
             for target, sample in zip(live, self._pool.map(self._read, live), strict=True):
                 taken[target.pid].append(sample)
             if round_index + 1 < self.samples:
@@ -113,35 +133,54 @@ class JobCollector:
         the exact stack is not compared, as the wait wakes up every few seconds to check on
         the workers.
         """
+
         def waits(sample: StackSample | None) -> bool:
-            return sample is not None and not sample.failure and bool(sample.threads) \
+            return (
+                sample is not None
+                and not sample.failure
+                and bool(sample.threads)
                 and waits_for_dataloader(sample.threads[0].frames)
+            )
 
         before = taken[-2] if len(taken) > 1 else self._last.get(pid)
         return waits(taken[-1]) and (before is None or waits(before))
 
-    def _add_workers(self, targets: Sequence[RankTarget],
-                     taken: dict[int, list[StackSample]]) -> None:
+    def _add_workers(
+        self, targets: Sequence[RankTarget], taken: dict[int, list[StackSample]]
+    ) -> None:
         """Read the DataLoader workers of ranks that wait for them, once per poll, after the
         last round; bounded: a few ranks, a few workers each, py-spy runs in parallel."""
-        waiting = [t for t in targets
-                   if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])]
-        jobs = [(rank.pid, RankTarget(pid=worker, rank=rank.rank, world_size=rank.world_size,
-                                      host=rank.host, job=rank.job))
-                for rank in waiting[:MAX_RANKS_PER_POLL]
-                for worker in worker_candidates(rank.pid, MAX_WORKERS_PER_RANK)]
+        waiting = [
+            t for t in targets if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])
+        ]
+        jobs = [
+            (
+                rank.pid,
+                RankTarget(
+                    pid=worker,
+                    rank=rank.rank,
+                    world_size=rank.world_size,
+                    host=rank.host,
+                    job=rank.job,
+                ),
+            )
+            for rank in waiting[:MAX_RANKS_PER_POLL]
+            for worker in worker_candidates(rank.pid, MAX_WORKERS_PER_RANK)
+        ]
         if not jobs:
             return
         read = list(self._pool.map(self._read_worker, [worker for _, worker in jobs]))
         for rank_pid in {rank_pid for rank_pid, _ in jobs}:
-            mine = [sample for (owner, _), sample in zip(jobs, read, strict=True)
-                    if owner == rank_pid]
+            mine = [
+                sample for (owner, _), sample in zip(jobs, read, strict=True) if owner == rank_pid
+            ]
             taken[rank_pid][-1] = with_workers(taken[rank_pid][-1], mine)
 
     def _read_worker(self, target: RankTarget) -> StackSample:
         # A worker that cannot be read leaves the rank as it was (with_workers skips it).
-        return self._read(target, native=False,
-                          timeout=min(self.timeout_per_rank, self.worker_timeout))
+        return self._read(
+            target, native=False, timeout=min(self.timeout_per_rank, self.worker_timeout)
+        )
 
     def poll(self) -> JobSnapshot:
         with self._lock:
@@ -156,9 +195,16 @@ class JobCollector:
                 self._history[pid] = tuple(series)
                 self._last[pid] = new[-1]
             samples = {t.pid: self._history.get(t.pid, ()) for t in self.job.targets}
-            return build_snapshot(self.job.targets, samples, self.job.world_size, self.job.job,
-                                  self.job.run_dir, self.job.exit_codes,
-                                  partial=self.job.partial, crashes=self.job.crashes)
+            return build_snapshot(
+                self.job.targets,
+                samples,
+                self.job.world_size,
+                self.job.job,
+                self.job.run_dir,
+                self.job.exit_codes,
+                partial=self.job.partial,
+                crashes=self.job.crashes,
+            )
 
 
 def collect_once(job_targets: JobTargets, **options) -> JobSnapshot:

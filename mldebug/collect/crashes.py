@@ -20,9 +20,14 @@ def _crash(data: dict, rank: int, how: str = "") -> RankCrash | None:
     except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond a float
         return None
     location = data.get("user_location") or data.get("location") or None
-    return RankCrash(rank=rank, time=when, how=str(data.get("how") or how),
-                     exc_type=str(data.get("type") or ""), message=str(data.get("message") or ""),
-                     location=str(location) if location else None)
+    return RankCrash(
+        rank=rank,
+        time=when,
+        how=str(data.get("how") or how),
+        exc_type=str(data.get("type") or ""),
+        message=str(data.get("message") or ""),
+        location=str(location) if location else None,
+    )
 
 
 def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[RankCrash, ...]:

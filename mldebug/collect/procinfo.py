@@ -28,8 +28,9 @@ def thread_cpu_seconds(pid: int, tid: int | None = None) -> float | None:
     background thread (a data loader, a communication poller) keeps the process busy.
     """
     try:
-        with open(f"/proc/{pid}/task/{tid or pid}/stat", encoding="ascii",
-                  errors="replace") as handle:
+        with open(
+            f"/proc/{pid}/task/{tid or pid}/stat", encoding="ascii", errors="replace"
+        ) as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
     except (OSError, IndexError, ValueError):

@@ -41,8 +41,10 @@ def find_pyspy() -> str:
     if chosen:
         if os.access(chosen, os.X_OK):
             return chosen
-        raise ToolMissingError(f"MLDEBUG_PYSPY={chosen} is not an executable file",
-                               "Point it at a py-spy binary, or unset it.")
+        raise ToolMissingError(
+            f"MLDEBUG_PYSPY={chosen} is not an executable file",
+            "Point it at a py-spy binary, or unset it.",
+        )
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(beside, os.X_OK):
         return beside
@@ -86,14 +88,16 @@ def parse_pyspy_json(text: str, pid: int | None = None) -> tuple[ThreadStack, ..
         if not isinstance(raw, dict) or not isinstance(raw.get("frames"), list):
             raise ValueError("py-spy JSON thread without frames")
         frames = tuple(_frame(f) for f in reversed(raw["frames"]) if isinstance(f, dict))
-        threads.append(ThreadStack(
-            thread_id=int(raw.get("thread_id") or 0),
-            name=str(raw.get("thread_name") or ""),
-            frames=frames,
-            os_thread_id=raw.get("os_thread_id"),
-            active=bool(raw.get("active")),
-            owns_gil=bool(raw.get("owns_gil")),
-        ))
+        threads.append(
+            ThreadStack(
+                thread_id=int(raw.get("thread_id") or 0),
+                name=str(raw.get("thread_name") or ""),
+                frames=frames,
+                os_thread_id=raw.get("os_thread_id"),
+                active=bool(raw.get("active")),
+                owns_gil=bool(raw.get("owns_gil")),
+            )
+        )
     threads.sort(key=lambda t: not _is_main(t, pid))  # stable: py-spy's order otherwise
     return tuple(threads)
 
@@ -123,8 +127,9 @@ def process_status(pid: int) -> str | None:
 _EXPLAINING = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_DISK_SLEEP)
 
 
-def explain_by_status(kind: str, detail: str, status: str | None,
-                      nonblocking: bool) -> tuple[str, str]:
+def explain_by_status(
+    kind: str, detail: str, status: str | None, nonblocking: bool
+) -> tuple[str, str]:
     """A better reason than py-spy's when the process state explains the failure.
 
     py-spy says "not Python" for a stopped process, and EPERM for one in uninterruptible
@@ -133,17 +138,22 @@ def explain_by_status(kind: str, detail: str, status: str | None,
     if kind == FAIL_EXITED:
         return kind, detail
     if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-        return FAIL_ERROR, ("the process is stopped (SIGSTOP, Ctrl-Z, or a debugger holds it); "
-                            "resume it with kill -CONT, or detach the debugger")
+        return FAIL_ERROR, (
+            "the process is stopped (SIGSTOP, Ctrl-Z, or a debugger holds it); "
+            "resume it with kill -CONT, or detach the debugger"
+        )
     if status == psutil.STATUS_DISK_SLEEP:
         hint = "" if nonblocking else "; try --nonblocking"
-        return FAIL_ERROR, ("the process is in uninterruptible sleep (D state: waiting in the "
-                            f"kernel, often on a filesystem or a device) and cannot be paused{hint}")
+        return FAIL_ERROR, (
+            "the process is in uninterruptible sleep (D state: waiting in the "
+            f"kernel, often on a filesystem or a device) and cannot be paused{hint}"
+        )
     return kind, detail
 
 
-def pyspy_command(pyspy: str, pid: int, native: bool = False,
-                  nonblocking: bool = False) -> list[str]:
+def pyspy_command(
+    pyspy: str, pid: int, native: bool = False, nonblocking: bool = False
+) -> list[str]:
     command = [pyspy, "dump", "--json", "--pid", str(pid)]
     if native:
         command.append("--native")
@@ -152,8 +162,13 @@ def pyspy_command(pyspy: str, pid: int, native: bool = False,
     return command
 
 
-def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking: bool = False,
-               timeout: float = 10.0) -> StackSample:
+def dump_stack(
+    pyspy: str,
+    target: RankTarget,
+    native: bool = False,
+    nonblocking: bool = False,
+    timeout: float = 10.0,
+) -> StackSample:
     """One reading of one rank. Never raises for the rank's own trouble."""
     now = time.time()
     cpu, rss = cpu_and_rss(target.pid)
@@ -163,12 +178,22 @@ def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking
     if cpu is None and process_gone(target.pid):
         return StackSample(target, now, failure=FAIL_EXITED, failure_detail="the process exited")
     try:
-        done = subprocess.run(pyspy_command(pyspy, target.pid, native, nonblocking),
-                              capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "RUST_BACKTRACE": "0"})
+        done = subprocess.run(
+            pyspy_command(pyspy, target.pid, native, nonblocking),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
     except subprocess.TimeoutExpired:
-        return StackSample(target, now, failure=FAIL_TIMEOUT, cpu_seconds=cpu, rss_bytes=rss,
-                           failure_detail=f"py-spy did not answer within {timeout:g}s")
+        return StackSample(
+            target,
+            now,
+            failure=FAIL_TIMEOUT,
+            cpu_seconds=cpu,
+            rss_bytes=rss,
+            failure_detail=f"py-spy did not answer within {timeout:g}s",
+        )
     except OSError as error:
         return StackSample(target, now, failure=FAIL_ERROR, failure_detail=str(error))
     if done.returncode != 0:
@@ -177,12 +202,20 @@ def dump_stack(pyspy: str, target: RankTarget, native: bool = False, nonblocking
             kind, detail = FAIL_EXITED, "the process exited"
         status = status_before if status_before in _EXPLAINING else process_status(target.pid)
         kind, detail = explain_by_status(kind, detail, status, nonblocking)
-        return StackSample(target, now, failure=kind, failure_detail=detail,
-                           cpu_seconds=cpu, rss_bytes=rss)
+        return StackSample(
+            target, now, failure=kind, failure_detail=detail, cpu_seconds=cpu, rss_bytes=rss
+        )
     try:
         threads = parse_pyspy_json(done.stdout, target.pid)
     except ValueError as error:
-        return StackSample(target, now, failure=FAIL_ERROR, cpu_seconds=cpu, rss_bytes=rss,
-                           failure_detail=f"unreadable py-spy output: {error}")
-    return StackSample(target, now, threads=threads, cpu_seconds=cpu, rss_bytes=rss,
-                       main_cpu_seconds=main_cpu)
+        return StackSample(
+            target,
+            now,
+            failure=FAIL_ERROR,
+            cpu_seconds=cpu,
+            rss_bytes=rss,
+            failure_detail=f"unreadable py-spy output: {error}",
+        )
+    return StackSample(
+        target, now, threads=threads, cpu_seconds=cpu, rss_bytes=rss, main_cpu_seconds=main_cpu
+    )

@@ -58,8 +58,9 @@ def worker_candidates(rank_pid: int, limit: int = MAX_WORKERS_PER_RANK) -> list[
         except (psutil.Error, OSError):
             continue
         line = lines[child.pid]
-        if from_server or (line is not None and child.pid not in servers
-                           and is_worker_cmdline(line, parent)):
+        if from_server or (
+            line is not None and child.pid not in servers and is_worker_cmdline(line, parent)
+        ):
             found.append(child.pid)
     return found[:limit]
 

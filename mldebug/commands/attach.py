@@ -28,21 +28,40 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Keys: q quit, p pause, s save a report, / filter ranks, enter rank detail, "
         "r recipe, 1-6 tabs, ? all keys, ctrl+p command palette.",
     )
-    parser.add_argument("target", nargs="?", metavar="TARGET",
-                        help="a pid (rank or launcher) or an `mldebug run` directory")
-    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
-                        help="a rank's or its launcher's pid (repeatable)")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="a pid (rank or launcher) or an `mldebug run` directory",
+    )
+    parser.add_argument(
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="a rank's or its launcher's pid (repeatable)",
+    )
     parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                        help="seconds between refreshes (default: 1.0)")
-    parser.add_argument("--native", action="store_true",
-                        help="read native (C/C++) frames at every refresh (slow; `n` in a "
-                        "rank's view reads them once instead)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default: 1.0)",
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="read native (C/C++) frames at every refresh (slow; `n` in a "
+        "rank's view reads them once instead)",
+    )
     return parser
 
 
-def split_target(target: str | None, pids: list[int], run: str | None
-                 ) -> tuple[list[int], str | None]:
+def split_target(
+    target: str | None, pids: list[int], run: str | None
+) -> tuple[list[int], str | None]:
     """A bare TARGET is a pid when it is a number, else a run directory."""
     pids = list(pids)
     if target is None:
@@ -50,18 +69,27 @@ def split_target(target: str | None, pids: list[int], run: str | None
     if target.isdigit():
         return [*pids, int(target)], run
     if run is not None:
-        raise MldebugError(f"two run directories given: {target} and --run {run}",
-                           "Give one of them.", exit_code=EXIT_USAGE)
+        raise MldebugError(
+            f"two run directories given: {target} and --run {run}",
+            "Give one of them.",
+            exit_code=EXIT_USAGE,
+        )
     if not Path(target).is_dir():
-        raise MldebugError(f"{target!r} is neither a pid nor a directory",
-                           "Pass a pid, --pid PID, or --run DIR.", exit_code=EXIT_USAGE)
+        raise MldebugError(
+            f"{target!r} is neither a pid nor a directory",
+            "Pass a pid, --pid PID, or --run DIR.",
+            exit_code=EXIT_USAGE,
+        )
     return pids, target
 
 
 def require_tty() -> None:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise MldebugError("attach draws a live screen and needs a terminal (no TTY here)",
-                           NO_TTY_REMEDY, exit_code=EXIT_USAGE)
+        raise MldebugError(
+            "attach draws a live screen and needs a terminal (no TTY here)",
+            NO_TTY_REMEDY,
+            exit_code=EXIT_USAGE,
+        )
 
 
 def script_name(cmdline: str) -> str:
@@ -83,9 +111,17 @@ def job_label(job_targets) -> str:
     return f"{where or 'job'} — ranks {format_ranks(ranks) or '?'} of {size}"
 
 
-def run_app(resolve: Callable[[], object], *, follow: bool, run_dir: Path | None,
-            interval: float, native: bool, stop: Callable[[], None] | None,
-            job_targets=None, label: str = "") -> int:
+def run_app(
+    resolve: Callable[[], object],
+    *,
+    follow: bool,
+    run_dir: Path | None,
+    interval: float,
+    native: bool,
+    stop: Callable[[], None] | None,
+    job_targets=None,
+    label: str = "",
+) -> int:
     from mldebug.tui.app import AttachApp
     from mldebug.tui.poller import CollectorPoller
 
@@ -124,14 +160,24 @@ def main(argv: list[str]) -> int:
     run_dir = Path(job_targets.run_dir) if job_targets.run_dir else None
     follow = not pids  # a run or discovery may gain ranks; given pids stay what they are
     if run_dir is not None and follow:
+
         def resolve():
             return resolve_targets(run_dir=run_dir)
     else:
+
         def resolve():
             return resolve_targets(pids=pids, run_dir=run)
-    return run_app(resolve, follow=follow, run_dir=run_dir, interval=args.interval,
-                   native=args.native, stop=None, job_targets=job_targets,
-                   label=job_label(job_targets))
+
+    return run_app(
+        resolve,
+        follow=follow,
+        run_dir=run_dir,
+        interval=args.interval,
+        native=args.native,
+        stop=None,
+        job_targets=job_targets,
+        label=job_label(job_targets),
+    )
 
 
 def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0) -> int:
@@ -146,9 +192,15 @@ def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0
     from mldebug.targets import resolve_targets
 
     run_dir = Path(run_dir)
-    return run_app(lambda: resolve_targets(run_dir=run_dir), follow=True, run_dir=run_dir,
-                   interval=interval, native=False, stop=stop,
-                   label=f"{run_dir} (launched by mldebug run)")
+    return run_app(
+        lambda: resolve_targets(run_dir=run_dir),
+        follow=True,
+        run_dir=run_dir,
+        interval=interval,
+        native=False,
+        stop=stop,
+        label=f"{run_dir} (launched by mldebug run)",
+    )
 
 
 if __name__ == "__main__":

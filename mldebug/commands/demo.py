@@ -28,12 +28,25 @@ while the others wait in all_reduce. Nothing is printed and nothing crashes: a s
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mldebug demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--nproc-per-node", type=int, default=3, metavar="N",
-                        help="ranks to start (default 3; at least 2)")
-    parser.add_argument("--no-tui", action="store_true",
-                        help="print the report once instead of opening the live view")
-    parser.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
-                        help="how long to wait for the hang without the live view (default 180)")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=3,
+        metavar="N",
+        help="ranks to start (default 3; at least 2)",
+    )
+    parser.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="print the report once instead of opening the live view",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        metavar="SECONDS",
+        help="how long to wait for the hang without the live view (default 180)",
+    )
     return parser
 
 
@@ -44,7 +57,8 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec("torch") is None:  # the ranks need it; the CLI does not
         raise MldebugError(
             "the demo job needs PyTorch in this environment",
-            "Install it: pip install torch (a CPU build is enough).")
+            "Install it: pip install torch (a CPU build is enough).",
+        )
     print(INTRO.format(n=args.nproc_per_node), file=sys.stderr)
     interactive = not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
@@ -69,12 +83,17 @@ def _report_once(nproc: int, timeout: float) -> int:
     from mldebug.rundir import create_run_dir
 
     paths = create_run_dir()
-    supervisor = Supervisor(LaunchSpec(paths=paths, command=[sys.executable, str(copy_job(paths.root))],
-                                       nproc=nproc, argv=["mldebug", "demo"]))
+    supervisor = Supervisor(
+        LaunchSpec(
+            paths=paths,
+            command=[sys.executable, str(copy_job(paths.root))],
+            nproc=nproc,
+            argv=["mldebug", "demo"],
+        )
+    )
     supervisor.start()
     try:
-        print(f"mldebug demo: run directory {paths.root}; waiting for the hang...",
-              file=sys.stderr)
+        print(f"mldebug demo: run directory {paths.root}; waiting for the hang...", file=sys.stderr)
         snapshot = _wait_for_hang(paths.root, nproc, supervisor, timeout)
     finally:
         supervisor.stop()
@@ -95,8 +114,9 @@ def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> Job
     snapshot = None
     while time.monotonic() < deadline:
         if supervisor.done:
-            raise MldebugError("the demo job ended before it hung",
-                               f"Its output is in {run_dir}/ranks/.")
+            raise MldebugError(
+                "the demo job ended before it hung", f"Its output is in {run_dir}/ranks/."
+            )
         try:
             job = resolve_targets(run_dir=run_dir)
         except NoTargetError:
@@ -107,6 +127,8 @@ def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> Job
                 return snapshot
         time.sleep(2.0)
     if snapshot is None:
-        raise MldebugError(f"the demo job's ranks did not come up within {timeout:.0f} s",
-                           f"Look at their output in {run_dir}/ranks/.")
+        raise MldebugError(
+            f"the demo job's ranks did not come up within {timeout:.0f} s",
+            f"Look at their output in {run_dir}/ranks/.",
+        )
     return snapshot

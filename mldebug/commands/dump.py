@@ -31,25 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mldebug dump",
         description="Read every rank's stack with py-spy, merge them across ranks and say "
-                    "which rank is the problem, at which line.")
+        "which rank is the problem, at which line.",
+    )
     parser.add_argument("target", nargs="?", help="a pid or a run directory (same as --pid/--run)")
-    parser.add_argument("-p", "--pid", type=int, action="append", default=[], metavar="PID",
-                        help="a rank's pid, or a launcher's (expands to its ranks); repeatable")
+    parser.add_argument(
+        "-p",
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="a rank's pid, or a launcher's (expands to its ranks); repeatable",
+    )
     parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("-n", "--native", action="store_true",
-                        help="include native (C/C++) frames")
-    parser.add_argument("--nonblocking", action="store_true",
-                        help="do not pause the ranks while reading (less exact)")
+    parser.add_argument("-n", "--native", action="store_true", help="include native (C/C++) frames")
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="do not pause the ranks while reading (less exact)",
+    )
     parser.add_argument("--ranks", metavar="SPEC", help="show these ranks' full stacks (0-3,7)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="every rank's threads and the unfolded tree")
-    parser.add_argument("--samples", type=int, default=3,
-                        help="stack readings per rank, to tell stuck from running (default 3)")
-    parser.add_argument("--interval", type=float, default=0.4,
-                        help="seconds between readings (default 0.4)")
-    parser.add_argument("--timeout", type=float, default=5.0,
-                        help="seconds allowed to read one rank (default 5)")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="every rank's threads and the unfolded tree"
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="stack readings per rank, to tell stuck from running (default 3)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=0.4, help="seconds between readings (default 0.4)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds allowed to read one rank (default 5)"
+    )
     return parser
 
 
@@ -70,7 +87,8 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     """True when no rank could be read because ptrace was refused."""
     readable = [v for v in snapshot.ranks if v.target is not None]
     return bool(readable) and all(
-        v.state == STATE_UNREADABLE and "ptrace" in v.detail for v in readable)
+        v.state == STATE_UNREADABLE and "ptrace" in v.detail for v in readable
+    )
 
 
 def _write_out(text: str) -> None:
@@ -86,8 +104,10 @@ def _write_out(text: str) -> None:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.native and args.nonblocking:
-        raise MldebugError("--native and --nonblocking cannot be used together",
-                           "py-spy must pause a process to read its native frames; drop one.")
+        raise MldebugError(
+            "--native and --nonblocking cannot be used together",
+            "py-spy must pause a process to read its native frames; drop one.",
+        )
     if args.samples < 1 or args.interval < 0 or args.timeout <= 0:
         raise MldebugError("--samples must be >= 1, --interval >= 0 and --timeout > 0")
     try:
@@ -98,13 +118,18 @@ def main(argv: list[str]) -> int:
     from mldebug.collect.collector import collect_once
 
     job = _targets_from_args(args)
-    snapshot = collect_once(job, native=args.native, nonblocking=args.nonblocking,
-                            samples=args.samples, interval=args.interval,
-                            timeout_per_rank=args.timeout)
+    snapshot = collect_once(
+        job,
+        native=args.native,
+        nonblocking=args.nonblocking,
+        samples=args.samples,
+        interval=args.interval,
+        timeout_per_rank=args.timeout,
+    )
     if _all_refused(snapshot):
         raise PermissionDeniedError(
-            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)",
-            PTRACE_REMEDY)
+            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
+        )
     if args.json:
         from mldebug.report.jsonout import snapshot_to_json
 
@@ -124,4 +149,3 @@ def main(argv: list[str]) -> int:
             _write_out("")
     has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
     return EXIT_FINDINGS if has_errors else EXIT_OK
-

@@ -250,6 +250,7 @@ def main(argv: list[str]) -> int:
 def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
+
     def on_signal(number, _frame) -> None:
         supervisor.stop(number)
         if attach is not None:  # the live view must not outlive the job it watches

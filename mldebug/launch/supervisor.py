@@ -334,8 +334,9 @@ class Supervisor:
         if interrupted:
             self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
         if self.manifest.error is not None:
-            self._say(f"mldebug: could not keep {self.paths.manifest} up to date: "
-                      f"{self.manifest.error}")
+            self._say(
+                f"mldebug: could not keep {self.paths.manifest} up to date: {self.manifest.error}"
+            )
 
     def _say(self, text: str) -> None:
         if self.spec.console is not None:

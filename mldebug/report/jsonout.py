@@ -14,8 +14,12 @@ SCHEMA_VERSION = 1
 
 
 def frame_to_json(frame: Frame) -> dict:
-    return {"function": frame.function, "file": frame.file, "line": frame.line,
-            "native": frame.native}
+    return {
+        "function": frame.function,
+        "file": frame.file,
+        "line": frame.line,
+        "native": frame.native,
+    }
 
 
 def _frames(frames) -> list[dict]:
@@ -23,15 +27,22 @@ def _frames(frames) -> list[dict]:
 
 
 def thread_to_json(thread: ThreadStack) -> dict:
-    return {"thread_id": thread.thread_id, "name": thread.name,
-            "os_thread_id": thread.os_thread_id, "active": thread.active,
-            "owns_gil": thread.owns_gil, "pid": thread.pid, "frames": _frames(thread.frames)}
+    return {
+        "thread_id": thread.thread_id,
+        "name": thread.name,
+        "os_thread_id": thread.os_thread_id,
+        "active": thread.active,
+        "owns_gil": thread.owns_gil,
+        "pid": thread.pid,
+        "frames": _frames(thread.frames),
+    }
 
 
 def rank_to_json(view: RankView) -> dict:
     target = view.target
     return {
-        "rank": view.rank, "state": view.state,
+        "rank": view.rank,
+        "state": view.state,
         "pid": target.pid if target else None,
         "host": target.host if target else None,
         "local_rank": target.local_rank if target else None,
@@ -39,7 +50,9 @@ def rank_to_json(view: RankView) -> dict:
         "location": view.user_frame.location if view.user_frame else None,
         "function": view.user_frame.function if view.user_frame else None,
         "cpu_percent": round(view.cpu_percent, 1) if view.cpu_percent is not None else None,
-        "rss_bytes": view.rss_bytes, "exit_code": view.exit_code, "detail": view.detail,
+        "rss_bytes": view.rss_bytes,
+        "exit_code": view.exit_code,
+        "detail": view.detail,
         "dataloader_worker": view.dataloader_worker,
         "threads": [thread_to_json(t) for t in view.threads],
     }
@@ -47,8 +60,10 @@ def rank_to_json(view: RankView) -> dict:
 
 def group_to_json(group: StackGroup) -> dict:
     return {
-        "ranks": list(group.ranks), "ranks_text": format_ranks(group.ranks),
-        "state": group.state, "collective": group.collective,
+        "ranks": list(group.ranks),
+        "ranks_text": format_ranks(group.ranks),
+        "state": group.state,
+        "collective": group.collective,
         "location": group.user_frame.location if group.user_frame else None,
         "function": group.user_frame.function if group.user_frame else None,
         "frames": _frames(group.frames),
@@ -57,18 +72,28 @@ def group_to_json(group: StackGroup) -> dict:
 
 def finding_to_json(finding: Finding) -> dict:
     return {
-        "kind": finding.kind, "severity": finding.severity, "ranks": list(finding.ranks),
-        "ranks_text": format_ranks(finding.ranks), "summary": finding.summary,
-        "location": finding.location, "recipe": finding.recipe, "detail": finding.detail,
-        "parts": [{"ranks": list(p.ranks), "label": p.label, "location": p.location}
-                  for p in finding.parts],
+        "kind": finding.kind,
+        "severity": finding.severity,
+        "ranks": list(finding.ranks),
+        "ranks_text": format_ranks(finding.ranks),
+        "summary": finding.summary,
+        "location": finding.location,
+        "recipe": finding.recipe,
+        "detail": finding.detail,
+        "parts": [
+            {"ranks": list(p.ranks), "label": p.label, "location": p.location}
+            for p in finding.parts
+        ],
     }
 
 
 def snapshot_to_json(snapshot: JobSnapshot) -> dict:
     return {
-        "version": SCHEMA_VERSION, "time": snapshot.time, "job": snapshot.job,
-        "run_dir": snapshot.run_dir, "world_size": snapshot.world_size,
+        "version": SCHEMA_VERSION,
+        "time": snapshot.time,
+        "job": snapshot.job,
+        "run_dir": snapshot.run_dir,
+        "world_size": snapshot.world_size,
         "verdict": snapshot.findings[0].summary if snapshot.findings else None,
         "findings": [finding_to_json(f) for f in snapshot.findings],
         "groups": [group_to_json(g) for g in snapshot.groups],

@@ -30,8 +30,13 @@ from mldebug.model import (
 from mldebug.ranges import format_ranks
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
-STATE_STYLE = {STATE_STUCK: "red", STATE_RUNNING: "green", "exited": "magenta",
-               "missing": "magenta", "unreadable": "yellow"}
+STATE_STYLE = {
+    STATE_STUCK: "red",
+    STATE_RUNNING: "green",
+    "exited": "magenta",
+    "missing": "magenta",
+    "unreadable": "yellow",
+}
 
 
 def _header(snapshot: JobSnapshot) -> Text:
@@ -64,33 +69,48 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
 def _findings(findings: Sequence[Finding]) -> RenderableType | None:
     if len(findings) < 2:
         return None
-    table = Table(title="Findings", title_justify="left", show_edge=False, box=None,
-                  pad_edge=False, expand=False)
+    table = Table(
+        title="Findings",
+        title_justify="left",
+        show_edge=False,
+        box=None,
+        pad_edge=False,
+        expand=False,
+    )
     for name in ("severity", "kind", "ranks", "summary"):
         table.add_column(name, overflow="fold")
     for finding in findings:
         summary = finding.summary + (f"  [recipe {finding.recipe}]" if finding.recipe else "")
-        table.add_row(Text(finding.severity, style=SEVERITY_STYLE.get(finding.severity, "")),
-                      finding.kind, format_ranks(finding.ranks), summary)
+        table.add_row(
+            Text(finding.severity, style=SEVERITY_STYLE.get(finding.severity, "")),
+            finding.kind,
+            format_ranks(finding.ranks),
+            summary,
+        )
     return table
 
 
 def _groups(snapshot: JobSnapshot) -> RenderableType:
-    table = Table(title="Ranks by stack", title_justify="left", show_edge=False, box=None,
-                  pad_edge=False)
+    table = Table(
+        title="Ranks by stack", title_justify="left", show_edge=False, box=None, pad_edge=False
+    )
     for name in ("ranks", "state", "collective", "innermost user frame"):
         table.add_column(name, overflow="fold")
     for group in snapshot.groups:
-        table.add_row(format_ranks(group.ranks),
-                      Text(group.state, style=STATE_STYLE.get(group.state, "")),
-                      group.collective or "-", frame_label(group.user_frame))
+        table.add_row(
+            format_ranks(group.ranks),
+            Text(group.state, style=STATE_STYLE.get(group.state, "")),
+            group.collective or "-",
+            frame_label(group.user_frame),
+        )
     others: dict[tuple[str, str], list[int]] = {}
     for view in snapshot.ranks:
         if not view.threads or view.state == STATE_EXITED:  # not in any group
             others.setdefault((view.state, view.detail), []).append(view.rank)
     for (state, detail), ranks in others.items():
-        table.add_row(format_ranks(ranks), Text(state, style=STATE_STYLE.get(state, "")),
-                      "-", detail)
+        table.add_row(
+            format_ranks(ranks), Text(state, style=STATE_STYLE.get(state, "")), "-", detail
+        )
     return table
 
 
@@ -108,8 +128,13 @@ def _add_children(branch: Tree, node: StackNode, compact: bool) -> None:
     for child in node.children:
         hidden = 0
         # Fold runs of library frames that every rank of the branch shares.
-        while (compact and len(child.children) == 1 and child.frame is not None
-               and not is_user_frame(child.frame) and child.children[0].ranks == child.ranks):
+        while (
+            compact
+            and len(child.children) == 1
+            and child.frame is not None
+            and not is_user_frame(child.frame)
+            and child.children[0].ranks == child.ranks
+        ):
             hidden += 1
             child = child.children[0]
         _add_children(branch.add(_node_label(child, hidden)), child, compact)
@@ -118,8 +143,9 @@ def _add_children(branch: Tree, node: StackNode, compact: bool) -> None:
 def _tree(snapshot: JobSnapshot, compact: bool) -> RenderableType | None:
     if not snapshot.tree.children:
         return None
-    tree = Tree(Text("Merged stacks (main thread, outermost first; [ranks] on each frame)",
-                     style="bold"))
+    tree = Tree(
+        Text("Merged stacks (main thread, outermost first; [ranks] on each frame)", style="bold")
+    )
     _add_children(tree, snapshot.tree, compact)
     return tree
 
@@ -144,20 +170,25 @@ def _rank_detail(view: RankView) -> RenderableType:
     for thread in view.threads:
         flags = "active" if thread.active else "idle"
         flags += "+gil" if thread.owns_gil else ""
-        lines.append(Text(f"  Thread {thread.os_thread_id or thread.thread_id} ({flags}): "
-                          f"\"{thread.name}\""))
+        lines.append(
+            Text(f'  Thread {thread.os_thread_id or thread.thread_id} ({flags}): "{thread.name}"')
+        )
         for frame in reversed(thread.frames):  # innermost first, as py-spy prints them
             style = "bold" if is_user_frame(frame) else "dim" if frame.native else ""
             lines.append(Text(f"      {frame_label(frame)}", style=style))
     return Group(*lines)
 
 
-def report_parts(snapshot: JobSnapshot, verbose: bool = False,
-                 ranks: Iterable[int] | None = None) -> list[RenderableType]:
+def report_parts(
+    snapshot: JobSnapshot, verbose: bool = False, ranks: Iterable[int] | None = None
+) -> list[RenderableType]:
     """The report as rich renderables, in reading order."""
     parts: list[RenderableType] = [_header(snapshot), _verdict(snapshot.findings)]
-    for optional in (_findings(snapshot.findings), _groups(snapshot),
-                     _tree(snapshot, compact=not verbose)):
+    for optional in (
+        _findings(snapshot.findings),
+        _groups(snapshot),
+        _tree(snapshot, compact=not verbose),
+    ):
         if optional is not None:
             parts.append(optional)
     wanted = set(ranks) if ranks is not None else None
@@ -168,19 +199,34 @@ def report_parts(snapshot: JobSnapshot, verbose: bool = False,
     return parts
 
 
-def print_report(snapshot: JobSnapshot, console: Console, verbose: bool = False,
-                 ranks: Iterable[int] | None = None) -> None:
+def print_report(
+    snapshot: JobSnapshot,
+    console: Console,
+    verbose: bool = False,
+    ranks: Iterable[int] | None = None,
+) -> None:
     for index, part in enumerate(report_parts(snapshot, verbose, ranks)):
         if index > 1:
             console.print()
         console.print(part)
 
 
-def render_text(snapshot: JobSnapshot, verbose: bool = False, ranks: Iterable[int] | None = None,
-                width: int = 120, color: bool = False) -> str:
+def render_text(
+    snapshot: JobSnapshot,
+    verbose: bool = False,
+    ranks: Iterable[int] | None = None,
+    width: int = 120,
+    color: bool = False,
+) -> str:
     """The report as a string (ANSI colours only when `color`)."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=color, no_color=not color,
-                      highlight=False, soft_wrap=False)
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=False,
+    )
     print_report(snapshot, console, verbose, ranks)
     return buffer.getvalue()

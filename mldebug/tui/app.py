@@ -48,7 +48,10 @@ class AttachApp(App[int]):
         Binding("escape", "leave_input", "Back to the table", show=False),
         Binding("r", "open_recipe", "Recipe"),
         Binding("question_mark", "toggle_help", "Keys"),
-        *(Binding(str(i + 1), f"tab('{tab}')", tab.title(), show=False) for i, tab in enumerate(TABS)),
+        *(
+            Binding(str(i + 1), f"tab('{tab}')", tab.title(), show=False)
+            for i, tab in enumerate(TABS)
+        ),
     ]
 
     def __init__(
@@ -85,8 +88,10 @@ class AttachApp(App[int]):
         yield FindingsBanner(id="banner")
         with TabbedContent(id="tabs", initial="overview"):
             with TabPane("Overview", id="overview"):
-                yield Input(placeholder="/ filter ranks: 0-3,7 or text (state, frame, host)",
-                            id="rank-filter")
+                yield Input(
+                    placeholder="/ filter ranks: 0-3,7 or text (state, frame, host)",
+                    id="rank-filter",
+                )
                 yield RankTable(id="ranks")
                 yield StackTree(id="tree")
                 yield Static("", id="node-ranks")
@@ -204,8 +209,9 @@ class AttachApp(App[int]):
         if node is None or node.frame is None:
             label.update("")
             return
-        label.update(f"ranks at {frame_label(node.frame)}: "
-                     f"{format_ranks(node.ranks)}  ({len(node.ranks)})")
+        label.update(
+            f"ranks at {frame_label(node.frame)}: {format_ranks(node.ranks)}  ({len(node.ranks)})"
+        )
 
     # ---- actions ----
 
@@ -241,18 +247,19 @@ class AttachApp(App[int]):
 
     def action_save_report(self) -> None:
         if self.snapshot is None:
-            self.notify("Nothing to save yet: the first poll has not finished.",
-                        severity="warning")
+            self.notify("Nothing to save yet: the first poll has not finished.", severity="warning")
             return
         try:
-            text_path, json_path = write_report(self.snapshot, self.run_dir, Path.cwd(),
-                                                self.clock())
+            text_path, json_path = write_report(
+                self.snapshot, self.run_dir, Path.cwd(), self.clock()
+            )
         except OSError as error:
             self.notify(f"Could not write the report: {error}", severity="error")
             return
         self.last_report = str(text_path)
-        self.notify(f"Report written to {text_path}\nand {json_path}", title="Snapshot saved",
-                    timeout=8)
+        self.notify(
+            f"Report written to {text_path}\nand {json_path}", title="Snapshot saved", timeout=8
+        )
         self.query_one("#status", Static).update(self._status())
 
     def action_quit_app(self) -> None:
@@ -271,15 +278,24 @@ class AttachApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Pause / resume", "Stop or restart live polling", self.action_toggle_pause)
-        yield SystemCommand("Save snapshot report", "Write the current report (text + JSON)",
-                            self.action_save_report)
+        yield SystemCommand(
+            "Pause / resume", "Stop or restart live polling", self.action_toggle_pause
+        )
+        yield SystemCommand(
+            "Save snapshot report",
+            "Write the current report (text + JSON)",
+            self.action_save_report,
+        )
         yield SystemCommand("Filter ranks", "Show only some ranks in the table", self.action_filter)
-        yield SystemCommand("Open the suggested recipe", "What to do about the top finding",
-                            self.action_open_recipe)
+        yield SystemCommand(
+            "Open the suggested recipe", "What to do about the top finding", self.action_open_recipe
+        )
         for tab in TABS:
-            yield SystemCommand(f"Show {tab.title()}", f"Switch to the {tab} tab",
-                                lambda tab=tab: self.action_tab(tab))
+            yield SystemCommand(
+                f"Show {tab.title()}",
+                f"Switch to the {tab} tab",
+                lambda tab=tab: self.action_tab(tab),
+            )
 
     def on_unmount(self) -> None:
         self.workers.cancel_group(self, "poll")

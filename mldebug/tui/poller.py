@@ -55,8 +55,13 @@ class CollectorPoller:
     MAX_RANKS_PER_POLL = 64
     NATIVE_TIMEOUT = 30.0  # symbolising libtorch takes a while the first time
 
-    def __init__(self, resolve: Callable[[], object], native: bool = False,
-                 follow: bool = False, job_targets=None) -> None:
+    def __init__(
+        self,
+        resolve: Callable[[], object],
+        native: bool = False,
+        follow: bool = False,
+        job_targets=None,
+    ) -> None:
         self._resolve = resolve
         self._native = native
         self._follow = follow
@@ -81,8 +86,9 @@ class CollectorPoller:
         ended = [t for t in current.targets if t.rank is not None and t.rank not in ranks]
         if not ended:
             return found
-        targets = sorted((*found.targets, *ended),
-                         key=lambda t: (t.rank is None, t.rank or 0, t.pid))
+        targets = sorted(
+            (*found.targets, *ended), key=lambda t: (t.rank is None, t.rank or 0, t.pid)
+        )
         return replace(found, targets=tuple(targets))
 
     def _refresh_targets(self) -> None:
@@ -115,8 +121,12 @@ class CollectorPoller:
     def _make(self, previous):
         from mldebug.collect.collector import JobCollector
 
-        collector = JobCollector(self._targets, native=self._native, samples=self.SAMPLES,
-                                 max_ranks_per_poll=self.MAX_RANKS_PER_POLL)
+        collector = JobCollector(
+            self._targets,
+            native=self._native,
+            samples=self.SAMPLES,
+            max_ranks_per_poll=self.MAX_RANKS_PER_POLL,
+        )
         if previous is not None:
             collector.adopt_history(previous)
             previous.close()
@@ -137,7 +147,8 @@ class CollectorPoller:
         # A rank of a run directory seen ended, with no exit code yet: read run.json again
         # at the next poll, for its code and for the first failure.
         self._ended_unexplained = self._targets.run_dir is not None and any(
-            view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks)
+            view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks
+        )
         return snapshot
 
     def read_native(self, rank: int) -> StackSample | None:

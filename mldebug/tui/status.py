@@ -26,8 +26,9 @@ def status_text(app) -> Text:
         size = snapshot.world_size or len(snapshot.ranks)
         text.append(f"   {len(snapshot.ranks)}/{size} ranks: ")
         text.append(", ".join(f"{count} {state}" for state, count in sorted(states.items())))
-        text.append(f"   at {time.strftime('%H:%M:%S', time.localtime(snapshot.time))}",
-                    style="dim")
+        text.append(
+            f"   at {time.strftime('%H:%M:%S', time.localtime(snapshot.time))}", style="dim"
+        )
     if app.poll_seconds >= SLOW_POLL:
         text.append(f"   last poll took {app.poll_seconds:.1f}s", style="yellow")
     if app.last_error and app.waiting:

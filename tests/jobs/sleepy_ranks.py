@@ -22,16 +22,23 @@ def wait_for_peers():
 def rank_main(with_worker: bool) -> None:
     if with_worker:
         subprocess.Popen([sys.executable, __file__, "--worker"])
-    os.write(1, f"READY {os.getpid()} {os.environ['RANK']}\n".encode())  # one write: ranks share the pipe
+    os.write(
+        1, f"READY {os.getpid()} {os.environ['RANK']}\n".encode()
+    )  # one write: ranks share the pipe
     wait_for_peers()
 
 
 def launch(count: int, world: int, with_worker: bool) -> None:
     children = []
     for rank in range(count):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(20000 + os.getpid() % 10000)}
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(20000 + os.getpid() % 10000),
+        }
         args = [sys.executable, __file__, "--rank"] + (["--workers"] if with_worker else [])
         children.append(subprocess.Popen(args, env=env))
     for child in children:

@@ -79,8 +79,11 @@ async def test_selecting_a_tree_node_names_its_ranks(poller):
         await settle(app, pilot)
         tree = app.query_one(StackTree)
         tree.focus()
-        target = next(i for i in range(tree.last_line + 1)
-                      if "slow_data_loading" in str(tree.get_node_at_line(i).label))
+        target = next(
+            i
+            for i in range(tree.last_line + 1)
+            if "slow_data_loading" in str(tree.get_node_at_line(i).label)
+        )
         tree.move_cursor(tree.get_node_at_line(target))
         await pilot.pause()
         assert "ranks at slow_data_loading" in str(app.query_one("#node-ranks").render())
@@ -135,8 +138,11 @@ async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
         await settle(app, pilot)
         await pilot.press("enter")
         poller.read_native = lambda rank: StackSample(
-            RankTarget(pid=1), FIXED_TIME, failure="timeout",
-            failure_detail="py-spy did not answer within 60s")
+            RankTarget(pid=1),
+            FIXED_TIME,
+            failure="timeout",
+            failure_detail="py-spy did not answer within 60s",
+        )
         await pilot.press("n")
         detail = app.screen.query_one(RankDetail)
         await wait_until(pilot, lambda: "could not be read" in detail.text)
@@ -226,7 +232,8 @@ async def test_a_failing_poll_is_reported_and_the_next_one_recovers(poller):
         app.request_poll()
         await settle(app, pilot)
         assert "poll failed: RuntimeError: py-spy vanished" in str(
-            app.query_one("#status").render())
+            app.query_one("#status").render()
+        )
         assert app.query_one(RankTable).row_count == 4  # the last good view stays
         app.request_poll()
         await settle(app, pilot)
@@ -255,11 +262,17 @@ async def test_a_cell_that_outgrows_its_column_is_drawn_whole():
     # GIVEN a job where rank 3 is stuck and no rank's memory is known yet
     def make(tick: int):
         job = hung_job(4)
-        changed = {2: {"rss_bytes": 3 * 2**30},
-                   3: {"state": "exited", "exit_code": 137, "threads": ()} if tick else {}}
-        return replace(job, ranks=tuple(
-            replace(v, **changed.get(v.rank, {})) if tick else replace(v, rss_bytes=None)
-            for v in job.ranks))
+        changed = {
+            2: {"rss_bytes": 3 * 2**30},
+            3: {"state": "exited", "exit_code": 137, "threads": ()} if tick else {},
+        }
+        return replace(
+            job,
+            ranks=tuple(
+                replace(v, **changed.get(v.rank, {})) if tick else replace(v, rss_bytes=None)
+                for v in job.ranks
+            ),
+        )
 
     app = AttachApp(FakePoller(make), interval=SLOW_TIMER)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -324,11 +337,20 @@ def run_dir(tmp_path):
         folder = root / "ranks" / str(rank)
         folder.mkdir(parents=True)
         (folder / "stdout.log").write_text(
-            "".join(f"step {step} loss {1.0 / (step + 1):.3f}\n" for step in range(50)))
+            "".join(f"step {step} loss {1.0 / (step + 1):.3f}\n" for step in range(50))
+        )
         (folder / "stderr.log").write_text(f"rank {rank}: warning: slow disk\n")
     (root / "ranks" / "2" / "events.jsonl").write_text(
-        json.dumps({"time": 1767225600.0, "kind": "nan", "message": "NaN in loss",
-                    "location": "/job/train.py:52"}) + "\nnot json\n")
+        json.dumps(
+            {
+                "time": 1767225600.0,
+                "kind": "nan",
+                "message": "NaN in loss",
+                "location": "/job/train.py:52",
+            }
+        )
+        + "\nnot json\n"
+    )
     (root / "nccl").mkdir()
     (root / "nccl" / "node0.4242.log").write_text("node0:4242:4242 [0] NCCL INFO Bootstrap\n")
     return root
@@ -364,10 +386,12 @@ async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller
     # GIVEN an events.jsonl whose "time" values are valid JSON but no time of day
     folder = tmp_path / "run" / "ranks" / "0"
     folder.mkdir(parents=True)
-    lines = ['{"time": 1' + "0" * 400 + ', "kind": "nan", "message": "huge integer"}',
-             '{"time": 1e400, "kind": "nan", "message": "infinite"}',
-             '{"time": NaN, "kind": "nan", "message": "not a number"}',
-             '{"time": 1e300, "kind": "nan", "message": "year out of range"}']
+    lines = [
+        '{"time": 1' + "0" * 400 + ', "kind": "nan", "message": "huge integer"}',
+        '{"time": 1e400, "kind": "nan", "message": "infinite"}',
+        '{"time": NaN, "kind": "nan", "message": "not a number"}',
+        '{"time": 1e300, "kind": "nan", "message": "year out of range"}',
+    ]
     (folder / "events.jsonl").write_text("\n".join(lines) + "\n")
     app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
     async with app.run_test(size=(120, 40)) as pilot:
@@ -377,7 +401,8 @@ async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller
         assert table_rows(app.query_one(RankTable))[0][0] == "0"
         events = table_rows(app.query_one("#events-table", DataTable))
         assert sorted(row[3] for row in events) == sorted(
-            ["huge integer", "infinite", "not a number", "year out of range"])
+            ["huge integer", "infinite", "not a number", "year out of range"]
+        )
         assert {row[0] for row in events} == {"-"}
 
 
@@ -389,8 +414,12 @@ async def test_the_events_table_keeps_up_once_the_newest_500_are_shown(poller, t
     events_file.parent.mkdir(parents=True)
 
     def event(index: int) -> str:
-        return json.dumps({"time": FIXED_TIME + index, "kind": "loss_spike",
-                           "message": f"event {index}"}) + "\n"
+        return (
+            json.dumps(
+                {"time": FIXED_TIME + index, "kind": "loss_spike", "message": f"event {index}"}
+            )
+            + "\n"
+        )
 
     events_file.write_text("".join(event(i) for i in range(MAX_EVENTS)))
     app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
@@ -414,7 +443,8 @@ async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert "Not attached to an `mldebug run` directory" in str(
-            app.query_one("#events-note").render())
+            app.query_one("#events-note").render()
+        )
         assert "n/a" in str(app.query_one("#memory-note").render())
 
 
@@ -466,7 +496,8 @@ async def test_s_saves_the_report_in_the_run_directory_and_says_where(poller, ru
 
 
 async def test_without_a_run_directory_the_report_goes_to_the_current_directory(
-        poller, tmp_path, monkeypatch):
+    poller, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     app = AttachApp(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -13,8 +13,13 @@ from mldebug.errors import EXIT_USAGE, MldebugError
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     # stdin and stdout are pipes here: no terminal.
-    return subprocess.run([sys.executable, "-m", "mldebug", "attach", *args],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mldebug", "attach", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
 
 
 def test_without_a_terminal_it_points_to_dump_and_fails():

@@ -26,12 +26,23 @@ wait_for_peers()
 
 
 def start_rank(rank: int, world: int, run_dir=None, port: int = 1) -> subprocess.Popen:
-    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {
+        **os.environ,
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     if run_dir is not None:
         env["MLDEBUG_RUN_DIR"] = str(run_dir)
-    proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SITTER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     proc.stdout.readline()
     return proc
 
@@ -52,8 +63,7 @@ def test_polls_real_ranks_and_shows_one_that_exits(ranks):
     try:
         first = poller.poll()
         assert sorted(v.rank for v in first.ranks) == [0, 1]
-        assert all(v.user_frame and v.user_frame.function == "wait_for_peers"
-                   for v in first.ranks)
+        assert all(v.user_frame and v.user_frame.function == "wait_for_peers" for v in first.ranks)
         ranks[1].kill()
         ranks[1].wait()
         second = poller.poll()  # never raises for a rank's trouble
@@ -72,8 +82,13 @@ def running_run(tmp_path):
     """A run directory as `mldebug run` leaves it while its 2 ranks start: (path, manifest)."""
     run_dir = tmp_path / "run"
     (run_dir / "ranks").mkdir(parents=True)
-    manifest = {"status": "running", "world_size": 2, "start_time": time.time(),
-                "mldebug_pid": os.getpid(), "ranks": []}
+    manifest = {
+        "status": "running",
+        "world_size": 2,
+        "start_time": time.time(),
+        "mldebug_pid": os.getpid(),
+        "ranks": [],
+    }
     (run_dir / "run.json").write_text(json.dumps(manifest))
     return run_dir, manifest
 
@@ -105,7 +120,8 @@ def test_a_run_directory_is_followed_as_its_ranks_come_up(tmp_path, ranks):
 
 
 def test_a_rank_that_ends_in_a_followed_run_shows_as_exited_and_the_others_keep_their_state(
-        tmp_path, ranks):
+    tmp_path, ranks
+):
     # GIVEN a followed run directory with two ranks, both read twice (stuck)
     run_dir, _ = running_run(tmp_path)
     start_ranks(run_dir, ranks)
@@ -130,8 +146,7 @@ def test_native_reads_of_one_rank_never_run_side_by_side(tmp_path, ranks, monkey
     # GIVEN a py-spy that notes each start (and takes a while, as --native on libtorch does)
     log = tmp_path / "starts.log"
     wrapper = tmp_path / "py-spy"
-    wrapper.write_text(f"#!/bin/sh\necho start >> {log}\nsleep 1\n"
-                       f"exec {find_pyspy()} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\necho start >> {log}\nsleep 1\nexec {find_pyspy()} "$@"\n')
     wrapper.chmod(0o755)
     ranks.append(start_rank(0, 1))
     poller = CollectorPoller(lambda: resolve_targets(pids=[ranks[0].pid]))
@@ -140,8 +155,9 @@ def test_native_reads_of_one_rank_never_run_side_by_side(tmp_path, ranks, monkey
         monkeypatch.setenv("MLDEBUG_PYSPY", str(wrapper))
         # WHEN native frames of rank 0 are asked for three times at once
         results = []
-        threads = [threading.Thread(target=lambda: results.append(poller.read_native(0)))
-                   for _ in range(3)]
+        threads = [
+            threading.Thread(target=lambda: results.append(poller.read_native(0))) for _ in range(3)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -187,10 +203,14 @@ def test_a_followed_run_gives_ended_ranks_their_exit_code_and_the_first_failure(
         for proc in reversed(ranks):
             proc.kill()
             proc.wait()
-        manifest.update(status="failed", ranks=[
-            {"rank": 0, "pid": ranks[0].pid, "exit_code": -15},
-            {"rank": 1, "pid": ranks[1].pid, "exit_code": -9}],
-            first_failure={"rank": 1, "time": time.time(), "how": "killed (SIGKILL)"})
+        manifest.update(
+            status="failed",
+            ranks=[
+                {"rank": 0, "pid": ranks[0].pid, "exit_code": -15},
+                {"rank": 1, "pid": ranks[1].pid, "exit_code": -9},
+            ],
+            first_failure={"rank": 1, "time": time.time(), "how": "killed (SIGKILL)"},
+        )
         (run_dir / "run.json").write_text(json.dumps(manifest))
         poller.poll()  # sees them gone
         snapshot = poller.poll()  # reads run.json again for why
@@ -213,8 +233,12 @@ def test_a_followed_run_that_succeeds_has_ended_not_lost_its_ranks(tmp_path, ran
         for proc in ranks:
             proc.kill()
             proc.wait()
-        manifest.update(status="succeeded", ranks=[
-            {"rank": rank, "pid": proc.pid, "exit_code": 0} for rank, proc in enumerate(ranks)])
+        manifest.update(
+            status="succeeded",
+            ranks=[
+                {"rank": rank, "pid": proc.pid, "exit_code": 0} for rank, proc in enumerate(ranks)
+            ],
+        )
         (run_dir / "run.json").write_text(json.dumps(manifest))
         poller.poll()  # sees them gone
         snapshot = poller.poll()  # reads run.json for how they ended

@@ -23,8 +23,12 @@ def test_progress_bars_keep_what_a_terminal_shows(tmp_path):
 
 
 def test_event_lines_are_parsed_and_bad_ones_skipped():
-    event = parse_event_line(3, json.dumps(
-        {"time": 5.0, "kind": "inf", "message": "Inf in grad", "file": "m.py", "line": 9}))
+    event = parse_event_line(
+        3,
+        json.dumps(
+            {"time": 5.0, "kind": "inf", "message": "Inf in grad", "file": "m.py", "line": 9}
+        ),
+    )
     assert (event.rank, event.kind, event.location) == (3, "inf", "m.py:9")
     assert parse_event_line(3, "{broken") is None
     assert parse_event_line(3, "[1, 2]") is None
@@ -65,8 +69,11 @@ def test_only_the_log_lines_shown_are_built_however_many_ranks():
             built.append(self)
             return str.__format__(self, spec)
 
-    logs = tuple(LogTail(rank, stream, tuple(Line(f"rank {rank} step {i}") for i in range(200)))
-                 for rank in range(1024) for stream in ("stdout", "stderr"))
+    logs = tuple(
+        LogTail(rank, stream, tuple(Line(f"rank {rank} step {i}") for i in range(200)))
+        for rank in range(1024)
+        for stream in ("stdout", "stderr")
+    )
     lines, note = select_lines(logs, "", "")
     assert len(built) == len(lines) == MAX_SHOWN_LINES
     assert lines[-1] == "[1023]  rank 1023 step 199" and lines[0].startswith("[1016]")
@@ -79,9 +86,11 @@ def test_terminal_control_sequences_a_rank_writes_never_reach_the_screen(tmp_pat
     folder = tmp_path / "ranks" / "0"
     folder.mkdir(parents=True)
     (folder / "stdout.log").write_bytes(
-        b"\x1b[32mINFO\x1b[0m step 1\r\n\x1b[2J\x1b]0;title\x07cleared\nbell\x07 and nul\x00\n")
+        b"\x1b[32mINFO\x1b[0m step 1\r\n\x1b[2J\x1b]0;title\x07cleared\nbell\x07 and nul\x00\n"
+    )
     (folder / "events.jsonl").write_text(
-        json.dumps({"time": 1.0, "kind": "nan", "message": "\x1b[31mNaN\x1b[0m in loss"}) + "\n")
+        json.dumps({"time": 1.0, "kind": "nan", "message": "\x1b[31mNaN\x1b[0m in loss"}) + "\n"
+    )
     files = RunFilesReader(tmp_path).read()
     # THEN what the view draws is the text, without the control sequences
     assert files.logs[0].lines == ("INFO step 1", "cleared", "bell and nul")

@@ -59,8 +59,7 @@ def test_compare_large(snap_compare):
 
 
 def test_overview_many_ranks_small(snap_compare):
-    assert snap_compare(make_app(world_size=256), terminal_size=SIZES["small"],
-                        run_before=after())
+    assert snap_compare(make_app(world_size=256), terminal_size=SIZES["small"], run_before=after())
 
 
 def test_memory_tab_large(snap_compare):

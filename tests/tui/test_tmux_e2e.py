@@ -58,14 +58,28 @@ def hung_job(tmp_path_factory):
     log = tmp_path_factory.mktemp("job") / "torchrun.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(TORCHRUN), "--nproc-per-node", str(WORLD), "--master-port", str(free_port()),
-             str(JOB)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(TORCHRUN),
+                "--nproc-per-node",
+                str(WORLD),
+                "--master-port",
+                str(free_port()),
+                str(JOB),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
     try:
-        wait_for(lambda: log.read_text(errors="replace").count("IN PLACE") >= WORLD
-                 or proc.poll() is not None, 300, "the ranks to get in place")
+        wait_for(
+            lambda: (
+                log.read_text(errors="replace").count("IN PLACE") >= WORLD
+                or proc.poll() is not None
+            ),
+            300,
+            "the ranks to get in place",
+        )
         assert proc.poll() is None, log.read_text(errors="replace")
         yield proc
     finally:
@@ -92,8 +106,17 @@ class Tmux:
         return subprocess.run([*self.base, *args], capture_output=True, text=True, check=check)
 
     def start(self, command: list[str]) -> None:
-        self.run("new-session", "-d", "-s", self.target, "-x", "160", "-y", "48",
-                 "exec " + shlex.join(command))
+        self.run(
+            "new-session",
+            "-d",
+            "-s",
+            self.target,
+            "-x",
+            "160",
+            "-y",
+            "48",
+            "exec " + shlex.join(command),
+        )
 
     def screen(self) -> str:
         result = self.run("capture-pane", "-p", "-t", self.target, check=False)
@@ -123,8 +146,10 @@ def test_attach_shows_the_culprit_line_and_the_collective_then_quits(hung_job, t
     tmux.start([sys.executable, "-m", "mldebug", "attach", "--pid", str(hung_job.pid)])
     pid = tmux.pane_pid()
     screen = wait_for(
-        lambda: (s := tmux.screen()) and culprit in s and "all_reduce" in s and s, 180,
-        f"{culprit} and all_reduce on the screen")
+        lambda: (s := tmux.screen()) and culprit in s and "all_reduce" in s and s,
+        180,
+        f"{culprit} and all_reduce on the screen",
+    )
     # THEN the screen names the culprit line, the collective, and the rank that is elsewhere
     rows = [line.split() for line in screen.splitlines()]
     rank3 = next(row for row in rows if row[:1] == ["3"])
@@ -151,8 +176,20 @@ def test_sigterm_to_run_tui_closes_the_view_and_stops_the_job(tmp_path, tmux):
     job = tmp_path / "sleeper.py"
     job.write_text(SLEEPER)
     runs = tmp_path / "runs"
-    tmux.start(["env", f"MLDEBUG_RUNS_DIR={runs}", sys.executable, "-m", "mldebug", "run",
-                "--tui", "--nproc-per-node", "2", str(job)])
+    tmux.start(
+        [
+            "env",
+            f"MLDEBUG_RUNS_DIR={runs}",
+            sys.executable,
+            "-m",
+            "mldebug",
+            "run",
+            "--tui",
+            "--nproc-per-node",
+            "2",
+            str(job),
+        ]
+    )
     wait_for(lambda: "sleeper.py:3" in tmux.screen(), 120, "the ranks on the screen")
     manifest = json.loads(next(runs.glob("*/run.json")).read_text())
     ranks = [entry["pid"] for entry in manifest["ranks"]]

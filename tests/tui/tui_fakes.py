@@ -70,29 +70,36 @@ def hung_job(
     """All ranks but `outlier` wait in all_reduce; `tick` moves CPU and memory a little."""
     ranks, stacks = [], {}
     for rank in range(world_size):
-        target = RankTarget(pid=10_000 + rank, rank=rank, world_size=world_size,
-                            host=f"node{rank // 8}", job="fake")
+        target = RankTarget(
+            pid=10_000 + rank, rank=rank, world_size=world_size, host=f"node{rank // 8}", job="fake"
+        )
         if rank in exited:
             ranks.append(RankView(rank, target, STATE_EXITED, exit_code=1, detail="exit code 1"))
             continue
         frames = OUTLIER if rank == outlier else WAITING
         stacks[rank] = frames
-        main = ThreadStack(1000 + rank, "MainThread", frames, os_thread_id=10_000 + rank,
-                           active=rank == outlier)
-        helper = ThreadStack(2000 + rank, "pin_memory", (Frame("_run", "/venv/threading.py", 975),
-                                                        Frame("wait", "/venv/threading.py", 320)))
-        ranks.append(RankView(
-            rank=rank,
-            target=target,
-            state=STATE_RUNNING if rank == outlier else STATE_STUCK,
-            threads=(main, helper),
-            user_frame=SLOW if rank == outlier else TRAIN,
-            collective=None if rank == outlier else "all_reduce",
-            cpu_percent=(98.0 if rank == outlier else 0.0) + (tick % 3),
-            rss_bytes=rss_base + rank * 2**20 + tick * 2**20,
-            step=step,
-            heartbeat_age=None if step is None else 1.0 + rank,
-        ))
+        main = ThreadStack(
+            1000 + rank, "MainThread", frames, os_thread_id=10_000 + rank, active=rank == outlier
+        )
+        helper = ThreadStack(
+            2000 + rank,
+            "pin_memory",
+            (Frame("_run", "/venv/threading.py", 975), Frame("wait", "/venv/threading.py", 320)),
+        )
+        ranks.append(
+            RankView(
+                rank=rank,
+                target=target,
+                state=STATE_RUNNING if rank == outlier else STATE_STUCK,
+                threads=(main, helper),
+                user_frame=SLOW if rank == outlier else TRAIN,
+                collective=None if rank == outlier else "all_reduce",
+                cpu_percent=(98.0 if rank == outlier else 0.0) + (tick % 3),
+                rss_bytes=rss_base + rank * 2**20 + tick * 2**20,
+                step=step,
+                heartbeat_age=None if step is None else 1.0 + rank,
+            )
+        )
     waiting = tuple(r for r in stacks if r != outlier)
     finding = Finding(
         kind=KIND_OUTLIER,

@@ -39,5 +39,7 @@ class CompareScreen(NativeFrames, Screen):
         self.query_one("#compare-right", RankDetail).show(find_rank(snapshot, self.right))
 
     def details(self) -> dict[int, RankDetail]:
-        return {self.left: self.query_one("#compare-left", RankDetail),
-                self.right: self.query_one("#compare-right", RankDetail)}
+        return {
+            self.left: self.query_one("#compare-left", RankDetail),
+            self.right: self.query_one("#compare-right", RankDetail),
+        }

@@ -56,8 +56,12 @@ class AnomaliesView(Vertical):
         table.clear()
         for finding in findings:
             table.add_row(
-                finding.severity, finding.kind, format_ranks(finding.ranks), finding.summary,
-                finding.location or "-", finding.recipe or "-",
+                finding.severity,
+                finding.kind,
+                format_ranks(finding.ranks),
+                finding.summary,
+                finding.location or "-",
+                finding.recipe or "-",
             )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -89,7 +93,10 @@ class AnomaliesView(Vertical):
         table.clear()
         for event in events:
             table.add_row(
-                event_time(event.time), str(event.rank), event.kind, event.message,
+                event_time(event.time),
+                str(event.rank),
+                event.kind,
+                event.message,
                 event.location or "-",
             )
         if events:

@@ -12,8 +12,11 @@ from textual.widgets import Static
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
-SEVERITY_MARK = {SEVERITY_ERROR: ("✖", "bold red"), SEVERITY_WARNING: ("▲", "bold yellow"),
-                 SEVERITY_INFO: ("●", "green")}
+SEVERITY_MARK = {
+    SEVERITY_ERROR: ("✖", "bold red"),
+    SEVERITY_WARNING: ("▲", "bold yellow"),
+    SEVERITY_INFO: ("●", "green"),
+}
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
 
 

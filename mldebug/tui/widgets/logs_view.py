@@ -30,8 +30,9 @@ def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
         except ValueError:
             note = f"'{ranks_text}' is not a rank set (try 0-3,7); showing all ranks. "
     needle = search.lower()
-    tails = sorted((t for t in logs if wanted is None or t.rank in wanted),
-                   key=lambda t: (t.rank, t.stream))
+    tails = sorted(
+        (t for t in logs if wanted is None or t.rank in wanted), key=lambda t: (t.rank, t.stream)
+    )
     chunks: list[list[str]] = []  # newest tail first
     total, room = 0, MAX_SHOWN_LINES
     tail: LogTail

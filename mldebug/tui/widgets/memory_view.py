@@ -12,8 +12,13 @@ from textual.widgets import DataTable, Sparkline, Static
 from mldebug.model import JobSnapshot
 from mldebug.tui.cells import NONE, ColumnWidths, human_bytes
 
-MEMORY_COLUMNS = (("rank", "rank"), ("rss", "rss"), ("peak", "peak rss (seen)"),
-                  ("cuda", "cuda alloc"), ("nvml", "nvml used"))
+MEMORY_COLUMNS = (
+    ("rank", "rank"),
+    ("rss", "rss"),
+    ("peak", "peak rss (seen)"),
+    ("cuda", "cuda alloc"),
+    ("nvml", "nvml used"),
+)
 HISTORY = 120  # polls kept (two minutes at the default interval)
 NOT_YET = "n/a"  # CUDA allocator and NVML figures come from the in-rank agent (later)
 
@@ -31,8 +36,10 @@ class MemoryView(Vertical):
         yield Static(id="memory-summary")
         yield Sparkline([], id="memory-total", summary_function=max)
         yield Static(
-            Text("CUDA allocated / reserved and NVML usage: n/a (no GPU figures from this job).",
-                 style="dim"),
+            Text(
+                "CUDA allocated / reserved and NVML usage: n/a (no GPU figures from this job).",
+                style="dim",
+            ),
             id="memory-note",
         )
         yield DataTable(id="memory-table", cursor_type="row")
@@ -74,8 +81,12 @@ class MemoryView(Vertical):
             old = self._rows[view.rank]
             for index, (new, before) in enumerate(zip(cells, old, strict=True)):
                 if new != before:
-                    table.update_cell(str(view.rank), MEMORY_COLUMNS[index][0], new,
-                                      update_width=self._widths.grows(index, new))
+                    table.update_cell(
+                        str(view.rank),
+                        MEMORY_COLUMNS[index][0],
+                        new,
+                        update_width=self._widths.grows(index, new),
+                    )
             self._rows[view.rank] = cells
 
     def _cells(self, rank: int, rss: int | None) -> tuple[str, ...]:

@@ -38,8 +38,10 @@ class NcclView(Vertical):
             note.update(NO_FILES)
         else:
             more = files.nccl_files_total - len(new)
-            note.update(f"{files.nccl_files_total} NCCL log files" + (
-                f" (first {len(new)} shown)" if more > 0 else ""))
+            note.update(
+                f"{files.nccl_files_total} NCCL log files"
+                + (f" (first {len(new)} shown)" if more > 0 else "")
+            )
         options = self.query_one("#nccl-files", OptionList)
         if list(new) != list(self._files):
             highlighted = options.highlighted

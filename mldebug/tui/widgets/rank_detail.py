@@ -46,8 +46,10 @@ def thread_text(thread: ThreadStack, native: bool) -> Text:
     for depth, frame in enumerate(reversed(frames)):  # innermost (current) first
         marker = "→ " if depth == 0 else "  "
         text.append(f"\n{marker}")
-        text.append(short_function(frame.function),
-                    style="dim" if frame.native else "bold" if depth == 0 else "")
+        text.append(
+            short_function(frame.function),
+            style="dim" if frame.native else "bold" if depth == 0 else "",
+        )
         text.append(f"  {frame.location}", style="cyan" if not frame.native else "dim")
         code = source_line(frame.file, frame.line) if not frame.native else ""
         if code:
@@ -85,18 +87,23 @@ def rank_header(view: RankView) -> Text:
 
 def native_note(sample: StackSample | None) -> Text:
     if sample is None:
-        return Text("reading native frames with py-spy --native (10 s or more on a process "
-                    "that loaded libtorch)...", style="yellow")
+        return Text(
+            "reading native frames with py-spy --native (10 s or more on a process "
+            "that loaded libtorch)...",
+            style="yellow",
+        )
     if sample.failure:
-        return Text(f"native frames could not be read: {sample.failure_detail or sample.failure}",
-                    style="magenta")
+        return Text(
+            f"native frames could not be read: {sample.failure_detail or sample.failure}",
+            style="magenta",
+        )
     when = time.strftime("%H:%M:%S", time.localtime(sample.time))
-    return Text(f"native frames as read at {when} (n hides them; n twice reads again)",
-                style="dim")
+    return Text(f"native frames as read at {when} (n hides them; n twice reads again)", style="dim")
 
 
-def rank_text(view: RankView | None, native: bool = False,
-              native_sample: StackSample | None = None) -> Text:
+def rank_text(
+    view: RankView | None, native: bool = False, native_sample: StackSample | None = None
+) -> Text:
     """The detail of one rank. With `native`, the threads of the native reading replace the
     live Python-only ones once it is there."""
     if view is None:

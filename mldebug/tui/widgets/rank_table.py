@@ -84,7 +84,9 @@ class RankTable(DataTable):
                     column = columns[index]
                     grows = self._widths.grows(index, new_value)
                     self.update_cell(
-                        str(view.rank), column, styled_cell(column, new_value, view),
+                        str(view.rank),
+                        column,
+                        styled_cell(column, new_value, view),
                         update_width=grows or column == "frame",
                     )
                     self.cells_updated += 1
@@ -99,7 +101,8 @@ class RankTable(DataTable):
         for view in views:
             cells = rank_cells(view)
             self.add_row(
-                *(styled_cell(c, v, view) for c, v in zip(columns, cells, strict=True)), key=str(view.rank)
+                *(styled_cell(c, v, view) for c, v in zip(columns, cells, strict=True)),
+                key=str(view.rank),
             )
             self._rows[view.rank] = cells
             self._widths.fit_row(cells)

@@ -66,7 +66,9 @@ class StackTree(Tree[StackNode]):
     def _add_children(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
         for child in node.children:
             child_path = (*path, node_key(child.frame))
-            item = parent.add(node_label(child, total), data=child, allow_expand=bool(child.children))
+            item = parent.add(
+                node_label(child, total), data=child, allow_expand=bool(child.children)
+            )
             self._paths[item.id] = child_path
             if child.children:
                 self._add_children(item, child, total, child_path)
