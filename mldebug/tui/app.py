@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -17,6 +18,7 @@ from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
 from mldebug.model import JobSnapshot
 from mldebug.ranges import format_ranks
+from mldebug.textsafe import one_line
 from mldebug.tui.messages import PollFailed, ShowRank, ShowRecipe, SnapshotReady
 from mldebug.tui.poller import Poller
 from mldebug.tui.reportfile import write_report
@@ -116,7 +118,7 @@ class AttachApp(App[int]):
 
     def on_mount(self) -> None:
         self._running_loop = asyncio.get_running_loop()
-        self.sub_title = self.job_name
+        self.sub_title = one_line(self.job_name)
         self.query_one("#status", Static).update(self._status())
         self.set_interval(self.interval, self.request_poll)
         self.request_poll()
@@ -209,9 +211,8 @@ class AttachApp(App[int]):
         if node is None or node.frame is None:
             label.update("")
             return
-        label.update(
-            f"ranks at {frame_label(node.frame)}: {format_ranks(node.ranks)}  ({len(node.ranks)})"
-        )
+        where = one_line(frame_label(node.frame))  # Text: a frame name is no markup
+        label.update(Text(f"ranks at {where}: {format_ranks(node.ranks)}  ({len(node.ranks)})"))
 
     # ---- actions ----
 
@@ -237,7 +238,7 @@ class AttachApp(App[int]):
         recipe_id = recipe_id or self.query_one(FindingsBanner).top_recipe
         self.query_one(TabbedContent).active = "recipes"
         if recipe_id and not self.query_one(RecipesView).open(recipe_id):
-            self.notify(f"No recipe named {recipe_id!r}.", severity="warning")
+            self.notify(f"No recipe named {recipe_id!r}.", severity="warning", markup=False)
 
     def action_toggle_help(self) -> None:
         if self.screen.query("HelpPanel"):
@@ -254,11 +255,16 @@ class AttachApp(App[int]):
                 self.snapshot, self.run_dir, Path.cwd(), self.clock()
             )
         except OSError as error:
-            self.notify(f"Could not write the report: {error}", severity="error")
+            self.notify(
+                one_line(f"Could not write the report: {error}"), severity="error", markup=False
+            )
             return
         self.last_report = str(text_path)
         self.notify(
-            f"Report written to {text_path}\nand {json_path}", title="Snapshot saved", timeout=8
+            f"Report written to {one_line(str(text_path))}\nand {one_line(str(json_path))}",
+            title="Snapshot saved",
+            timeout=8,
+            markup=False,
         )
         self.query_one("#status", Static).update(self._status())
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
 from mldebug.rundir import RunPaths
+from mldebug.textsafe import printable
 
 TAIL_BYTES = 16 * 1024  # per log file: enough for ~200 lines of training output
 TAIL_LINES = 200
@@ -70,19 +70,6 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     # ends in \r\n is not rewritten). Then make it safe to draw.
     lines = [printable(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines[-max_lines:]]
     return lines
-
-
-# Terminal control sequences (colours, cursor moves, window titles) and other control
-# characters a rank may write: drawn as they are, they would move the view's own cursor.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` without terminal control sequences and control characters (tabs stay)."""
-    if not text.isprintable():
-        text = _CONTROLS.sub("", _ESCAPES.sub("", text))
-    return text
 
 
 def parse_time(value: object) -> float | None:
