@@ -34,8 +34,9 @@ import time
 OUT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "gpu-record")
 
 
-def run(name: str, code: str, env: dict | None = None, timeout: float = 90, nproc: int = 1,
-        watch=None) -> None:
+def run(
+    name: str, code: str, env: dict | None = None, timeout: float = 90, nproc: int = 1, watch=None
+) -> None:
     """Run `code` in `nproc` child processes with their output in OUT/name."""
     folder = os.path.join(OUT, name)
     os.makedirs(folder, exist_ok=True)
@@ -44,13 +45,26 @@ def run(name: str, code: str, env: dict | None = None, timeout: float = 90, npro
         handle.write(textwrap.dedent(code))
     procs = []
     for rank in range(nproc):
-        child_env = {**os.environ, **(env or {}), "OUT": folder, "PYTHONUNBUFFERED": "1",
-                     "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"}
+        child_env = {
+            **os.environ,
+            **(env or {}),
+            "OUT": folder,
+            "PYTHONUNBUFFERED": "1",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29533",
+        }
         out = open(os.path.join(folder, f"stdout.rank{rank}.txt"), "wb")
         err = open(os.path.join(folder, f"stderr.rank{rank}.txt"), "wb")
-        procs.append((subprocess.Popen([sys.executable, script], env=child_env, stdout=out,
-                                       stderr=err), out, err))
+        procs.append(
+            (
+                subprocess.Popen([sys.executable, script], env=child_env, stdout=out, stderr=err),
+                out,
+                err,
+            )
+        )
     started = time.time()
     if watch is not None:
         try:
@@ -87,7 +101,7 @@ def record_env() -> None:
         "[n for n in dir(torch._C._distributed_c10d) if 'dump' in n or 'trace' in n])"
     )
     text = sh("nvidia-smi") + sh("nvidia-smi -q -d MEMORY,ECC,PERFORMANCE | head -120")
-    text += sh(f"{sys.executable} -c \"{code}\"") + sh("uname -a") + sh("nproc")
+    text += sh(f'{sys.executable} -c "{code}"') + sh("uname -a") + sh("nproc")
     with open(os.path.join(OUT, "env.txt"), "w") as handle:
         handle.write(text)
 
@@ -242,18 +256,25 @@ def watch_spinning(folder: str, procs) -> None:
                 name = handle.read().strip()
             with open(f"/proc/{pid}/task/{tid}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
-            threads[tid] = {"comm": name, "state": fields[0],
-                            "ticks": int(fields[11]) + int(fields[12])}
+            threads[tid] = {
+                "comm": name,
+                "state": fields[0],
+                "ticks": int(fields[11]) + int(fields[12]),
+            }
         except OSError:
             pass
     with open(os.path.join(folder, "cpu_while_waiting.json"), "w") as handle:
         json.dump({"cpu_fraction_per_second": samples, "threads": threads}, handle, indent=1)
     pyspy = shutil.which("py-spy")
     if pyspy:
-        for args, name in ((["--json"], "pyspy.json"), (["--json", "--native"],
-                           "pyspy_native.json"), ([], "pyspy.txt")):
-            done = subprocess.run([pyspy, "dump", "--pid", str(pid), *args],
-                                  capture_output=True, timeout=60)
+        for args, name in (
+            (["--json"], "pyspy.json"),
+            (["--json", "--native"], "pyspy_native.json"),
+            ([], "pyspy.txt"),
+        ):
+            done = subprocess.run(
+                [pyspy, "dump", "--pid", str(pid), *args], capture_output=True, timeout=60
+            )
             with open(os.path.join(folder, name), "wb") as handle:
                 handle.write(done.stdout + done.stderr)
     else:
@@ -265,19 +286,35 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     record_env()
     run("memory", MEMORY, timeout=120)
-    nccl_env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL,NET,ENV,P2P,SHM",
-                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_FR_BUFFER_SIZE": "2000"}
-    run("nccl_ok", NCCL_OK, env={**nccl_env, "NCCL_DEBUG_FILE": f"{OUT}/nccl_ok/nccl.%h.%p.log"},
-        timeout=120)
-    run("nccl_timeout", NCCL_TIMEOUT, timeout=150, watch=watch_spinning, env={
-        **nccl_env, "NCCL_DEBUG_SUBSYS": "INIT,NET",
-        "NCCL_DEBUG_FILE": f"{OUT}/nccl_timeout/nccl.%h.%p.log",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{OUT}/nccl_timeout/nccl_trace_rank_",
-        "TORCH_FR_DUMP_TEMP_FILE": f"{OUT}/nccl_timeout/nccl_trace_rank_",
-        "TORCH_NCCL_ENABLE_MONITORING": "1", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60"})
-    run("nccl_duplicate_gpu", DUPLICATE_GPU, nproc=2, timeout=90,
-        env={"NCCL_DEBUG": "WARN"})
+    nccl_env = {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,COLL,NET,ENV,P2P,SHM",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+    }
+    run(
+        "nccl_ok",
+        NCCL_OK,
+        env={**nccl_env, "NCCL_DEBUG_FILE": f"{OUT}/nccl_ok/nccl.%h.%p.log"},
+        timeout=120,
+    )
+    run(
+        "nccl_timeout",
+        NCCL_TIMEOUT,
+        timeout=150,
+        watch=watch_spinning,
+        env={
+            **nccl_env,
+            "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_DEBUG_FILE": f"{OUT}/nccl_timeout/nccl.%h.%p.log",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{OUT}/nccl_timeout/nccl_trace_rank_",
+            "TORCH_FR_DUMP_TEMP_FILE": f"{OUT}/nccl_timeout/nccl_trace_rank_",
+            "TORCH_NCCL_ENABLE_MONITORING": "1",
+            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60",
+        },
+    )
+    run("nccl_duplicate_gpu", DUPLICATE_GPU, nproc=2, timeout=90, env={"NCCL_DEBUG": "WARN"})
     run("device_assert", DEVICE_ASSERT, timeout=60)
 
 
