@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import socket
 import stat
@@ -44,6 +45,10 @@ STATUS_INTERRUPTED = "interrupted"
 
 # Caps on what is read from a run directory. run.json for 1,024 ranks is about 150 KB.
 MAX_JSON_BYTES = 4 << 20
+MAX_MANIFEST_BYTES = 8 << 20  # run.json of some 50,000 ranks
+MAX_RANK = 1 << 20  # a rank number at or beyond this is garbage, not a rank
+MAX_ENVIRON_BYTES = 4 << 20  # /proc/<pid>/environ (the kernel caps it near ARG_MAX)
+ENV_RUN_DIR = "MLDEBUG_RUN_DIR"  # the variable that ties a process to its run directory
 MAX_JSON_DEPTH = 32  # run.json nests 4 deep; deeper is garbage (and a RecursionError risk)
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -126,13 +131,28 @@ class RunPaths:
         return self.rank_dir(rank) / "events.jsonl"
 
     def rank_ids(self) -> list[int]:
-        """Ranks that have a directory here, in order."""
+        """Ranks that have a directory here, in order: only names rank_dir() would give
+        ("7", not "007", "²", "--x" or a number beyond MAX_RANK)."""
         try:
             names = os.listdir(self.ranks_dir)
         except OSError:
             return []
-        # isascii: "²".isdigit() is true too, and int() refuses it.
-        return sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) < 10)
+        ranks = ((name, parse_rank(name)) for name in names)
+        return sorted(rank for name, rank in ranks if rank is not None and str(rank) == name)
+
+
+def parse_rank(value: object) -> int | None:
+    """A rank number from a file or a directory name (an int, or ASCII digits), or None
+    for anything else: "²", "-1", True, 1.5, a number of 5,000 digits."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        # isascii: "²".isdigit() is true too, and int() refuses it; the length check keeps
+        # int() from parsing thousands of digits.
+        if not (value.isascii() and value.isdigit() and 0 < len(value) < 10):
+            return None
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value < MAX_RANK else None
 
 
 def check_private_dir(path: Path) -> None:
@@ -162,15 +182,28 @@ def make_private_dir(path: Path) -> Path:
     return path
 
 
+def _absolute_unresolved(path: str | os.PathLike) -> Path:
+    """`path` made absolute with its parent resolved but not its last part: a symlink put
+    in place of a directory stays a symlink (and is refused), it is not followed."""
+    absolute = os.path.abspath(path)
+    parent, name = os.path.split(absolute)
+    if not name:  # "/"
+        return Path(absolute)
+    return Path(parent).resolve() / name
+
+
 def create_run_dir(run_dir: str | os.PathLike | None = None) -> RunPaths:
-    """Make a fresh run directory; a custom one is linked from runs_root() so it is found."""
+    """Make a fresh run directory; a custom one is linked from runs_root() so it is found.
+
+    Raises UntrustedDirError for a runs root or run directory that is a symlink, someone
+    else's, or writable by group or others."""
     root = runs_root()
     make_private_dir(root)
     if run_dir is None:
         paths = RunPaths(root / new_run_id())
         make_private_dir(paths.root)
     else:
-        paths = RunPaths(Path(run_dir).resolve())
+        paths = RunPaths(_absolute_unresolved(run_dir))
         make_private_dir(paths.root)
         link = root / new_run_id()
         try:
@@ -295,7 +328,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def read_manifest(root: str | os.PathLike) -> dict | None:
-    return read_json(RunPaths(Path(root)).manifest)
+    return read_json(RunPaths(Path(root)).manifest, MAX_MANIFEST_BYTES)
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -336,23 +369,120 @@ def proc_start_ticks(pid: int | str = "self") -> int | None:
         return None
 
 
+def proc_environ(pid: int) -> dict[str, str] | None:
+    """The environment a process started with (/proc/<pid>/environ, size-capped), or None
+    when it cannot be read (gone, another user's)."""
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as handle:
+            data = handle.read(MAX_ENVIRON_BYTES)
+    except (OSError, ValueError, OverflowError):
+        return None
+    environ = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            environ[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return environ
+
+
+def proc_uids(pid: int) -> tuple[int, int] | None:
+    """(real, effective) uid of a process, or None."""
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    real, effective = line.split()[1:3]
+                    return int(real), int(effective)
+    except (OSError, ValueError, OverflowError):
+        pass
+    return None
+
+
+def same_dir(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
+    """Do the two paths name one directory (same device and inode)?"""
+    if not a or not b:
+        return False
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISDIR(first.st_mode) and (first.st_dev, first.st_ino) == (
+        second.st_dev,
+        second.st_ino,
+    )
+
+
+def descends_from(pid: int, ancestor: int, ancestor_ticks: int | None, max_hops: int = 256) -> bool:
+    """Is `pid` a descendant of the process `ancestor` that started at `ancestor_ticks`?
+
+    Walks the ppid chain in /proc; the start time makes a reused pid count as a different
+    process. A process whose ancestor has already exited was handed to another parent and
+    cannot be told apart any more (False).
+    """
+    current = pid
+    for _ in range(max_hops):
+        fields = proc_stat(current)
+        if not fields or len(fields) < 2 or not fields[1].isdigit():
+            return False
+        parent = int(fields[1])
+        if parent == ancestor:
+            return ancestor_ticks is not None and proc_start_ticks(ancestor) == ancestor_ticks
+        if parent <= 1:
+            return False
+        current = parent
+    return False
+
+
+def _number(value: object) -> float:
+    """A finite number from a file, or 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
 def is_live(manifest: dict) -> bool:
     return manifest.get("status") == STATUS_RUNNING and pid_alive(manifest.get("mldebug_pid"))
 
 
+def is_private_dir(path: str | os.PathLike) -> bool:
+    """check_private_dir as a question: False for anything it refuses, or cannot look at."""
+    try:
+        check_private_dir(Path(path))
+    except OSError:
+        return False
+    return True
+
+
 def list_runs() -> list[tuple[Path, dict]]:
-    """All runs under runs_root(), newest first, with their manifests."""
+    """All runs under runs_root(), newest first, with their manifests.
+
+    Only private directories count: a runs root anyone else can write to is not looked in,
+    and an entry (a custom --run-dir is a symlink here) that leads to a directory someone
+    else owns or can write to is skipped, so a planted run never becomes "the newest run".
+    """
     root = runs_root()
+    if not is_private_dir(root):
+        return []
     try:
         entries = list(root.iterdir())
     except OSError:
         return []
     runs = []
     for entry in entries:
-        manifest = read_manifest(entry)
+        try:
+            target = entry.resolve(strict=True)
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+            continue
+        if not is_private_dir(target):
+            continue
+        manifest = read_manifest(target)
         if manifest is not None:
-            runs.append((entry.resolve(), manifest))
-    runs.sort(key=lambda item: item[1].get("start_time") or 0, reverse=True)
+            runs.append((target, manifest))
+    runs.sort(key=lambda item: _number(item[1].get("start_time")), reverse=True)
     return runs
 
 

@@ -1,8 +1,18 @@
 """Ranks of `mldebug run -- LAUNCHER`: mldebug did not start them, so it knows them from the
-proc.json their hook writes, and watches their pids to learn when they are gone."""
+proc.json their hook writes, and watches their pids to learn when they are gone.
+
+A proc.json is only a claim: mldebug watches (and at the end may signal) a pid it names only
+once that pid is verified as a rank of this run: a descendant of the launcher this mldebug
+started (by pid and start time, so a reused pid does not pass) whose environment names this
+run directory. That is checked when the proc.json is first seen, while the launcher still
+runs: a rank the launcher left behind is handed to another parent and cannot be verified any
+more. An entry that fails is ignored, and said once.
+"""
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import threading
 import time
@@ -12,13 +22,24 @@ from dataclasses import dataclass
 from mldebug.launch import procs
 from mldebug.launch.manifest import Manifest
 from mldebug.rundir import (
+    ENV_RUN_DIR,
     STATUS_FAILED,
     STATUS_INTERRUPTED,
     STATUS_RUNNING,
     STATUS_SUCCEEDED,
     RunPaths,
+    descends_from,
+    hostname,
+    parse_rank,
+    proc_environ,
+    proc_start_ticks,
+    proc_stat,
     read_json,
+    same_dir,
 )
+
+MAX_HOST_CHARS = 255
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
 
 @dataclass
@@ -27,6 +48,22 @@ class _Watched:
     ticks: int | None  # start time: a pid is only signalled while it is the same process
     last_alive: float
     gone: bool = False
+    verified: bool = False  # a rank of this run, checked (see the module doc): may be signalled
+
+
+def _pid(value: object) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX
+    return value if ok else None
+
+
+def _time(value: object, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    try:
+        value = float(value)
+    except OverflowError:
+        return default
+    return value if math.isfinite(value) else default
 
 
 class WrappedRanks:
@@ -34,28 +71,78 @@ class WrappedRanks:
         self.paths = paths
         self.manifest = manifest
         self.watched: dict[int, _Watched] = {}
+        self.remote: set[int] = set()  # ranks on other hosts: recorded, never signalled
+        self.ignored: dict[int, str] = {}  # rank -> why its proc.json was not believed
+        self._told: set[int] = set()
+        self._launcher: tuple[int, int] | None = None  # (pid, start ticks)
+        self._host = hostname()
+
+    def _launcher_identity(self) -> tuple[int, int] | None:
+        """The launcher this mldebug started, by pid and start time: a child of this
+        process (so a reused pid of a stranger never passes)."""
+        if self._launcher is None:
+            pid = _pid(self.manifest.data.get("launcher_pid"))
+            fields = proc_stat(pid) if pid else None
+            if fields and len(fields) > 19 and fields[1] == str(os.getpid()):
+                self._launcher = (pid, int(fields[19]))
+        return self._launcher
+
+    def _verify(self, pid: int) -> int | None:
+        """The start ticks of `pid` if it is a rank of this run (see the module doc)."""
+        launcher = self._launcher_identity()
+        ticks = proc_start_ticks(pid)
+        if launcher is None or ticks is None or not descends_from(pid, *launcher):
+            return None
+        environ = proc_environ(pid) or {}
+        if not same_dir(environ.get(ENV_RUN_DIR), self.paths.root):
+            return None
+        return ticks if proc_start_ticks(pid) == ticks else None  # still the same process
 
     def discover(self) -> None:
         """Add ranks whose hook has written proc.json since the last look."""
+        self._launcher_identity()
         for rank in self.paths.rank_ids():
-            if rank in self.watched:
-                continue
+            if rank in self.watched or rank in self.remote or rank in self.ignored:
+                continue  # each proc.json is judged once, when first seen
             info = read_json(self.paths.proc_info(rank))
-            if info is None or not isinstance(info.get("pid"), int):
+            if info is None:
                 continue
-            started = info.get("start_time")  # alive then, at least
-            self.watched[rank] = _Watched(
-                info["pid"], info.get("start_ticks"), float(started or time.time())
-            )
+            pid = _pid(info.get("pid"))
+            if pid is None:
+                continue
+            host = info.get("host")
+            host = host[:MAX_HOST_CHARS] if isinstance(host, str) and host else None
+            started = _time(info.get("start_time"), time.time())  # alive then, at least
+            if host is not None and host != self._host:
+                self.remote.add(rank)  # another node's pid means nothing here
+            elif not self._watch(rank, pid, info.get("start_ticks"), started):
+                continue
             self.manifest.set_rank(
                 rank,
-                local_rank=info.get("local_rank"),
-                host=info.get("host"),
-                pid=info["pid"],
+                local_rank=parse_rank(info.get("local_rank")),
+                host=host,
+                pid=pid,
                 status=STATUS_RUNNING,
             )
-            if info.get("world_size") and self.manifest.data.get("world_size") is None:
-                self.manifest.update(world_size=info["world_size"])
+            world = parse_rank(info.get("world_size"))
+            if world and self.manifest.data.get("world_size") is None:
+                self.manifest.update(world_size=world)
+
+    def _watch(self, rank: int, pid: int, claimed: object, started: float) -> bool:
+        """Watch the rank a local proc.json names, if that is believable."""
+        fields = proc_stat(pid)
+        ticks = int(fields[19]) if fields and len(fields) > 19 and fields[0] != "Z" else None
+        claimed = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) else None
+        if ticks is None or (claimed is not None and claimed != ticks):
+            # The process it names has ended (its pid may be another's now): the rank is
+            # gone, which the report needs to know; it is never signalled.
+            self.watched[rank] = _Watched(pid, None, started, gone=True)
+        elif self._verify(pid) == ticks:
+            self.watched[rank] = _Watched(pid, ticks, started, verified=True)
+        else:
+            self.ignored[rank] = f"pid {pid} is not a process this run started"
+            return False
+        return True
 
     def poll(self) -> None:
         """Note which ranks are still alive, and when each was last seen so."""
@@ -72,11 +159,27 @@ class WrappedRanks:
         """Ranks that ended while watched: rank -> the last time they were seen alive."""
         return {rank: w.last_alive for rank, w in self.watched.items() if w.gone}
 
+    def notes(self) -> list[str]:
+        """What was ignored and not yet said (each rank once)."""
+        fresh = [rank for rank in sorted(self.ignored) if rank not in self._told]
+        self._told.update(fresh)
+        return [
+            f"mldebug: ignored {self.paths.proc_info(rank)}: {self.ignored[rank]}" for rank in fresh
+        ]
+
     def end_left_over(
         self, grace: float, hurry: threading.Event, say: Callable[[str], None]
     ) -> None:
-        """Rank processes the launcher left behind: SIGTERM, up to `grace` seconds, SIGKILL."""
-        left = [w for w in self.watched.values() if procs.same_process(w.pid, w.ticks)]
+        """Rank processes the launcher left behind: SIGTERM, up to `grace` seconds, SIGKILL.
+
+        Only verified ranks are ever signalled (see the module doc)."""
+        for note in self.notes():
+            say(note)
+        left = [
+            w
+            for w in self.watched.values()
+            if w.verified and not w.gone and procs.same_process(w.pid, w.ticks)
+        ]
         if not left:
             return
         say(f"mldebug: ending {len(left)} rank process(es) the launcher left running")
