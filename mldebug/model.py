@@ -34,6 +34,7 @@ KIND_PROGRESSING = "progressing"  # informational: the job is working, not hung
 KIND_CRASH = "crash"  # a rank ended by an exception or a signal: the root cause of what follows
 KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody waits on them
 KIND_ENDED = "ended"  # informational: every rank has exited with code 0, the job is over
+KIND_THREADS = "threads"  # some ranks lack a thread (by the function it runs) the others have
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"

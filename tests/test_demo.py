@@ -39,6 +39,8 @@ def test_demo_without_a_terminal_prints_the_verdict(tmp_path):
         f"rank 1 never reached all_reduce: it is stuck in next_batch ({job}:{blocked})" in verdict
     )
     assert "rank 0 waits in all_reduce at average_gradients" in verdict
+    # AND the verdict names the thread rank 1 lost, which rank 0 still runs
+    assert "rank 1 has no thread running prefetch (prefetch_hang.py), which rank 0 has" in verdict
     # AND the job is stopped: no rank of it is left
     left = subprocess.run(["pgrep", "-f", str(job)], capture_output=True, text=True)
     assert left.stdout == ""

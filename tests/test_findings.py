@@ -13,6 +13,7 @@ from mldebug.model import (
     KIND_PROGRESSING,
     KIND_RENDEZVOUS,
     KIND_STUCK,
+    KIND_THREADS,
     KIND_UNREADABLE,
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -337,3 +338,85 @@ def test_an_exception_logged_by_a_rank_that_exited_0_is_no_crash():
         crashes=(RankCrash(1, 5.0, "uncaught exception", "KeyError", "x"),),
     )
     assert KIND_CRASH not in [f.kind for f in snap.findings]
+
+
+# -- threads that differ between ranks ---------------------------------------------------
+
+THREADING = "/usr/lib/python3.11/threading.py"
+
+
+def with_threads(rank: int, main: tuple[Frame, ...], *workers: str, world=None):
+    """Two stuck samples of a rank whose extra threads were started on `workers` functions."""
+    target = RankTarget(pid=1000 + rank, rank=rank, world_size=world)
+    threads = [ThreadStack(1, "MainThread", main)]
+    for index, function in enumerate(workers, start=2):
+        frames = (
+            Frame("_bootstrap", THREADING, 1002),
+            Frame("Thread.run", THREADING, 982),
+            Frame(function, TRAIN, 20),
+            Frame("Queue.put", "/usr/lib/python3.11/queue.py", 140),
+        )
+        # The thread's name counts threads started before it: it differs between ranks.
+        threads.append(ThreadStack(index, f"Thread-{index + rank} ({function})", frames))
+    out = [
+        StackSample(target, 100.0 + 0.4 * i, tuple(threads), cpu_seconds=0.0, main_cpu_seconds=0.0)
+        for i in range(2)
+    ]
+    return target, out
+
+
+def test_a_rank_that_lost_the_thread_its_peers_run_is_named_in_the_verdict():
+    blocked = (*at("main", 50), Frame("next_batch", TRAIN, 28))
+    jobs = [
+        with_threads(0, in_op("all_reduce", "average_gradients", 33), "prefetch", world=3),
+        with_threads(1, in_op("all_reduce", "average_gradients", 33), "prefetch", world=3),
+        with_threads(2, blocked, world=3),
+    ]
+    snapshot = build_snapshot([t for t, _ in jobs], {t.pid: s for t, s in jobs}, world_size=3)
+    verdict = snapshot.findings[0]
+    assert verdict.kind == KIND_OUTLIER and verdict.ranks == (2,)
+    assert verdict.summary.endswith(
+        "; rank 2 has no thread running prefetch (train.py), which ranks 0-1 have: it may have died"
+    )
+    # Said once: in the verdict it explains, not again as a finding of its own.
+    assert [f.kind for f in snapshot.findings].count(KIND_THREADS) == 0
+
+
+def test_threads_that_differ_without_a_hang_are_reported_by_themselves():
+    jobs = [
+        with_threads(0, at("train_step", 10), "prefetch", "log_metrics", world=4),
+        with_threads(1, at("train_step", 10), "prefetch", world=4),
+        with_threads(2, at("train_step", 10), "prefetch", world=4),
+        with_threads(3, at("train_step", 10), world=4),
+    ]
+    snapshot = build_snapshot([t for t, _ in jobs], {t.pid: s for t, s in jobs}, world_size=4)
+    threads = [f for f in snapshot.findings if f.kind == KIND_THREADS]
+    assert [(f.ranks, f.severity) for f in threads] == [
+        ((3,), SEVERITY_WARNING),
+        ((0,), SEVERITY_INFO),
+    ]
+    assert threads[0].summary == (
+        "rank 3 has no thread running prefetch (train.py), which ranks 0-2 have"
+    )
+    assert threads[1].summary == (
+        "rank 0 runs a thread log_metrics (train.py) that ranks 1-3 do not"
+    )
+    assert all(f.recipe == "missing-thread" for f in threads)
+
+
+def test_ranks_with_the_same_threads_under_different_names_do_not_differ():
+    jobs = [with_threads(r, at("train_step", 10), "prefetch", world=2) for r in range(2)]
+    snapshot = build_snapshot([t for t, _ in jobs], {t.pid: s for t, s in jobs}, world_size=2)
+    assert not [f for f in snapshot.findings if f.kind == KIND_THREADS]
+
+
+def test_with_two_ranks_the_one_kept_waiting_for_tells_which_lost_its_thread():
+    jobs = [
+        with_threads(0, in_op("all_reduce", "average_gradients", 33), "prefetch", world=2),
+        with_threads(1, (*at("main", 50), Frame("next_batch", TRAIN, 28)), world=2),
+    ]
+    snapshot = build_snapshot([t for t, _ in jobs], {t.pid: s for t, s in jobs}, world_size=2)
+    assert snapshot.findings[0].summary.endswith(
+        "; rank 1 has no thread running prefetch (train.py), which rank 0 has: it may have died"
+    )
+    assert [f.kind for f in snapshot.findings] == [KIND_OUTLIER]

@@ -10,6 +10,7 @@ FINDING_RECIPES = {
     model.KIND_RENDEZVOUS: "rendezvous-hang",
     model.KIND_HANG: "collective-hang",
     model.KIND_UNREADABLE: "ptrace-permission",
+    model.KIND_THREADS: "missing-thread",
 }
 
 

@@ -10,8 +10,10 @@ that are stuck count as waiting, so a healthy job sampled mid-collective is not 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mldebug.analysis.frames import frame_label, is_rendezvous
+from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
     FAIL_PERMISSION,
     KIND_CRASH,
@@ -23,6 +25,7 @@ from mldebug.model import (
     KIND_PROGRESSING,
     KIND_RENDEZVOUS,
     KIND_STUCK,
+    KIND_THREADS,
     KIND_UNREADABLE,
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -49,9 +52,11 @@ _KIND_ORDER = (
     KIND_HANG,
     KIND_UNREADABLE,
     KIND_STUCK,
+    KIND_THREADS,
     KIND_PROGRESSING,
     KIND_ENDED,
 )
+MAX_THREAD_FINDINGS = 3
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -227,8 +232,23 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
     ]
 
 
+def _thread_clause(ranks: Sequence[int], difference: ThreadDifference | None) -> str:
+    """'; rank 2 has no thread running prefetch (...), which ranks 0-1 have: ...'"""
+    if difference is None:
+        return ""
+    return (
+        f"; {ranks_text(ranks)} {_verb(ranks, 'has', 'have')} no thread running "
+        f"{difference.label}, which {ranks_text(difference.have)} "
+        f"{_verb(difference.have, 'has', 'have')}: it may have died"
+    )
+
+
 def _outliers(
-    elsewhere: list[RankView], waiting_groups: list[list[RankView]], severity: str
+    elsewhere: list[RankView],
+    waiting_groups: list[list[RankView]],
+    severity: str,
+    threads: list[ThreadDifference],
+    used: set[ThreadDifference],
 ) -> list[Finding]:
     main = waiting_groups[0]
     op = main[0].collective
@@ -241,10 +261,13 @@ def _outliers(
             _worker_text(group, stuck=not busy)
             or f"{_verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
         )
+        lacking = explaining(threads, ranks)
+        if lacking is not None:
+            used.add(lacking)
         summary = (
             f"{ranks_text(ranks)} never reached {op}: {doing}, while "
             f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
-            f"in {op} at {_where(main[0])}"
+            f"in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
         )
         # Ranks still working their way to init_process_group is how every job starts.
         group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
@@ -316,7 +339,9 @@ _HANG_DETAIL = (
 )
 
 
-def _idle(present: list[RankView]) -> list[Finding]:
+def _idle(
+    present: list[RankView], threads: list[ThreadDifference], used: set[ThreadDifference]
+) -> list[Finding]:
     stuck = [v for v in present if v.state == STATE_STUCK]
     if not stuck:
         if present and all(v.state == STATE_RUNNING for v in present):
@@ -333,17 +358,55 @@ def _idle(present: list[RankView]) -> list[Finding]:
     findings = []
     for group in _bucket(stuck, key=_place):
         ranks = [v.rank for v in group]
+        lacking = explaining(threads, ranks)
+        if lacking is not None:
+            used.add(lacking)
         findings.append(
             Finding(
                 KIND_STUCK,
                 tuple(ranks),
                 f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
                 f"{_verb(ranks, 'is', 'are')} in no collective: "
-                f"{_worker_text(group, stuck=True) or _where(group[0])}",
+                f"{_worker_text(group, stuck=True) or _where(group[0])}"
+                f"{_thread_clause(ranks, lacking)}",
                 location=location_of(group[0]),
                 severity=SEVERITY_WARNING,
                 detail=_worker_detail(group),
             )
+        )
+    return findings
+
+
+def _thread_findings(differences: list[ThreadDifference]) -> list[Finding]:
+    """Threads that differ across ranks and no other finding has explained."""
+    findings = []
+    for difference in differences[:MAX_THREAD_FINDINGS]:
+        have, lack = difference.have, difference.lack
+        if difference.missing:
+            summary = (
+                f"{ranks_text(lack)} {_verb(lack, 'has', 'have')} no thread running "
+                f"{difference.label}, which {ranks_text(have)} {_verb(have, 'has', 'have')}"
+            )
+        else:
+            summary = (
+                f"{ranks_text(have)} {_verb(have, 'runs', 'run')} a thread {difference.label} "
+                f"that {ranks_text(lack)} {_verb(lack, 'does', 'do')} not"
+            )
+        findings.append(
+            Finding(
+                KIND_THREADS,
+                difference.odd or lack,
+                summary,
+                recipe="missing-thread",
+                # A thread the others have and these ranks lost is a likely cause; one only
+                # some ranks run (a logger on rank 0) is usually by design.
+                severity=SEVERITY_WARNING if difference.missing else SEVERITY_INFO,
+            )
+        )
+    hidden = len(differences) - MAX_THREAD_FINDINGS
+    if hidden > 0:
+        findings[-1] = replace(
+            findings[-1], detail=f"{hidden} more thread(s) differ between ranks: mldebug dump -v"
         )
     return findings
 
@@ -375,8 +438,10 @@ def find_problems(
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
     elsewhere = [v for v in present if not v.collective]
+    threads = thread_differences(present)
+    used: set[ThreadDifference] = set()
     if not waiting:
-        findings += _idle(present)
+        findings += _idle(present, threads, used)
     else:
         # Waiting ranks that were seen stuck make it an error; one sample only, a warning.
         severity = (
@@ -385,9 +450,10 @@ def find_problems(
         groups = _bucket(waiting, key=_waiting_label)
         findings += _mismatch(groups, severity)
         if elsewhere:
-            findings += _outliers(elsewhere, groups, severity)
+            findings += _outliers(elsewhere, groups, severity, threads, used)
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
+    findings += _thread_findings([d for d in threads if d not in used])
     findings.sort(
         key=lambda f: (
             _SEVERITY_ORDER.get(f.severity, 3),

@@ -1,0 +1,91 @@
+"""Thread sets compared across ranks: the thread one rank lacks is often the whole story.
+
+Ranks of a data-parallel job run the same code, so they run the same threads: a prefetch
+thread, a DataLoader pin-memory thread, a logger. A rank whose prefetch thread died waits for
+a batch that never comes, and its stack only says "Queue.get"; that its peers still have the
+thread and it does not is what a person would notice. A thread is known by the function it
+was started on (its outermost frame outside `threading`), which, unlike its name
+("Thread-3 (prefetch)"), does not depend on how many threads came before it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from mldebug.model import RankView, ThreadStack
+
+_COUNTER = re.compile(r"^Thread-\d+ ?")
+
+
+@dataclass(frozen=True)
+class ThreadDifference:
+    """A thread some ranks run and others do not."""
+
+    label: str  # "prefetch (prefetch_hang.py)"
+    have: tuple[int, ...]
+    lack: tuple[int, ...]
+
+    @property
+    def odd(self) -> tuple[int, ...]:
+        """The ranks that differ from most: those lacking a thread most have, or those
+        having one most lack; none when the ranks split evenly."""
+        if len(self.lack) < len(self.have):
+            return self.lack
+        if len(self.have) < len(self.lack):
+            return self.have
+        return ()
+
+    @property
+    def missing(self) -> bool:
+        """True when the odd ranks are the ones without the thread."""
+        return 0 < len(self.lack) < len(self.have)
+
+
+def thread_key(thread: ThreadStack) -> str | None:
+    """What a thread is, in words that are the same on every rank; None for a thread that
+    is not the rank's own (a DataLoader worker process's)."""
+    if thread.pid is not None:
+        return None
+    entry = next(
+        (f for f in thread.frames if not f.native and not f.file.endswith("/threading.py")),
+        None,
+    )
+    if entry is not None:
+        return f"{entry.function} ({PurePosixPath(entry.file).name})"
+    name = _COUNTER.sub("", thread.name).strip("() ")
+    return name or None
+
+
+def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
+    """Threads (other than the main thread) that not every rank read has, most lacking first.
+
+    Only ranks whose threads were read take part; at least two are needed to compare.
+    """
+    keys: dict[int, set[str]] = {}
+    for view in views:
+        if view.threads:
+            keys[view.rank] = {k for t in view.threads[1:] if (k := thread_key(t)) is not None}
+    if len(keys) < 2:
+        return []
+    ranks = sorted(keys)
+    differences = []
+    for key in sorted(set().union(*keys.values())):
+        have = tuple(r for r in ranks if key in keys[r])
+        if len(have) < len(ranks):
+            lack = tuple(r for r in ranks if key not in keys[r])
+            differences.append(ThreadDifference(key, have, lack))
+    differences.sort(key=lambda d: (not d.missing, -len(d.have), d.label))
+    return differences
+
+
+def explaining(differences: Sequence[ThreadDifference], ranks: Sequence[int]):
+    """The first thread that `ranks` (all of them) lack and at least as many others have:
+    for ranks that keep the rest waiting, a likely cause, even when two ranks split 1-1."""
+    wanted = set(ranks)
+    for difference in differences:
+        if wanted <= set(difference.lack) and len(difference.lack) <= len(difference.have):
+            return difference
+    return None
