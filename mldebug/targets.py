@@ -131,6 +131,12 @@ def target_from_process(
 
 def check_pid(pid: int) -> None:
     """Raise a clear error for a pid that is not there or is not ours (signal 0 probes it)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
+        # kill(0) and kill(-1) would probe a process group or every process, not a pid.
+        raise NoTargetError(
+            f"bad pid {pid}: a pid is a number from 1 to {PID_MAX}",
+            "Check the pid with `ps -ef | grep python`.",
+        )
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -256,17 +262,27 @@ def _order(target: RankTarget) -> tuple:
     return (target.rank is None, target.rank if target.rank is not None else 0, target.pid)
 
 
+# At most this many rank entries are taken from run.json (the rest are ignored, with a note):
+# 300,000 planted ranks must not make a dump take minutes.
+MAX_RANK_ENTRIES = 1 << 16
+
+
+def _rank_entries(manifest: dict) -> list[dict]:
+    entries = manifest.get("ranks")
+    if not isinstance(entries, list):
+        return []
+    return [entry for entry in entries[:MAX_RANK_ENTRIES] if isinstance(entry, dict)]
+
+
 def _exit_codes(manifest: dict) -> dict[int, int]:
     """rank -> exit code of the ranks run.json says have ended."""
     codes: dict[int, int] = {}
-    entries = manifest.get("ranks")
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        rank = _int(str(entry.get("rank", "")))
+    for entry in _rank_entries(manifest):
+        rank = rundir.parse_rank(entry.get("rank"))
         code = entry.get("exit_code", entry.get("returncode"))
-        if rank is not None and isinstance(code, int):
-            codes[rank] = code
+        if rank is not None and isinstance(code, int) and not isinstance(code, bool):
+            if -(1 << 31) <= code < 1 << 31:
+                codes[rank] = code
     return codes
 
 
@@ -284,6 +300,59 @@ def with_run_outcome(job: JobTargets) -> JobTargets:
     )
 
 
+@dataclass
+class _RunDirReader:
+    """Which pids a run directory names are its ranks: a pid is only read (ptraced) once it
+    is verified as one: alive, owned by the directory's owner, and started with
+    MLDEBUG_RUN_DIR naming this same directory. Files in the directory are only claims."""
+
+    root: Path
+    owner: int
+    host: str
+    verified: dict[int, dict[str, str] | None] = field(default_factory=dict)
+    strangers: set[int] = field(default_factory=set)  # alive, named, not verified
+
+    def environ(self, pid: int) -> dict[str, str] | None:
+        """The environment of `pid` if it is a rank of this run, else None (cached)."""
+        if pid not in self.verified:
+            self.verified[pid] = self._verify(pid)
+            if self.verified[pid] is None and rundir.pid_alive(pid):
+                self.strangers.add(pid)
+        return self.verified[pid]
+
+    def _verify(self, pid: int) -> dict[str, str] | None:
+        if not rundir.pid_alive(pid) or rundir.proc_uids(pid) != (self.owner, self.owner):
+            return None
+        environ = rundir.proc_environ(pid)
+        if environ is None or not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
+            return None
+        return environ
+
+
+def _here(value: object, host: str) -> bool:
+    """Is a rank entry's host this machine (an entry without one is taken as local)?"""
+    return not value or value == host
+
+
+def _trust_notes(root: Path) -> tuple[int, list[str]]:
+    """The uid whose processes a run directory may name, and what to say about it."""
+    try:
+        info = os.stat(root)
+    except OSError as error:
+        raise NoTargetError(f"cannot read the run directory {root}: {error.strerror}") from None
+    if info.st_uid != os.geteuid():
+        return info.st_uid, [
+            f"{root} belongs to uid {info.st_uid}, not you: only that user's processes "
+            "that run with this directory are read"
+        ]
+    if info.st_mode & 0o022:
+        return info.st_uid, [
+            f"{root} is writable by others (mode {info.st_mode & 0o777:o}): anyone may have "
+            "planted its files; only processes verified as its ranks are read"
+        ]
+    return info.st_uid, []
+
+
 def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     root = Path(run_dir)
     manifest = rundir.read_manifest(root)
@@ -293,46 +362,64 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
             "Pass the directory `mldebug run` printed, or use --pid.",
         )
     paths = rundir.RunPaths(root)
+    owner, notes = _trust_notes(root)
     host = rundir.hostname()
-    targets: dict[int, RankTarget] = {}
+    reader = _RunDirReader(root, owner, host)
     exit_codes = _exit_codes(manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        rank = _int(str(entry.get("rank", "")))
-        pid = _pid(entry.get("pid"))
-        if rank is not None and pid and rundir.pid_alive(pid):
-            targets[rank] = RankTarget(
-                pid=pid,
-                rank=rank,
-                world_size=world,
-                local_rank=_int(str(entry.get("local_rank", ""))),
-                host=str(entry.get("host") or host),
-                job=str(root),
-                run_dir=str(root),
-            )
-    for rank in paths.rank_ids():  # proc.json written by the in-rank hook
+    if isinstance(entries, list) and len(entries) > MAX_RANK_ENTRIES:
+        notes.append(
+            f"run.json lists {len(entries)} ranks: only the first {MAX_RANK_ENTRIES} are read"
+        )
+    # What the files claim, run.json first: (rank, pid, local rank, world size).
+    claims: list[tuple[int, int, object, object]] = []
+    for entry in _rank_entries(manifest):
+        rank, pid = rundir.parse_rank(entry.get("rank")), _pid(entry.get("pid"))
+        if rank is not None and pid and _here(entry.get("host"), host):
+            claims.append((rank, pid, entry.get("local_rank"), None))
+    for rank in paths.rank_ids()[:MAX_RANK_ENTRIES]:  # proc.json written by the in-rank hook
         info = rundir.read_json(paths.proc_info(rank)) or {}
         pid = _pid(info.get("pid"))
-        if rank in targets or not pid or not rundir.pid_alive(pid):
+        if pid and _here(info.get("host"), host):  # another node's pid: not readable here
+            claims.append((rank, pid, info.get("local_rank"), info.get("world_size")))
+    # One target per rank and per pid (500 ranks naming one process read it once): the
+    # rank the process's own environment gives wins, else the first claim.
+    by_pid: dict[int, list[tuple[int, int, object, object]]] = {}
+    for claim in claims:
+        by_pid.setdefault(claim[1], []).append(claim)
+    targets: dict[int, RankTarget] = {}
+    for pid, named in by_pid.items():
+        environ = reader.environ(pid)
+        if environ is None:
             continue
-        if info.get("host") and info["host"] != host:
-            continue  # another node: not readable from here
-        world = world or _world(info.get("world_size"))
+        own = rank_env(environ)[0]
+        free = [claim for claim in named if claim[0] not in targets]
+        if not free:
+            continue
+        rank, _, local, size = next((c for c in free if c[0] == own), free[0])
+        world = world or _world(size)
         targets[rank] = RankTarget(
             pid=pid,
             rank=rank,
             world_size=world,
-            local_rank=_int(str(info.get("local_rank", ""))),
-            host=info.get("host") or host,
+            local_rank=rundir.parse_rank(local),
+            host=host,
             job=str(root),
             run_dir=str(root),
+        )
+    if reader.strangers:
+        listed = " ".join(str(pid) for pid in sorted(reader.strangers)[:8])
+        more = " ..." if len(reader.strangers) > 8 else ""
+        notes.append(
+            f"not reading {len(reader.strangers)} process(es) the run directory names that "
+            f"are not its ranks (not started with MLDEBUG_RUN_DIR={root}, or another "
+            f"user's): pid {listed}{more}"
         )
     crashes = read_crashes(root, manifest)
     if not targets:
         status = manifest.get("status") or "unknown"
+        status = status if isinstance(status, str) else "unknown"
         if status == rundir.STATUS_FAILED:
             # Post-mortem: no stacks to read, but the files say who failed first, and how.
             return JobTargets(
@@ -342,17 +429,19 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                 str(root),
                 exit_codes,
                 crashes=crashes,
-                notes=(f"the run has ended ({status}); this is what it left",),
+                notes=(*notes, f"the run has ended ({status}); this is what it left"),
             )
         raise NoTargetError(
-            f"run {root} has no live ranks (status: {status})",
+            "\n".join([f"run {root} has no live ranks (status: {status[:40]})", *notes]),
             "It has ended or not started yet; its logs are in that directory.",
         )
     if world is None:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
     ordered = tuple(sorted(targets.values(), key=_order))
-    return JobTargets(ordered, world, str(root), str(root), exit_codes, crashes=crashes)
+    return JobTargets(
+        ordered, world, str(root), str(root), exit_codes, notes=tuple(notes), crashes=crashes
+    )
 
 
 def _describe_job(targets: list[RankTarget]) -> str:

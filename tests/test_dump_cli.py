@@ -58,7 +58,28 @@ def test_a_killed_rank_shows_as_missing(launcher):
     assert {r["rank"]: r["state"] for r in report["ranks"]}[2] in ("missing", "exited")
 
 
-def test_run_dir_reports_exit_codes(launcher, tmp_path):
+@pytest.fixture
+def launcher_in_run(tmp_path):
+    """The sleepy job, started as `mldebug run` starts one in run directory tmp_path (only
+    processes started with MLDEBUG_RUN_DIR naming a run directory are its ranks)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "MLDEBUG_RUN_DIR": str(tmp_path)},
+    )
+    try:
+        ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
+        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_run_dir_reports_exit_codes(launcher_in_run, tmp_path):
+    launcher = launcher_in_run
     manifest = {
         "status": "running",
         "world_size": 5,

@@ -102,8 +102,13 @@ def test_missing_pid_is_a_clear_error():
         resolve_targets([999999])
 
 
+def in_run(run_dir):
+    """The environment of a job started by `mldebug run` in `run_dir`."""
+    return {**os.environ, "MLDEBUG_RUN_DIR": str(run_dir)}
+
+
 def test_run_dir_reads_pids_and_exit_codes(tmp_path):
-    launcher, rank_pids = start_launcher("2", "--world", "3")
+    launcher, rank_pids = start_launcher("2", "--world", "3", env=in_run(tmp_path))
     try:
         (tmp_path / "ranks").mkdir()
         manifest = {
@@ -158,7 +163,7 @@ def test_run_dir_without_live_ranks(tmp_path):
 def test_garbage_numbers_in_run_directory_files_are_skipped(tmp_path, capsys):
     from mldebug.commands import dump
 
-    launcher, rank_pids = start_launcher("1")
+    launcher, rank_pids = start_launcher("1", env=in_run(tmp_path))
     try:
         # GIVEN a run directory whose files hold numbers no process or job can have
         (tmp_path / "run.json").write_text(

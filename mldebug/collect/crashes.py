@@ -3,30 +3,48 @@
 The in-rank hook writes `ranks/<rank>/error.json` when an exception reaches the top; the
 launcher writes `first_failure` into run.json when the job ends (it also covers signals,
 which leave no error file). Both are read here for the verdict; nothing is trusted beyond
-plain JSON values.
+plain JSON values, and what is read is bounded: each file, the number of ranks, the bytes
+of all error files together, and each string kept.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 from mldebug import rundir
 from mldebug.model import RankCrash
 
+MAX_RANKS = 1 << 16  # error files looked at per run directory
+MAX_ERROR_BYTES = rundir.MAX_JSON_BYTES  # one error.json
+MAX_TOTAL_BYTES = 64 << 20  # all error.json files of a run together
+MAX_MESSAGE_CHARS = 64 << 10  # the whole message stays in the rank's stderr.log
+MAX_FIELD_CHARS = 4096  # exception type, how, location
+
+
+def _text(value: object, limit: int = MAX_FIELD_CHARS) -> str:
+    return str(value)[:limit] if isinstance(value, (str, int, float)) else ""
+
 
 def _crash(data: dict, rank: int, how: str = "") -> RankCrash | None:
+    when = data.get("time") or 0.0
+    if isinstance(when, bool) or not isinstance(when, (int, float, str)):
+        return None
     try:
-        when = float(data.get("time") or 0.0)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond a float
+        when = float(when)
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond a float
+        return None
+    if not math.isfinite(when):
         return None
     location = data.get("user_location") or data.get("location") or None
     return RankCrash(
         rank=rank,
         time=when,
-        how=str(data.get("how") or how),
-        exc_type=str(data.get("type") or ""),
-        message=str(data.get("message") or ""),
-        location=str(location) if location else None,
+        how=_text(data.get("how") or how),
+        exc_type=_text(data.get("type") or ""),
+        message=_text(data.get("message") or "", MAX_MESSAGE_CHARS),
+        location=_text(location) or None,
     )
 
 
@@ -36,14 +54,24 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
     manifest = manifest if manifest is not None else rundir.read_manifest(paths.root) or {}
     crashes: dict[int, RankCrash] = {}
     first = manifest.get("first_failure")
-    if isinstance(first, dict) and isinstance(first.get("rank"), int):
-        crash = _crash(first, first["rank"])
+    rank = rundir.parse_rank(first.get("rank")) if isinstance(first, dict) else None
+    if rank is not None:
+        crash = _crash(first, rank)
         if crash is not None:
             crashes[crash.rank] = crash
-    for rank in paths.rank_ids():
+    budget = MAX_TOTAL_BYTES
+    for rank in paths.rank_ids()[:MAX_RANKS]:
         if rank in crashes:
             continue
-        data = rundir.read_json(paths.error_file(rank))
+        path = paths.error_file(rank)
+        try:
+            size = os.lstat(path).st_size
+        except OSError:
+            continue  # no error file: the usual case
+        if size > MAX_ERROR_BYTES or size > budget:
+            continue
+        budget -= size
+        data = rundir.read_json(path, MAX_ERROR_BYTES)
         if data is not None:
             crash = _crash(data, rank, how="uncaught exception")
             if crash is not None:

@@ -1,0 +1,208 @@
+"""`dump --run DIR`, `attach --run DIR` and the newest-run default read (ptrace) only pids
+verified as ranks of that run: a run directory's files are claims, not facts.
+
+Ranks here are plain Python processes (tests/jobs/sleepy_ranks.py), no torch.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mldebug import rundir
+from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes
+from mldebug.errors import NoTargetError
+from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets
+
+SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+NOBODY = 65534
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another user's processes need root")
+
+
+def start_ranks(count, run_dir=None):
+    """A sleepy launcher of `count` ranks, started in `run_dir` as `mldebug run` would."""
+    env = dict(os.environ)
+    if run_dir is not None:
+        env["MLDEBUG_RUN_DIR"] = str(run_dir)
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    ready = sorted((proc.stdout.readline().split() for _ in range(count)), key=lambda r: int(r[2]))
+    proc.rank_pids = [int(pid) for _, pid, _ in ready]
+    return proc
+
+
+@pytest.fixture
+def jobs():
+    started = []
+    yield started
+    for proc in started:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def make_run(path, ranks, mode=0o700, **fields):
+    path.mkdir(mode=mode, exist_ok=True)
+    os.chmod(path, mode)
+    manifest = {"status": "running", "start_time": time.time(), "ranks": ranks, **fields}
+    (path / "run.json").write_text(json.dumps(manifest, separators=(",", ":")))
+    return path
+
+
+def plant_proc(run, rank, pid):
+    folder = run / "ranks" / str(rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "proc.json").write_text(json.dumps({"rank": rank, "pid": pid}))
+
+
+def test_pids_the_run_directory_names_that_are_not_its_ranks_are_not_read(tmp_path, jobs):
+    run = tmp_path / "run"
+    # GIVEN a real rank of the run, and processes of this user that are not its ranks:
+    # one of another run, one of no run at all (both with rank variables)
+    jobs.append(ours := start_ranks(1, run_dir=run))
+    jobs.append(other := start_ranks(1, run_dir=tmp_path))
+    jobs.append(loose := start_ranks(1))
+    strangers = [other.rank_pids[0], loose.rank_pids[0], other.pid]
+    # AND a run directory whose run.json and proc.json files name all of them
+    make_run(run, [{"rank": 0, "pid": ours.rank_pids[0]}, {"rank": 1, "pid": strangers[0]}])
+    plant_proc(run, 2, strangers[1])
+    plant_proc(run, 3, strangers[2])
+    # WHEN it is resolved, THEN only the real rank is a target, and the others are named
+    job = resolve_targets(run_dir=run)
+    assert [(t.rank, t.pid) for t in job.targets] == [(0, ours.rank_pids[0])]
+    (note,) = [n for n in job.notes if "not its ranks" in n]
+    assert all(str(pid) in note for pid in strangers)
+
+
+def test_a_run_of_strangers_only_reads_nothing(tmp_path, jobs):
+    jobs.append(loose := start_ranks(2))
+    run = make_run(tmp_path / "run", [{"rank": r, "pid": p} for r, p in enumerate(loose.rank_pids)])
+    with pytest.raises(NoTargetError, match="no live ranks(.|\n)*not its ranks"):
+        resolve_targets(run_dir=run)
+
+
+def test_500_ranks_naming_one_pid_read_it_once_as_its_own_rank(tmp_path, jobs):
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(2, run_dir=run))
+    # rank 1's process (RANK=1 in its environment) named by 500 entries, rank 0 by none
+    make_run(run, [{"rank": r, "pid": job.rank_pids[1]} for r in range(500)])
+    for rank in range(500, 510):
+        plant_proc(run, rank, job.rank_pids[1])
+    found = resolve_targets(run_dir=run)
+    assert [(t.rank, t.pid) for t in found.targets] == [(1, job.rank_pids[1])]
+
+
+def test_300k_ranks_in_run_json_resolve_quickly_and_bounded(tmp_path, jobs):
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(1, run_dir=run))
+    pid = job.rank_pids[0]
+    make_run(run, [{"rank": r, "pid": pid} for r in range(300_000)], world_size=300_000)
+    started = time.monotonic()
+    found = resolve_targets(run_dir=run)
+    assert time.monotonic() - started < 5
+    assert [(t.rank, t.pid) for t in found.targets] == [(0, pid)]
+    assert f"run.json lists 300000 ranks: only the first {MAX_RANK_ENTRIES} are read" in (
+        found.notes
+    )
+
+
+@needs_root
+def test_a_run_directory_of_another_user_reads_only_that_users_ranks(tmp_path, jobs):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    # GIVEN nobody's run directory, with a rank of nobody's and one of root's that both
+    # run with MLDEBUG_RUN_DIR naming it (nobody cannot run this venv's python: sleep will do)
+    env = {"MLDEBUG_RUN_DIR": str(run), "RANK": "0", "WORLD_SIZE": "2"}
+    theirs = subprocess.Popen(["sleep", "300"], env=env, user=NOBODY, start_new_session=True)
+    jobs.append(theirs)
+    jobs.append(mine := start_ranks(1, run_dir=run))
+    make_run(run, [{"rank": 0, "pid": theirs.pid}, {"rank": 1, "pid": mine.rank_pids[0]}])
+    os.chown(run, NOBODY, NOBODY)
+    # WHEN root resolves it
+    found = resolve_targets(run_dir=run)
+    # THEN only nobody's rank is read, and the note says whose directory it is
+    assert [(t.rank, t.pid) for t in found.targets] == [(0, theirs.pid)]
+    assert any(f"belongs to uid {NOBODY}, not you" in note for note in found.notes)
+
+
+def test_a_run_directory_others_can_write_warns_and_still_verifies(tmp_path, jobs):
+    run = tmp_path / "run"
+    jobs.append(ours := start_ranks(1, run_dir=run))
+    jobs.append(loose := start_ranks(1))
+    make_run(
+        run,
+        [{"rank": 0, "pid": ours.rank_pids[0]}, {"rank": 1, "pid": loose.rank_pids[0]}],
+        mode=0o777,
+    )
+    found = resolve_targets(run_dir=run)
+    assert [t.pid for t in found.targets] == ours.rank_pids
+    assert any("writable by others (mode 777)" in note for note in found.notes)
+
+
+@pytest.mark.parametrize("pid", ["-1", "0", "99999999999999999999", str((1 << 22) + 1)])
+def test_a_pid_that_cannot_be_is_a_clear_error(pid):
+    with pytest.raises(NoTargetError, match=f"bad pid {pid}: a pid is a number from 1"):
+        check_pid(int(pid))
+    with pytest.raises(NoTargetError, match="bad pid"):
+        resolve_targets([int(pid)])
+    done = subprocess.run(
+        [*MLDEBUG, "dump", f"--pid={pid}"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode in (2, 3) and f"{pid}" in done.stderr and "pid" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+ODD_NAMES = ("²", "--x", "-1", "007", "99999999999999999999", str(1 << 20), "1e3", " 1")
+
+
+def test_odd_rank_directory_names_are_not_ranks_anywhere(tmp_path, jobs):
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(1, run_dir=run))
+    make_run(run, [], first_failure={"rank": True, "time": 1.0, "how": "killed"})
+    for name in ODD_NAMES:
+        (run / "ranks" / name).mkdir(parents=True)
+        (run / "ranks" / name / "proc.json").write_text(json.dumps({"pid": job.rank_pids[0]}))
+        error = {"type": "ValueError", "message": "odd", "time": 1.0}
+        (run / "ranks" / name / "error.json").write_text(json.dumps(error))
+    plant_proc(run, 0, job.rank_pids[0])
+    found = resolve_targets(run_dir=run)
+    assert [(t.rank, t.pid) for t in found.targets] == [(0, job.rank_pids[0])]
+    assert found.crashes == ()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [*({"rank": r, "time": 1.0} for r in (True, -1, 10**30, "²", 1.0, 1 << 20)), [1], "x"],
+)
+def test_a_first_failure_naming_no_real_rank_is_no_crash(tmp_path, first):
+    assert read_crashes(tmp_path, {"first_failure": first}) == ()
+
+
+def test_crashes_from_error_files_are_bounded(tmp_path):
+    paths = rundir.RunPaths(tmp_path)
+    # a sparse 2 GB error file, a 3 MB message, and times that are no time
+    for rank in range(5):
+        paths.rank_dir(rank).mkdir(parents=True)
+    with open(paths.error_file(0), "wb") as handle:
+        handle.truncate(2 << 30)
+    big = {"type": "E" * 10_000, "message": "m" * (3 << 20), "time": 2.0, "location": "x:1"}
+    paths.error_file(1).write_text(json.dumps(big))
+    for rank, when in ((2, "nan"), (3, "inf"), (4, 1e308 * 10)):
+        paths.error_file(rank).write_text(json.dumps({"type": "E", "time": when}))
+    started = time.monotonic()
+    (crash,) = read_crashes(tmp_path, {})
+    assert time.monotonic() - started < 2
+    assert crash.rank == 1 and len(crash.message) == MAX_MESSAGE_CHARS
+    assert len(crash.exc_type) <= 4096
