@@ -260,16 +260,19 @@ def read_tail(path: str | os.PathLike, limit: int) -> tuple[bytes, int]:
 
 
 def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when `value` nests no deeper than `limit` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            if depth > limit:
-                return False
-            stack.extend((child, depth + 1) for child in item)
+    """True when `value` nests no deeper than `limit` (checked level by level, without
+    recursion, looking only at containers: a list of 300,000 small objects is quick)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 1
+    while level:
+        if depth > limit:
+            return False
+        deeper = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    deeper.append(child)
+        level, depth = deeper, depth + 1
     return True
 
 

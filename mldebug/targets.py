@@ -304,11 +304,11 @@ def with_run_outcome(job: JobTargets) -> JobTargets:
 class _RunDirReader:
     """Which pids a run directory names are its ranks: a pid is only read (ptraced) once it
     is verified as one: alive, owned by the directory's owner, and started with
-    MLDEBUG_RUN_DIR naming this same directory. Files in the directory are only claims."""
+    MLDEBUG_RUN_DIR naming this same directory and a rank variable (RANK...), which its
+    launcher lacks. Files in the directory are only claims."""
 
     root: Path
     owner: int
-    host: str
     verified: dict[int, dict[str, str] | None] = field(default_factory=dict)
     strangers: set[int] = field(default_factory=set)  # alive, named, not verified
 
@@ -326,7 +326,7 @@ class _RunDirReader:
         environ = rundir.proc_environ(pid)
         if environ is None or not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
             return None
-        return environ
+        return environ if rank_env(environ)[0] is not None else None  # not the launcher
 
 
 def _here(value: object, host: str) -> bool:
@@ -364,7 +364,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     paths = rundir.RunPaths(root)
     owner, notes = _trust_notes(root)
     host = rundir.hostname()
-    reader = _RunDirReader(root, owner, host)
+    reader = _RunDirReader(root, owner)
     exit_codes = _exit_codes(manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")

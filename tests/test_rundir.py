@@ -5,6 +5,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mldebug import rundir
 
@@ -85,3 +87,24 @@ def test_pid_alive_tells_zombies_from_live_processes():
     assert rundir.pid_alive(os.getpid())
     assert not rundir.pid_alive(None)
     assert not rundir.pid_alive(2**80)  # garbage from a file is no pid
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+json_values = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.integers(1, 8))
+def test_json_depth_ok_is_the_nesting_depth(value, limit):
+    assert rundir.json_depth_ok(value, limit) == (_depth(value) <= limit)

@@ -134,26 +134,42 @@ def test_runs_with_garbage_start_times_still_sort(runs_root):
     assert rundir.list_runs()[0][0].name == "r3.0"
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["native", "wrapped"])
 @pytest.mark.parametrize("make", [world_writable, symlink_to_private])
-def test_a_planted_rank_directory_is_not_written_through(tmp_path, make):
+def test_a_planted_rank_directory_is_not_written_through(tmp_path, make, wrapped):
     # GIVEN a run directory of ours in which ranks/0 is a symlink or a directory others can write
     paths = RunPaths(tmp_path / "run")
     paths.ranks_dir.mkdir(parents=True, mode=0o700)
     os.chmod(paths.root, 0o700)
     planted = make(paths.rank_dir(0))
     contents = sorted(os.listdir(planted.resolve()))
-    (tmp_path / "job.py").write_text("print('hello')\n")
-    # WHEN mldebug runs a job there
+    (tmp_path / "job.py").write_text(
+        "import os\nassert os.environ['RANK'] == '0'\nprint('hello')\n"
+    )
+    # WHEN mldebug runs a job there, itself or under a launcher (the rank's hook makes ranks/0)
+    launcher = ["--", sys.executable, "-c", LAUNCH_RANK_0] if wrapped else []
     done = subprocess.run(
-        [*MLDEBUG, "run", "--run-dir", str(paths.root), str(tmp_path / "job.py")],
+        [*MLDEBUG, "run", "--run-dir", str(paths.root), *launcher, str(tmp_path / "job.py")],
         env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
         capture_output=True,
         text=True,
         timeout=60,
     )
-    # THEN it refuses (no traceback) and writes nothing into it
-    assert done.returncode != 0 and "Traceback" not in done.stderr
+    # THEN nothing is written into it, and there is no traceback: mldebug run refuses it;
+    # under a launcher the rank's hook stands aside and the job runs on
     assert sorted(os.listdir(planted.resolve())) == contents
+    assert "Traceback" not in done.stderr
+    if wrapped:
+        assert done.returncode == 0 and "hello" in done.stdout
+    else:
+        assert done.returncode != 0
+
+
+LAUNCH_RANK_0 = (
+    "import os, subprocess, sys; "
+    "env = {**os.environ, 'RANK': '0', 'LOCAL_RANK': '0', 'WORLD_SIZE': '1'}; "
+    "sys.exit(subprocess.call([sys.executable, sys.argv[1]], env=env))"
+)
 
 
 def test_make_private_dir_refuses_a_planted_symlink(tmp_path):
@@ -193,16 +209,27 @@ def test_symlinks_planted_at_every_name_mldebug_writes_lead_nowhere(tmp_path):
         name.symlink_to(victim)
     paths.reports_dir.symlink_to(victim_dir)
     (tmp_path / "job.py").write_text("raise SystemExit('failing on purpose')\n")
-    for args in (["job.py"], ["--", sys.executable, "job.py"]):
-        subprocess.run(
+    through = tmp_path / "created-through-a-link"
+    runs = [
+        (victim, ["job.py"]),  # refused: the directory "already holds a run"
+        (through, ["job.py"]),  # a dangling run.json link is replaced, not written through
+        (None, ["--", sys.executable, "job.py"]),
+    ]
+    for manifest_link, args in runs:
+        if os.path.lexists(paths.manifest):
+            paths.manifest.unlink()  # let the next run use the directory too
+        if manifest_link is not None:
+            paths.manifest.symlink_to(manifest_link)
+        done = subprocess.run(
             [*MLDEBUG, "run", "--run-dir", str(paths.root), *args],
             cwd=tmp_path,
             env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
             capture_output=True,
+            text=True,
             timeout=60,
         )
-        if paths.manifest.exists():
-            paths.manifest.unlink()  # let the second run use the directory too
+        assert "Traceback" not in done.stderr
+    assert not os.path.lexists(through)
     assert victim.read_text() == "root:secret\n"
     assert os.listdir(victim_dir) == []
     # AND the TUI's report writer refuses a planted reports/ too

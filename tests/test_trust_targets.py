@@ -206,3 +206,54 @@ def test_crashes_from_error_files_are_bounded(tmp_path):
     assert time.monotonic() - started < 2
     assert crash.rank == 1 and len(crash.message) == MAX_MESSAGE_CHARS
     assert len(crash.exc_type) <= 4096
+
+
+def test_whatever_the_files_claim_only_verified_ranks_are_read_once_each(tmp_path, jobs):
+    """Property: for any run.json and proc.json claims, resolving never raises anything but
+    NoTargetError, every target is a verified rank of the run, and no pid is read twice."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    run = tmp_path / "run"
+    jobs.append(ours := start_ranks(2, run_dir=run))
+    jobs.append(loose := start_ranks(1))
+    verified = set(ours.rank_pids)
+    pids = st.sampled_from(
+        [*ours.rank_pids, *loose.rank_pids, ours.pid, os.getpid(), 1, 0, -1, 2**70, 999999]
+    )
+    junk = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.floats(), st.integers())
+    ranks = st.one_of(st.integers(-2, 6), junk)
+    entry = st.one_of(
+        st.fixed_dictionaries(
+            {"rank": ranks, "pid": st.one_of(pids, junk)},
+            optional={"host": st.sampled_from([None, "", rundir.hostname(), "elsewhere"])},
+        ),
+        junk,
+    )
+    manifest = st.fixed_dictionaries(
+        {"status": st.one_of(st.sampled_from(["running", "failed"]), junk)},
+        optional={
+            "ranks": st.one_of(st.lists(entry, max_size=12), junk),
+            "world_size": st.one_of(st.integers(-1, 10**12), junk),
+        },
+    )
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(manifest, st.dictionaries(st.integers(0, 5), st.one_of(pids, junk), max_size=4))
+    def check(data, procs):
+        make_run(run, [])
+        (run / "run.json").write_text(json.dumps(data))
+        for rank in range(6):
+            (run / "ranks" / str(rank) / "proc.json").unlink(missing_ok=True)
+        for rank, pid in procs.items():
+            plant_proc(run, rank, pid)
+        try:
+            found = resolve_targets(run_dir=run)
+        except NoTargetError:
+            return
+        read = [t.pid for t in found.targets]
+        assert set(read) <= verified and len(read) == len(set(read))
+        assert len({t.rank for t in found.targets}) == len(read)
+        assert all(0 <= t.rank < 1 << 20 for t in found.targets)
+
+    check()
