@@ -89,6 +89,23 @@ class Job:
         self.proc.wait()
 
 
+def wait_until_settled(job: Job, timeout: float = 30) -> None:
+    """Until every rank process of the job either sits (no CPU over a window) or spins
+    (CPU all through it, a busy outlier): one that used a little is still on its way."""
+    deadline = time.monotonic() + timeout
+    window = 0.3
+    while time.monotonic() < deadline:
+        try:
+            procs = psutil.Process(job.proc.pid).children(recursive=True)
+            before = [sum(p.cpu_times()[:2]) for p in procs]
+            time.sleep(window)
+            after = [sum(p.cpu_times()[:2]) for p in procs]
+        except psutil.Error:
+            return
+        if all(b == a or a - b > window / 2 for b, a in zip(before, after, strict=True)):
+            return
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     logs = tmp_path_factory.mktemp("jobs")
@@ -116,7 +133,8 @@ def jobs(tmp_path_factory):
             assert not failed, f"jobs ended early: {failed}"
             assert time.monotonic() < deadline, "jobs did not get ready in time"
             time.sleep(1)
-        time.sleep(3)  # let the last ready rank enter its wait
+        for job in started.values():
+            wait_until_settled(job)  # the last rank to print READY is then in its wait
         yield started
     finally:
         for job in started.values():

@@ -15,8 +15,8 @@ from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, FAIL_PERMISSION, RankTar
 SITTER = """
 import time
 def sit_here():
+    print("up", flush=True)  # said from inside: a read after this line finds sit_here
     time.sleep(600)
-print("up", flush=True)
 sit_here()
 """
 
@@ -61,7 +61,10 @@ def test_an_exited_process_is_a_typed_failure(sitter):
 def test_a_process_that_is_not_python():
     proc = subprocess.Popen(["sleep", "60"])
     try:
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while os.path.basename(psutil.Process(proc.pid).exe()) != "sleep":  # exec'd yet?
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         sample = dump_stack(find_pyspy(), RankTarget(pid=proc.pid))
         assert sample.failure == FAIL_NOT_PYTHON
     finally:
