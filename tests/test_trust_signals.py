@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 from mldebug.rundir import RunPaths, hostname, proc_start_ticks
@@ -148,3 +149,85 @@ def test_a_planted_proc_json_never_gets_a_process_signalled(tmp_path):
         stranger.wait()
         if helper_pid is not None and alive(helper_pid):
             os.kill(helper_pid, signal.SIGKILL)
+
+
+class FakeManifest:
+    """The part of launch.manifest.Manifest that WrappedRanks uses, in memory."""
+
+    def __init__(self, launcher_pid):
+        self.data = {"launcher_pid": launcher_pid, "world_size": None}
+        self.ranks = {}
+
+    def set_rank(self, rank, **fields):
+        self.ranks.setdefault(rank, {}).update(fields)
+
+    def update(self, **fields):
+        self.data.update(fields)
+
+    def rank_ids(self):
+        return sorted(self.ranks)
+
+
+# A launcher that starts one "rank" (its own child) in run directory argv[1] and waits.
+TINY_LAUNCHER = (
+    "import os, subprocess, sys; "
+    "env = {**os.environ, 'MLDEBUG_RUN_DIR': sys.argv[1], 'RANK': '0', 'WORLD_SIZE': '1'}; "
+    "rank = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], env=env); "
+    "print(rank.pid, flush=True); rank.wait()"
+)
+
+
+def test_wrapped_ranks_believe_only_verified_claims(tmp_path):
+    from mldebug.launch.wrapped import WrappedRanks
+
+    paths = RunPaths(tmp_path / "run")
+    paths.ranks_dir.mkdir(parents=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", TINY_LAUNCHER, str(paths.root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stranger = start_stranger(tmp_path, {**os.environ, "MLDEBUG_RUN_DIR": str(paths.root)})
+    try:
+        rank = int(launcher.stdout.readline())
+        ticks = proc_start_ticks(stranger.pid)
+        claims = {
+            0: {"pid": rank},  # the real rank
+            1: {"pid": stranger.pid},  # alive, not the launcher's
+            2: {"pid": stranger.pid, "start_ticks": ticks - 1},  # an ended process, pid reused
+            3: {"pid": launcher.pid},  # the launcher itself is no rank
+            4: {"pid": stranger.pid, "host": "another-node"},  # a pid that means nothing here
+            5: {"pid": 2**40},
+        }
+        for number, claim in claims.items():
+            paths.rank_dir(number).mkdir()
+            paths.proc_info(number).write_text(json.dumps(claim))
+        # A manifest whose launcher is a process this mldebug did not start verifies nothing
+        stray = WrappedRanks(paths, FakeManifest(stranger.pid))
+        stray.discover()
+        assert not any(w.verified for w in stray.watched.values())
+        # The launcher this process started verifies its own rank only
+        wrapped = WrappedRanks(paths, FakeManifest(launcher.pid))
+        wrapped.discover()
+        assert {r: w.verified for r, w in wrapped.watched.items()} == {0: True, 2: False}
+        assert wrapped.gone() == {2: wrapped.watched[2].last_alive}  # reported, not signalled
+        assert sorted(wrapped.ignored) == [1, 3] and wrapped.remote == {4}
+        said = []
+        wrapped.end_left_over(5, threading.Event(), said.append)
+        assert len([s for s in said if s.startswith("mldebug: ignored")]) == 2
+        assert "ending 1 rank process(es)" in said[-1]
+        for _ in range(100):
+            if not alive(rank):
+                break
+            time.sleep(0.05)
+        assert not alive(rank)
+        assert alive(stranger.pid) and not (tmp_path / "signals.log").exists()
+        wrapped.end_left_over(5, threading.Event(), said.append)
+        assert len(said) == 3  # each ignored claim said once
+    finally:
+        stranger.kill()
+        stranger.wait()
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
