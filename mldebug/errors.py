@@ -1,7 +1,7 @@
 """The project's own error type: a message, a remedy and an exit code.
 
 `cli.main` turns these into one message on stderr and a non-zero exit; anything else
-is a bug and may show a traceback.
+is a bug: one line that says so and exit 70 (the traceback with `mldebug --debug`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ EXIT_USAGE = 2  # bad command line
 EXIT_NO_TARGET = 3  # nothing to look at: no such pid, no job found, several jobs found
 EXIT_PERMISSION = 4  # cannot read the target (ptrace, other user)
 EXIT_TOOL_MISSING = 5  # py-spy or another required tool is not installed
-EXIT_INTERRUPTED = 130
+EXIT_SOFTWARE = 70  # an internal error: a bug in mldebug (sysexits' EX_SOFTWARE)
+EXIT_OUTPUT = 74  # the output could not be written: stdout closed, disk full (EX_IOERR)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+EXIT_BROKEN_PIPE = 141  # the reader of the output went away (`| head`): 128 + SIGPIPE
 
 
 class MldebugError(Exception):
@@ -42,6 +45,12 @@ class PermissionDeniedError(MldebugError):
 
 class ToolMissingError(MldebugError):
     exit_code = EXIT_TOOL_MISSING
+
+
+class OutputError(MldebugError):
+    """The command's output could not be written (stdout closed, disk full)."""
+
+    exit_code = EXIT_OUTPUT
 
 
 PTRACE_REMEDY = (

@@ -22,6 +22,9 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+MAX_RANK = (1 << 20) - 1  # no job has more ranks: "0-99999999999" is a typo, not a set
+
+
 def parse_ranks(text: str) -> list[int]:
     """Read "0-3,5" back into [0, 1, 2, 3, 5]; raises ValueError on anything else."""
     ranks: set[int] = set()
@@ -32,12 +35,12 @@ def parse_ranks(text: str) -> list[int]:
         if "-" in part:
             low, high = part.split("-", 1)
             first, last = int(low), int(high)
-            if first > last or first < 0:
+            if first > last or first < 0 or last > MAX_RANK:
                 raise ValueError(f"bad rank range {part!r}")
             ranks.update(range(first, last + 1))
         else:
             rank = int(part)
-            if rank < 0:
+            if not 0 <= rank <= MAX_RANK:
                 raise ValueError(f"bad rank {part!r}")
             ranks.add(rank)
     return sorted(ranks)

@@ -2,8 +2,12 @@
 
 `JobCollector.poll()` is blocking and safe to call again and again from a worker thread
 (the live view does). It never raises for a rank's trouble (those come back as typed
-failures in the snapshot) and bounds its work: at most `max_ranks_per_poll` ranks are read
-per poll, rotating through the job, and each py-spy run has its own time limit. A rank that
+failures in the snapshot) and bounds its work: a process is read once per round however
+many targets name it; at most `max_pids` processes per poll (MAX_PIDS), and of those at
+most `max_ranks_per_poll` ranks, rotating through the job; each py-spy run has its own
+time limit, and a whole poll its `deadline`: what is not read by then is reported as timed
+out, and the poll returns without waiting for reads still under way (they run in daemon
+threads, so no caller, and no exiting interpreter, ever waits on a stuck one). A rank that
 waits for its DataLoader has its worker processes read too, after the last round
 (mldebug.collect.workers), so the verdict can name the worker's line.
 """
@@ -12,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from mldebug.analysis.frames import waits_for_dataloader
 from mldebug.analysis.snapshot import build_snapshot
@@ -24,8 +28,22 @@ from mldebug.collect.workers import (
     with_workers,
     worker_candidates,
 )
-from mldebug.model import FAIL_ERROR, FAIL_EXITED, JobSnapshot, RankTarget, StackSample
+from mldebug.model import (
+    FAIL_ERROR,
+    FAIL_EXITED,
+    FAIL_TIMEOUT,
+    JobSnapshot,
+    RankTarget,
+    StackSample,
+)
 from mldebug.targets import JobTargets
+
+MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
+MAX_THREADS = 32  # py-spy runs side by side
+# A read that starts with less time than this left before the deadline is not started.
+MIN_READ_SECONDS = 0.05
+# How long past the deadline a poll waits for reads to end (py-spy killed at its timeout).
+DEADLINE_GRACE = 1.0
 
 
 class JobCollector:
@@ -47,6 +65,8 @@ class JobCollector:
         max_workers: int | None = None,
         max_ranks_per_poll: int | None = None,
         pyspy: str | None = None,
+        deadline: float | None = None,
+        max_pids: int = MAX_PIDS,
     ):
         self.job = job_targets
         self.native = native
@@ -56,18 +76,21 @@ class JobCollector:
         self.timeout_per_rank = timeout_per_rank
         self.worker_timeout = 3.0  # a DataLoader worker's py-spy run, on top of the rounds
         self.max_ranks_per_poll = max_ranks_per_poll
+        self.deadline = deadline  # seconds for one whole poll; None: only per-rank limits
+        self.max_pids = max(1, max_pids)
+        self.max_threads = max(1, max_workers or MAX_THREADS)
         self.pyspy = pyspy or find_pyspy()
-        count = max(1, len(job_targets.targets))
-        self._pool = ThreadPoolExecutor(
-            max_workers=max_workers or min(32, count), thread_name_prefix="mldebug-pyspy"
-        )
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
         self._cursor = 0
         self._lock = threading.Lock()  # one poll at a time
+        self._reading: set[int] = set()  # pids with a py-spy run under way (maybe abandoned)
+        self._reading_lock = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Reads under way end on their own (each has a time limit); none is waited for."""
+        self._closed = True
 
     def adopt_history(self, previous: JobCollector) -> None:
         """Take over the readings of `previous` for the processes both look at, so a live
@@ -84,15 +107,34 @@ class JobCollector:
         self.close()
 
     def _read(
-        self, target: RankTarget, native: bool | None = None, timeout: float | None = None
+        self,
+        target: RankTarget,
+        native: bool | None = None,
+        timeout: float | None = None,
+        end: float | None = None,
     ) -> StackSample:
+        timeout = timeout or self.timeout_per_rank
+        if end is not None:
+            left = end - time.monotonic()
+            if left < MIN_READ_SECONDS or self._closed:
+                return self._not_read(target)
+            timeout = min(timeout, left)
+        with self._reading_lock:
+            if target.pid in self._reading:  # an earlier read of it has not ended: no pile-up
+                return StackSample(
+                    target,
+                    time.time(),
+                    failure=FAIL_TIMEOUT,
+                    failure_detail="an earlier reading of this process has not ended yet",
+                )
+            self._reading.add(target.pid)
         try:
             return dump_stack(
                 self.pyspy,
                 target,
                 self.native if native is None else native,
                 self.nonblocking,
-                timeout or self.timeout_per_rank,
+                timeout,
             )
         except Exception as error:  # a collector must not take the view down
             return StackSample(
@@ -101,10 +143,78 @@ class JobCollector:
                 failure=FAIL_ERROR,
                 failure_detail=f"{type(error).__name__}: {error}",
             )
+        finally:
+            with self._reading_lock:
+                self._reading.discard(target.pid)
+
+    def _not_read(self, target: RankTarget) -> StackSample:
+        if self.deadline is None:
+            detail = "not read: the reading was closed"
+        else:
+            detail = f"not read: the {self.deadline:g}s allowed to the whole dump ran out"
+        return StackSample(target, time.time(), failure=FAIL_TIMEOUT, failure_detail=detail)
+
+    def _read_all(self, targets: Sequence[RankTarget], read, end: float | None) -> list:
+        """`read(target)` for every target, up to `max_threads` at a time in daemon threads.
+
+        Returns when all are read, or soon after `end`: then the targets whose reading has
+        not come back are given as not read, and their threads are left to finish alone.
+        """
+        results: list[StackSample | None] = [None] * len(targets)
+        queue = deque(enumerate(targets))
+        lock = threading.Lock()
+        done = threading.Event()
+        left = [len(targets)]
+        if not targets:
+            return []
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    index, target = queue.popleft()
+                sample = read(target)
+                with lock:
+                    results[index] = sample
+                    left[0] -= 1
+                    if left[0] == 0:
+                        done.set()
+
+        for number in range(min(self.max_threads, len(targets))):
+            threading.Thread(target=worker, name=f"mldebug-pyspy-{number}", daemon=True).start()
+        done.wait(None if end is None else max(0.0, end - time.monotonic()) + DEADLINE_GRACE)
+        with lock:
+            queue.clear()  # not started by now: not read
+            got = list(results)
+        return [
+            sample if sample is not None else self._not_read(target)
+            for sample, target in zip(got, targets, strict=True)
+        ]
+
+    def _readable(self) -> list[RankTarget]:
+        """The targets of the first `max_pids` distinct processes, in the job's order."""
+        pids: set[int] = set()
+        kept = []
+        for target in self.job.targets:
+            if target.pid not in pids:
+                if len(pids) >= self.max_pids:
+                    continue
+                pids.add(target.pid)
+            kept.append(target)
+        return kept
+
+    def _over_cap(self, target: RankTarget) -> StackSample:
+        return StackSample(
+            target,
+            time.time(),
+            failure=FAIL_ERROR,
+            failure_detail=f"not read: one dump reads at most {self.max_pids} processes",
+        )
 
     def _choose(self) -> list[RankTarget]:
         """This poll's ranks: all of them, or the next `max_ranks_per_poll` in rotation."""
-        targets = list(self.job.targets)
+        targets = self._readable()
         limit = self.max_ranks_per_poll
         if not limit or len(targets) <= limit:
             return targets
@@ -112,17 +222,32 @@ class JobCollector:
         self._cursor = start + limit
         return (targets[start:] + targets[:start])[:limit]
 
-    def _sample_rounds(self, targets: Sequence[RankTarget]) -> dict[int, list[StackSample]]:
-        taken: dict[int, list[StackSample]] = {t.pid: [] for t in targets}
+    def _sample_rounds(
+        self, targets: Sequence[RankTarget], end: float | None
+    ) -> dict[int, list[StackSample]]:
+        """Each process once per round, however many targets name it."""
+        first: dict[int, RankTarget] = {}
+        for target in targets:
+            first.setdefault(target.pid, target)
+        taken: dict[int, list[StackSample]] = {pid: [] for pid in first}
+
+        def read(target: RankTarget) -> StackSample:
+            return self._read(target, end=end)
+
         for round_index in range(self.samples):
             started = time.monotonic()
             live = [
-                t for t in targets if not taken[t.pid] or taken[t.pid][-1].failure != FAIL_EXITED
+                target
+                for pid, target in first.items()
+                if not taken[pid] or taken[pid][-1].failure != FAIL_EXITED
             ]
-            for target, sample in zip(live, self._pool.map(self._read, live), strict=True):
+            for target, sample in zip(live, self._read_all(live, read, end), strict=True):
                 taken[target.pid].append(sample)
             if round_index + 1 < self.samples:
-                time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+                pause = max(0.0, self.interval - (time.monotonic() - started))
+                if end is not None and time.monotonic() + pause + MIN_READ_SECONDS >= end:
+                    break  # no time left for another round: what was read is the answer
+                time.sleep(pause)
         return taken
 
     def _waits_for_loader(self, pid: int, taken: list[StackSample]) -> bool:
@@ -146,13 +271,17 @@ class JobCollector:
         return waits(taken[-1]) and (before is None or waits(before))
 
     def _add_workers(
-        self, targets: Sequence[RankTarget], taken: dict[int, list[StackSample]]
+        self, targets: Sequence[RankTarget], taken: dict[int, list[StackSample]], end: float | None
     ) -> None:
         """Read the DataLoader workers of ranks that wait for them, once per poll, after the
         last round; bounded: a few ranks, a few workers each, py-spy runs in parallel."""
-        waiting = [
-            t for t in targets if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])
-        ]
+        waiting = list(
+            {
+                t.pid: t
+                for t in targets
+                if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])
+            }.values()
+        )
         jobs = [
             (
                 rank.pid,
@@ -169,24 +298,27 @@ class JobCollector:
         ]
         if not jobs:
             return
-        read = list(self._pool.map(self._read_worker, [worker for _, worker in jobs]))
+        read = self._read_all(
+            [worker for _, worker in jobs], lambda w: self._read_worker(w, end), end
+        )
         for rank_pid in {rank_pid for rank_pid, _ in jobs}:
             mine = [
                 sample for (owner, _), sample in zip(jobs, read, strict=True) if owner == rank_pid
             ]
             taken[rank_pid][-1] = with_workers(taken[rank_pid][-1], mine)
 
-    def _read_worker(self, target: RankTarget) -> StackSample:
+    def _read_worker(self, target: RankTarget, end: float | None) -> StackSample:
         # A worker that cannot be read leaves the rank as it was (with_workers skips it).
         return self._read(
-            target, native=False, timeout=min(self.timeout_per_rank, self.worker_timeout)
+            target, native=False, timeout=min(self.timeout_per_rank, self.worker_timeout), end=end
         )
 
     def poll(self) -> JobSnapshot:
         with self._lock:
+            end = None if self.deadline is None else time.monotonic() + self.deadline
             chosen = self._choose()
-            taken = self._sample_rounds(chosen)
-            self._add_workers(chosen, taken)
+            taken = self._sample_rounds(chosen, end)
+            self._add_workers(chosen, taken, end)
             for pid, new in taken.items():
                 if not new:
                     continue
@@ -195,6 +327,10 @@ class JobCollector:
                 self._history[pid] = tuple(series)
                 self._last[pid] = new[-1]
             samples = {t.pid: self._history.get(t.pid, ()) for t in self.job.targets}
+            readable = {t.pid for t in self._readable()}
+            for target in self.job.targets:
+                if target.pid not in readable:
+                    samples[target.pid] = (self._over_cap(target),)
             return build_snapshot(
                 self.job.targets,
                 samples,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mldebug.commands.common import Parser, pid, seconds, split_target
 from mldebug.errors import EXIT_USAGE, MldebugError
 
 NO_TTY_REMEDY = (
@@ -21,7 +22,7 @@ NO_TTY_REMEDY = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mldebug attach",
         description="Live view of a multi-rank job: every rank's state and stack, the merged "
         "stack tree, the verdict on top, and the run's logs, events, memory and NCCL files.",
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--pid",
-        type=int,
+        type=pid,
         action="append",
         default=[],
         metavar="PID",
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds(0, 3600, allow_low=False),
         default=1.0,
         metavar="SECONDS",
         help="seconds between refreshes (default: 1.0)",
@@ -59,32 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def split_target(
-    target: str | None, pids: list[int], run: str | None
-) -> tuple[list[int], str | None]:
-    """A bare TARGET is a pid when it is a number, else a run directory."""
-    pids = list(pids)
-    if target is None:
-        return pids, run
-    if target.isdigit():
-        return [*pids, int(target)], run
-    if run is not None:
-        raise MldebugError(
-            f"two run directories given: {target} and --run {run}",
-            "Give one of them.",
-            exit_code=EXIT_USAGE,
-        )
-    if not Path(target).is_dir():
-        raise MldebugError(
-            f"{target!r} is neither a pid nor a directory",
-            "Pass a pid, --pid PID, or --run DIR.",
-            exit_code=EXIT_USAGE,
-        )
-    return pids, target
+def _is_tty(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def require_tty() -> None:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (_is_tty(sys.stdin) and _is_tty(sys.stdout)):
         raise MldebugError(
             "attach draws a live screen and needs a terminal (no TTY here)",
             NO_TTY_REMEDY,
@@ -148,8 +132,6 @@ def request_exit() -> None:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.interval <= 0:
-        raise MldebugError("--interval must be more than 0 seconds", exit_code=EXIT_USAGE)
     pids, run = split_target(args.target, args.pid, args.run)
     require_tty()
 
@@ -186,7 +168,7 @@ def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0
     On quit the user chooses: stop the job (calls `stop()`), or leave it running. Returns
     the TUI's exit code (0), or EXIT_USAGE without a terminal.
     """
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (_is_tty(sys.stdin) and _is_tty(sys.stdout)):
         print(f"mldebug: no terminal for the TUI. {NO_TTY_REMEDY}", file=sys.stderr)
         return EXIT_USAGE
     from mldebug.targets import resolve_targets

@@ -14,9 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from mldebug.commands.common import Parser, count, seconds
 from mldebug.errors import EXIT_INTERRUPTED, EXIT_OK, MldebugError, NoTargetError
 from mldebug.model import SEVERITY_ERROR, JobSnapshot
 
+MAX_DEMO_RANKS = 64  # each rank is a Python process with torch loaded
 DEMO_JOB = Path(__file__).resolve().parent.parent / "demos" / "prefetch_hang.py"
 
 INTRO = """\
@@ -27,13 +29,13 @@ while the others wait in all_reduce. Nothing is printed and nothing crashes: a s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mldebug demo", description=__doc__.splitlines()[0])
+    parser = Parser(prog="mldebug demo", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--nproc-per-node",
-        type=int,
+        type=count(2, MAX_DEMO_RANKS),
         default=3,
         metavar="N",
-        help="ranks to start (default 3; at least 2)",
+        help=f"ranks to start (default 3; 2 to {MAX_DEMO_RANKS})",
     )
     parser.add_argument(
         "--no-tui",
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds(0, 24 * 3600, allow_low=False),
         default=180.0,
         metavar="SECONDS",
         help="how long to wait for the hang without the live view (default 180)",
@@ -52,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.nproc_per_node < 2:
-        raise MldebugError("the demo needs at least 2 ranks", "Use --nproc-per-node 2 or more.")
     if importlib.util.find_spec("torch") is None:  # the ranks need it; the CLI does not
         raise MldebugError(
             "the demo job needs PyTorch in this environment",

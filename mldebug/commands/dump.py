@@ -5,39 +5,59 @@
     mldebug dump --run DIR          the ranks of an `mldebug run` directory
     mldebug dump --json             the machine-readable report (ranks, groups, findings)
 
-Exit status: 0 nothing wrong found, 1 the job has problems (error findings), 3 nothing to
-look at, 4 no permission, 5 py-spy missing (see errors.py).
+Every read is bounded: `--timeout` per rank, `--deadline` for the whole dump (ranks not
+read by then are reported as timed out), at most MAX_PIDS processes, each read once however
+many ranks name it. Exit codes: EXIT_STATUS below (and README).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from mldebug.commands.common import Parser, count, pid, seconds, split_target, write_out
 from mldebug.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
     PTRACE_REMEDY,
     MldebugError,
+    OutputError,
     PermissionDeniedError,
 )
 from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, STATE_UNREADABLE, JobSnapshot
 from mldebug.ranges import parse_ranks
 
+EXIT_STATUS = """\
+exit status:
+  0    nothing wrong found (warnings and info only)
+  1    the job has problems: at least one error finding
+  2    bad command line
+  3    nothing to look at: no such pid, no job found, several jobs found
+  4    no permission: another user's pid, or ptrace refused for every rank
+  5    py-spy is not installed
+  70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
+  74   the report could not be written (standard output closed, disk full)
+  130  interrupted (Ctrl-C)
+  141  the reader of the output went away (`mldebug dump | head`)
+"""
+
+DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not answer
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mldebug dump",
         description="Read every rank's stack with py-spy, merge them across ranks and say "
         "which rank is the problem, at which line.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", nargs="?", help="a pid or a run directory (same as --pid/--run)")
     parser.add_argument(
         "-p",
         "--pid",
-        type=int,
+        type=pid,
         action="append",
         default=[],
         metavar="PID",
@@ -57,29 +77,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--samples",
-        type=int,
+        type=count(1, 100),
         default=3,
         help="stack readings per rank, to tell stuck from running (default 3)",
     )
     parser.add_argument(
-        "--interval", type=float, default=0.4, help="seconds between readings (default 0.4)"
+        "--interval",
+        type=seconds(0, 60),
+        default=0.4,
+        help="seconds between readings (default 0.4)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds allowed to read one rank (default 5)"
+        "--timeout",
+        type=seconds(0, 600, allow_low=False),
+        default=5.0,
+        help="seconds allowed to read one rank (default 5)",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=seconds(0, 3600, allow_low=False),
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="seconds allowed to the whole dump; ranks not read by then are reported as "
+        f"timed out (default {DEFAULT_DEADLINE:g})",
     )
     return parser
 
 
-def _targets_from_args(args):
+def _targets_from_args(pids: list[int], run_dir: str | None):
     from mldebug.targets import resolve_targets
 
-    pids = list(args.pid)
-    run_dir = args.run
-    if args.target:
-        if args.target.isdigit():
-            pids.append(int(args.target))
-        else:
-            run_dir = run_dir or args.target
     return resolve_targets(pids, run_dir if not pids else None)
 
 
@@ -91,14 +118,18 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _write_out(text: str) -> None:
-    """Print, tolerating a reader that goes away early (`mldebug dump --json | head`)."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
+def _console():
+    """A rich Console on stdout whose broken pipe is a BrokenPipeError for the CLI to end
+    quietly with (rich's own answer is SystemExit(1), which reads as "findings")."""
+    from rich.console import Console
+
+    class ReportConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    # A pipe or file gets long lines rather than rich's default 80 columns.
+    return ReportConsole(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
 def main(argv: list[str]) -> int:
@@ -108,16 +139,24 @@ def main(argv: list[str]) -> int:
             "--native and --nonblocking cannot be used together",
             "py-spy must pause a process to read its native frames; drop one.",
         )
-    if args.samples < 1 or args.interval < 0 or args.timeout <= 0:
-        raise MldebugError("--samples must be >= 1, --interval >= 0 and --timeout > 0")
     try:
         wanted = parse_ranks(args.ranks) if args.ranks else None
     except ValueError as error:
-        raise MldebugError(f"--ranks: {error}", "Write ranks like 0-3,7.") from None
+        raise MldebugError(
+            f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
+        ) from None
+    pids, run_dir = split_target(args.target, args.pid, args.run)
 
-    from mldebug.collect.collector import collect_once
+    from mldebug.collect.collector import MAX_PIDS, collect_once
 
-    job = _targets_from_args(args)
+    job = _targets_from_args(pids, run_dir)
+    distinct = len({target.pid for target in job.targets})
+    notes = list(job.notes)
+    if distinct > MAX_PIDS:
+        notes.append(
+            f"{distinct} processes to read: a dump reads the first {MAX_PIDS} (by rank); "
+            "the others are reported as not read"
+        )
     snapshot = collect_once(
         job,
         native=args.native,
@@ -125,6 +164,8 @@ def main(argv: list[str]) -> int:
         samples=args.samples,
         interval=args.interval,
         timeout_per_rank=args.timeout,
+        deadline=args.deadline,
+        max_pids=MAX_PIDS,
     )
     if _all_refused(snapshot):
         raise PermissionDeniedError(
@@ -133,19 +174,20 @@ def main(argv: list[str]) -> int:
     if args.json:
         from mldebug.report.jsonout import snapshot_to_json
 
-        _write_out(json.dumps(snapshot_to_json(snapshot), indent=1) + "\n")
+        write_out(json.dumps(snapshot_to_json(snapshot), indent=1) + "\n")
     else:
-        from rich.console import Console
+        from rich.text import Text
 
         from mldebug.report.text import print_report
 
-        # A pipe or file gets long lines rather than rich's default 80 columns.
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+        console = _console()
         try:
-            for note in job.notes:
-                console.print(f"[dim]{note}[/dim]")
+            for note in notes:  # rank-derived text: plain, never markup
+                console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
         except BrokenPipeError:
-            _write_out("")
+            raise
+        except OSError as error:  # the report is only written here: disk full, closed file
+            raise OutputError(f"could not write the report: {error}") from None
     has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
     return EXIT_FINDINGS if has_errors else EXIT_OK

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from mldebug.commands.common import Parser
 from mldebug.errors import NoTargetError
 from mldebug.recipes import get_recipe, load_recipes
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mldebug recipes",
         description="Troubleshooting recipes that mldebug's findings point to.",
     )

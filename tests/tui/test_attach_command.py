@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from mldebug.commands.attach import script_name, split_target
+from mldebug.commands.attach import script_name
+from mldebug.commands.common import split_target
 from mldebug.errors import EXIT_USAGE, MldebugError
 
 
@@ -30,10 +31,23 @@ def test_without_a_terminal_it_points_to_dump_and_fails():
     assert "Traceback" not in result.stderr
 
 
-def test_a_bad_interval_is_refused_with_a_message():
-    result = run_cli("--interval", "0")
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval=-1"], "--interval"),
+        (["--interval", "nan"], "--interval"),
+        (["--interval", "inf"], "--interval"),
+        (["--pid=-1"], "--pid"),
+        (["--pid", "99999999999999999999"], "--pid"),
+        (["0"], "TARGET"),
+    ],
+)
+def test_a_bad_value_is_refused_in_one_line(args, option):
+    result = run_cli(*args)
     assert result.returncode == EXIT_USAGE
-    assert "--interval must be more than 0" in result.stderr
+    assert option in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_target_that_is_neither_pid_nor_directory_is_refused(tmp_path):

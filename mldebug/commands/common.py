@@ -1,0 +1,129 @@
+"""What the read-only commands share: option types that refuse bad values, and stdout.
+
+Each option type turns a command-line word into a value or raises argparse.ArgumentTypeError,
+which `Parser` prints as one line (exit 2): a pid is a positive number the kernel could
+hand out, a count is bounded, a duration is finite. The same goes for a bare TARGET, which
+is a pid or an existing directory, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+from mldebug.errors import EXIT_USAGE, MldebugError, OutputError
+
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: what is wrong, and where help is."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def print_help(self, file=None) -> None:
+        # argparse swallows a write error: `--help | head` would end 0 with the help cut.
+        if file is None:
+            write_out(self.format_help())
+        else:
+            super().print_help(file)
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "²".isdigit() is true, and int() refuses it
+
+
+def pid(text: str) -> int:
+    """A process id: 1 to PID_MAX."""
+    value = int(text) if _is_number(text) and len(text) < 12 else 0
+    if not 0 < value <= PID_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a pid (a number from 1 to {PID_MAX})")
+    return value
+
+
+def count(low: int, high: int):
+    """A whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        value = int(text) if _is_number(text) and len(text) < 12 else None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number from {low} to {high}")
+        return value
+
+    return parse
+
+
+def seconds(low: float, high: float, *, allow_low: bool = True):
+    """A finite duration in seconds, from `low` (included or not) to `high`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        above_low = value >= low if allow_low else value > low
+        if not (math.isfinite(value) and above_low and value <= high):
+            side = "at least" if allow_low else "more than"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration: give seconds, {side} {low:g} and at most {high:g}"
+            )
+        return value
+
+    return parse
+
+
+def split_target(
+    target: str | None, pids: list[int], run: str | None
+) -> tuple[list[int], str | None]:
+    """A bare TARGET is a pid when it is a number, else an existing directory."""
+    pids = list(pids)
+    if target is None:
+        return pids, run
+    if _is_number(target):
+        try:
+            return [*pids, pid(target)], run
+        except argparse.ArgumentTypeError as error:
+            raise MldebugError(f"TARGET: {error}", exit_code=EXIT_USAGE) from None
+    if run is not None:
+        raise MldebugError(
+            f"two run directories given: {target} and --run {run}",
+            "Give one of them.",
+            exit_code=EXIT_USAGE,
+        )
+    if not Path(target).is_dir():
+        raise MldebugError(
+            f"{target!r} is neither a pid nor a directory",
+            "Pass a pid, --pid PID, or --run DIR.",
+            exit_code=EXIT_USAGE,
+        )
+    return pids, target
+
+
+def stdout_closed() -> bool:
+    """True when there is no standard output to write to (`mldebug dump >&-`)."""
+    if sys.stdout is None:
+        return True
+    try:
+        os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return not hasattr(sys.stdout, "write")  # a test's StringIO has no fileno: fine
+    return False
+
+
+def write_out(text: str) -> None:
+    """Write a command's output. A reader that went away raises BrokenPipeError (the CLI
+    exits quietly with 141, as Unix tools do); any other failure (stdout closed, disk
+    full) is an OutputError with a message."""
+    if sys.stdout is None:
+        raise OutputError("standard output is closed: nothing to write the output to")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as error:  # ValueError: write to a closed file object
+        raise OutputError(f"could not write the output: {error}") from None
