@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -13,6 +14,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
 from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
@@ -134,17 +136,35 @@ class AttachApp(App[int]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll")
     def _poll(self) -> None:
+        # The poll itself runs in a daemon thread; this worker only waits for it, or for its
+        # own cancellation when the app ends. A thread worker is joined when the app closes,
+        # so a poll stuck on a read must never run in one: quitting would wait for it.
+        done = threading.Event()
+        threading.Thread(
+            target=self._poll_once, args=(done,), name="mldebug-poll", daemon=True
+        ).start()
+        cancelled = get_current_worker().cancelled_event
+        while not done.wait(0.05):
+            if cancelled.is_set():
+                return
+
+    def _poll_once(self, done: threading.Event) -> None:
         started = time.monotonic()
         try:
             snapshot = self.poller.poll()
             files = self._files_reader.read() if self._files_reader is not None else None
         except MldebugError as error:  # e.g. no rank started yet: wait and say so
-            self.post_message(PollFailed(error.message, waiting=True))
-            return
+            message = PollFailed(error.message, waiting=True)
         except Exception as error:  # the view must outlive any collector bug
-            self.post_message(PollFailed(f"{type(error).__name__}: {error}"))
-            return
-        self.post_message(SnapshotReady(snapshot, files, time.monotonic() - started))
+            message = PollFailed(f"{type(error).__name__}: {error}")
+        else:
+            message = SnapshotReady(snapshot, files, time.monotonic() - started)
+        try:
+            self.post_message(message)
+        except RuntimeError:  # the app has ended and its loop is closed: nobody to tell
+            pass
+        finally:
+            done.set()
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.polling = False

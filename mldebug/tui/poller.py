@@ -53,6 +53,9 @@ class CollectorPoller:
     # a large job is read in turns, so one refresh never waits on hundreds of py-spy runs.
     SAMPLES = 1
     MAX_RANKS_PER_POLL = 64
+    # A whole poll's stack readings end within this, however many ranks do not answer: the
+    # ranks not read by then show as unreadable (timed out) until the next poll.
+    POLL_DEADLINE = 10.0
     NATIVE_TIMEOUT = 30.0  # symbolising libtorch takes a while the first time
 
     def __init__(
@@ -126,6 +129,7 @@ class CollectorPoller:
             native=self._native,
             samples=self.SAMPLES,
             max_ranks_per_poll=self.MAX_RANKS_PER_POLL,
+            deadline=self.POLL_DEADLINE,
         )
         if previous is not None:
             collector.adopt_history(previous)

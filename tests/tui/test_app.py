@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -478,6 +481,50 @@ async def test_q_quits_at_once_when_attached_to_a_job_it_did_not_start(poller):
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0 and poller.closed
+
+
+class StuckPoller(FakePoller):
+    """A poll that hangs on a read nothing can interrupt (a FIFO, a frozen rank): closing
+    the poller does not release it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stuck = threading.Event()
+        self.entered = threading.Event()
+        self.poll_thread: threading.Thread | None = None
+
+    def poll(self):
+        if self.calls:
+            self.poll_thread = threading.current_thread()
+            self.entered.set()
+            self.stuck.wait()
+        return super().poll()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_q_quits_at_once_while_a_poll_is_stuck():
+    poller = StuckPoller()
+    release = threading.Timer(10, poller.stuck.set)  # so a failing run ends, not hangs
+    release.start()
+    try:
+        app = AttachApp(poller, interval=SLOW_TIMER)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            app.request_poll()
+            await wait_until(pilot, poller.entered.is_set)
+            await pilot.press("q")
+            pressed = time.monotonic()
+        assert app.return_code == 0 and poller.closed
+        # Nothing waits for the stuck read: not the app's thread pool (joined when its loop
+        # closes, as `mldebug attach` does on quit), not the interpreter at exit.
+        await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 10)
+        assert time.monotonic() - pressed < 3
+        assert poller.poll_thread.daemon and poller.poll_thread.is_alive()
+    finally:
+        poller.stuck.set()
+        release.cancel()
 
 
 async def test_s_saves_the_report_in_the_run_directory_and_says_where(poller, run_dir):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 
+from mldebug.tui import runfiles
 from mldebug.tui.runfiles import RunFilesReader, parse_event_line, read_tail
 from mldebug.tui.widgets.logs_view import select_lines
 
@@ -95,3 +97,35 @@ def test_terminal_control_sequences_a_rank_writes_never_reach_the_screen(tmp_pat
     # THEN what the view draws is the text, without the control sequences
     assert files.logs[0].lines == ("INFO step 1", "cleared", "bell and nul")
     assert files.events[0].message == "NaN in loss"
+
+
+def test_an_event_line_nested_too_deep_is_a_bad_line_not_a_failed_poll(tmp_path):
+    events = tmp_path / "ranks" / "0" / "events.jsonl"
+    events.parent.mkdir(parents=True)
+    good = json.dumps({"time": 5.0, "kind": "nan", "message": "NaN in loss"})
+    events.write_text("[" * 60_000 + "\n" + good + "\n")
+    files = RunFilesReader(tmp_path).read()
+    assert [event.message for event in files.events] == ["NaN in loss"]
+    assert files.bad_event_lines == 1
+
+
+def test_fifos_in_place_of_logs_and_events_are_skipped_without_blocking(tmp_path):
+    rank_dir = tmp_path / "ranks" / "0"
+    rank_dir.mkdir(parents=True)
+    for name in ("stdout.log", "stderr.log", "events.jsonl"):
+        os.mkfifo(rank_dir / name)
+    (tmp_path / "nccl").mkdir()
+    os.mkfifo(tmp_path / "nccl" / "node.1.log")
+    files = RunFilesReader(tmp_path).read()
+    assert files.logs == () and files.events == ()
+    assert files.nccl == (("node.1.log", ()),)
+
+
+def test_one_poll_looks_at_a_bounded_number_of_rank_directories(tmp_path, monkeypatch):
+    for rank in range(3):
+        log = tmp_path / "ranks" / str(rank) / "stdout.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(f"rank {rank} says hi\n")
+    monkeypatch.setattr(runfiles, "MAX_RANK_DIRS", 2)
+    files = RunFilesReader(tmp_path).read()
+    assert [tail.rank for tail in files.logs] == [0, 1]
