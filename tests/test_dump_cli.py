@@ -154,3 +154,25 @@ def test_missing_pyspy_is_a_clear_error(launcher, tmp_path):
     done = dump("--pid", str(launcher.pid), env={"MLDEBUG_PYSPY": str(tmp_path / "nope")})
     assert done.returncode == 5
     assert "MLDEBUG_PYSPY" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_note_naming_a_path_is_printed_as_written_never_read_as_markup(tmp_path):
+    from pyspy_fakes import fake_pyspy, sleepers, stop
+
+    # GIVEN a run directory whose name reads as markup, naming a process that is not its rank
+    root = tmp_path / "[bold]run[" / "x]"  # a path that reads as ".../[bold]run[/x]"
+    root.mkdir(mode=0o700, parents=True)
+    (rank,) = sleepers(1, root)
+    (stranger,) = sleepers(1)
+    manifest = {"status": "running", "ranks": [{"rank": 0, "pid": rank.pid}]}
+    manifest["ranks"].append({"rank": 1, "pid": stranger.pid})
+    (root / "run.json").write_text(json.dumps(manifest))
+    pyspy, _ = fake_pyspy(tmp_path)
+    try:
+        # WHEN the text report starts with the note that names the directory
+        done = dump("--run", str(root), "--samples", "1", env={"MLDEBUG_PYSPY": pyspy})
+    finally:
+        stop([rank, stranger])
+    # THEN the note is shown as written (it was a MarkupError traceback)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"MLDEBUG_RUN_DIR={root}" in done.stdout
