@@ -85,9 +85,10 @@ def _quiet_stdout() -> None:
 
 
 def _one_line(error: BaseException) -> str:
+    from mldebug.textsafe import one_line
+
     text = str(error).strip().splitlines()
-    first = text[0] if text else ""
-    first = "".join(ch if ch.isprintable() else "?" for ch in first[:300])
+    first = one_line(text[0][:300]) if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
@@ -112,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's last flush
         return code
     except MldebugError as error:
-        _say(f"mldebug {name}: {error.message}")
+        from mldebug.textsafe import printable
+
+        # A message may quote a path or a file's content: never a terminal escape.
+        _say(printable(f"mldebug {name}: {error.message}"))
         if error.remedy:
-            _say(error.remedy)
+            _say(printable(error.remedy))
         return error.exit_code
     except BrokenPipeError:
         _quiet_stdout()

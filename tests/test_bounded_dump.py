@@ -19,6 +19,7 @@ import pytest
 from pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
 from mldebug.collect import collector as collector_module
+from mldebug.collect import workers
 from mldebug.collect.collector import JobCollector, collect_once
 from mldebug.commands import dump as dump_command
 from mldebug.model import STATE_STUCK, STATE_UNREADABLE, RankTarget
@@ -205,3 +206,12 @@ def test_deeply_nested_json_in_the_run_directory_is_refused_quietly(tmp_path, pr
     (root / "run.json").write_text(deep)
     done = dump("--run", str(root), "--json", pyspy=pyspy)
     assert done.returncode == 3 and "Traceback" not in done.stderr
+
+
+def test_a_rank_with_many_subprocesses_costs_a_bounded_look_for_its_workers(procs, monkeypatch):
+    children = procs(workers.MAX_CHILDREN + 20)  # children of this process, like a rank's
+    looked_at = []
+    real = workers._cmdline
+    monkeypatch.setattr(workers, "_cmdline", lambda proc: looked_at.append(proc) or real(proc))
+    workers.worker_candidates(os.getpid())
+    assert len(children) > workers.MAX_CHILDREN >= len(looked_at) > 0

@@ -220,3 +220,11 @@ def test_ctrl_c_during_a_dump_ends_it_at_once(tmp_path):
     assert dump.returncode == EXIT_INTERRUPTED
     assert "Traceback" not in err
     assert took < 5, took  # not held up by the py-spy run still under way (60 s)
+
+
+def test_an_error_that_quotes_a_path_never_puts_a_terminal_escape_on_stderr(tmp_path):
+    folder = tmp_path / "run\x1b]0;owned\x07\x1b[2J"  # sets the window title, clears
+    folder.mkdir()
+    done = run("dump", "--run", str(folder))
+    assert done.returncode == 3  # not a run directory
+    assert "run" in done.stderr and "\x1b" not in done.stderr and "\x07" not in done.stderr

@@ -20,6 +20,7 @@ from mldebug.model import StackSample, ThreadStack
 
 MAX_WORKERS_PER_RANK = 4  # a loader has 2-16 workers; a stuck one shows in the first few
 MAX_RANKS_PER_POLL = 8  # ranks whose workers are read in one poll (the odd ones are few)
+MAX_CHILDREN = 64  # descendants of a rank looked at (a rank with 10,000 subprocesses...)
 
 _SPAWN_MARK = "multiprocessing.spawn"
 _FORKSERVER_MARK = "multiprocessing.forkserver"
@@ -45,7 +46,7 @@ def worker_candidates(rank_pid: int, limit: int = MAX_WORKERS_PER_RANK) -> list[
     try:
         rank = psutil.Process(rank_pid)
         parent = rank.cmdline()
-        children = sorted(rank.children(recursive=True), key=lambda p: p.pid)
+        children = sorted(rank.children(recursive=True), key=lambda p: p.pid)[:MAX_CHILDREN]
     except (psutil.Error, OSError):
         return []
     lines = {child.pid: _cmdline(child) for child in children}
