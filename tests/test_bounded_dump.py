@@ -87,6 +87,26 @@ def test_dump_notes_when_it_reads_only_some_of_the_processes(tmp_path, procs, mo
     assert len(calls(log)) == 2
 
 
+def test_a_world_size_of_a_million_makes_no_million_missing_ranks(
+    tmp_path, procs, monkeypatch, capsys
+):
+    (pid,) = procs(1)
+    pyspy, _ = fake_pyspy(tmp_path)
+    monkeypatch.setenv("MLDEBUG_PYSPY", pyspy)
+    monkeypatch.setattr(collector_module, "MAX_WORLD", 100)
+    monkeypatch.setattr(
+        dump_command,
+        "_targets_from_args",
+        lambda pids, run: JobTargets((RankTarget(pid=pid, rank=0, world_size=1 << 20),), 1 << 20),
+    )
+    dump_command.main(["--pid", str(pid), "--samples", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["ranks"]) == 100
+    assert report["findings"][0]["kind"] == "missing"
+    dump_command.main(["--pid", str(pid), "--samples", "1"])
+    assert "world size 1048576: only ranks 0-99 are accounted for" in capsys.readouterr().out
+
+
 def test_a_dump_of_many_hung_ranks_ends_by_its_deadline(tmp_path, procs):
     pids = procs(40)  # more than the 32 py-spy runs at a time: some never start
     pyspy, _ = fake_pyspy(tmp_path, hang=True)

@@ -4,7 +4,8 @@
 (the live view does). It never raises for a rank's trouble (those come back as typed
 failures in the snapshot) and bounds its work: a process is read once per round however
 many targets name it; at most `max_pids` processes per poll (MAX_PIDS), and of those at
-most `max_ranks_per_poll` ranks, rotating through the job; each py-spy run has its own
+most `max_ranks_per_poll` ranks, rotating through the job; a world size counts up to
+MAX_WORLD ranks; each py-spy run has its own
 time limit, and a whole poll its `deadline`: what is not read by then is reported as timed
 out, and the poll returns without waiting for reads still under way (they run in daemon
 threads, so no caller, and no exiting interpreter, ever waits on a stuck one). A rank that
@@ -39,6 +40,9 @@ from mldebug.model import (
 from mldebug.targets import JobTargets
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
+# Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make
+# a million "missing" ranks (a 350 MB --json report, 3 GB of memory).
+MAX_WORLD = 1 << 16
 MAX_THREADS = 32  # py-spy runs side by side
 # A read that starts with less time than this left before the deadline is not started.
 MIN_READ_SECONDS = 0.05
@@ -67,6 +71,7 @@ class JobCollector:
         pyspy: str | None = None,
         deadline: float | None = None,
         max_pids: int = MAX_PIDS,
+        max_world: int = MAX_WORLD,
     ):
         self.job = job_targets
         self.native = native
@@ -78,6 +83,7 @@ class JobCollector:
         self.max_ranks_per_poll = max_ranks_per_poll
         self.deadline = deadline  # seconds for one whole poll; None: only per-rank limits
         self.max_pids = max(1, max_pids)
+        self.max_world = max(1, max_world)
         self.max_threads = max(1, max_workers or MAX_THREADS)
         self.pyspy = pyspy or find_pyspy()
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
@@ -331,10 +337,11 @@ class JobCollector:
             for target in self.job.targets:
                 if target.pid not in readable:
                     samples[target.pid] = (self._over_cap(target),)
+            world = self.job.world_size
             return build_snapshot(
                 self.job.targets,
                 samples,
-                self.job.world_size,
+                min(world, self.max_world) if world else world,
                 self.job.job,
                 self.job.run_dir,
                 self.job.exit_codes,

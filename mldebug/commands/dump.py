@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
         ) from None
     pids, run_dir = split_target(args.target, args.pid, args.run)
 
-    from mldebug.collect.collector import MAX_PIDS, collect_once
+    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD, collect_once
 
     job = _targets_from_args(pids, run_dir)
     distinct = len({target.pid for target in job.targets})
@@ -157,6 +157,8 @@ def main(argv: list[str]) -> int:
             f"{distinct} processes to read: a dump reads the first {MAX_PIDS} (by rank); "
             "the others are reported as not read"
         )
+    if job.world_size and job.world_size > MAX_WORLD:
+        notes.append(f"world size {job.world_size}: only ranks 0-{MAX_WORLD - 1} are accounted for")
     snapshot = collect_once(
         job,
         native=args.native,
@@ -166,6 +168,7 @@ def main(argv: list[str]) -> int:
         timeout_per_rank=args.timeout,
         deadline=args.deadline,
         max_pids=MAX_PIDS,
+        max_world=MAX_WORLD,
     )
     if _all_refused(snapshot):
         raise PermissionDeniedError(
