@@ -228,3 +228,15 @@ def test_an_error_that_quotes_a_path_never_puts_a_terminal_escape_on_stderr(tmp_
     done = run("dump", "--run", str(folder))
     assert done.returncode == 3  # not a run directory
     assert "run" in done.stderr and "\x1b" not in done.stderr and "\x07" not in done.stderr
+
+
+def test_the_report_console_of_dump_and_demo_hands_a_broken_pipe_to_the_cli(monkeypatch):
+    # rich's own answer to a broken pipe is SystemExit(1): "findings" for dump, a failure
+    # for the demo. The CLI turns a BrokenPipeError into a quiet 141.
+    write_end = closed_reader_pipe()
+    with open(write_end, "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        console = common.report_console()
+        with pytest.raises(BrokenPipeError):
+            console.print("Verdict: " + "x" * 100_000)
+        monkeypatch.undo()

@@ -127,3 +127,17 @@ def write_out(text: str) -> None:
         raise
     except (OSError, ValueError) as error:  # ValueError: write to a closed file object
         raise OutputError(f"could not write the output: {error}") from None
+
+
+def report_console(pipe_width: int = 140):
+    """A rich Console on stdout for a report. A pipe or file gets long lines rather than
+    rich's default 80 columns; a reader that goes away is a BrokenPipeError for the CLI to
+    end quietly with (rich's own answer is SystemExit(1), which would read as "findings")."""
+    from rich.console import Console
+
+    class ReportConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return ReportConsole(highlight=False, width=None if sys.stdout.isatty() else pipe_width)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mldebug.commands.common import Parser, count, seconds
+from mldebug.commands.common import Parser, count, report_console, seconds
 from mldebug.errors import EXIT_INTERRUPTED, EXIT_OK, MldebugError, NoTargetError
 from mldebug.model import SEVERITY_ERROR, JobSnapshot
 
@@ -98,9 +98,7 @@ def _report_once(nproc: int, timeout: float) -> int:
     finally:
         supervisor.stop()
         supervisor.wait()
-    from rich.console import Console
-
-    print_report(snapshot, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
+    print_report(snapshot, report_console(pipe_width=120))
     print("\nThe same, live: mldebug demo (in a terminal), or mldebug attach while a job runs.")
     return EXIT_OK
 

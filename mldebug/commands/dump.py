@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from mldebug.commands.common import Parser, count, pid, seconds, split_target, write_out
+from mldebug.commands.common import (
+    Parser,
+    count,
+    pid,
+    report_console,
+    seconds,
+    split_target,
+    write_out,
+)
 from mldebug.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -118,20 +125,6 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _console():
-    """A rich Console on stdout whose broken pipe is a BrokenPipeError for the CLI to end
-    quietly with (rich's own answer is SystemExit(1), which reads as "findings")."""
-    from rich.console import Console
-
-    class ReportConsole(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError
-
-    # A pipe or file gets long lines rather than rich's default 80 columns.
-    return ReportConsole(highlight=False, width=None if sys.stdout.isatty() else 140)
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.native and args.nonblocking:
@@ -183,7 +176,7 @@ def main(argv: list[str]) -> int:
 
         from mldebug.report.text import print_report
 
-        console = _console()
+        console = report_console()
         try:
             for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
