@@ -11,7 +11,8 @@ Cases:
 
 For each case: CPU time of the TUI process itself (all its threads) per second of wall time
 at the default 1 s refresh, as a percentage of one core; and, for real16, the CPU of the
-py-spy processes it started. Target: the TUI under 20% of one core.
+py-spy processes it started, then, as the plain alternative, the CPU of `py-spy top` watching
+one of the 16 ranks. Target: the TUI under 20% of one core.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ wait_in_collective()
 """
 
 
+SERVER = [0]  # a new tmux server for each measurement: a killed one may linger a moment
+
+
 def tmux(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["tmux", "-L", f"mldebug-bench-{os.getpid()}", *args],
+        ["tmux", "-L", f"mldebug-bench-{os.getpid()}-{SERVER[0]}", *args],
         capture_output=True,
         text=True,
         check=check,
@@ -74,10 +78,11 @@ def measure(command: list[str], ready: str, seconds: float, warmup: float) -> di
     tmux("new-session", "-d", "-s", "bench", "-x", "160", "-y", "48", "exec " + shlex.join(command))
     try:
         pid = int(tmux("display-message", "-p", "-t", "bench", "#{pane_pid}").stdout)
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 60
         while ready not in tmux("capture-pane", "-p", "-t", "bench", check=False).stdout:
             if time.monotonic() > deadline:
-                raise SystemExit(f"the view never showed {ready!r}")
+                screen = tmux("capture-pane", "-p", "-t", "bench", check=False).stdout
+                raise SystemExit(f"the view never showed {ready!r}; the screen:\n{screen}")
             time.sleep(0.5)
         time.sleep(warmup)
         proc = psutil.Process(pid)
@@ -98,6 +103,7 @@ def measure(command: list[str], ready: str, seconds: float, warmup: float) -> di
         }
     finally:
         tmux("kill-server", check=False)
+        SERVER[0] += 1
 
 
 def report(name: str, result: dict) -> None:
@@ -110,7 +116,8 @@ def report(name: str, result: dict) -> None:
     )
     if result["children"]:
         print(
-            f"; py-spy children {100 * result['children'] / result['wall']:.1f}% of one core",
+            f"; py-spy children {100 * result['children'] / result['wall']:.1f}% of one core; "
+            f"whole cost {100 * (result['own'] + result['children']) / result['wall']:.1f}%",
             end="",
         )
     print(
@@ -167,6 +174,18 @@ def main() -> None:
                 args.warmup,
             )
             report("real16", result)
+            # The plain alternative: py-spy's own live view, on one rank only.
+            pyspy = measure(
+                ["py-spy", "top", "--pid", str(ranks[0].pid)],
+                "Press Control-C to quit",
+                args.seconds,
+                args.warmup,
+            )
+            print(
+                f"plain alternative, py-spy top on 1 of the 16 ranks: "
+                f"{100 * pyspy['own'] / pyspy['wall']:.1f}% of one core  "
+                f"[{pyspy['wall']:.0f} s measured]"
+            )
         finally:
             for proc in ranks:
                 proc.kill()
