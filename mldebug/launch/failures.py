@@ -5,10 +5,15 @@ time the exception reached the top) or, when there is none, from the exit status
 supervisor saw, timed by the last moment the rank was seen alive. The earliest one is the
 root cause: the others usually fail *because* of it (a peer's closed connection, a
 collective that timed out).
+
+Error files are input: a field of any JSON type (a string time, a list message, 1e400)
+is taken for missing, never raised on, so the job's exit code always comes out.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 from dataclasses import dataclass, field, replace
 
@@ -110,17 +115,34 @@ class Failure:
         }
 
 
-def failure_from_error_file(data: dict, rank: int) -> Failure:
+def _text(value: object) -> str:
+    """A string field of a file, or "" when it is anything else."""
+    return value if isinstance(value, str) else ""
+
+
+def _seconds(value: object, fallback: float) -> float:
+    """A finite time field of a file, or `fallback` (a string, a list, inf, NaN...)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            return fallback
+        if math.isfinite(seconds):
+            return seconds
+    return fallback
+
+
+def failure_from_error_file(data: dict, rank: int, fallback_time: float = 0.0) -> Failure:
     return Failure(
         rank=rank,
-        time=float(data.get("time") or 0.0),
-        host=str(data.get("host") or ""),
+        time=_seconds(data.get("time"), fallback_time),
+        host=_text(data.get("host")),
         how="uncaught exception",
-        exc_type=str(data.get("type") or ""),
-        message=str(data.get("message") or ""),
-        location=str(data.get("location") or ""),
-        user_location=str(data.get("user_location") or ""),
-        traceback=str(data.get("traceback") or ""),
+        exc_type=_text(data.get("type")),
+        message=_text(data.get("message")),
+        location=_text(data.get("location")),
+        user_location=_text(data.get("user_location")),
+        traceback=_text(data.get("traceback")),
     )
 
 
@@ -135,6 +157,14 @@ def read_fault_log(paths: RunPaths, rank: int, limit: int = 4000) -> str:
     except OSError:
         return ""
     return data.decode("utf-8", errors="replace").strip()[-limit:]
+
+
+def _exists(path) -> bool:
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def collect_failures(
@@ -152,7 +182,7 @@ def collect_failures(
     vanished: rank -> last time seen alive, for ranks a wrapped launcher started that ended
     while mldebug watched; without an error file or a normal exit, they died abruptly.
     """
-    hosts = hosts or {}
+    hosts = {rank: _text(host) for rank, host in (hosts or {}).items()}
     vanished = vanished or {}
     failures = []
     for rank in sorted(set(paths.rank_ids()) | set(exits)):
@@ -161,8 +191,9 @@ def collect_failures(
         if returncode == 0:
             continue  # code may hand a caught exception to sys.excepthook just to log it
         data = read_json(paths.error_file(rank))
-        if data and data.get("type"):
-            failure = failure_from_error_file(data, rank)
+        seen = _seconds(alive, _seconds(vanished.get(rank), 0.0))
+        if data and _text(data.get("type")):
+            failure = failure_from_error_file(data, rank, fallback_time=seen)
             failures.append(
                 replace(
                     failure,
@@ -175,19 +206,19 @@ def collect_failures(
             failures.append(
                 Failure(
                     rank=rank,
-                    time=alive,
+                    time=seen,
                     host=hosts.get(rank, ""),
                     exit_code=exit_code,
                     how=describe_exit(returncode),
                     fault_log=read_fault_log(paths, rank) if returncode < 0 else "",
                 )
             )
-        elif rank in vanished and not paths.exit_file(rank).exists():
+        elif rank in vanished and not _exists(paths.exit_file(rank)):
             fault_log = read_fault_log(paths, rank)
             failures.append(
                 Failure(
                     rank=rank,
-                    time=vanished[rank],
+                    time=seen,
                     host=hosts.get(rank, ""),
                     how=ABRUPT_NATIVE_CRASH if fault_log else ABRUPT_END,
                     fault_log=fault_log,

@@ -1,0 +1,135 @@
+"""The failure report never fails, and the job's exit code always comes out of `mldebug run`.
+
+Error files (and the hosts that come from proc.json) are input: any JSON value in any field
+must give a report, never an exception that would leave the job's exit code behind.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mldebug.launch.failures import collect_failures, format_report, job_outcome
+from mldebug.rundir import RunPaths
+
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**308, max_value=10**400)  # too large for a float
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=8,
+)
+FIELDS = ("type", "message", "time", "host", "location", "user_location", "traceback", "pid")
+error_files = st.one_of(
+    json_values,
+    st.fixed_dictionaries({}, optional={name: json_values for name in FIELDS}),
+    st.fixed_dictionaries(
+        {"type": st.text(min_size=1, max_size=10)}, optional={"time": json_values}
+    ),
+    st.sampled_from(['{"type": "E", "time": 1e400}', '{"type": "E", "time": -1e400}', "{", ""]),
+)
+returncodes = st.integers(min_value=-64, max_value=255)
+times = st.floats(allow_nan=True, allow_infinity=True)
+RANKS = range(3)
+
+
+def write_error_file(paths: RunPaths, rank: int, content) -> None:
+    paths.rank_dir(rank).mkdir(parents=True, exist_ok=True)
+    text = content if isinstance(content, str) else json.dumps(content)
+    paths.error_file(rank).write_text(text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    errors=st.dictionaries(st.sampled_from(RANKS), error_files),
+    exits=st.dictionaries(st.sampled_from(RANKS), st.tuples(returncodes, times)),
+    hosts=st.dictionaries(st.sampled_from(RANKS), json_values),
+    vanished=st.dictionaries(st.sampled_from(RANKS), times),
+    stopped=st.sets(st.sampled_from(RANKS)),
+    stop_signal=st.none() | st.sampled_from([0, signal.SIGINT, signal.SIGTERM]),
+    launcher=st.none() | returncodes,
+)
+def test_the_failure_report_never_raises(
+    errors, exits, hosts, vanished, stopped, stop_signal, launcher
+):
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = RunPaths(Path(tmp))
+        for rank, content in errors.items():
+            write_error_file(paths, rank, content)
+        failures = collect_failures(paths, exits, stopped, hosts, vanished)
+        for failure in failures:
+            assert isinstance(failure.time, float) and math.isfinite(failure.time)
+            for name in ("host", "how", "exc_type", "message", "location", "traceback"):
+                assert isinstance(getattr(failure, name), str)
+            json.dumps(failure.to_json(), allow_nan=False)  # run.json stays strict JSON
+        assert isinstance(format_report(failures, paths, sorted(stopped)), str)
+        code, status, reported = job_outcome(failures, stop_signal, launcher)
+    assert isinstance(code, int) and 0 <= code <= 255
+    failed = [r for r, (rc, _) in exits.items() if rc != 0 and r not in stopped]
+    if stop_signal is None and launcher is None:
+        # A rank that exited non-zero by itself fails the job, whatever its files say.
+        assert (code != 0) == bool(failures)
+        assert not failed or code != 0
+
+
+def test_a_bad_time_in_an_error_file_falls_back_to_when_the_rank_was_seen(tmp_path):
+    paths = RunPaths(tmp_path)
+    write_error_file(paths, 0, {"type": "ValueError", "message": "m", "time": "soon"})
+    write_error_file(paths, 1, {"type": "KeyError", "message": ["x"], "time": 10**400})
+    failures = collect_failures(paths, {0: (3, 20.0), 1: (1, 10.0)})
+    assert [(f.rank, f.time, f.exc_type, f.message) for f in failures] == [
+        (1, 10.0, "KeyError", ""),
+        (0, 20.0, "ValueError", "m"),
+    ]
+    assert job_outcome(failures, None, None)[0] == 1
+
+
+POISONED = """
+    import json, os, sys
+    error = os.path.join(os.environ["MLDEBUG_RUN_DIR"], "ranks", "0", "error.json")
+    with open(error, "w") as handle:
+        handle.write({poison!r})
+    print("rank 0 wrote a poisoned error file", flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [
+        '{"type": "ValueError", "time": "soon"}',
+        '{"type": "ValueError", "time": [1, 2]}',
+        '{"type": "ValueError", "time": 1e400, "message": {"a": 1}}',
+        '{"type": ["ValueError"], "host": 7}',
+    ],
+)
+def test_mldebug_run_exits_with_the_ranks_code_whatever_its_error_file_says(tmp_path, poison):
+    (tmp_path / "job.py").write_text(textwrap.dedent(POISONED.format(poison=poison)))
+    done = subprocess.run(
+        [*MLDEBUG, "run", "--run-dir", str(tmp_path / "run"), str(tmp_path / "job.py")],
+        cwd=tmp_path,
+        env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
+        capture_output=True,
+        timeout=120,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 3, err
+    assert "rank 0 wrote a poisoned error file" in done.stdout.decode()
+    assert "root cause (first failure): rank 0" in err
+    assert "Traceback" not in err and "internal error" not in err
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (manifest["status"], manifest["exit_code"]) == ("failed", 3)
