@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mldebug.launch.failures import collect_failures, format_report, job_outcome
-from mldebug.rundir import RunPaths
+from mldebug.launch.supervisor import LaunchSpec, Supervisor
+from mldebug.rundir import RunPaths, create_run_dir
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 
@@ -96,6 +97,32 @@ def test_a_bad_time_in_an_error_file_falls_back_to_when_the_rank_was_seen(tmp_pa
         (0, 20.0, "ValueError", "m"),
     ]
     assert job_outcome(failures, None, None)[0] == 1
+
+
+def test_a_failure_while_summing_up_keeps_the_jobs_exit_code(tmp_path, monkeypatch):
+    """Whatever breaks in the report, wait() gives the rank's code, run.json gets its final
+    status, and the failure is said in one line."""
+    monkeypatch.setenv("MLDEBUG_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("MLDEBUG_DEBUG", raising=False)
+    (tmp_path / "job.py").write_text("import sys\nsys.exit(3)\n")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the report broke")
+
+    monkeypatch.setattr("mldebug.launch.supervisor.collect_failures", broken)
+    paths = create_run_dir(tmp_path / "run")
+    supervisor = Supervisor(
+        LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "job.py")], console=None)
+    )
+    supervisor.start()
+    assert supervisor.wait(timeout=120) == 3
+    manifest = json.loads(paths.manifest.read_text())
+    assert (manifest["status"], manifest["exit_code"]) == ("failed", 3)
+    said = [text for text in supervisor.unshown if "internal error" in text]
+    assert said == [
+        "mldebug: internal error while summing up the run (RuntimeError: the report broke); "
+        "the job's exit code is kept. This is a bug in mldebug: please report it."
+    ]
 
 
 POISONED = """

@@ -128,3 +128,16 @@ def test_a_stranger_that_gets_an_ended_ranks_pid_is_left_alone(tmp_path, monkeyp
         if stranger is not None:
             stranger.kill()
             stranger.wait()
+
+
+def test_the_guardian_leaves_with_a_job_that_ends_normally(tmp_path, monkeypatch):
+    """The guardian that would end the job of a killed mldebug run exits with the
+    supervisor's "done", touching nothing: run.json keeps the job's own end."""
+    paths, supervisor = quiet_job(tmp_path, monkeypatch, "import os, sys\nsys.exit(0)\n")
+    supervisor.start()
+    guardian = supervisor._guardian.popen
+    assert supervisor.wait(timeout=120) == 0
+    assert guardian.wait(timeout=30) == 0
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["status"] == "succeeded" and "reason" not in manifest
+    assert not (paths.root / ".run.json.reserve").exists()

@@ -4,12 +4,29 @@ Only the first process of a process tree that carries rank environment becomes t
 agent; DataLoader workers and other subprocesses inherit a marker and leave things alone.
 The agent:
   * writes ranks/<rank>/proc.json (who and where this rank is: `dump` finds pids by it);
-  * in wrap mode, points fds 1 and 2 at the rank's log files (native mode: the launcher
-    already opened them as the rank's stdout and stderr);
+  * in wrap mode, points fds 1 and 2 at the rank's log files (native mode: the rank's
+    stdout and stderr are pipes that `mldebug run` reads into the logs itself);
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
   * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
   * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal).
+
+A full disk must never end the program. Every file the agent writes is written in a
+try: one that cannot be written is left out (without proc.json, a wrapped rank's output
+is not redirected, so it stays where the launcher sent it). In wrap mode the rank's fds 1
+and 2 are its log files, and a write to a full disk fails in the program itself: there,
+sys.stdout and sys.stderr are replaced by streams whose lowest layer (`_LogWriter`) takes
+ENOSPC, EDQUOT, EFBIG or EIO from the log as the sign to put fds 1 and 2 back where the
+launcher pointed them (kept aside at the start) and write there: the output flows on, to
+mldebug through the launcher's own output (shown as [host:launcher] lines), and the log is
+complete up to the byte it stopped at. Why not a pipe and a helper process per rank, as in
+native mode: the helper would be one more process in each rank's tree (seen as a worker
+by dump, killed along with the rank's group, taking the rank down with SIGPIPE if it goes
+first); why not a thread in the rank: what the thread has not read yet is lost when the
+rank crashes. What this does not cover: a write made below Python (os.write(1, ...), C
+code) before any Python write has hit the full disk gets the error itself (C's stdio
+ignores it, os.write raises it), and so do processes the rank started before the switch
+(a forked DataLoader worker switches by itself, having the same streams).
 
 Stdlib only; it talks to the world through files in the run directory. This module is
 loaded by path (as `_mldebug_agent`), so siblings are imported relatively or by path too.
@@ -18,6 +35,8 @@ loaded by path (as `_mldebug_agent`), so siblings are imported relatively or by 
 from __future__ import annotations
 
 import atexit
+import errno
+import io
 import os
 import sys
 import time
@@ -48,15 +67,109 @@ def _rundir_module():
     return module
 
 
+# A write to the log that fails with one of these sends the output back to the launcher.
+LOG_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+class _Fallback:
+    """fds 1 and 2 as the launcher gave them, kept aside, and the switch back to them."""
+
+    def __init__(self, saved: dict[int, int]):
+        self.saved = saved
+        self.offsets: dict[int, int] | None = None  # fd -> bytes its log holds
+
+    def fall_back(self) -> None:
+        if self.offsets is not None:
+            return
+        self.offsets = {}
+        for fd, saved in self.saved.items():
+            try:
+                self.offsets[fd] = os.fstat(fd).st_size
+                os.dup2(saved, fd)
+            except OSError:
+                pass
+
+
+class _LogWriter(io.RawIOBase):
+    """The raw layer of sys.stdout or sys.stderr over fd 1 or 2 while that is a log file."""
+
+    def __init__(self, fd: int, fallback: _Fallback, name: str):
+        super().__init__()
+        self._fd = fd
+        self._fallback = fallback
+        self.name = name
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        try:
+            return os.write(self._fd, data)
+        except OSError as error:
+            if error.errno not in LOG_WRITE_ERRORS or self._fallback.offsets is not None:
+                raise
+        self._fallback.fall_back()
+        return os.write(self._fd, data)  # where the launcher sends it, as without mldebug
+
+
+_replaced_streams: list = []  # the interpreter's own stdout/stderr objects, kept alive
+
+
+def _guarded_stream(old, fd: int, fallback: _Fallback):
+    raw = _LogWriter(fd, fallback, getattr(old, "name", f"<fd {fd}>"))
+    stream = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+        write_through=getattr(old, "write_through", False),
+    )
+    _replaced_streams.append(old)
+    return stream
+
+
 def _redirect_to_files(rundir, stdout_path, stderr_path) -> None:
-    for stream, fd, path in ((sys.stdout, 1, stdout_path), (sys.stderr, 2, stderr_path)):
+    """Point fds 1 and 2 at the log files; sys.stdout/sys.stderr fall back when the log
+    cannot be written (see the module doc)."""
+    targets = {}
+    try:
+        for fd, path in ((1, stdout_path), (2, stderr_path)):
+            targets[fd] = rundir.open_append(path)
+    except OSError:
+        for target in targets.values():
+            os.close(target)
+        return  # the output stays where the launcher sent it
+    fallback = _Fallback({fd: os.dup(fd) for fd in targets})
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
         if stream is not None:
             stream.flush()
-        target = rundir.open_append(path)
+        os.dup2(targets[fd], fd)
+        os.close(targets[fd])
         try:
-            os.dup2(target, fd)
-        finally:
-            os.close(target)
+            if stream is None or stream.fileno() != fd:
+                continue
+            guarded = _guarded_stream(stream, fd, fallback)
+        except Exception:
+            continue  # a stream someone replaced already: left as it is
+        setattr(sys, name, guarded)
+        if getattr(sys, f"__{name}__", None) is stream:
+            setattr(sys, f"__{name}__", guarded)
+
+
+def _write_quietly(write_json, path, data) -> bool:
+    """A file of the agent's, or nothing: a full disk must not reach the program."""
+    try:
+        write_json(path, data)
+    except Exception:
+        return False
+    return True
 
 
 def _line_buffer_stdout() -> None:
@@ -79,7 +192,8 @@ def activate() -> None:
     rundir.make_private_dir(paths.rank_dir(rank))
     host = rundir.hostname()
     # proc.json first: the launcher only tails a wrapped rank's files once it knows who it is.
-    rundir.write_json_atomic(
+    known = _write_quietly(
+        rundir.write_json_atomic,
         paths.proc_info(rank),
         {
             "rank": rank,
@@ -92,14 +206,18 @@ def activate() -> None:
             "owner": os.environ[ENV_OWNER],
         },
     )
-    if os.environ.get(ENV_MODE) == MODE_WRAP:
+    if os.environ.get(ENV_MODE) == MODE_WRAP and known:
         _redirect_to_files(rundir, paths.stdout(rank), paths.stderr(rank))
     _line_buffer_stdout()
     import faulthandler
 
-    fault_fd = rundir.open_append(paths.fault_log(rank))
-    _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
-    faulthandler.enable(file=_fault_file, all_threads=True)
+    try:
+        fault_fd = rundir.open_append(paths.fault_log(rank))
+    except OSError:
+        pass  # no stacks at a fatal signal; the program runs as it would
+    else:
+        _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
+        faulthandler.enable(file=_fault_file, all_threads=True)
     install_excepthook(paths.error_file(rank), rank, host, rundir.write_json_atomic)
     atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic, os.getpid())
 
@@ -108,7 +226,4 @@ def _note_normal_exit(path, write_json, pid: int) -> None:
     """Python shuts down normally; a rank that dies of a signal never gets here."""
     if os.getpid() != pid:
         return  # a process forked from the rank (it inherits atexit) is not the rank
-    try:
-        write_json(path, {"pid": pid, "time": time.time()})
-    except Exception:
-        pass
+    _write_quietly(write_json, path, {"pid": pid, "time": time.time()})

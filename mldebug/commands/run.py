@@ -244,7 +244,13 @@ def main(argv: list[str]) -> int:
         prefix=not args.no_prefix,
         argv=["mldebug", "run", *argv],
     )
-    return _supervise(Supervisor(spec), attach, console)
+    # A file past the size limit (ulimit -f) gives mldebug EFBIG, not death by SIGXFSZ; the
+    # job's processes get the default back (Popen's restore_signals).
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        return _supervise(Supervisor(spec), attach, console)
+    finally:
+        signal.signal(signal.SIGXFSZ, previous)
 
 
 def _supervise(supervisor: Supervisor, attach, console: Console) -> int:

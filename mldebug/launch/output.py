@@ -1,9 +1,10 @@
 """Show every rank's output on the console, prefixed, whole lines only.
 
-The ranks write straight into their files (<run>/ranks/<rank>/stdout.log ...); one thread
-here tails those files, cuts them into lines (LineSplitter) and writes each batch of
-prefixed lines with one write call. Nothing in the ranks pays for it, a crash loses
-nothing, and since only this thread writes rank lines, two ranks never share a line.
+The console (`Console`) takes whole batches of lines, so two ranks never share a line.
+Ranks mldebug starts itself write into pipes (pipes.py); ranks a wrapped launcher starts
+write their own files (<run>/ranks/<rank>/stdout.log ...), which `OutputTailer` tails on a
+thread of its own, cutting them into lines (LineSplitter): nothing in the ranks pays for
+it, and a crash loses nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ MAX_CHUNKS_PER_LOOK = 4
 POLL_INTERVAL = 0.1  # seconds between two looks at the files
 SCAN_INTERVAL = 0.5  # seconds between two looks for new rank directories
 
-LAUNCHER = -1  # the pseudo-rank of a wrapped launcher's own output
+LAUNCHER = -1  # the pseudo-rank of a wrapped launcher's own output (always shown)
 
 
 class Console:
@@ -98,7 +99,6 @@ class OutputTailer:
         host: str,
         rank_filter: RankFilter = RankFilter(),
         prefix: bool = True,
-        launcher: bool = False,
         local_ranks: dict[int, int] | None = None,
         from_end: bool = False,
     ):
@@ -116,8 +116,6 @@ class OutputTailer:
         self._ended_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mldebug-output", daemon=True)
-        if launcher:
-            self._add(LAUNCHER, "launcher", host, [(paths.launcher_log, "stdout")])
 
     def start(self) -> None:
         self._thread.start()
