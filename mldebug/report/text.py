@@ -28,6 +28,7 @@ from mldebug.model import (
     StackNode,
 )
 from mldebug.ranges import format_ranks
+from mldebug.textsafe import one_line, printable
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
 STATE_STYLE = {
@@ -39,6 +40,13 @@ STATE_STYLE = {
 }
 
 
+def plain(text: str, style: str = "", *, lines: bool = False) -> Text:
+    """Text from a rank, a file or the environment, as a rich Text: never parsed as markup
+    (a `[/data/shard1]` stays as it is), and without control sequences. With `lines`, its
+    newlines and tabs stay; otherwise it is put on one line."""
+    return Text(printable(text) if lines else one_line(text), style=style)
+
+
 def _header(snapshot: JobSnapshot) -> Text:
     present = sum(1 for v in snapshot.ranks if v.target is not None)
     world = snapshot.world_size
@@ -47,9 +55,9 @@ def _header(snapshot: JobSnapshot) -> Text:
     if world:
         text.append(f" of world size {world}")
     if snapshot.run_dir:
-        text.append(f"  run {snapshot.run_dir}", style="dim")
+        text.append(f"  run {one_line(snapshot.run_dir)}", style="dim")
     elif snapshot.job:
-        text.append(f"  job {snapshot.job}", style="dim")
+        text.append(f"  job {one_line(snapshot.job)}", style="dim")
     return text
 
 
@@ -58,11 +66,11 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
         return Text("Verdict: nothing to report (no ranks could be judged)", style="bold")
     first = findings[0]
     text = Text("Verdict: ", style="bold")
-    text.append(first.summary, style=SEVERITY_STYLE.get(first.severity, ""))
+    text.append(printable(first.summary), style=SEVERITY_STYLE.get(first.severity, ""))
     if first.detail:
-        text.append(f"\n  {first.detail}")
+        text.append(f"\n  {printable(first.detail)}")
     if first.recipe:
-        text.append(f"\n  what to do: mldebug recipes {first.recipe}", style="cyan")
+        text.append(f"\n  what to do: mldebug recipes {one_line(first.recipe)}", style="cyan")
     return text
 
 
@@ -82,10 +90,10 @@ def _findings(findings: Sequence[Finding]) -> RenderableType | None:
     for finding in findings:
         summary = finding.summary + (f"  [recipe {finding.recipe}]" if finding.recipe else "")
         table.add_row(
-            Text(finding.severity, style=SEVERITY_STYLE.get(finding.severity, "")),
-            finding.kind,
-            format_ranks(finding.ranks),
-            summary,
+            plain(finding.severity, SEVERITY_STYLE.get(finding.severity, "")),
+            plain(finding.kind),
+            Text(format_ranks(finding.ranks)),
+            plain(summary, lines=True),
         )
     return table
 
@@ -98,10 +106,10 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
         table.add_column(name, overflow="fold")
     for group in snapshot.groups:
         table.add_row(
-            format_ranks(group.ranks),
-            Text(group.state, style=STATE_STYLE.get(group.state, "")),
-            group.collective or "-",
-            frame_label(group.user_frame),
+            Text(format_ranks(group.ranks)),
+            plain(group.state, STATE_STYLE.get(group.state, "")),
+            plain(group.collective or "-"),
+            plain(frame_label(group.user_frame)),
         )
     others: dict[tuple[str, str], list[int]] = {}
     for view in snapshot.ranks:
@@ -109,7 +117,10 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
             others.setdefault((view.state, view.detail), []).append(view.rank)
     for (state, detail), ranks in others.items():
         table.add_row(
-            format_ranks(ranks), Text(state, style=STATE_STYLE.get(state, "")), "-", detail
+            Text(format_ranks(ranks)),
+            plain(state, STATE_STYLE.get(state, "")),
+            Text("-"),
+            plain(detail, lines=True),
         )
     return table
 
@@ -119,7 +130,7 @@ def _node_label(node: StackNode, hidden: int) -> Text:
     if hidden:
         text.append(f"({hidden} library frame{'s' if hidden > 1 else ''}) ", style="dim")
     style = "bold" if node.frame and is_user_frame(node.frame) else ""
-    text.append(frame_label(node.frame), style=style)
+    text.append(one_line(frame_label(node.frame)), style=style)
     text.append(f"  [{format_ranks(node.ranks)}]", style="cyan")
     return text
 
@@ -154,7 +165,7 @@ def _rank_detail(view: RankView) -> RenderableType:
     target = view.target
     head = Text(f"rank {view.rank}", style="bold")
     if target is not None:
-        head.append(f"  pid {target.pid}" + (f" on {target.host}" if target.host else ""))
+        head.append(f"  pid {target.pid}" + (f" on {one_line(target.host)}" if target.host else ""))
     head.append(f"  {view.state}", style=STATE_STYLE.get(view.state, ""))
     if view.cpu_percent is not None:
         head.append(f"  cpu {view.cpu_percent:.0f}%")
@@ -166,16 +177,17 @@ def _rank_detail(view: RankView) -> RenderableType:
         head.append(f"  waits for DataLoader worker {view.dataloader_worker}")
     lines = [head]
     if view.detail and not view.threads:
-        lines.append(Text(f"  {view.detail}", style="dim"))
+        lines.append(Text(f"  {printable(view.detail)}", style="dim"))
     for thread in view.threads:
         flags = "active" if thread.active else "idle"
         flags += "+gil" if thread.owns_gil else ""
+        name = one_line(thread.name)
         lines.append(
-            Text(f'  Thread {thread.os_thread_id or thread.thread_id} ({flags}): "{thread.name}"')
+            Text(f'  Thread {thread.os_thread_id or thread.thread_id} ({flags}): "{name}"')
         )
         for frame in reversed(thread.frames):  # innermost first, as py-spy prints them
             style = "bold" if is_user_frame(frame) else "dim" if frame.native else ""
-            lines.append(Text(f"      {frame_label(frame)}", style=style))
+            lines.append(Text(f"      {one_line(frame_label(frame))}", style=style))
     return Group(*lines)
 
 
