@@ -16,6 +16,8 @@ from mldebug.model import (
     Frame,
     RankView,
 )
+from mldebug.report.text import plain
+from mldebug.textsafe import one_line
 
 NONE = "-"
 
@@ -55,13 +57,15 @@ def human_bytes(value: int | None) -> str:
 
 
 def short_location(frame: Frame | None) -> str:
-    """`file.py:12 in fn` with only the file's base name: the table column is narrow."""
+    """`file.py:12 in fn` with only the file's base name: the table column is narrow.
+    On one line and printable: it is shown as it is."""
     if frame is None:
         return NONE
-    where = os.path.basename(frame.file) or frame.file
+    file = one_line(frame.file)  # before cutting: an escape sequence may hold a "/"
+    where = os.path.basename(file) or file
     if frame.line is not None:
         where = f"{where}:{frame.line}"
-    return f"{where} {frame.function}"
+    return f"{where} {one_line(frame.function)}"
 
 
 def state_text(view: RankView) -> str:
@@ -81,28 +85,31 @@ def age_text(seconds: float | None) -> str:
 
 
 def rank_cells(view: RankView) -> tuple[str, ...]:
-    """The row of the rank table, as plain strings (compared to skip unchanged cells)."""
+    """The row of the rank table, as plain strings (compared to skip unchanged cells),
+    printable and on one line: they come from the ranks."""
     target = view.target
     return (
         str(view.rank),
         state_text(view),
         short_location(view.user_frame),
-        view.collective or NONE,
+        one_line(view.collective or NONE),
         NONE if view.step is None else str(view.step),
         age_text(view.heartbeat_age),
         NONE if view.cpu_percent is None else f"{view.cpu_percent:.0f}",
         human_bytes(view.rss_bytes),
-        (target.host if target and target.host else NONE),
+        (one_line(target.host) if target and target.host else NONE),
         (str(target.pid) if target else NONE),
     )
 
 
-def styled_cell(column: str, value: str, view: RankView) -> Text | str:
+def styled_cell(column: str, value: str, view: RankView) -> Text:
+    """A cell as Text, never a str: DataTable reads a str as markup."""
     if column == "state":
-        return Text(value, style=STATE_STYLES.get(view.state, ""))
+        return plain(value, STATE_STYLES.get(view.state, ""))
+    text = plain(value)
     if column in ("rank", "pid", "step", "heartbeat", "cpu", "mem"):
-        return Text(value, justify="right")
-    return value
+        text.justify = "right"
+    return text
 
 
 def rank_matches(view: RankView, query: str, ranks: set[int] | None) -> bool:

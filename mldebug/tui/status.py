@@ -7,6 +7,8 @@ from collections import Counter
 
 from rich.text import Text
 
+from mldebug.textsafe import one_line
+
 SLOW_POLL = 0.5  # seconds; below this the poll time is not worth a word
 
 
@@ -32,9 +34,9 @@ def status_text(app) -> Text:
     if app.poll_seconds >= SLOW_POLL:
         text.append(f"   last poll took {app.poll_seconds:.1f}s", style="yellow")
     if app.last_error and app.waiting:
-        text.append(f"   waiting: {app.last_error}", style="yellow")
+        text.append(f"   waiting: {one_line(app.last_error)}", style="yellow")
     elif app.last_error:
-        text.append(f"   poll failed: {app.last_error}", style="bold red")
+        text.append(f"   poll failed: {one_line(app.last_error)}", style="bold red")
     if app.last_report:
-        text.append(f"   saved {app.last_report}", style="dim")
+        text.append(f"   saved {one_line(app.last_report)}", style="dim")
     return text

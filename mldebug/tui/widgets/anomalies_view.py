@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from mldebug.model import Finding
 from mldebug.ranges import format_ranks
+from mldebug.report.text import plain
 from mldebug.tui.messages import ShowRecipe
 from mldebug.tui.runfiles import RankEvent, RunFiles
 
@@ -55,13 +56,14 @@ class AnomaliesView(Vertical):
         table = self.query_one("#findings-table", DataTable)
         table.clear()
         for finding in findings:
+            # Text, never str: DataTable reads a str as markup, and these come from ranks.
             table.add_row(
-                finding.severity,
-                finding.kind,
-                format_ranks(finding.ranks),
-                finding.summary,
-                finding.location or "-",
-                finding.recipe or "-",
+                plain(finding.severity),
+                plain(finding.kind),
+                plain(format_ranks(finding.ranks)),
+                plain(finding.summary),
+                plain(finding.location or "-"),
+                plain(finding.recipe or "-"),
             )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -93,11 +95,11 @@ class AnomaliesView(Vertical):
         table.clear()
         for event in events:
             table.add_row(
-                event_time(event.time),
-                str(event.rank),
-                event.kind,
-                event.message,
-                event.location or "-",
+                plain(event_time(event.time)),
+                plain(str(event.rank)),
+                plain(event.kind),
+                plain(event.message),
+                plain(event.location or "-"),
             )
         if events:
             table.move_cursor(row=len(events) - 1, animate=False)

@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
+from mldebug.textsafe import one_line, printable
 
 SEVERITY_MARK = {
     SEVERITY_ERROR: ("✖", "bold red"),
@@ -35,16 +36,16 @@ def banner_text(findings, polled: bool) -> Text:
             text.append("\n")
         mark, style = SEVERITY_MARK.get(finding.severity, ("●", ""))
         text.append(f"{mark} ", style=style)
-        text.append(finding.summary, style="bold" if index == 0 else "")
+        text.append(printable(finding.summary), style="bold" if index == 0 else "")
         # Say where and who only when the sentence has not already said it.
         if finding.location and finding.location not in finding.summary:
-            text.append(f"  at {finding.location}", style="cyan")
+            text.append(f"  at {one_line(finding.location)}", style="cyan")
         ranks = format_ranks(finding.ranks)
         said = finding.summary.lower()
         if ranks and f"rank {ranks}" not in said and f"ranks {ranks}" not in said:
             text.append(f"  ranks {ranks}", style="dim")
         if finding.recipe:
-            text.append(f"  recipe: {finding.recipe}", style="italic")
+            text.append(f"  recipe: {one_line(finding.recipe)}", style="italic")
     if len(shown) > MAX_SHOWN:
         text.append(f"\n  ... and {len(shown) - MAX_SHOWN} more (Anomalies tab)", style="dim")
     if shown[0].recipe:

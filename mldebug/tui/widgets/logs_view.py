@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Log, Static
 
 from mldebug.ranges import parse_ranks
+from mldebug.textsafe import one_line
 from mldebug.tui.runfiles import LogTail, RunFiles
 
 MAX_SHOWN_LINES = 3000
@@ -28,7 +30,7 @@ def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
         try:
             wanted = set(parse_ranks(ranks_text))
         except ValueError:
-            note = f"'{ranks_text}' is not a rank set (try 0-3,7); showing all ranks. "
+            note = f"'{one_line(ranks_text)}' is not a rank set (try 0-3,7); showing all ranks. "
     needle = search.lower()
     tails = sorted(
         (t for t in logs if wanted is None or t.rank in wanted), key=lambda t: (t.rank, t.stream)
@@ -85,7 +87,8 @@ class LogsView(Vertical):
         elif not self._logs:
             note.update("No output from any rank yet.")
         else:
-            note.update(filtered + "[N]! marks stderr. Filter by rank and text above.")
+            # Text, not markup: the note quotes what was typed, and "[N]" is no style.
+            note.update(Text(filtered + "[N]! marks stderr. Filter by rank and text above."))
         log = self.query_one("#logs-text", Log)
         log.clear()
         log.write_lines(lines)

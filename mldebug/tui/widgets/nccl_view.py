@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Log, OptionList, Static
 from textual.widgets.option_list import Option
 
+from mldebug.textsafe import one_line
 from mldebug.tui.runfiles import RunFiles
 
 NO_FILES = (
@@ -46,7 +48,8 @@ class NcclView(Vertical):
         if list(new) != list(self._files):
             highlighted = options.highlighted
             options.clear_options()
-            options.add_options([Option(name, id=name) for name in new])
+            # A file name is data: Text, so OptionList does not read it as markup.
+            options.add_options([Option(Text(one_line(name)), id=name) for name in new])
             if new:
                 options.highlighted = min(highlighted or 0, len(new) - 1)
         self._files = new

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import linecache
+import os
+import stat
 import time
 
 from rich.text import Text
@@ -10,20 +12,33 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from mldebug.model import RankView, StackSample, ThreadStack
+from mldebug.textsafe import one_line, printable
 from mldebug.tui.cells import age_text, human_bytes, short_location, state_text
+
+MAX_SOURCE_BYTES = 4 * 2**20  # a larger "source file" is not worth a pause of the view
 
 
 def source_line(file: str, line: int | None) -> str:
-    """The text of file:line when the file exists here (the job may run elsewhere)."""
+    """The text of file:line when the file exists here (the job may run elsewhere).
+
+    The path comes from the rank: only a regular file of a sane size is read (a FIFO would
+    block the view; a NUL in the path makes os.stat raise ValueError)."""
     if line is None or not file or file.startswith("<"):
         return ""
-    return linecache.getline(file, line).strip()
+    try:
+        info = os.stat(file)
+    except (OSError, ValueError):
+        return ""
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
+        return ""
+    return one_line(linecache.getline(file, line).strip())
 
 
 MAX_FUNCTION = 100  # demangled C++ template names run to thousands of characters
 
 
 def short_function(name: str) -> str:
+    name = one_line(name)
     return name if len(name) <= MAX_FUNCTION else name[: MAX_FUNCTION - 1] + "…"
 
 
@@ -36,7 +51,7 @@ def thread_text(thread: ThreadStack, native: bool) -> Text:
         flags.append("gil")
     text.append(f"Thread {thread.thread_id}", style="bold")
     if thread.name:
-        text.append(f' "{thread.name}"', style="bold")
+        text.append(f' "{one_line(thread.name)}"', style="bold")
     if thread.os_thread_id:
         text.append(f" (tid {thread.os_thread_id})", style="dim")
     if flags:
@@ -50,7 +65,7 @@ def thread_text(thread: ThreadStack, native: bool) -> Text:
             short_function(frame.function),
             style="dim" if frame.native else "bold" if depth == 0 else "",
         )
-        text.append(f"  {frame.location}", style="cyan" if not frame.native else "dim")
+        text.append(f"  {one_line(frame.location)}", style="cyan" if not frame.native else "dim")
         code = source_line(frame.file, frame.line) if not frame.native else ""
         if code:
             text.append(f"\n      {code}", style="italic")
@@ -68,7 +83,7 @@ def rank_header(view: RankView) -> Text:
     if target:
         text.append(f"  pid {target.pid}")
         if target.host:
-            text.append(f" on {target.host}")
+            text.append(f" on {one_line(target.host)}")
     text.append(f"  {state_text(view)}", style="bold yellow")
     if view.collective:
         text.append(f"  in {view.collective}", style="bold")
@@ -81,7 +96,7 @@ def rank_header(view: RankView) -> Text:
     text.append(f"  step {'-' if view.step is None else view.step}")
     text.append(f"  heartbeat {age_text(view.heartbeat_age)}")
     if view.detail:
-        text.append(f"\n{view.detail}", style="magenta")
+        text.append(f"\n{printable(view.detail)}", style="magenta")
     return text
 
 
@@ -94,7 +109,8 @@ def native_note(sample: StackSample | None) -> Text:
         )
     if sample.failure:
         return Text(
-            f"native frames could not be read: {sample.failure_detail or sample.failure}",
+            "native frames could not be read: "
+            + printable(sample.failure_detail or sample.failure),
             style="magenta",
         )
     when = time.strftime("%H:%M:%S", time.localtime(sample.time))
@@ -117,7 +133,7 @@ def rank_text(
             threads = native_sample.threads
     if not threads:
         text.append("\n\nNo stack: ", style="bold")
-        text.append(view.detail or "the rank could not be read.")
+        text.append(printable(view.detail) or "the rank could not be read.")
     for thread in threads:
         text.append("\n\n")
         text.append_text(thread_text(thread, native))

@@ -15,6 +15,7 @@ from textual.widgets.tree import TreeNode
 
 from mldebug.model import StackNode
 from mldebug.ranges import format_ranks
+from mldebug.textsafe import one_line
 
 
 def node_key(frame) -> str:
@@ -27,8 +28,8 @@ def node_label(node: StackNode, total: int) -> Text:
     if frame is None:
         label.append(f"all ranks ({len(node.ranks)})", style="bold")
         return label
-    label.append(frame.function, style="bold" if not frame.native else "dim")
-    where = os.path.basename(frame.file)
+    label.append(one_line(frame.function), style="bold" if not frame.native else "dim")
+    where = os.path.basename(one_line(frame.file))  # an escape sequence may hold a "/"
     label.append(f"  {where}:{frame.line}" if frame.line is not None else f"  {where}", "cyan")
     ranks_style = "bold yellow" if len(node.ranks) < total else "dim"
     label.append(f"  [{format_ranks(node.ranks)}]", style=ranks_style)
