@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from mldebug.analysis.frames import is_library_file
 from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
 from mldebug.tui.screens.rank_screen import RankScreen
+from mldebug.tui.widgets.rank_detail import source_line
 
 SIZE = (400, 60)  # wide enough that no checked text is cut
 SLOW_TIMER = 3600
@@ -165,3 +167,18 @@ def test_any_mix_of_markup_and_control_sequences_is_drawn_as_plain_text(tmp_path
     text, visible = case
     assume(not is_library_file(user_file(text)) and "\r" not in text)
     asyncio.run(walk_every_view(tmp_path_factory.mktemp("hyp"), text, visible))
+
+
+def test_a_frame_file_that_is_a_fifo_or_holds_a_nul_shows_no_source_and_never_blocks(tmp_path):
+    # GIVEN a rank whose frame names a FIFO as its file (reading it would wait for a writer)
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)
+    shown: list[str] = []
+    reader = threading.Thread(target=lambda: shown.append(source_line(str(fifo), 1)), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # let the blocked reader go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    # THEN the detail shows no source line, at once; a NUL in the path is no error either
+    assert shown == [""]
+    assert source_line("/job/a\x00b.py", 1) == ""
