@@ -163,3 +163,33 @@ def test_a_log_that_cannot_be_written_is_said_once_and_counts_what_it_misses(tmp
     good = logs.open(tmp_path / "good.log")
     good.write(b"fine\n")
     assert logs.incomplete() == {"planted.log": 0}  # a log that missed nothing is complete
+
+
+def test_a_slow_console_that_keeps_reading_gets_every_line(tmp_path, monkeypatch):
+    """A console slower than the rank (but never stuck) holds the rank back instead of
+    losing lines, as a terminal would."""
+    monkeypatch.setattr("mldebug.launch.pipes.MAX_PENDING", 256 << 10)
+    logs, _, _ = logs_for(tmp_path)
+    slow_read, slow_write = os.pipe()
+    received = bytearray()
+
+    def read_slowly():
+        while chunk := os.read(slow_read, 1 << 14):
+            received.extend(chunk)
+            time.sleep(0.002)
+
+    reader_thread = threading.Thread(target=read_slowly)
+    reader_thread.start()
+    reader = PipeReader(Console(stdout_fd=slow_write, stderr_fd=slow_write))
+    read_fd, write_fd = make_pipe(1 << 16)
+    reader.add(Stream(read_fd, logs.open(tmp_path / "0.log"), 0, "stdout", b"[0] ", True))
+    reader.start()
+    rank = child("for i in range(40000): print('line', i, 'z' * 90)", write_fd)
+    assert rank.wait(timeout=120) == 0
+    reader.rank_ended(0)
+    reader.finish()
+    os.close(slow_write)
+    reader_thread.join()
+    os.close(slow_read)
+    lines = received.decode().splitlines()
+    assert lines == [f"[0] line {i} " + "z" * 90 for i in range(40000)]

@@ -27,6 +27,9 @@ SCAN_INTERVAL = 0.5  # seconds between two looks for new rank directories
 LAUNCHER = -1  # the pseudo-rank of a wrapped launcher's own output (always shown)
 
 
+WRITE_PIECE = 1 << 16  # bytes per write call, so a console that stops taking them shows
+
+
 class Console:
     """The terminal, written by whole lines; the lock keeps mldebug's own messages apart."""
 
@@ -34,6 +37,7 @@ class Console:
         self.fds = {"stdout": stdout_fd, "stderr": stderr_fd}
         self.lock = threading.Lock()
         self.broken: set[str] = set()
+        self._waiting_since: float | None = None  # a write call has waited since then
 
     def write(self, stream: str, data: bytes) -> None:
         if not data or stream in self.broken:
@@ -43,12 +47,21 @@ class Console:
             view = memoryview(data)
             try:
                 while view:
+                    self._waiting_since = time.monotonic()
                     try:
-                        view = view[os.write(fd, view) :]
+                        view = view[os.write(fd, view[:WRITE_PIECE]) :]
                     except BlockingIOError:  # left non-blocking by another program, and full
                         select.select([], [fd], [])
             except OSError:
                 self.broken.add(stream)  # a closed pipe (`| head`): stop showing, keep running
+            finally:
+                self._waiting_since = None
+
+    def stuck(self, after: float) -> bool:
+        """Has one write waited longer than `after` seconds (a paused terminal, a pager
+        that does not read)?"""
+        since = self._waiting_since
+        return since is not None and time.monotonic() - since > after
 
     def message(self, text: str) -> None:
         """One of mldebug's own messages, on stderr."""
@@ -76,6 +89,20 @@ def format_line(prefix: bytes, line: bytes) -> bytes:
     """One console line: prefix + the text (bad UTF-8 replaced) + newline."""
     text = line.decode("utf-8", "replace").encode("utf-8")
     return prefix + text + b"\n"
+
+
+def format_lines(prefix: bytes, lines: list[bytes]) -> bytes:
+    """format_line of each, at once: text that is all valid UTF-8 needs no replacing."""
+    if not lines:
+        return b""
+    joined = b"\n".join(lines)
+    try:
+        joined.decode("utf-8")
+    except UnicodeDecodeError:
+        return b"".join(format_line(prefix, line) for line in lines)
+    if not prefix:
+        return joined + b"\n"
+    return prefix + joined.replace(b"\n", b"\n" + prefix) + b"\n"
 
 
 @dataclass
@@ -207,6 +234,4 @@ class OutputTailer:
 
     def _emit(self, source: _Source, lines: list[bytes]) -> None:
         if lines:
-            self.console.write(
-                source.stream, b"".join(format_line(source.prefix, line) for line in lines)
-            )
+            self.console.write(source.stream, format_lines(source.prefix, lines))

@@ -14,10 +14,13 @@ limit) can never make a rank die of its own print(). Here:
     is full (ENOSPC, EDQUOT), so what room comes free goes to run.json, and tells the
     supervisor, once.
   * `ConsoleFeed` (a second thread) cuts the bytes into prefixed lines (`LineSplitter`:
-    whole lines, throttled progress bars) and writes them. A console that blocks (a paused
-    terminal, a pager that does not read) stalls only that thread; the reader goes on, and
-    past MAX_PENDING unshown bytes per stream it drops console output (all of it is still
-    in the log) and says how much. The ranks never wait for the console.
+    whole lines, throttled progress bars) and writes them. A console slower than a rank
+    (a flood into a slow terminal) holds that rank back once MAX_PENDING bytes of it wait
+    to be shown, as a terminal would without mldebug: the reader leaves its pipe alone for
+    a while. A console that takes nothing at all for STUCK_AFTER seconds (a paused
+    terminal, a pager that does not read) stalls only that thread: the reader goes on, and
+    drops what the console cannot take (the log has it) and says how much. The ranks never
+    wait for a console that is stuck.
 
 Without a console (`--tui`) only the logs are written; `show()` turns the console on later.
 """
@@ -36,12 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mldebug.launch.lines import LineSplitter
-from mldebug.launch.output import Console, format_line
+from mldebug.launch.output import Console, format_lines
 from mldebug.rundir import open_append
 
 READ_CHUNK = 1 << 20
 POLL_INTERVAL = 0.1  # seconds: how often progress bars and ended ranks are looked at
-MAX_PENDING = 32 << 20  # unshown console bytes per stream before some are dropped
+MAX_PENDING = 32 << 20  # unshown console bytes per stream before it is held back
+STUCK_AFTER = 2.0  # seconds a console write may wait before the console counts as stuck
 PIPE_BUDGET = 4 << 20  # bytes of pipe buffer for all pipes of a job together
 MAX_PIPE_SIZE = 1 << 20
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -220,10 +224,17 @@ class ConsoleFeed:
         self._thread = threading.Thread(target=self._run, name="mldebug-console", daemon=True)
         self._thread.start()
 
+    def backlog(self, stream: Stream) -> int:
+        """Bytes of the stream waiting to be shown."""
+        return self._pending.get(stream, 0)
+
+    def stuck(self) -> bool:
+        return self.console.stuck(STUCK_AFTER)
+
     def push(self, stream: Stream, data: bytes) -> None:
         with self._cond:
             pending = self._pending.get(stream, 0)
-            if pending + len(data) > MAX_PENDING:
+            if pending + len(data) > MAX_PENDING and self.stuck():
                 self._dropped[stream] = self._dropped.get(stream, 0) + len(data)
                 return
             self._pending[stream] = pending + len(data)
@@ -279,9 +290,7 @@ class ConsoleFeed:
 
     def _emit(self, stream: Stream, lines: list[bytes]) -> None:
         if lines:
-            self.console.write(
-                stream.stream, b"".join(format_line(stream.prefix, line) for line in lines)
-            )
+            self.console.write(stream.stream, format_lines(stream.prefix, lines))
 
 
 class PipeReader:
@@ -293,6 +302,7 @@ class PipeReader:
         self.streams: list[Stream] = []
         self.feed = ConsoleFeed(console) if console is not None else None
         self._selector = selectors.DefaultSelector()
+        self._held: set[Stream] = set()  # left unread while the console catches up
         self._ended: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -354,6 +364,7 @@ class PipeReader:
         if stopping:
             self._drain_all()
             return True
+        self._hold_or_release()
         if self._selector.get_map():
             for key, _ in self._selector.select(POLL_INTERVAL):
                 self._read(key.data)
@@ -364,6 +375,22 @@ class PipeReader:
                 self._drain(stream)
                 self._end(stream)
         return False
+
+    def _hold_or_release(self) -> None:
+        """A stream whose console backlog is full is not read until the console has shown
+        half of it, unless the console is stuck (then its output is dropped, not held)."""
+        feed = self.feed
+        stuck = feed is None or feed.stuck()
+        for stream in self.streams:
+            if not stream.open:
+                continue
+            backlog = 0 if stuck or not stream.shown else feed.backlog(stream)
+            if stream in self._held and backlog <= MAX_PENDING // 2:
+                self._held.discard(stream)
+                self._selector.register(stream.fd, selectors.EVENT_READ, stream)
+            elif stream not in self._held and backlog >= MAX_PENDING:
+                self._held.add(stream)
+                self._selector.unregister(stream.fd)
 
     def _drain_all(self) -> None:
         for stream in self.streams:
@@ -405,6 +432,7 @@ class PipeReader:
     def _close(self, stream: Stream) -> None:
         if stream.open:
             stream.open = False
+            self._held.discard(stream)
             try:
                 self._selector.unregister(stream.fd)
             except (KeyError, ValueError):
