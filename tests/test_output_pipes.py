@@ -193,3 +193,35 @@ def test_a_slow_console_that_keeps_reading_gets_every_line(tmp_path, monkeypatch
     os.close(slow_read)
     lines = received.decode().splitlines()
     assert lines == [f"[0] line {i} " + "z" * 90 for i in range(40000)]
+
+
+def test_a_bug_in_showing_output_never_holds_the_ranks_back(tmp_path, monkeypatch):
+    """Should cutting lines fail (a bug), the rank still runs to its end, its log gets
+    everything, and the failure is said once."""
+
+    class Broken:
+        def feed(self, data, now):
+            raise RuntimeError("splitter bug")
+
+        def poll(self, now):
+            return []
+
+        def finish(self):
+            return []
+
+    monkeypatch.setattr("mldebug.launch.pipes.LineSplitter", Broken)
+    monkeypatch.setattr("mldebug.launch.pipes.MAX_PENDING", 64 << 10)
+    logs, _, _ = logs_for(tmp_path)
+    console = Collector()
+    said = []
+    reader = PipeReader(console.console, on_crash=said.append)
+    read_fd, write_fd = make_pipe(1 << 16)
+    reader.add(Stream(read_fd, logs.open(tmp_path / "0.log"), 0, "stdout", b"[0] ", True))
+    reader.start()
+    rank = child("for i in range(20000): print('w' * 99)", write_fd)
+    assert rank.wait(timeout=120) == 0
+    reader.rank_ended(0)
+    reader.finish()
+    console.close()
+    assert (tmp_path / "0.log").stat().st_size == 20000 * 100
+    assert len(said) == 1 and "internal error while showing the ranks' output" in said[0]

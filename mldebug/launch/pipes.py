@@ -55,6 +55,13 @@ def error_text(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error) or type(error).__name__
 
 
+def _crash_text(what: str, error: Exception) -> str:
+    return (
+        f"mldebug: internal error while {what} ({type(error).__name__}: {error}); the job "
+        "runs on. This is a bug in mldebug: please report it."
+    )
+
+
 class LogFile:
     """A log file of the run directory that only this process appends to.
 
@@ -213,8 +220,10 @@ def make_pipe(size: int) -> tuple[int, int]:
 class ConsoleFeed:
     """Whole prefixed lines to the console, on a thread of its own (see the module doc)."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, on_crash: Callable[[str], None] | None = None):
         self.console = console
+        self._on_crash = on_crash
+        self._failed = False  # a bug broke the thread: output is dropped, never held
         self._queue: deque[tuple[Stream, bytes | None]] = deque()
         self._pending: dict[Stream, int] = {}
         self._dropped: dict[Stream, int] = {}
@@ -229,7 +238,7 @@ class ConsoleFeed:
         return self._pending.get(stream, 0)
 
     def stuck(self) -> bool:
-        return self.console.stuck(STUCK_AFTER)
+        return self._failed or self.console.stuck(STUCK_AFTER)
 
     def push(self, stream: Stream, data: bytes) -> None:
         with self._cond:
@@ -262,11 +271,18 @@ class ConsoleFeed:
                 batch = list(self._queue)
                 self._queue.clear()
                 closing = self._closing
-            now = time.monotonic()
-            for stream, data in batch:
-                self._show(stream, data, now)
-            for stream, splitter in self._splitters.items():
-                self._emit(stream, splitter.poll(now))
+            try:
+                now = time.monotonic()
+                for stream, data in batch:
+                    self._show(stream, data, now)
+                for stream, splitter in self._splitters.items():
+                    self._emit(stream, splitter.poll(now))
+            except Exception as error:  # a bug: never let it hold the ranks back
+                with self._cond:
+                    self._pending.clear()
+                if not self._failed and self._on_crash is not None:
+                    self._on_crash(_crash_text("showing the ranks' output", error))
+                self._failed = True
             if closing and not batch:
                 return
 
@@ -300,7 +316,7 @@ class PipeReader:
         self, console: Console | None = None, on_crash: Callable[[str], None] | None = None
     ):
         self.streams: list[Stream] = []
-        self.feed = ConsoleFeed(console) if console is not None else None
+        self.feed = ConsoleFeed(console, on_crash) if console is not None else None
         self._selector = selectors.DefaultSelector()
         self._held: set[Stream] = set()  # left unread while the console catches up
         self._ended: set[int] = set()
@@ -321,7 +337,7 @@ class PipeReader:
     def show(self, console: Console) -> None:
         """Turn the console on (output from now on)."""
         if self.feed is None:
-            self.feed = ConsoleFeed(console)
+            self.feed = ConsoleFeed(console, self._on_crash)
 
     def rank_ended(self, rank: int) -> None:
         """The rank exited: all it wrote is in its pipes; then its last line is a line."""
@@ -349,11 +365,12 @@ class PipeReader:
                     return
             except Exception as error:  # never leave the pipes unread: the ranks would block
                 if not self._crashed and self._on_crash is not None:
-                    self._crashed = True
-                    self._on_crash(
-                        f"mldebug: internal error reading the ranks' output "
-                        f"({type(error).__name__}: {error}); please report it"
-                    )
+                    self._on_crash(_crash_text("reading the ranks' output", error))
+                self._crashed = True
+                if self._stop.is_set():
+                    for stream in self.streams:
+                        self._close(stream)
+                    return
                 time.sleep(POLL_INTERVAL)
 
     def _round(self) -> bool:
