@@ -1,11 +1,13 @@
 """The model: plain frozen dataclasses that flow from collectors to analysis to views.
 
-No I/O and no UI imports here. Stacks are stored outermost frame first, like a Python
+What was found (`JobTargets`), what was read (`JobReadings`, `RunFiles`), and what the
+analysis made of it (`JobSnapshot`). No I/O and no UI imports here. Stacks are stored outermost frame first, like a Python
 traceback: `frames[-1]` is the line the thread is on right now.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # What a collector could not do for one rank (StackSample.failure).
@@ -79,6 +81,34 @@ class RankTarget:
 
 
 @dataclass(frozen=True)
+class RankCrash:
+    """How a rank ended badly, from the files its hook and `mldebug run` left behind."""
+
+    rank: int
+    time: float  # when the exception reached the top, else when the rank was last seen
+    how: str = ""  # "uncaught exception", "killed (SIGKILL): OOM killer?", ...
+    exc_type: str = ""
+    message: str = ""
+    location: str | None = None  # file:line, the user's own frame when known
+
+
+@dataclass(frozen=True)
+class JobTargets:
+    """The ranks of one job, as found (mldebug.targets), and how its run says they ended."""
+
+    targets: tuple[RankTarget, ...]
+    world_size: int | None = None
+    job: str = ""
+    run_dir: str | None = None
+    exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> code, from run.json
+    notes: tuple[str, ...] = ()  # what resolution noticed and the user should know
+    partial: bool = False  # the user named some ranks only: the others are not "missing"
+    # Ranks that ended badly: read from the run directory by the collect step
+    # (mldebug.collect.crashes.with_crashes), not by target resolution.
+    crashes: tuple[RankCrash, ...] = ()
+
+
+@dataclass(frozen=True)
 class StackSample:
     """One reading of one rank: its threads, or why they could not be read."""
 
@@ -90,6 +120,19 @@ class StackSample:
     cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
     rss_bytes: int | None = None
     main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
+
+
+@dataclass(frozen=True)
+class JobReadings:
+    """What one poll of a job read, before any analysis: the collector's whole answer."""
+
+    job: JobTargets
+    samples: Mapping[int, tuple[StackSample, ...]]  # pid -> its readings, oldest first
+    world_size: int | None = None  # the job's, capped at what one snapshot accounts for
+    # rank pid -> the readings of its DataLoader worker processes in this poll (the ranks
+    # seen waiting for them only); folded into the rank's newest sample by the orchestrator
+    workers: Mapping[int, tuple[StackSample, ...]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
 
 
 @dataclass(frozen=True)
@@ -133,18 +176,6 @@ class StackGroup:
 
 
 @dataclass(frozen=True)
-class RankCrash:
-    """How a rank ended badly, from the files its hook and `mldebug run` left behind."""
-
-    rank: int
-    time: float  # when the exception reached the top, else when the rank was last seen
-    how: str = ""  # "uncaught exception", "killed (SIGKILL): OOM killer?", ...
-    exc_type: str = ""
-    message: str = ""
-    location: str | None = None  # file:line, the user's own frame when known
-
-
-@dataclass(frozen=True)
 class FindingPart:
     """One side of a finding (a mismatch names each group: its ranks, op and location)."""
 
@@ -177,3 +208,36 @@ class JobSnapshot:
     world_size: int | None = None
     job: str = ""
     run_dir: str | None = None
+
+
+# ---- the run directory's files, as the live view reads them (mldebug.live.runfiles) ----
+
+
+@dataclass(frozen=True)
+class LogTail:
+    rank: int
+    stream: str  # "stdout" or "stderr"
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    """One line of `<run>/ranks/<rank>/events.jsonl` (written by the in-rank agent)."""
+
+    rank: int
+    time: float | None
+    kind: str
+    message: str
+    location: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The run directory's files as of one poll."""
+
+    root: str
+    logs: tuple[LogTail, ...] = ()
+    events: tuple[RankEvent, ...] = ()
+    bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
+    nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
+    nccl_files_total: int = 0

@@ -4,7 +4,9 @@ A pid may be a rank or a launcher (torchrun, `mldebug run`, accelerate, deepspee
 a launcher expands to the descendants that carry rank environment, keeping only the topmost
 process per rank so DataLoader workers and other children that inherited a rank's
 environment are not taken for ranks. Rank, world size and host come from each process's
-environment, read through psutil.
+environment, read through psutil. Resolution reads run.json for pids and exit codes only:
+how ranks ended (error files, the first failure) is read by the collect step
+(mldebug.collect.crashes), which resolution never calls.
 """
 
 from __future__ import annotations
@@ -12,15 +14,14 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from mldebug import rundir
-from mldebug.collect.crashes import read_crashes
 from mldebug.errors import NoTargetError, PermissionDeniedError
-from mldebug.model import RankCrash, RankTarget
+from mldebug.model import JobTargets, RankTarget
 from mldebug.ranges import format_ranks
 
 # (rank variable, world size variable, local rank variable), most specific launcher first.
@@ -40,20 +41,6 @@ JOB_KEY_ENV = (
     "OMPI_MCA_orte_hnp_uri",
     "PMI_PORT",
 )
-
-
-@dataclass(frozen=True)
-class JobTargets:
-    """The ranks of one job, as found."""
-
-    targets: tuple[RankTarget, ...]
-    world_size: int | None = None
-    job: str = ""
-    run_dir: str | None = None
-    exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> code, from run.json
-    notes: tuple[str, ...] = ()  # what resolution noticed and the user should know
-    partial: bool = False  # the user named some ranks only: the others are not "missing"
-    crashes: tuple[RankCrash, ...] = ()  # ranks that ended badly, from the run directory
 
 
 def _int(value: str | None) -> int | None:
@@ -274,7 +261,7 @@ def _rank_entries(manifest: dict) -> list[dict]:
     return [entry for entry in entries[:MAX_RANK_ENTRIES] if isinstance(entry, dict)]
 
 
-def _exit_codes(manifest: dict) -> dict[int, int]:
+def manifest_exit_codes(manifest: dict) -> dict[int, int]:
     """rank -> exit code of the ranks run.json says have ended."""
     codes: dict[int, int] = {}
     for entry in _rank_entries(manifest):
@@ -284,20 +271,6 @@ def _exit_codes(manifest: dict) -> dict[int, int]:
             if -(1 << 31) <= code < 1 << 31:
                 codes[rank] = code
     return codes
-
-
-def with_run_outcome(job: JobTargets) -> JobTargets:
-    """`job` with the exit codes and crashes its run directory records now.
-
-    A live view keeps its targets once the run is over (resolving it again finds nothing to
-    look at) and still has to learn how each rank ended.
-    """
-    manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
-    if manifest is None:
-        return job
-    return replace(
-        job, exit_codes=_exit_codes(manifest), crashes=read_crashes(job.run_dir, manifest)
-    )
 
 
 @dataclass
@@ -365,7 +338,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     owner, notes = _trust_notes(root)
     host = rundir.hostname()
     reader = _RunDirReader(root, owner)
-    exit_codes = _exit_codes(manifest)
+    exit_codes = manifest_exit_codes(manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")
     if isinstance(entries, list) and len(entries) > MAX_RANK_ENTRIES:
@@ -416,7 +389,6 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
             f"are not its ranks (not started with MLDEBUG_RUN_DIR={root}, or another "
             f"user's): pid {listed}{more}"
         )
-    crashes = read_crashes(root, manifest)
     if not targets:
         status = manifest.get("status") or "unknown"
         status = status if isinstance(status, str) else "unknown"
@@ -428,7 +400,6 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                 str(root),
                 str(root),
                 exit_codes,
-                crashes=crashes,
                 notes=(*notes, f"the run has ended ({status}); this is what it left"),
             )
         raise NoTargetError(
@@ -439,9 +410,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
     ordered = tuple(sorted(targets.values(), key=_order))
-    return JobTargets(
-        ordered, world, str(root), str(root), exit_codes, notes=tuple(notes), crashes=crashes
-    )
+    return JobTargets(ordered, world, str(root), str(root), exit_codes, notes=tuple(notes))
 
 
 def _describe_job(targets: list[RankTarget]) -> str:

@@ -20,10 +20,9 @@ from pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
 from mldebug.collect import collector as collector_module
 from mldebug.collect import workers
-from mldebug.collect.collector import JobCollector, collect_once
 from mldebug.commands import dump as dump_command
-from mldebug.model import STATE_STUCK, STATE_UNREADABLE, RankTarget
-from mldebug.targets import JobTargets
+from mldebug.model import STATE_STUCK, STATE_UNREADABLE, JobTargets, RankTarget
+from mldebug.observe import JobObserver, observe_once
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 
@@ -55,7 +54,7 @@ def test_a_process_that_500_ranks_name_is_read_once_per_sample(tmp_path, procs):
     (pid,) = procs(1)
     pyspy, log = fake_pyspy(tmp_path)
     targets = tuple(RankTarget(pid=pid, rank=rank, world_size=500) for rank in range(500))
-    snapshot = collect_once(
+    snapshot, _ = observe_once(
         JobTargets(targets, world_size=500), pyspy=pyspy, samples=3, interval=0.0
     )
     assert calls(log) == [pid, pid, pid]  # was 1,500 readings: the process paused 1,500 times
@@ -67,8 +66,8 @@ def test_at_most_max_pids_processes_are_read_and_the_others_say_why(tmp_path, pr
     pids = procs(4)
     pyspy, log = fake_pyspy(tmp_path)
     targets = tuple(RankTarget(pid=pid, rank=rank, world_size=4) for rank, pid in enumerate(pids))
-    with JobCollector(JobTargets(targets, 4), pyspy=pyspy, samples=1, max_pids=2) as collector:
-        snapshot = collector.poll()
+    with JobObserver(JobTargets(targets, 4), pyspy=pyspy, samples=1, max_pids=2) as observer:
+        snapshot = observer.poll()
     assert sorted(calls(log)) == sorted(pids[:2])
     unread = [view for view in snapshot.ranks if view.state == STATE_UNREADABLE]
     assert [view.rank for view in unread] == [2, 3]

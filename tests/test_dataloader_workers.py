@@ -6,7 +6,8 @@ from mldebug.analysis.frames import (
     worker_user_frame,
 )
 from mldebug.analysis.snapshot import build_snapshot
-from mldebug.collect.workers import is_worker_cmdline, with_workers, worker_thread
+from mldebug.analysis.workers import with_workers, worker_thread
+from mldebug.collect.workers import is_worker_cmdline
 from mldebug.model import (
     FAIL_PERMISSION,
     KIND_OUTLIER,
@@ -209,17 +210,22 @@ def test_a_lone_process_stuck_in_its_loader_says_where_the_worker_is():
 
 
 def test_workers_are_read_only_for_a_rank_seen_waiting_twice():
+    from mldebug.analysis.workers import waits_for_workers
     from mldebug.collect.collector import JobCollector
-    from mldebug.targets import JobTargets
+    from mldebug.model import JobTargets
 
     waiting, busy = _sample(7, _main(WAITING, 7)), _sample(7, _main(IN_PROCESS, 7))
     with JobCollector(JobTargets(()), pyspy="/bin/true") as collector:
-        assert collector._waits_for_loader(7, [waiting, waiting])
-        assert not collector._waits_for_loader(7, [busy, waiting])  # a healthy rank, caught once
-        assert not collector._waits_for_loader(7, [waiting, busy])
-        assert collector._waits_for_loader(7, [waiting])  # a one-sample dump: nothing to compare
+
+        def waits(taken):  # this poll's readings, after the previous poll's (as observe does)
+            return waits_for_workers(collector.with_previous(7, taken))
+
+        assert waits([waiting, waiting])
+        assert not waits([busy, waiting])  # a healthy rank, caught once
+        assert not waits([waiting, busy])
+        assert waits([waiting])  # a one-sample dump: nothing to compare
         collector._last[7] = busy  # a live view compares with the previous poll
-        assert not collector._waits_for_loader(7, [waiting])
+        assert not waits([waiting])
 
 
 def test_views_show_the_worker_next_to_the_rank():

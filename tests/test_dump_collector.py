@@ -1,12 +1,13 @@
-"""JobCollector: repeated polls, bounded work per poll, typed failures instead of exceptions."""
+"""JobObserver (collect, then analyse): repeated polls, bounded work per poll, typed failures
+instead of exceptions."""
 
 import os
 import signal
 
 import pytest
 
-from mldebug.collect.collector import JobCollector
 from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN
+from mldebug.observe import JobObserver
 from mldebug.targets import resolve_targets
 
 
@@ -16,7 +17,7 @@ def job(sleepy_job):
 
 
 def test_single_sample_polls_compare_with_the_previous_poll(job):
-    with JobCollector(resolve_targets([job.pid]), samples=1) as collector:
+    with JobObserver(resolve_targets([job.pid]), samples=1) as collector:
         first = collector.poll()
         assert {v.state for v in first.ranks} == {STATE_UNKNOWN}
         second = collector.poll()
@@ -24,7 +25,7 @@ def test_single_sample_polls_compare_with_the_previous_poll(job):
 
 
 def test_max_ranks_per_poll_rotates_through_the_job(job):
-    with JobCollector(resolve_targets([job.pid]), samples=1, max_ranks_per_poll=2) as collector:
+    with JobObserver(resolve_targets([job.pid]), samples=1, max_ranks_per_poll=2) as collector:
         first = collector.poll()
         assert [v.rank for v in first.ranks if v.threads] == [0, 1]
         assert first.findings == ()  # unread ranks are not taken for outliers
@@ -33,7 +34,7 @@ def test_max_ranks_per_poll_rotates_through_the_job(job):
 
 
 def test_a_rank_killed_between_polls_is_reported_not_raised(job):
-    with JobCollector(resolve_targets([job.pid]), samples=2, interval=0.1) as collector:
+    with JobObserver(resolve_targets([job.pid]), samples=2, interval=0.1) as collector:
         collector.poll()
         os.kill(job.rank_pids[3], signal.SIGKILL)
         snapshot = collector.poll()
@@ -45,7 +46,7 @@ def test_a_rank_killed_between_polls_is_reported_not_raised(job):
 def test_a_rank_that_exits_after_its_stack_was_read_leaves_the_groups_and_the_tree(job):
     from mldebug.report.text import render_text
 
-    with JobCollector(resolve_targets([job.pid]), samples=1) as collector:
+    with JobObserver(resolve_targets([job.pid]), samples=1) as collector:
         collector.poll()  # every rank's stack is read once
         os.kill(job.rank_pids[3], signal.SIGKILL)
         snapshot = collector.poll()  # rank 3: read before, gone now

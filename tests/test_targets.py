@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mldebug.collect.crashes import with_crashes
 from mldebug.errors import NoTargetError
 from mldebug.targets import check_pid, job_key, rank_env, resolve_targets
 
@@ -178,7 +179,7 @@ def test_garbage_numbers_in_run_directory_files_are_skipped(tmp_path, capsys):
         # WHEN they are resolved, THEN the live rank is found and the garbage is left out
         job = resolve_targets(run_dir=str(tmp_path))
         assert [t.pid for t in job.targets] == rank_pids
-        assert job.world_size == 2 and job.crashes == ()
+        assert job.world_size == 2 and with_crashes(job).crashes == ()
         # AND the dump reports the rank that has no usable pid as missing
         assert dump.main(["--run", str(tmp_path), "--json", "--samples", "1"]) == 1
         report = json.loads(capsys.readouterr().out)

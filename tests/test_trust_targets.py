@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mldebug import rundir
-from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes
+from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes, with_crashes
 from mldebug.errors import NoTargetError
 from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets
 
@@ -179,7 +179,7 @@ def test_odd_rank_directory_names_are_not_ranks_anywhere(tmp_path, jobs):
     plant_proc(run, 0, job.rank_pids[0])
     found = resolve_targets(run_dir=run)
     assert [(t.rank, t.pid) for t in found.targets] == [(0, job.rank_pids[0])]
-    assert found.crashes == ()
+    assert with_crashes(found).crashes == ()
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,19 @@
-"""Collect a whole job: py-spy on every rank in parallel, a few rounds, one JobSnapshot.
+"""Read a whole job's stacks: py-spy on every rank in parallel, a few rounds per poll.
 
-`JobCollector.poll()` is blocking and safe to call again and again from a worker thread
-(the live view does). It never raises for a rank's trouble (those come back as typed
-failures in the snapshot) and bounds its work: a process is read once per round however
-many targets name it; at most `max_pids` processes per poll (MAX_PIDS), and of those at
-most `max_ranks_per_poll` ranks, rotating through the job; a world size counts up to
-MAX_WORLD ranks; each py-spy run has its own
-time limit, and a whole poll its `deadline`: what is not read by then is reported as timed
-out, and the poll returns without waiting for reads still under way (they run in daemon
-threads, so no caller, and no exiting interpreter, ever waits on a stuck one). A rank that
-waits for its DataLoader has its worker processes read too, after the last round
-(mldebug.collect.workers), so the verdict can name the worker's line.
+The collector reads and nothing more: what a poll read comes back as `JobReadings` (model),
+and the orchestrator (mldebug.observe) hands it to the analysis. One poll is a `StackPoll`,
+taken under the collector's lock: the rounds of stack readings, then (when the analysis asks
+for them) the DataLoader workers of some ranks, then `keep()`, which stores the readings that
+later polls compare with and returns what was read.
+
+It is safe to poll again and again from a worker thread (the live view does). A rank's
+trouble is never raised: it comes back as a typed failure in its sample. Work is bounded: a
+process is read once per round however many targets name it; at most `max_pids` processes
+per poll (MAX_PIDS), and of those at most `max_ranks_per_poll` ranks, rotating through the
+job; a world size counts up to MAX_WORLD ranks; each py-spy run has its own time limit, and
+a whole poll its `deadline`: what is not read by then is reported as timed out, and the poll
+returns without waiting for reads still under way (they run in daemon threads, so no caller,
+and no exiting interpreter, ever waits on a stuck one).
 """
 
 from __future__ import annotations
@@ -18,26 +21,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
-from mldebug.analysis.frames import waits_for_dataloader
-from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.pyspy import dump_stack, find_pyspy
-from mldebug.collect.workers import (
-    MAX_RANKS_PER_POLL,
-    MAX_WORKERS_PER_RANK,
-    with_workers,
-    worker_candidates,
-)
+from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,
     FAIL_TIMEOUT,
-    JobSnapshot,
+    JobReadings,
+    JobTargets,
     RankTarget,
     StackSample,
 )
-from mldebug.targets import JobTargets
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
 # Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make
@@ -51,7 +48,7 @@ DEADLINE_GRACE = 1.0
 
 
 class JobCollector:
-    """Reads every rank of one job; `poll()` returns a JobSnapshot with the verdict.
+    """Reads every rank of one job, one `polling()` at a time.
 
     samples: stack readings per rank in one poll, `interval` seconds apart (3 x 0.4 s for
     `mldebug dump`). With samples=1 each poll is compared with the previous poll's reading,
@@ -256,38 +253,55 @@ class JobCollector:
                 time.sleep(pause)
         return taken
 
-    def _waits_for_loader(self, pid: int, taken: list[StackSample]) -> bool:
-        """The rank waits in the DataLoader in its newest reading and in the one before it
-        (this poll's, else the last poll's; none at all with a single-sample dump).
+    def with_previous(self, pid: int, taken: Sequence[StackSample]) -> list[StackSample]:
+        """This poll's readings of `pid`, after the previous poll's newest one (if any)."""
+        previous = self._last.get(pid)
+        return [previous, *taken] if previous is not None else list(taken)
 
-        A healthy rank is seldom seen waiting for a batch twice in a row, so it costs nothing;
-        the exact stack is not compared, as the wait wakes up every few seconds to check on
-        the workers.
-        """
-
-        def waits(sample: StackSample | None) -> bool:
-            return (
-                sample is not None
-                and not sample.failure
-                and bool(sample.threads)
-                and waits_for_dataloader(sample.threads[0].frames)
-            )
-
-        before = taken[-2] if len(taken) > 1 else self._last.get(pid)
-        return waits(taken[-1]) and (before is None or waits(before))
-
-    def _add_workers(
-        self, targets: Sequence[RankTarget], taken: dict[int, list[StackSample]], end: float | None
-    ) -> None:
-        """Read the DataLoader workers of ranks that wait for them, once per poll, after the
-        last round; bounded: a few ranks, a few workers each, py-spy runs in parallel."""
-        waiting = list(
-            {
-                t.pid: t
-                for t in targets
-                if taken[t.pid] and self._waits_for_loader(t.pid, taken[t.pid])
-            }.values()
+    def _read_worker(self, target: RankTarget, end: float | None) -> StackSample:
+        # A worker that cannot be read leaves the rank as it was (the analysis skips it).
+        return self._read(
+            target, native=False, timeout=min(self.timeout_per_rank, self.worker_timeout), end=end
         )
+
+    def _notes(self) -> tuple[str, ...]:
+        """The job's notes, then what this collector leaves out of every poll."""
+        notes = list(self.job.notes)
+        distinct = len({target.pid for target in self.job.targets})
+        if distinct > self.max_pids:
+            notes.append(
+                f"{distinct} processes to read: a dump reads the first {self.max_pids} (by rank); "
+                "the others are reported as not read"
+            )
+        world = self.job.world_size
+        if world and world > self.max_world:
+            notes.append(f"world size {world}: only ranks 0-{self.max_world - 1} are accounted for")
+        return tuple(notes)
+
+    @contextmanager
+    def polling(self) -> Iterator[StackPoll]:
+        """One poll, and no other meanwhile: its deadline starts now."""
+        with self._lock:
+            end = None if self.deadline is None else time.monotonic() + self.deadline
+            yield StackPoll(self, self._choose(), end)
+
+
+class StackPoll:
+    """One poll under way: read the rounds, then maybe some ranks' workers, then keep."""
+
+    def __init__(self, collector: JobCollector, chosen: list[RankTarget], end: float | None):
+        self.collector = collector
+        self.chosen = chosen  # this poll's ranks (all, or the next ones in rotation)
+        self.end = end
+
+    def read_stacks(self) -> dict[int, list[StackSample]]:
+        """pid -> this poll's readings of it, oldest first (one per round while alive)."""
+        return self.collector._sample_rounds(self.chosen, self.end)
+
+    def read_workers(self, ranks: Sequence[RankTarget]) -> dict[int, tuple[StackSample, ...]]:
+        """rank pid -> readings of its DataLoader worker candidates, after the last round;
+        bounded: a few ranks, a few workers each, py-spy runs in parallel."""
+        collector, end = self.collector, self.end
         jobs = [
             (
                 rank.pid,
@@ -299,58 +313,45 @@ class JobCollector:
                     job=rank.job,
                 ),
             )
-            for rank in waiting[:MAX_RANKS_PER_POLL]
+            for rank in ranks[:MAX_RANKS_PER_POLL]
             for worker in worker_candidates(rank.pid, MAX_WORKERS_PER_RANK)
         ]
         if not jobs:
-            return
-        read = self._read_all(
-            [worker for _, worker in jobs], lambda w: self._read_worker(w, end), end
+            return {}
+        read = collector._read_all(
+            [worker for _, worker in jobs], lambda w: collector._read_worker(w, end), end
         )
-        for rank_pid in {rank_pid for rank_pid, _ in jobs}:
-            mine = [
-                sample for (owner, _), sample in zip(jobs, read, strict=True) if owner == rank_pid
-            ]
-            taken[rank_pid][-1] = with_workers(taken[rank_pid][-1], mine)
+        found: dict[int, tuple[StackSample, ...]] = {}
+        for (owner, _), sample in zip(jobs, read, strict=True):
+            found[owner] = (*found.get(owner, ()), sample)
+        return found
 
-    def _read_worker(self, target: RankTarget, end: float | None) -> StackSample:
-        # A worker that cannot be read leaves the rank as it was (with_workers skips it).
-        return self._read(
-            target, native=False, timeout=min(self.timeout_per_rank, self.worker_timeout), end=end
+    def keep(
+        self,
+        taken: Mapping[int, Sequence[StackSample]],
+        workers: Mapping[int, tuple[StackSample, ...]] | None = None,
+    ) -> JobReadings:
+        """Store this poll's readings (`taken`, as the caller may have completed them) for
+        the next polls to compare with, and return what the job's readings are now."""
+        collector = self.collector
+        for pid, new in taken.items():
+            if not new:
+                continue
+            previous = collector._last.get(pid)
+            series = new if collector.samples > 1 or previous is None else [previous, *new]
+            collector._history[pid] = tuple(series)
+            collector._last[pid] = new[-1]
+        job = collector.job
+        samples = {t.pid: collector._history.get(t.pid, ()) for t in job.targets}
+        readable = {t.pid for t in collector._readable()}
+        for target in job.targets:
+            if target.pid not in readable:
+                samples[target.pid] = (collector._over_cap(target),)
+        world = job.world_size
+        return JobReadings(
+            job=job,
+            samples=samples,
+            world_size=min(world, collector.max_world) if world else world,
+            workers=dict(workers or {}),
+            notes=collector._notes(),
         )
-
-    def poll(self) -> JobSnapshot:
-        with self._lock:
-            end = None if self.deadline is None else time.monotonic() + self.deadline
-            chosen = self._choose()
-            taken = self._sample_rounds(chosen, end)
-            self._add_workers(chosen, taken, end)
-            for pid, new in taken.items():
-                if not new:
-                    continue
-                previous = self._last.get(pid)
-                series = new if self.samples > 1 or previous is None else [previous, *new]
-                self._history[pid] = tuple(series)
-                self._last[pid] = new[-1]
-            samples = {t.pid: self._history.get(t.pid, ()) for t in self.job.targets}
-            readable = {t.pid for t in self._readable()}
-            for target in self.job.targets:
-                if target.pid not in readable:
-                    samples[target.pid] = (self._over_cap(target),)
-            world = self.job.world_size
-            return build_snapshot(
-                self.job.targets,
-                samples,
-                min(world, self.max_world) if world else world,
-                self.job.job,
-                self.job.run_dir,
-                self.job.exit_codes,
-                partial=self.job.partial,
-                crashes=self.job.crashes,
-            )
-
-
-def collect_once(job_targets: JobTargets, **options) -> JobSnapshot:
-    """One poll of a job (what `mldebug dump` does)."""
-    with JobCollector(job_targets, **options) as collector:
-        return collector.poll()

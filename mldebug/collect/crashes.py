@@ -2,19 +2,20 @@
 
 The in-rank hook writes `ranks/<rank>/error.json` when an exception reaches the top; the
 launcher writes `first_failure` into run.json when the job ends (it also covers signals,
-which leave no error file). Both are read here for the verdict; nothing is trusted beyond
-plain JSON values, and what is read is bounded: each file, the number of ranks, the bytes
-of all error files together, and each string kept.
+which leave no error file). Both are read here for the verdict (`with_crashes` puts them on
+a job's targets); nothing is trusted beyond plain JSON values, and what is read is bounded:
+each file, the number of ranks, the bytes of all error files together, and each string kept.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from mldebug import rundir
-from mldebug.model import RankCrash
+from mldebug.model import JobTargets, RankCrash
 
 MAX_RANKS = 1 << 16  # error files looked at per run directory
 MAX_ERROR_BYTES = rundir.MAX_JSON_BYTES  # one error.json
@@ -77,3 +78,11 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
             if crash is not None:
                 crashes[rank] = crash
     return tuple(sorted(crashes.values(), key=lambda crash: (crash.time, crash.rank)))
+
+
+def with_crashes(job: JobTargets, manifest: dict | None = None) -> JobTargets:
+    """`job` with the crashes its run directory records now; as it is without a run
+    directory. `manifest`: run.json, when the caller has just read it."""
+    if job.run_dir is None:
+        return job
+    return replace(job, crashes=read_crashes(job.run_dir, manifest))

@@ -1,22 +1,19 @@
-"""A rank's DataLoader worker processes: find them, and fold their stacks into its sample.
+"""A rank's DataLoader worker processes: find the ones to read.
 
 A rank whose main thread waits in the DataLoader waits for its workers, so the line to show
 is a worker's, not the rank's `for batch in loader`. Workers are children of the rank:
 fork-started ones carry the rank's own command line, spawn-started ones run
 `multiprocessing.spawn`, forkserver-started ones are children of a `multiprocessing.forkserver`
 child. (The pin-memory worker is a thread of the rank, read with it already.) Which of these
-children really are DataLoader workers is told by their stack (`_worker_loop`), once read.
+children really are DataLoader workers is told by their stack once read, by the analysis
+(mldebug.analysis.workers), which also says whose workers to read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import psutil
-
-from mldebug.analysis.frames import is_dataloader_worker
-from mldebug.model import StackSample, ThreadStack
 
 MAX_WORKERS_PER_RANK = 4  # a loader has 2-16 workers; a stuck one shows in the first few
 MAX_RANKS_PER_POLL = 8  # ranks whose workers are read in one poll (the odd ones are few)
@@ -64,21 +61,3 @@ def worker_candidates(rank_pid: int, limit: int = MAX_WORKERS_PER_RANK) -> list[
         ):
             found.append(child.pid)
     return found[:limit]
-
-
-def worker_thread(sample: StackSample) -> ThreadStack | None:
-    """The main thread of a worker's sample, labelled as a worker of its rank; None when the
-    process could not be read or is not a DataLoader worker after all."""
-    if sample.failure or not sample.threads or not is_dataloader_worker(sample.threads[0].frames):
-        return None
-    pid = sample.target.pid
-    return replace(sample.threads[0], name=f"DataLoader worker {pid}", pid=pid)
-
-
-def with_workers(sample: StackSample, workers: Sequence[StackSample]) -> StackSample:
-    """The rank's sample with its readable workers' main threads right after its own main
-    thread (what it waits for comes next to it), then its other threads."""
-    extra = tuple(t for t in map(worker_thread, workers) if t is not None)
-    if not extra or not sample.threads:
-        return sample
-    return replace(sample, threads=(sample.threads[0], *extra, *sample.threads[1:]))

@@ -1,8 +1,10 @@
 """`mldebug attach [TARGET]`: the live terminal UI over a running job.
 
-Targets are those of `mldebug dump`: `--pid` (a rank or its launcher, repeatable), `--run DIR`
-(an `mldebug run` directory), or nothing (the newest live `mldebug run`, else the training
-processes of this user). `mldebug run --tui` calls `attach_to_run`.
+Targets are those of `mldebug dump`, parsed by the same code (mldebug.commands.common):
+`--pid` (a rank or its launcher, repeatable), `--run DIR` (an `mldebug run` directory), a bare
+TARGET (either), or nothing (the newest live `mldebug run`, else the training processes of
+this user). `mldebug run --tui` calls `attach_to_run` with a `LiveView` it keeps, so that its
+signal handler can close the view.
 """
 
 from __future__ import annotations
@@ -13,9 +15,26 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mldebug.commands.common import Parser, pid, seconds, split_target
+from mldebug.commands.common import (
+    TARGET_HELP,
+    Parser,
+    add_target_arguments,
+    seconds,
+    target_of,
+)
 from mldebug.errors import EXIT_USAGE, MldebugError
+from mldebug.model import JobTargets
 
+KEYS_HELP = """\
+keys: q quit, p pause, s save a report, / filter ranks, enter rank detail,
+  r recipe, 1-6 tabs, ? all keys, ctrl+p command palette
+
+exit status:
+  0    quit with q
+  2    bad command line (a bad TARGET, --pid or --interval), or no terminal
+  3    nothing to look at: no such pid, no job found, several jobs found
+  4    no permission: another user's pid
+"""
 NO_TTY_REMEDY = (
     "Use `mldebug dump` for a one-shot report on a pipe or in CI (add --json for scripts)."
 )
@@ -24,26 +43,12 @@ NO_TTY_REMEDY = (
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="mldebug attach",
-        description="Live view of a multi-rank job: every rank's state and stack, the merged "
+        description="Live view of a multi-rank job: every rank's state and stack, the merged\n"
         "stack tree, the verdict on top, and the run's logs, events, memory and NCCL files.",
-        epilog="Keys: q quit, p pause, s save a report, / filter ranks, enter rank detail, "
-        "r recipe, 1-6 tabs, ? all keys, ctrl+p command palette.",
+        epilog=f"{TARGET_HELP}\n{KEYS_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "target",
-        nargs="?",
-        metavar="TARGET",
-        help="a pid (rank or launcher) or an `mldebug run` directory",
-    )
-    parser.add_argument(
-        "--pid",
-        type=pid,
-        action="append",
-        default=[],
-        metavar="PID",
-        help="a rank's or its launcher's pid (repeatable)",
-    )
-    parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
+    add_target_arguments(parser)
     parser.add_argument(
         "--interval",
         type=seconds(0, 3600, allow_low=False),
@@ -95,44 +100,52 @@ def job_label(job_targets) -> str:
     return f"{where or 'job'} — ranks {format_ranks(ranks) or '?'} of {size}"
 
 
+class LiveView:
+    """A handle on the live view while it is on screen, held by whoever started it: its
+    `close()` may be called from a signal handler (SIGTERM, SIGHUP: the terminal is gone)."""
+
+    def __init__(self) -> None:
+        self._app = None
+
+    def close(self) -> None:
+        """Close the view if it is up (thread-safe; nothing happens otherwise)."""
+        app = self._app
+        if app is not None:
+            app.exit_soon()
+
+    def run(self, app) -> int:
+        self._app = app
+        try:
+            code = app.run()
+        finally:
+            self._app = None
+        return 0 if code is None else int(code)
+
+
 def run_app(
-    resolve: Callable[[], object],
+    resolve: Callable[[], JobTargets],
     *,
     follow: bool,
     run_dir: Path | None,
     interval: float,
     native: bool,
     stop: Callable[[], None] | None,
-    job_targets=None,
+    job_targets: JobTargets | None = None,
     label: str = "",
+    view: LiveView | None = None,
 ) -> int:
+    from mldebug.live.poller import CollectorPoller
     from mldebug.tui.app import AttachApp
-    from mldebug.tui.poller import CollectorPoller
 
-    global _live_app
     poller = CollectorPoller(resolve, native=native, follow=follow, job_targets=job_targets)
     app = AttachApp(poller, interval=interval, run_dir=run_dir, stop=stop, job_name=label)
-    _live_app = app
-    try:
-        code = app.run()
-    finally:
-        _live_app = None
-    return 0 if code is None else int(code)
-
-
-_live_app = None  # the app on screen, so a signal handler can close it
-
-
-def request_exit() -> None:
-    """Close the live view from a signal handler (SIGTERM, SIGHUP: the terminal is gone)."""
-    app = _live_app
-    if app is not None:
-        app.exit_soon()
+    return (view or LiveView()).run(app)
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    pids, run = split_target(args.target, args.pid, args.run)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    pids, run = target_of(parser, args)
     require_tty()
 
     from mldebug.targets import resolve_targets
@@ -162,11 +175,17 @@ def main(argv: list[str]) -> int:
     )
 
 
-def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0) -> int:
+def attach_to_run(
+    run_dir: Path,
+    stop: Callable[[], None],
+    interval: float = 1.0,
+    view: LiveView | None = None,
+) -> int:
     """The TUI of `mldebug run --tui`: watch the run as its ranks come up.
 
-    On quit the user chooses: stop the job (calls `stop()`), or leave it running. Returns
-    the TUI's exit code (0), or EXIT_USAGE without a terminal.
+    On quit the user chooses: stop the job (calls `stop()`), or leave it running. `view`:
+    the caller's handle, to close the TUI when the job is stopped from outside. Returns the
+    TUI's exit code (0), or EXIT_USAGE without a terminal.
     """
     if not (_is_tty(sys.stdin) and _is_tty(sys.stdout)):
         print(f"mldebug: no terminal for the TUI. {NO_TTY_REMEDY}", file=sys.stderr)
@@ -182,6 +201,7 @@ def attach_to_run(run_dir: Path, stop: Callable[[], None], interval: float = 1.0
         native=False,
         stop=stop,
         label=f"{run_dir} (launched by mldebug run)",
+        view=view,
     )
 
 

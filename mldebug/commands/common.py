@@ -2,8 +2,10 @@
 
 Each option type turns a command-line word into a value or raises argparse.ArgumentTypeError,
 which `Parser` prints as one line (exit 2): a pid is a positive number the kernel could
-hand out, a count is bounded, a duration is finite. The same goes for a bare TARGET, which
-is a pid or an existing directory, nothing else.
+hand out, a count is bounded, a duration is finite. Every command that looks at a job
+(`dump`, `attach`) takes its TARGET, --pid and --run through `add_target_arguments` and
+`target_of`: a bare TARGET is a pid or an existing directory, nothing else, and any bad
+one is refused the same way, in one line with exit 2.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 from mldebug.errors import EXIT_USAGE, MldebugError, OutputError
+from mldebug.textsafe import printable
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
 
@@ -23,7 +26,8 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line: what is wrong, and where help is."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        # The message may quote what was typed (a path, a stray word): no terminal escape.
+        self.exit(EXIT_USAGE, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
 
     def print_help(self, file=None) -> None:
         # argparse swallows a write error: `--help | head` would end 0 with the help cut.
@@ -74,6 +78,46 @@ def seconds(low: float, high: float, *, allow_low: bool = True):
         return value
 
     return parse
+
+
+TARGET_HELP = """\
+target: TARGET, --pid and --run may be combined; pids win over a run directory.
+  TARGET     a pid (a rank's, or its launcher's) when it is a number, else an
+             `mldebug run` directory; anything else is refused with exit 2
+  nothing    the newest live `mldebug run` job, else your processes that carry
+             rank environment (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)
+"""
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """TARGET, -p/--pid and --run: what to look at, the same for every command."""
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="a pid (a rank's or its launcher's) or an `mldebug run` directory",
+    )
+    parser.add_argument(
+        "-p",
+        "--pid",
+        type=pid,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="a rank's pid, or a launcher's (expands to its ranks); repeatable",
+    )
+    parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
+
+
+def target_of(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[int], str | None]:
+    """(pids, run directory) from the arguments `add_target_arguments` added; a bad TARGET
+    is a usage error in one line, exit 2, as a bad --pid is."""
+    try:
+        return split_target(args.target, args.pid, args.run)
+    except MldebugError as error:
+        parser.error(f"{error.message}. {error.remedy}" if error.remedy else error.message)
 
 
 def split_target(

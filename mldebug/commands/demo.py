@@ -105,7 +105,7 @@ def _report_once(nproc: int, timeout: float) -> int:
 
 def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> JobSnapshot:
     """Dump the job every few seconds until the verdict names a problem."""
-    from mldebug.collect.collector import collect_once
+    from mldebug.observe import observe_once
     from mldebug.targets import resolve_targets
 
     deadline = time.monotonic() + timeout
@@ -120,7 +120,7 @@ def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> Job
         except NoTargetError:
             job = None  # ranks not up yet
         if job is not None and len(job.targets) == nproc:
-            snapshot = collect_once(job)
+            snapshot, _ = observe_once(job)
             if any(f.severity == SEVERITY_ERROR for f in snapshot.findings):
                 return snapshot
         time.sleep(2.0)

@@ -16,12 +16,13 @@ import argparse
 import json
 
 from mldebug.commands.common import (
+    TARGET_HELP,
     Parser,
+    add_target_arguments,
     count,
-    pid,
     report_console,
     seconds,
-    split_target,
+    target_of,
     write_out,
 )
 from mldebug.errors import (
@@ -39,7 +40,7 @@ EXIT_STATUS = """\
 exit status:
   0    nothing wrong found (warnings and info only)
   1    the job has problems: at least one error finding
-  2    bad command line
+  2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
   5    py-spy is not installed
@@ -55,22 +56,12 @@ DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not a
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="mldebug dump",
-        description="Read every rank's stack with py-spy, merge them across ranks and say "
+        description="Read every rank's stack with py-spy, merge them across ranks and say\n"
         "which rank is the problem, at which line.",
-        epilog=EXIT_STATUS,
+        epilog=f"{TARGET_HELP}\n{EXIT_STATUS}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", nargs="?", help="a pid or a run directory (same as --pid/--run)")
-    parser.add_argument(
-        "-p",
-        "--pid",
-        type=pid,
-        action="append",
-        default=[],
-        metavar="PID",
-        help="a rank's pid, or a launcher's (expands to its ranks); repeatable",
-    )
-    parser.add_argument("--run", metavar="DIR", help="an `mldebug run` directory")
+    add_target_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("-n", "--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument(
@@ -126,7 +117,8 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.native and args.nonblocking:
         raise MldebugError(
             "--native and --nonblocking cannot be used together",
@@ -138,21 +130,13 @@ def main(argv: list[str]) -> int:
         raise MldebugError(
             f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
         ) from None
-    pids, run_dir = split_target(args.target, args.pid, args.run)
+    pids, run_dir = target_of(parser, args)
 
-    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD, collect_once
+    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
+    from mldebug.observe import observe_once
 
     job = _targets_from_args(pids, run_dir)
-    distinct = len({target.pid for target in job.targets})
-    notes = list(job.notes)
-    if distinct > MAX_PIDS:
-        notes.append(
-            f"{distinct} processes to read: a dump reads the first {MAX_PIDS} (by rank); "
-            "the others are reported as not read"
-        )
-    if job.world_size and job.world_size > MAX_WORLD:
-        notes.append(f"world size {job.world_size}: only ranks 0-{MAX_WORLD - 1} are accounted for")
-    snapshot = collect_once(
+    snapshot, readings = observe_once(
         job,
         native=args.native,
         nonblocking=args.nonblocking,
@@ -178,7 +162,7 @@ def main(argv: list[str]) -> int:
 
         console = report_console()
         try:
-            for note in notes:  # rank-derived text: plain, never markup
+            for note in readings.notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
         except BrokenPipeError:

@@ -257,12 +257,16 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
 
+    view = None
+    if attach is not None:  # the live view must not outlive the job it watches
+        from mldebug.commands.attach import LiveView
+
+        view = LiveView()
+
     def on_signal(number, _frame) -> None:
         supervisor.stop(number)
-        if attach is not None:  # the live view must not outlive the job it watches
-            from mldebug.commands.attach import request_exit
-
-            request_exit()
+        if view is not None:
+            view.close()
 
     for signum in handled:
         signal.signal(signum, on_signal)
@@ -275,7 +279,7 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
                 "Check the command and that it is executable.",
             ) from None
         if attach is not None:
-            attach(supervisor.paths.root, supervisor.stop)
+            attach(supervisor.paths.root, supervisor.stop, view=view)
             if not supervisor.stopping and not supervisor.done:
                 # The user left the UI but chose to keep the job: show its output from here.
                 console.message("mldebug: the job keeps running; Ctrl-C stops it")

@@ -18,13 +18,13 @@ from textual.worker import get_current_worker
 
 from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
-from mldebug.model import JobSnapshot
+from mldebug.live.poller import Poller
+from mldebug.live.runfiles import RunFilesReader
+from mldebug.model import JobSnapshot, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
 from mldebug.tui.messages import PollFailed, ShowRank, ShowRecipe, SnapshotReady
-from mldebug.tui.poller import Poller
 from mldebug.tui.reportfile import write_report
-from mldebug.tui.runfiles import RunFiles, RunFilesReader
 from mldebug.tui.screens.quit_screen import STOP, QuitScreen
 from mldebug.tui.screens.rank_screen import RankScreen
 from mldebug.tui.status import status_text

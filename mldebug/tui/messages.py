@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from mldebug.model import JobSnapshot, StackSample
-from mldebug.tui.runfiles import RunFiles
+from mldebug.model import JobSnapshot, RunFiles, StackSample
 
 
 class SnapshotReady(Message):

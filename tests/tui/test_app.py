@@ -411,7 +411,7 @@ async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller
 
 async def test_the_events_table_keeps_up_once_the_newest_500_are_shown(poller, tmp_path):
     # GIVEN a rank that has written as many events as the tab keeps
-    from mldebug.tui.runfiles import MAX_EVENTS
+    from mldebug.live.runfiles import MAX_EVENTS
 
     events_file = tmp_path / "run" / "ranks" / "0" / "events.jsonl"
     events_file.parent.mkdir(parents=True)

@@ -73,3 +73,43 @@ def test_help_lists_the_keys():
     result = run_cli("--help")
     assert result.returncode == 0
     assert "q quit" in result.stdout and "--interval" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["0"], ["99999999999999999999"], ["/no/such/dir"], ["TWO"]])
+def test_dump_and_attach_refuse_a_bad_target_alike(args, tmp_path):
+    if args == ["TWO"]:  # two run directories
+        args = [str(tmp_path), "--run", str(tmp_path)]
+    done = {
+        command: subprocess.run(
+            [sys.executable, "-m", "mldebug", command, *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        for command in ("dump", "attach")
+    }
+    for result in done.values():
+        assert result.returncode == EXIT_USAGE
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert done["dump"].stderr.replace("mldebug dump", "mldebug attach") == done["attach"].stderr
+
+
+def test_the_live_view_handle_closes_the_app_only_while_it_is_on_screen():
+    from mldebug.commands.attach import LiveView
+
+    closed = []
+
+    class App:
+        def run(self):
+            view.close()  # e.g. SIGTERM reaches `mldebug run --tui` while the view is up
+            return None
+
+        def exit_soon(self):
+            closed.append(True)
+
+    view = LiveView()
+    view.close()  # not on screen yet: nothing to close
+    assert view.run(App()) == 0 and closed == [True]
+    view.close()  # gone: nothing happens
+    assert closed == [True]

@@ -18,10 +18,10 @@ import pytest
 from pyspy_fakes import fake_pyspy, sleepers, stop
 from textual.widgets import DataTable
 
+from mldebug.live.poller import CollectorPoller
 from mldebug.model import STATE_UNREADABLE
 from mldebug.targets import resolve_targets
 from mldebug.tui.app import AttachApp
-from mldebug.tui.poller import CollectorPoller
 
 SLOW_TIMER = 3600
 

@@ -9,11 +9,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from mldebug.model import Finding
+from mldebug.model import Finding, RankEvent, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.report.text import plain
 from mldebug.tui.messages import ShowRecipe
-from mldebug.tui.runfiles import RankEvent, RunFiles
 
 NO_EVENTS = (
     "No events yet. The in-rank agent of `mldebug run` writes NaN/Inf, loss-spike and error "

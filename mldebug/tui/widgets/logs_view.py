@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Log, Static
 
+from mldebug.model import LogTail, RunFiles
 from mldebug.ranges import parse_ranks
 from mldebug.textsafe import one_line
-from mldebug.tui.runfiles import LogTail, RunFiles
 
 MAX_SHOWN_LINES = 3000
 NO_RUN = (

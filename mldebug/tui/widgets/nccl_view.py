@@ -8,8 +8,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Log, OptionList, Static
 from textual.widgets.option_list import Option
 
+from mldebug.model import RunFiles
 from mldebug.textsafe import one_line
-from mldebug.tui.runfiles import RunFiles
 
 NO_FILES = (
     "No NCCL log files in this run. Start it with `mldebug run --nccl-debug INFO ...` and each "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from mldebug.tui import runfiles
-from mldebug.tui.runfiles import RunFilesReader, parse_event_line, read_tail
+from mldebug.live import runfiles
+from mldebug.live.runfiles import RunFilesReader, parse_event_line, read_tail
 from mldebug.tui.widgets.logs_view import select_lines
 
 
@@ -61,7 +61,7 @@ def test_log_lines_filtered_by_rank_set_and_text(tmp_path):
 
 
 def test_only_the_log_lines_shown_are_built_however_many_ranks():
-    from mldebug.tui.runfiles import LogTail
+    from mldebug.model import LogTail
     from mldebug.tui.widgets.logs_view import MAX_SHOWN_LINES
 
     built = []

@@ -1,4 +1,5 @@
-"""What the app polls: a small protocol, and its real implementation over JobCollector.
+"""What the live view polls: a small protocol, and its real implementation, which follows
+the job's targets and looks at them through the orchestrator (mldebug.observe).
 
 The app calls `poll()` from a worker thread, one call at a time, and never from the UI
 thread; `poll()` may block for as long as py-spy takes. Tests pass a fake with the same
@@ -13,8 +14,10 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
-from mldebug.model import STATE_EXITED, JobSnapshot, StackSample
-from mldebug.targets import with_run_outcome
+from mldebug import rundir
+from mldebug.collect.crashes import with_crashes
+from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, StackSample
+from mldebug.targets import manifest_exit_codes
 
 
 @runtime_checkable
@@ -36,14 +39,27 @@ class Poller(Protocol):
         ...
 
 
+def with_run_outcome(job: JobTargets) -> JobTargets:
+    """`job` with the exit codes and crashes its run directory records now.
+
+    A live view keeps its targets once the run is over (resolving it again finds nothing to
+    look at) and still has to learn how each rank ended.
+    """
+    manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
+    if manifest is None:
+        return job
+    return with_crashes(replace(job, exit_codes=manifest_exit_codes(manifest)), manifest)
+
+
 class CollectorPoller:
-    """The real source: `JobCollector` over the targets that `resolve()` finds.
+    """The real source: a `JobObserver` over the targets that `resolve()` finds, with the
+    crashes their run directory records, read again each time they are resolved.
 
     With `follow=True` (a run directory, or auto-discovery) the targets are resolved again
     while ranks are missing and every RESOLVE_EVERY polls, so ranks that start late (the
-    TUI of `mldebug run --tui` comes up before the ranks do) appear; the collector, which
-    keeps the history that tells stuck from running, is only replaced when the set of
-    processes changed, and then keeps the readings of the processes that stay. A rank that
+    TUI of `mldebug run --tui` comes up before the ranks do) appear; the observer, whose
+    collector keeps the history that tells stuck from running, is only replaced when the set
+    of processes changed, and then keeps the readings of the processes that stay. A rank that
     is no longer found has ended: it stays in the view, as exited. Until a first rank is
     found, `poll()` raises the resolver's MldebugError, which the app shows as "waiting".
     """
@@ -60,17 +76,17 @@ class CollectorPoller:
 
     def __init__(
         self,
-        resolve: Callable[[], object],
+        resolve: Callable[[], JobTargets],
         native: bool = False,
         follow: bool = False,
-        job_targets=None,
+        job_targets: JobTargets | None = None,
     ) -> None:
         self._resolve = resolve
         self._native = native
         self._follow = follow
         self._lock = threading.Lock()  # close() comes from the UI thread, poll() from a worker
-        self._collector = None
-        self._targets = job_targets
+        self._observer = None
+        self._targets = with_crashes(job_targets) if job_targets is not None else None
         self._polls = 0
         self._ended_unexplained = False
         self._native_reads: dict[int, Future] = {}  # rank -> the native reading in flight
@@ -82,7 +98,7 @@ class CollectorPoller:
     @staticmethod
     def _with_ended(found, current):
         """`found`, plus the ranks of `current` that it no longer has: they have ended, and
-        the collector shows them as exited (with the code run.json gives), not as never found."""
+        the analysis shows them as exited (with the code run.json gives), not as never found."""
         if current is None:
             return found
         ranks = {target.rank for target in found.targets}
@@ -107,7 +123,7 @@ class CollectorPoller:
         if not stale:
             return
         try:
-            found = self._resolve()
+            found = with_crashes(self._resolve())
         except Exception:
             if current is None:
                 raise
@@ -122,9 +138,9 @@ class CollectorPoller:
         self._targets = self._with_ended(found, current)
 
     def _make(self, previous):
-        from mldebug.collect.collector import JobCollector
+        from mldebug.observe import JobObserver
 
-        collector = JobCollector(
+        observer = JobObserver(
             self._targets,
             native=self._native,
             samples=self.SAMPLES,
@@ -132,22 +148,22 @@ class CollectorPoller:
             deadline=self.POLL_DEADLINE,
         )
         if previous is not None:
-            collector.adopt_history(previous)
+            observer.adopt_history(previous)
             previous.close()
-        return collector
+        return observer
 
     def poll(self) -> JobSnapshot:
         self._refresh_targets()
         self._polls += 1
         with self._lock:
-            # A new set of processes gets a new collector (its pool sized for them), which
+            # A new set of processes gets a new observer (its pool sized for them), which
             # keeps the readings of the processes it shares with the old one.
-            collector = self._collector
-            if collector is None or self._pids(collector.job) != self._pids(self._targets):
-                collector = self._collector = self._make(collector)
+            observer = self._observer
+            if observer is None or self._pids(observer.job) != self._pids(self._targets):
+                observer = self._observer = self._make(observer)
             else:
-                collector.job = self._targets
-        snapshot = collector.poll()
+                observer.job = self._targets
+        snapshot = observer.poll()
         # A rank of a run directory seen ended, with no exit code yet: read run.json again
         # at the next poll, for its code and for the first failure.
         self._ended_unexplained = self._targets.run_dir is not None and any(
@@ -189,6 +205,6 @@ class CollectorPoller:
 
     def close(self) -> None:
         with self._lock:
-            if self._collector is not None:
-                self._collector.close()
-            self._collector = None
+            if self._observer is not None:
+                self._observer.close()
+            self._observer = None

@@ -1,4 +1,4 @@
-"""The real poller: JobCollector and py-spy over real (plain Python) rank processes."""
+"""The real poller: the orchestrator and py-spy over real (plain Python) rank processes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import time
 import pytest
 
 from mldebug.collect.pyspy import find_pyspy
+from mldebug.live.poller import CollectorPoller
 from mldebug.model import STATE_EXITED
 from mldebug.targets import resolve_targets
-from mldebug.tui.poller import CollectorPoller
 
 SITTER = """
 import sys, time

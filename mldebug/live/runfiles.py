@@ -1,8 +1,10 @@
 """Read what a run directory holds for the Logs, NCCL and Anomalies tabs, with bounded work.
 
-Everything here runs in the poll worker thread, never on the UI thread. Each file is read
-from its end only (a fixed number of bytes), and a file whose size and mtime did not change
-since the last poll is not read again, so a 256-rank run costs a few `stat` calls a second.
+What is read comes back as model data (`RunFiles`, `LogTail`, `RankEvent`) for the views to
+draw. Everything here runs in the poll worker thread, never on the UI thread. Each file is
+read from its end only (a fixed number of bytes), and a file whose size and mtime did not
+change since the last poll is not read again, so a 256-rank run costs a few `stat` calls a
+second.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
+from mldebug.model import LogTail, RankEvent, RunFiles
 from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
@@ -23,36 +26,6 @@ MAX_EVENTS = 500  # across ranks, newest kept
 MAX_NCCL_FILES = 64
 MAX_RANK_DIRS = 4096  # ranks whose files one poll looks at (a planted 300k would take seconds)
 LATEST_TIME = 1e11  # year 5138: later "times" in an event are garbage
-
-
-@dataclass(frozen=True)
-class LogTail:
-    rank: int
-    stream: str  # "stdout" or "stderr"
-    lines: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class RankEvent:
-    """One line of `<run>/ranks/<rank>/events.jsonl` (written by the in-rank agent)."""
-
-    rank: int
-    time: float | None
-    kind: str
-    message: str
-    location: str | None = None
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    """The run directory's files as of one poll."""
-
-    root: str
-    logs: tuple[LogTail, ...] = ()
-    events: tuple[RankEvent, ...] = ()
-    bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
-    nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
-    nccl_files_total: int = 0
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:

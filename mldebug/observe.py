@@ -1,0 +1,90 @@
+"""The orchestrator: one look at a job is collect, then analyse. Nothing else calls both.
+
+A poll reads every chosen rank's stack (mldebug.collect.collector), asks the analysis which
+ranks wait for their DataLoader (mldebug.analysis.workers), has the collector read those
+ranks' worker processes, folds the workers' stacks into their rank's newest reading, and
+builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`, `mldebug demo` and the live
+view (mldebug.live.poller) all look at a job through here.
+"""
+
+from __future__ import annotations
+
+from mldebug.analysis.snapshot import build_snapshot
+from mldebug.analysis.workers import waits_for_workers, with_workers
+from mldebug.collect.collector import JobCollector
+from mldebug.collect.crashes import with_crashes
+from mldebug.model import JobReadings, JobSnapshot, JobTargets
+
+
+class JobObserver:
+    """Polls one job; each `poll()` returns a JobSnapshot with the verdict.
+
+    Options are the collector's (samples, interval, deadline, max_ranks_per_poll...). The job
+    is taken as given: its crashes are read by whoever resolves it (`observe_once`, the live
+    poller), as often as they re-resolve it.
+    """
+
+    def __init__(self, job_targets: JobTargets, **options) -> None:
+        self.collector = JobCollector(job_targets, **options)
+        self.readings: JobReadings | None = None  # what the last poll read
+
+    @property
+    def job(self) -> JobTargets:
+        return self.collector.job
+
+    @job.setter
+    def job(self, job_targets: JobTargets) -> None:
+        self.collector.job = job_targets  # same processes, newer facts (exit codes, crashes)
+
+    def adopt_history(self, previous: JobObserver) -> None:
+        """Keep telling stuck from running across a change of targets (the collector's)."""
+        self.collector.adopt_history(previous.collector)
+
+    def close(self) -> None:
+        self.collector.close()
+
+    def __enter__(self) -> JobObserver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def poll(self) -> JobSnapshot:
+        collector = self.collector
+        with collector.polling() as poll:
+            taken = poll.read_stacks()
+            # One target per process (the last to name it), in the order they were chosen.
+            chosen = {target.pid: target for target in poll.chosen if taken[target.pid]}
+            waiting = [
+                target
+                for pid, target in chosen.items()
+                if waits_for_workers(collector.with_previous(pid, taken[pid]))
+            ]
+            workers = poll.read_workers(waiting)
+            for pid, found in workers.items():
+                taken[pid][-1] = with_workers(taken[pid][-1], found)
+            readings = self.readings = poll.keep(taken, workers)
+        return snapshot_of(readings)
+
+
+def snapshot_of(readings: JobReadings) -> JobSnapshot:
+    """The analysis of what a poll read."""
+    job = readings.job
+    return build_snapshot(
+        job.targets,
+        readings.samples,
+        readings.world_size,
+        job.job,
+        job.run_dir,
+        job.exit_codes,
+        partial=job.partial,
+        crashes=job.crashes,
+    )
+
+
+def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings]:
+    """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
+    crashes its run directory records): the snapshot, and what was read (its notes)."""
+    with JobObserver(with_crashes(job_targets), **options) as observer:
+        snapshot = observer.poll()
+        return snapshot, observer.readings
