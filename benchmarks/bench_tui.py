@@ -136,7 +136,7 @@ def serve_synthetic(count: int) -> None:
     from mldebug.tui.app import AttachApp
 
     def make(tick: int):
-        return hung_job(count, outlier=tick % count, tick=tick, step=tick)
+        return hung_job(count, outlier=tick % count, tick=tick)
 
     AttachApp(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
 

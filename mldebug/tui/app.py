@@ -20,10 +20,11 @@ from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
 from mldebug.live.poller import Poller
 from mldebug.live.runfiles import RunFilesReader
+from mldebug.live.sources import SourceLines
 from mldebug.model import JobSnapshot, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
-from mldebug.tui.messages import PollFailed, ShowRank, ShowRecipe, SnapshotReady
+from mldebug.tui.messages import PollFailed, ReportSaved, ShowRank, ShowRecipe, SnapshotReady
 from mldebug.tui.reportfile import write_report
 from mldebug.tui.screens.quit_screen import STOP, QuitScreen
 from mldebug.tui.screens.rank_screen import RankScreen
@@ -84,6 +85,8 @@ class AttachApp(App[int]):
         self.last_error = ""
         self.waiting = False  # last_error is an expected wait, not a fault
         self.last_report = ""
+        self._saving = threading.Lock()  # reports are written one after another
+        self.sources = SourceLines()  # the rank screens' source lines, read off the UI thread
         self._files_reader = RunFilesReader(run_dir) if run_dir is not None else None
         self._running_loop: asyncio.AbstractEventLoop | None = None
 
@@ -270,18 +273,32 @@ class AttachApp(App[int]):
         if self.snapshot is None:
             self.notify("Nothing to save yet: the first poll has not finished.", severity="warning")
             return
-        try:
-            text_path, json_path = write_report(
-                self.snapshot, self.run_dir, Path.cwd(), self.clock()
-            )
-        except OSError as error:
+        snapshot, run_dir, cwd, now = self.snapshot, self.run_dir, Path.cwd(), self.clock()
+        post, saving = self.post_message, self._saving
+
+        def save() -> None:
+            # Rendering every rank's threads takes seconds at 1,024 ranks: not on the UI
+            # thread. A daemon thread: quitting does not wait for a slow disk.
+            with saving:
+                try:
+                    post(ReportSaved(*write_report(snapshot, run_dir, cwd, now)))
+                except OSError as error:
+                    post(ReportSaved(error=str(error)))
+
+        threading.Thread(target=save, name="mldebug-save-report", daemon=True).start()
+
+    def on_report_saved(self, message: ReportSaved) -> None:
+        if message.error is not None:
             self.notify(
-                one_line(f"Could not write the report: {error}"), severity="error", markup=False
+                one_line(f"Could not write the report: {message.error}"),
+                severity="error",
+                markup=False,
             )
             return
-        self.last_report = str(text_path)
+        self.last_report = str(message.text_path)
         self.notify(
-            f"Report written to {one_line(str(text_path))}\nand {one_line(str(json_path))}",
+            f"Report written to {one_line(str(message.text_path))}\n"
+            f"and {one_line(str(message.json_path))}",
             title="Snapshot saved",
             timeout=8,
             markup=False,

@@ -31,13 +31,13 @@ STATE_STYLES = {
 }
 
 # What matters most comes first, so an 80-column terminal shows it without scrolling.
+# Only what mldebug reads today has a column: a rank's training step and heartbeat age come
+# with an in-rank agent that reports them, and get their columns then.
 RANK_COLUMNS = (
     ("rank", "rank"),
     ("state", "state"),
     ("frame", "current frame"),
     ("collective", "collective"),
-    ("step", "step"),
-    ("heartbeat", "hb age"),
     ("cpu", "cpu%"),
     ("mem", "mem"),
     ("host", "host"),
@@ -93,8 +93,6 @@ def rank_cells(view: RankView) -> tuple[str, ...]:
         state_text(view),
         short_location(view.user_frame),
         one_line(view.collective or NONE),
-        NONE if view.step is None else str(view.step),
-        age_text(view.heartbeat_age),
         NONE if view.cpu_percent is None else f"{view.cpu_percent:.0f}",
         human_bytes(view.rss_bytes),
         (one_line(target.host) if target and target.host else NONE),
@@ -107,7 +105,7 @@ def styled_cell(column: str, value: str, view: RankView) -> Text:
     if column == "state":
         return plain(value, STATE_STYLES.get(view.state, ""))
     text = plain(value)
-    if column in ("rank", "pid", "step", "heartbeat", "cpu", "mem"):
+    if column in ("rank", "pid", "cpu", "mem"):
         text.justify = "right"
     return text
 

@@ -56,3 +56,13 @@ class NativeReady(Message):
         super().__init__()
         self.rank = rank
         self.sample = sample
+
+
+class ReportSaved(Message):
+    """The report `s` asked for is written (or could not be: `error`)."""
+
+    def __init__(self, text_path=None, json_path=None, error: str | None = None) -> None:
+        super().__init__()
+        self.text_path = text_path
+        self.json_path = json_path
+        self.error = error

@@ -12,6 +12,7 @@ import pytest
 from textual.widgets import DataTable, Input, Log, TabbedContent
 from tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 
+from mldebug.live.sources import SourceLines
 from mldebug.model import RankTarget, RankView, StackSample, ThreadStack
 from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
@@ -65,10 +66,13 @@ async def test_overview_shows_every_rank_the_verdict_and_the_merged_tree(poller)
         assert [row[0] for row in rows] == ["0", "1", "2", "3"]
         assert rows[1][1:4] == ["running", "train.py:31 slow_data_loading", "-"]
         assert rows[0][1:4] == ["stuck", "train.py:48 train", "all_reduce"]
-        assert rows[0][4:6] == ["-", "-"]  # no agent: step and heartbeat age unknown
-        banner = str(app.query_one(FindingsBanner).render())
-        assert "Rank 1 never reached all_reduce" in banner
-        assert "/job/train.py:31" in banner and "rank-outside-collective" in banner
+        assert rows[0][4:6] == ["0", "512.0M"]  # cpu% and memory; nothing shown as unknown
+        banner = " ".join(str(app.query_one(FindingsBanner).render()).split())
+        assert (
+            "rank 1 never reached all_reduce: it is busy in slow_data_loading "
+            "(/job/train.py:31), while ranks 0,2-3 wait in all_reduce at train "
+            "(/job/train.py:48) recipe: rank-outside-collective" in banner
+        )
         labels = tree_labels(app.query_one(StackTree))
         assert any("slow_data_loading" in label and "[1]" in label for label in labels)
         assert any("all_reduce" in label and "[0,2-3] (3)" in label for label in labels)
@@ -110,12 +114,43 @@ async def test_enter_opens_the_rank_with_every_thread_and_its_source_line(tmp_pa
         await settle(app, pilot)
         await pilot.press("down", "enter")
         assert isinstance(app.screen, RankScreen) and app.screen.rank == 1
-        text = app.screen.query_one(RankDetail).text
+        detail = app.screen.query_one(RankDetail)
+        # The source line is read off the UI thread, and drawn once it is there.
+        await wait_until(pilot, lambda: "time.sleep(3600)  # the culprit" in detail.text)
+        text = detail.text
         assert f"→ stall  {script}:4" in text
-        assert "time.sleep(3600)  # the culprit" in text
-        assert 'Thread 2001 "pin_memory"' in text
+        assert 'Thread 2001 "Thread-2 (_pin_memory_loop)"' in text
+        # WHEN the file changes while it is on screen, THEN the next refresh shows the new line
+        script.write_text("import time\n\ndef stall():\n    time.sleep(7200)  # edited\n")
+        detail.show(app.snapshot.ranks[1])
+        await wait_until(pilot, lambda: "time.sleep(7200)  # edited" in detail.text)
         await pilot.press("escape")
         assert not isinstance(app.screen, RankScreen)
+
+
+async def test_a_source_file_that_takes_forever_to_read_never_holds_the_ui(tmp_path, monkeypatch):
+    # GIVEN a source file whose read blocks (a hung network filesystem)
+    stuck, reads = threading.Event(), []
+
+    def refresh(self, paths):
+        reads.append(list(paths))
+        stuck.wait(30)
+        return False
+
+    monkeypatch.setattr(SourceLines, "refresh", refresh)
+    app = AttachApp(FakePoller(), interval=SLOW_TIMER)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            # WHEN a rank's detail opens, THEN it is drawn and keys still work
+            await pilot.press("enter")
+            assert isinstance(app.screen, RankScreen)
+            await wait_until(pilot, lambda: bool(reads))
+            assert "train" in app.screen.query_one(RankDetail).text
+            await pilot.press("escape")
+            assert not isinstance(app.screen, RankScreen)
+    finally:
+        stuck.set()
 
 
 async def test_native_frames_are_read_on_demand_for_the_rank_on_screen(poller):
@@ -151,7 +186,7 @@ async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
         await wait_until(pilot, lambda: "could not be read" in detail.text)
         text = detail.text
         assert "native frames could not be read: py-spy did not answer within 60s" in text
-        assert "all_reduce  /venv/torch/distributed/distributed_c10d.py:2806" in text
+        assert "all_reduce  /venv/lib/python3.11/site-packages/torch/distributed/" in text
 
 
 async def test_compare_shows_two_ranks_side_by_side(poller):
@@ -448,7 +483,8 @@ async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
         assert "Not attached to an `mldebug run` directory" in str(
             app.query_one("#events-note").render()
         )
-        assert "n/a" in str(app.query_one("#memory-note").render())
+        # No promise of figures nothing reads: host memory is what is shown, and said so.
+        assert "GPU memory is not read" in str(app.query_one("#memory-note").render())
 
 
 async def test_quit_after_launch_offers_to_stop_the_job(poller):
@@ -532,11 +568,12 @@ async def test_s_saves_the_report_in_the_run_directory_and_says_where(poller, ru
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("s", "s")  # twice in the same second: two reports, none lost
-        await pilot.pause()
+        await wait_until(pilot, lambda: len(list((run_dir / "reports").glob("*.json"))) == 2)
+        await wait_until(pilot, lambda: "saved " in str(app.query_one("#status").render()))
         texts = sorted((run_dir / "reports").glob("*.txt"))
         jsons = sorted((run_dir / "reports").glob("*.json"))
         assert len(texts) == 2 and len(jsons) == 2
-        assert "Rank 1 never reached all_reduce" in texts[0].read_text()
+        assert "rank 1 never reached all_reduce" in texts[0].read_text()
         data = json.loads(jsons[0].read_text())
         assert data["findings"][0]["recipe"] == "rank-outside-collective"
         assert "saved " + str(run_dir / "reports") in str(app.query_one("#status").render())
@@ -550,9 +587,35 @@ async def test_without_a_run_directory_the_report_goes_to_the_current_directory(
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("s")
-        await pilot.pause()
+        await wait_until(pilot, lambda: app.last_report != "")
     assert len(list(tmp_path.glob("mldebug-attach-*.txt"))) == 1
     assert len(list(tmp_path.glob("mldebug-attach-*.json"))) == 1
+
+
+async def test_the_ui_answers_keys_while_a_1024_rank_report_is_written(run_dir, monkeypatch):
+    # GIVEN a 1,024-rank job, and a report write that waits until the test lets it go
+    import mldebug.tui.app as app_module
+
+    real_write, go, started = app_module.write_report, threading.Event(), threading.Event()
+
+    def slow_write(*args):
+        started.set()
+        assert go.wait(30)
+        return real_write(*args)
+
+    monkeypatch.setattr(app_module, "write_report", slow_write)
+    app = AttachApp(FakePoller(world_size=1024), interval=SLOW_TIMER, run_dir=run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        # WHEN s is pressed, THEN the write runs elsewhere while the UI takes keys
+        await pilot.press("s")
+        await wait_until(pilot, started.is_set)
+        await pilot.press("3")
+        assert app.query_one(TabbedContent).active == "memory"
+        go.set()
+        await wait_until(pilot, lambda: app.last_report != "", attempts=600)
+    (report,) = (run_dir / "reports").glob("*.txt")
+    assert "rank 1023" in report.read_text()  # every rank's threads, the last one too
 
 
 async def test_recipes_can_be_browsed_with_the_keyboard(poller):

@@ -20,10 +20,10 @@ from textual.widgets import Input
 from tui_fakes import FIXED_TIME, FakePoller
 
 from mldebug.analysis.frames import is_library_file
+from mldebug.live.sources import SourceLines
 from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
 from mldebug.tui.screens.rank_screen import RankScreen
-from mldebug.tui.widgets.rank_detail import source_line
 
 SIZE = (400, 60)  # wide enough that no checked text is cut
 SLOW_TIMER = 3600
@@ -173,12 +173,14 @@ def test_a_frame_file_that_is_a_fifo_or_holds_a_nul_shows_no_source_and_never_bl
     # GIVEN a rank whose frame names a FIFO as its file (reading it would wait for a writer)
     fifo = tmp_path / "train.py"
     os.mkfifo(fifo)
-    shown: list[str] = []
-    reader = threading.Thread(target=lambda: shown.append(source_line(str(fifo), 1)), daemon=True)
+    sources = SourceLines()
+    nul = "/job/a\x00b.py"
+    reader = threading.Thread(target=sources.refresh, args=([str(fifo), nul],), daemon=True)
     reader.start()
     reader.join(5)
     if reader.is_alive():  # let the blocked reader go before failing
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     # THEN the detail shows no source line, at once; a NUL in the path is no error either
-    assert shown == [""]
-    assert source_line("/job/a\x00b.py", 1) == ""
+    assert not reader.is_alive()
+    assert sources.line(str(fifo), 1) == ""
+    assert sources.line(nul, 1) == ""

@@ -27,7 +27,7 @@ def utc(monkeypatch):
 
 
 def make_app(world_size: int = 4, **kwargs) -> AttachApp:
-    poller = FakePoller(lambda tick: hung_job(world_size, step=1200, tick=0))
+    poller = FakePoller(lambda tick: hung_job(world_size, tick=0))
     return AttachApp(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
 
 
@@ -39,6 +39,9 @@ def after(*keys):
             await pilot.press(*keys)
             await pilot.app.workers.wait_for_complete()
             await pilot.pause()
+        # The tree scrolls its cursor into view (animated): the picture is taken once it is.
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
 
     return run_before
 

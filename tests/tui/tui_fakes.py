@@ -1,126 +1,105 @@
-"""Synthetic jobs for the TUI tests and the benchmark: real model objects, no processes.
+"""Synthetic jobs for the TUI tests and the benchmark: stack samples as py-spy gives them,
+turned into snapshots by the real analysis (build_snapshot), so every screen a test shows
+is one a user can reach, verdict wording included.
 
-The shapes follow what the collector builds for a hung job: most ranks wait in
-all_reduce, one rank is elsewhere in the user's code.
+The shape is a hung job: most ranks wait in all_reduce (stuck: the same stack twice, no
+CPU), one rank is elsewhere in the user's code and busy.
 """
 
 from __future__ import annotations
 
 import threading
 
+from mldebug.analysis.snapshot import build_snapshot
 from mldebug.model import (
-    KIND_OUTLIER,
-    SEVERITY_ERROR,
-    STATE_EXITED,
-    STATE_RUNNING,
-    STATE_STUCK,
-    Finding,
+    FAIL_EXITED,
     Frame,
     JobSnapshot,
     RankTarget,
-    RankView,
-    StackGroup,
-    StackNode,
     StackSample,
     ThreadStack,
 )
-from mldebug.ranges import format_ranks
 
 FIXED_TIME = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC: snapshots do not depend on the clock
 SCRIPT = "/job/train.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+LOGGER = "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"
+THREADING = "/opt/python/lib/python3.11/threading.py"  # no such file: no source line drawn
 
 MAIN = Frame("<module>", SCRIPT, 60)
 TRAIN = Frame("train", SCRIPT, 48)
-ALL_REDUCE = Frame("all_reduce", "/venv/torch/distributed/distributed_c10d.py", 2806)
-WRAPPER = Frame("wrapper", "/venv/torch/distributed/c10d_logger.py", 81)
+ALL_REDUCE = Frame("all_reduce", C10D, 2806)
+WRAPPER = Frame("_exception_logger.<locals>.wrapper", LOGGER, 81)
 NATIVE = Frame("gloo::AllreduceRing::run", "libgloo.so", None, native=True)
 SLOW = Frame("slow_data_loading", SCRIPT, 31)
-SLEEP = Frame("<built-in method sleep>", "<built-in>", None)
 
 WAITING = (MAIN, TRAIN, WRAPPER, ALL_REDUCE, NATIVE)
 OUTLIER = (MAIN, TRAIN, SLOW)
+PIN_MEMORY = (
+    Frame("Thread._bootstrap", THREADING, 1002),
+    Frame("Thread.run", THREADING, 982),
+    Frame("_pin_memory_loop", "/venv/lib/python3.11/site-packages/torch/utils/data/pin.py", 52),
+    Frame("Condition.wait", THREADING, 320),
+)
+INTERVAL = 0.4  # seconds between the two readings of a rank, as `dump` takes them
 
 
-def build_tree(stacks: dict[int, tuple[Frame, ...]]) -> StackNode:
-    """Prefix tree over Python frames of each rank's main thread (what analysis builds)."""
-
-    def node(frame, ranks, depth):
-        children: dict[Frame, list[int]] = {}
-        for rank in ranks:
-            frames = [f for f in stacks[rank] if not f.native]
-            if depth < len(frames):
-                children.setdefault(frames[depth], []).append(rank)
-        return StackNode(
-            frame,
-            tuple(sorted(ranks)),
-            tuple(node(f, r, depth + 1) for f, r in children.items()),
+def samples_of(
+    target: RankTarget, frames, busy: bool, rss: int, tick: int, exited: bool = False
+) -> list[StackSample]:
+    """Two readings of one rank, as the collector makes them."""
+    if exited:
+        return [StackSample(target, FIXED_TIME + tick, failure=FAIL_EXITED, failure_detail="")]
+    rank = target.rank or 0
+    main = ThreadStack(1000 + rank, "MainThread", frames, os_thread_id=target.pid, active=busy)
+    helper = ThreadStack(2000 + rank, "Thread-2 (_pin_memory_loop)", PIN_MEMORY)
+    cpu = 10.0 + tick  # seconds of CPU so far: a busy rank burns most of each interval
+    readings = []
+    for index in range(2):
+        used = cpu + (0.39 * index if busy else 0.0) + (tick % 3) * 0.001
+        readings.append(
+            StackSample(
+                target,
+                FIXED_TIME + tick + INTERVAL * index,
+                (main, helper),
+                cpu_seconds=used,
+                main_cpu_seconds=used,
+                rss_bytes=rss,
+            )
         )
-
-    return node(None, list(stacks), 0)
+    return readings
 
 
 def hung_job(
     world_size: int = 4,
     outlier: int = 1,
     exited: tuple[int, ...] = (),
-    step: int | None = None,
     rss_base: int = 512 * 2**20,
     tick: int = 0,
 ) -> JobSnapshot:
     """All ranks but `outlier` wait in all_reduce; `tick` moves CPU and memory a little."""
-    ranks, stacks = [], {}
+    targets, samples = [], {}
     for rank in range(world_size):
         target = RankTarget(
             pid=10_000 + rank, rank=rank, world_size=world_size, host=f"node{rank // 8}", job="fake"
         )
-        if rank in exited:
-            ranks.append(RankView(rank, target, STATE_EXITED, exit_code=1, detail="exit code 1"))
-            continue
-        frames = OUTLIER if rank == outlier else WAITING
-        stacks[rank] = frames
-        main = ThreadStack(
-            1000 + rank, "MainThread", frames, os_thread_id=10_000 + rank, active=rank == outlier
+        targets.append(target)
+        busy = rank == outlier
+        samples[target.pid] = samples_of(
+            target,
+            OUTLIER if busy else WAITING,
+            busy,
+            rss_base + rank * 2**20 + tick * 2**20,
+            tick,
+            exited=rank in exited,
         )
-        helper = ThreadStack(
-            2000 + rank,
-            "pin_memory",
-            (Frame("_run", "/venv/threading.py", 975), Frame("wait", "/venv/threading.py", 320)),
-        )
-        ranks.append(
-            RankView(
-                rank=rank,
-                target=target,
-                state=STATE_RUNNING if rank == outlier else STATE_STUCK,
-                threads=(main, helper),
-                user_frame=SLOW if rank == outlier else TRAIN,
-                collective=None if rank == outlier else "all_reduce",
-                cpu_percent=(98.0 if rank == outlier else 0.0) + (tick % 3),
-                rss_bytes=rss_base + rank * 2**20 + tick * 2**20,
-                step=step,
-                heartbeat_age=None if step is None else 1.0 + rank,
-            )
-        )
-    waiting = tuple(r for r in stacks if r != outlier)
-    finding = Finding(
-        kind=KIND_OUTLIER,
-        ranks=(outlier,),
-        summary=f"Rank {outlier} never reached all_reduce; ranks "
-        f"{format_ranks(waiting)} wait for it there.",
-        location=f"{SCRIPT}:{SLOW.line}",
-        recipe="rank-outside-collective",
-        severity=SEVERITY_ERROR,
-    )
-    return JobSnapshot(
-        time=FIXED_TIME + tick,
-        ranks=tuple(ranks),
-        groups=(
-            StackGroup(waiting, WAITING, TRAIN, "all_reduce", STATE_STUCK),
-            StackGroup((outlier,), OUTLIER, SLOW, None, STATE_RUNNING),
-        ),
-        tree=build_tree(stacks),
-        findings=(finding,),
+    return build_snapshot(
+        targets,
+        samples,
         world_size=world_size,
         job="fake",
+        exit_codes={rank: 1 for rank in exited},
+        now=FIXED_TIME + tick + 1,
     )
 
 

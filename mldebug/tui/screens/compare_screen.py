@@ -10,8 +10,7 @@ from textual.widgets import Footer, Static
 
 from mldebug.model import JobSnapshot
 from mldebug.tui.screens.native_frames import NativeFrames
-from mldebug.tui.screens.rank_screen import find_rank
-from mldebug.tui.widgets.rank_detail import RankDetail
+from mldebug.tui.widgets.rank_detail import RankDetail, find_rank
 
 
 class CompareScreen(NativeFrames, Screen):
@@ -27,8 +26,8 @@ class CompareScreen(NativeFrames, Screen):
     def compose(self) -> ComposeResult:
         yield Static(f"Rank {self.left} | rank {self.right}", classes="screen-title")
         with Horizontal():
-            yield RankDetail(id="compare-left")
-            yield RankDetail(id="compare-right")
+            yield RankDetail(self.app.sources, id="compare-left")
+            yield RankDetail(self.app.sources, id="compare-right")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -10,16 +10,7 @@ from textual.widgets import Footer, Static
 from mldebug.model import JobSnapshot
 from mldebug.tui.screens.native_frames import NativeFrames
 from mldebug.tui.screens.rank_prompt import RankPrompt
-from mldebug.tui.widgets.rank_detail import RankDetail
-
-
-def find_rank(snapshot: JobSnapshot | None, rank: int):
-    if snapshot is None:
-        return None
-    for view in snapshot.ranks:
-        if view.rank == rank:
-            return view
-    return None
+from mldebug.tui.widgets.rank_detail import RankDetail, find_rank
 
 
 class RankScreen(NativeFrames, Screen):
@@ -35,7 +26,7 @@ class RankScreen(NativeFrames, Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(f"Rank {self.rank}", classes="screen-title", id="rank-title")
-        yield RankDetail(id="rank-detail")
+        yield RankDetail(self.app.sources, id="rank-detail")
         yield Footer()
 
     def details(self) -> dict[int, RankDetail]:

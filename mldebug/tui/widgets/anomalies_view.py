@@ -14,13 +14,10 @@ from mldebug.ranges import format_ranks
 from mldebug.report.text import plain
 from mldebug.tui.messages import ShowRecipe
 
-NO_EVENTS = (
-    "No events yet. The in-rank agent of `mldebug run` writes NaN/Inf, loss-spike and error "
-    "events to <run>/ranks/<rank>/events.jsonl; they will appear here as they happen."
-)
+NO_EVENTS = "No events: no rank has written <run>/ranks/<rank>/events.jsonl."
 NO_RUN = (
-    "Not attached to an `mldebug run` directory, so there are no agent events. Start the job "
-    "with `mldebug run` (or attach with --run DIR) to see NaN/Inf and error events here."
+    "Not attached to an `mldebug run` directory, so there are no event files to show "
+    "(attach with --run DIR to read one)."
 )
 
 

@@ -1,7 +1,8 @@
 """The verdict on top: the findings of the latest snapshot, with their recipe.
 
 Findings come worst first from analysis (find_problems), as the text report and the JSON
-verdict show them; the banner keeps that order.
+verdict show them; the banner keeps that order. Each finding's summary already names its
+ranks and where they are (the analysis writes it so), so the banner shows it as it is.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from rich.text import Text
 from textual.widgets import Static
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
-from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line, printable
 
 SEVERITY_MARK = {
@@ -37,13 +37,6 @@ def banner_text(findings, polled: bool) -> Text:
         mark, style = SEVERITY_MARK.get(finding.severity, ("●", ""))
         text.append(f"{mark} ", style=style)
         text.append(printable(finding.summary), style="bold" if index == 0 else "")
-        # Say where and who only when the sentence has not already said it.
-        if finding.location and finding.location not in finding.summary:
-            text.append(f"  at {one_line(finding.location)}", style="cyan")
-        ranks = format_ranks(finding.ranks)
-        said = finding.summary.lower()
-        if ranks and f"rank {ranks}" not in said and f"ranks {ranks}" not in said:
-            text.append(f"  ranks {ranks}", style="dim")
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", style="italic")
     if len(shown) > MAX_SHOWN:

@@ -1,4 +1,4 @@
-"""Memory per rank: host RSS now (with a short history), GPU figures once the agent gives them."""
+"""Memory per rank: host RSS now, read from /proc, with a short history."""
 
 from __future__ import annotations
 
@@ -16,11 +16,8 @@ MEMORY_COLUMNS = (
     ("rank", "rank"),
     ("rss", "rss"),
     ("peak", "peak rss (seen)"),
-    ("cuda", "cuda alloc"),
-    ("nvml", "nvml used"),
 )
 HISTORY = 120  # polls kept (two minutes at the default interval)
-NOT_YET = "n/a"  # CUDA allocator and NVML figures come from the in-rank agent (later)
 
 
 class MemoryView(Vertical):
@@ -37,7 +34,8 @@ class MemoryView(Vertical):
         yield Sparkline([], id="memory-total", summary_function=max)
         yield Static(
             Text(
-                "CUDA allocated / reserved and NVML usage: n/a (no GPU figures from this job).",
+                "Host memory (RSS) of each rank process, read from /proc at each refresh. "
+                "GPU memory is not read.",
                 style="dim",
             ),
             id="memory-note",
@@ -93,4 +91,4 @@ class MemoryView(Vertical):
         peak = max(rss or 0, self._peaks.get(rank, 0))
         if peak:
             self._peaks[rank] = peak
-        return (str(rank), human_bytes(rss), human_bytes(peak or None), NOT_YET, NOT_YET)
+        return (str(rank), human_bytes(rss), human_bytes(peak or None))

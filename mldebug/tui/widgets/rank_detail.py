@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import linecache
-import os
-import stat
+import threading
 import time
 
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
 
-from mldebug.model import RankView, StackSample, ThreadStack
+from mldebug.live.sources import SourceLines
+from mldebug.model import JobSnapshot, RankView, StackSample, ThreadStack
 from mldebug.textsafe import one_line, printable
 from mldebug.tui.cells import age_text, human_bytes, short_location, state_text
-
-MAX_SOURCE_BYTES = 4 * 2**20  # a larger "source file" is not worth a pause of the view
-
-
-def source_line(file: str, line: int | None) -> str:
-    """The text of file:line when the file exists here (the job may run elsewhere).
-
-    The path comes from the rank: only a regular file of a sane size is read (a FIFO would
-    block the view; a NUL in the path makes os.stat raise ValueError)."""
-    if line is None or not file or file.startswith("<"):
-        return ""
-    try:
-        info = os.stat(file)
-    except (OSError, ValueError):
-        return ""
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
-        return ""
-    return one_line(linecache.getline(file, line).strip())
-
 
 MAX_FUNCTION = 100  # demangled C++ template names run to thousands of characters
 
@@ -42,7 +23,16 @@ def short_function(name: str) -> str:
     return name if len(name) <= MAX_FUNCTION else name[: MAX_FUNCTION - 1] + "…"
 
 
-def thread_text(thread: ThreadStack, native: bool) -> Text:
+def find_rank(snapshot: JobSnapshot | None, rank: int) -> RankView | None:
+    if snapshot is None:
+        return None
+    for view in snapshot.ranks:
+        if view.rank == rank:
+            return view
+    return None
+
+
+def thread_text(thread: ThreadStack, native: bool, sources: SourceLines | None = None) -> Text:
     text = Text()
     flags = []
     if thread.active:
@@ -66,8 +56,9 @@ def thread_text(thread: ThreadStack, native: bool) -> Text:
             style="dim" if frame.native else "bold" if depth == 0 else "",
         )
         text.append(f"  {one_line(frame.location)}", style="cyan" if not frame.native else "dim")
-        code = source_line(frame.file, frame.line) if not frame.native else ""
+        code = sources.line(frame.file, frame.line) if sources and not frame.native else ""
         if code:
+            code = one_line(code)
             text.append(f"\n      {code}", style="italic")
     if hidden:
         text.append(f"\n  ({hidden} native frames hidden: press n)", style="dim")
@@ -93,8 +84,10 @@ def rank_header(view: RankView) -> Text:
     text.append("  cpu ")
     text.append("-" if view.cpu_percent is None else f"{view.cpu_percent:.0f}%")
     text.append(f"  mem {human_bytes(view.rss_bytes)}")
-    text.append(f"  step {'-' if view.step is None else view.step}")
-    text.append(f"  heartbeat {age_text(view.heartbeat_age)}")
+    if view.step is not None:  # known only from an in-rank agent that reports it
+        text.append(f"  step {view.step}")
+    if view.heartbeat_age is not None:
+        text.append(f"  heartbeat {age_text(view.heartbeat_age)}")
     if view.detail:
         text.append(f"\n{printable(view.detail)}", style="magenta")
     return text
@@ -118,7 +111,10 @@ def native_note(sample: StackSample | None) -> Text:
 
 
 def rank_text(
-    view: RankView | None, native: bool = False, native_sample: StackSample | None = None
+    view: RankView | None,
+    native: bool = False,
+    native_sample: StackSample | None = None,
+    sources: SourceLines | None = None,
 ) -> Text:
     """The detail of one rank. With `native`, the threads of the native reading replace the
     live Python-only ones once it is there."""
@@ -136,19 +132,37 @@ def rank_text(
         text.append(printable(view.detail) or "the rank could not be read.")
     for thread in threads:
         text.append("\n\n")
-        text.append_text(thread_text(thread, native))
+        text.append_text(thread_text(thread, native, sources))
     return text
 
 
-class RankDetail(VerticalScroll):
-    """Scrollable text of one rank; `show` is cheap to call every poll."""
+def frame_files(view: RankView | None, native_sample: StackSample | None) -> list[str]:
+    threads = list(view.threads) if view else []
+    if native_sample is not None:
+        threads += native_sample.threads
+    return [f.file for t in threads for f in t.frames if not f.native]
 
-    def __init__(self, native: bool = False, **kwargs) -> None:
+
+class SourcesRead(Message):
+    """Source files a RankDetail asked for were read, and some changed."""
+
+
+class RankDetail(VerticalScroll):
+    """Scrollable text of one rank; `show` is cheap to call every poll.
+
+    Source lines come from `sources`, never from the disk on the UI thread: each `show`
+    asks a background thread to read the files of the frames shown (again, if they
+    changed since), and the text is drawn anew when they arrive.
+    """
+
+    def __init__(self, sources: SourceLines, native: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.sources = sources
         self.native = native
         self.native_sample: StackSample | None = None
         self._view: RankView | None = None
         self._body = Static(Text("..."), classes="rank-body")
+        self._reading = threading.Lock()  # one read at a time per widget
 
     def compose(self):
         yield self._body
@@ -156,14 +170,34 @@ class RankDetail(VerticalScroll):
     def show(self, view: RankView | None) -> None:
         self._view = view
         self._body.update(self._text())
+        self._read_sources(frame_files(view, self.native_sample))
 
     def set_native(self, native: bool, sample: StackSample | None = None) -> None:
         self.native = native
         self.native_sample = sample
         self.show(self._view)
 
+    def _read_sources(self, files: list[str]) -> None:
+        if not files or not self._reading.acquire(blocking=False):
+            return  # the read under way, or the next show, covers it
+        sources, post = self.sources, self.post_message
+
+        def read() -> None:
+            try:
+                if sources.refresh(files):
+                    post(SourcesRead())
+            finally:
+                self._reading.release()
+
+        # A daemon thread: quitting never waits for a file on a slow filesystem.
+        threading.Thread(target=read, name="mldebug-sources", daemon=True).start()
+
+    def on_sources_read(self, message: SourcesRead) -> None:
+        message.stop()
+        self._body.update(self._text())
+
     def _text(self) -> Text:
-        return rank_text(self._view, self.native, self.native_sample)
+        return rank_text(self._view, self.native, self.native_sample, self.sources)
 
     @property
     def text(self) -> str:

@@ -91,6 +91,16 @@ class StackTree(Tree[StackNode]):
         if leaves:
             self.move_cursor(min(leaves, key=lambda item: len(item.data.ranks)))
 
+    def on_resize(self) -> None:
+        # The banner above grows when the verdict arrives, and the tree gets shorter: keep
+        # the cursor's line in view, where _place_cursor put it for the taller tree.
+        if self.cursor_node is not None:
+            self.call_after_refresh(self._show_cursor)
+
+    def _show_cursor(self) -> None:
+        if self.cursor_node is not None:
+            self.scroll_to_node(self.cursor_node, animate=False)
+
     def _walk(self, item: TreeNode):
         for child in item.children:
             yield child
