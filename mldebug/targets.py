@@ -23,14 +23,8 @@ from mldebug import rundir
 from mldebug.errors import NoTargetError, PermissionDeniedError
 from mldebug.model import JobTargets, RankTarget
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import rank_identity
 
-# (rank variable, world size variable, local rank variable), most specific launcher first.
-RANK_ENV_SCHEMES = (
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
 # Variables whose values together name one job (so two jobs on a machine stay apart).
 JOB_KEY_ENV = (
     "MLDEBUG_RUN_DIR",
@@ -67,12 +61,13 @@ def _world(value: object) -> int | None:
 
 
 def rank_env(environ: dict[str, str]) -> tuple[int | None, int | None, int | None]:
-    """(rank, world size, local rank) from a process environment, or Nones."""
-    for rank_var, size_var, local_var in RANK_ENV_SCHEMES:
-        rank = _int(environ.get(rank_var))
-        if rank is not None:
-            return rank, _int(environ.get(size_var)), _int(environ.get(local_var))
-    return None, None, None
+    """(rank, world size, local rank) from a process environment, or Nones (the rules the
+    in-rank agent follows too: mldebug.rankrules)."""
+    identity = rank_identity(environ)
+    if identity is None:
+        return None, None, None
+    rank, local, world = identity
+    return rank, world, local
 
 
 def job_key(environ: dict[str, str]) -> str:

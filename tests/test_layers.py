@@ -137,11 +137,6 @@ def test_no_import_cycles_outside_the_launcher():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launch/manifest <-> supervisor <-> wrapped (and guardian): being untangled in the "
-    "launcher's own work",
-)
 def test_no_import_cycles_in_the_launcher():
     edges = graph()
     launcher = {m: {t for t in edges[m] if inside(t, LAUNCHER)} for m in layer(edges, LAUNCHER)}
@@ -154,12 +149,7 @@ def test_no_import_cycles_in_the_launcher():
     [
         "mldebug.agent",
         "mldebug.rundir",
-        pytest.param(
-            "mldebug.rankrules",
-            marks=pytest.mark.xfail(
-                strict=True, reason="mldebug.rankrules (rank-environment rules) does not exist yet"
-            ),
-        ),
+        "mldebug.rankrules",
     ],
 )
 def test_the_in_rank_modules_load_without_textual_rich_or_the_analysis(module):

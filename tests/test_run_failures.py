@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mldebug.launch.failures import collect_failures, format_report, job_outcome
-from mldebug.launch.supervisor import LaunchSpec, Supervisor
+from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.supervisor import Supervisor
 from mldebug.rundir import RunPaths, create_run_dir
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]

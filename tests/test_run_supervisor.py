@@ -9,7 +9,8 @@ import time
 import pytest
 
 from mldebug.launch.output import Console
-from mldebug.launch.supervisor import LaunchSpec, Supervisor
+from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.supervisor import Supervisor
 from mldebug.rundir import create_run_dir, pid_alive
 
 TICKER = """\

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.agent.identity import ENV_OWNER, claim_rank, is_launcher, rank_identity
+from mldebug.agent.identity import ENV_OWNER, claim_rank, is_launcher
 from mldebug.commands.run import parse_args
 from mldebug.launch import env as envs
 from mldebug.launch.failures import (
@@ -18,6 +18,7 @@ from mldebug.launch.failures import (
     order_failures,
     signal_of,
 )
+from mldebug.rankrules import rank_identity
 from mldebug.rundir import RunPaths, write_json_atomic
 
 

@@ -50,6 +50,7 @@ def stop(proc):
         ),  # torchrun inside srun
         ({"PATH": "/bin"}, (None, None, None)),
         ({"RANK": "x"}, (None, None, None)),
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, (None, None, None)),  # no rank, as the agent says
     ],
 )
 def test_rank_env_schemes(environ, expected):

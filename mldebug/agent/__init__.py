@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from .errors import install_excepthook
-from .identity import ENV_OWNER, claim_rank, is_launcher, rank_identity
+from .identity import ENV_OWNER, claim_rank, is_launcher
 
 ENV_RUN_DIR = "MLDEBUG_RUN_DIR"
 ENV_MODE = "MLDEBUG_MODE"
@@ -52,19 +52,26 @@ MODE_WRAP = "wrap"
 _fault_file = None  # stays open for faulthandler for the life of the process
 
 
-def _rundir_module():
-    """mldebug/rundir.py, loaded by path next to this package (stdlib only)."""
+def _sibling(name: str):
+    """mldebug/<name>.py, loaded by path next to this package (stdlib-only modules: rundir,
+    rankrules), as `_mldebug_<name>`: the rank's own environment may have no mldebug."""
     import importlib.util
 
-    cached = sys.modules.get("_mldebug_rundir")
+    cached = sys.modules.get(f"_mldebug_{name}")
     if cached is not None:
         return cached
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rundir.py")
-    spec = importlib.util.spec_from_file_location("_mldebug_rundir", path)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        f"_mldebug_{name}", os.path.join(package, f"{name}.py")
+    )
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_mldebug_rundir"] = module
+    sys.modules[f"_mldebug_{name}"] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _rundir_module():
+    return _sibling("rundir")
 
 
 # A write to the log that fails with one of these sends the output back to the launcher.
@@ -181,8 +188,11 @@ def _line_buffer_stdout() -> None:
 def activate() -> None:
     global _fault_file
     run_dir = os.environ.get(ENV_RUN_DIR)
-    identity = rank_identity(os.environ)
-    if not run_dir or identity is None or is_launcher(getattr(sys, "orig_argv", sys.argv)):
+    if not run_dir:
+        return
+    rankrules = _sibling("rankrules")
+    identity = rankrules.rank_identity(os.environ)
+    if identity is None or is_launcher(getattr(sys, "orig_argv", sys.argv)):
         return  # a launcher or a helper process: nothing of a rank to watch
     rank, local_rank, world_size = identity
     if not claim_rank(os.environ, rank, os.getpid()):
@@ -218,7 +228,9 @@ def activate() -> None:
     else:
         _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
         faulthandler.enable(file=_fault_file, all_threads=True)
-    install_excepthook(paths.error_file(rank), rank, host, rundir.write_json_atomic)
+    install_excepthook(
+        paths.error_file(rank), rank, host, rundir.write_json_atomic, rankrules.is_library_path
+    )
     atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic, os.getpid())
 
 

@@ -9,24 +9,16 @@ import time
 MAX_TRACEBACK = 20_000
 
 
-def _is_library(filename: str) -> bool:
-    if filename.startswith("<"):
-        return True
-    if "site-packages" in filename or "dist-packages" in filename:
-        return True
-    stdlib = os.path.join(sys.base_prefix, "lib")
-    return filename.startswith(stdlib)
-
-
-def describe_exception(exc_type, exc, tb) -> dict:
-    """The error file's content: type, message, raising frame, user frame, traceback."""
+def describe_exception(exc_type, exc, tb, is_library) -> dict:
+    """The error file's content: type, message, raising frame, user frame, traceback.
+    `is_library(path)`: the rule that tells library frames from the user's own."""
     import traceback
 
     frames = traceback.extract_tb(tb)
     location = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     user_location = ""
     for frame in reversed(frames):
-        if not _is_library(frame.filename):
+        if not is_library(frame.filename):
             user_location = f"{frame.filename}:{frame.lineno}"
             break
     text = "".join(traceback.format_exception(exc_type, exc, tb))
@@ -40,7 +32,7 @@ def describe_exception(exc_type, exc, tb) -> dict:
     }
 
 
-def install_excepthook(path, rank: int, host: str, write_json) -> None:
+def install_excepthook(path, rank: int, host: str, write_json, is_library) -> None:
     previous = sys.excepthook
     pid = os.getpid()
 
@@ -49,7 +41,7 @@ def install_excepthook(path, rank: int, host: str, write_json) -> None:
         if os.getpid() == pid:
             try:
                 record = {"rank": rank, "host": host, "pid": pid, "time": time.time()}
-                record.update(describe_exception(exc_type, exc, tb))
+                record.update(describe_exception(exc_type, exc, tb, is_library))
                 write_json(path, record)
             except Exception:
                 pass  # never let the report of an error become another error

@@ -1,4 +1,7 @@
-"""Which rank this process is, and whether it is the rank's first process. Pure."""
+"""Whether this process is a launcher, and whether it is its rank's first process. Pure.
+
+(Which rank a process is: mldebug/rankrules.py, shared with the outside.)
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,6 @@ from collections.abc import MutableMapping, Sequence
 
 # Set by the first process of a rank for its whole process tree: "<rank>:<pid>".
 ENV_OWNER = "MLDEBUG_RANK_OWNER"
-
-# (rank, local rank, world size) as torchrun, Open MPI, MPICH/Intel MPI and Slurm name them.
-RANK_VARIABLES = (
-    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-)
-
 
 # Launchers are never ranks, even when their own environment has a rank variable
 # (`srun torchrun ...` gives torchrun SLURM_PROCID): script names and `python -m` modules.
@@ -56,22 +50,6 @@ def is_launcher(argv: Sequence[str]) -> bool:
         else:
             return os.path.basename(arg).removesuffix(".py") in LAUNCHERS
     return False
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def rank_identity(env: MutableMapping[str, str]) -> tuple[int, int | None, int | None] | None:
-    """(rank, local_rank, world_size) from the first scheme whose rank variable is set."""
-    for rank_name, local_name, size_name in RANK_VARIABLES:
-        rank = _int(env.get(rank_name))
-        if rank is not None and rank >= 0:
-            return rank, _int(env.get(local_name)), _int(env.get(size_name))
-    return None
 
 
 def claim_rank(env: MutableMapping[str, str], rank: int, pid: int) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mldebug.analysis.frames import frame_label, is_rendezvous
+from mldebug.analysis.frames import is_rendezvous
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
     FAIL_PERMISSION,
@@ -41,6 +41,7 @@ from mldebug.model import (
     RankView,
 )
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import frame_label
 
 _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 _KIND_ORDER = (

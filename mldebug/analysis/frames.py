@@ -10,13 +10,12 @@ is the outermost public torch.distributed call on its stack: `all_gather_object`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import attrgetter
-from pathlib import Path
 
 from mldebug.model import Frame
+from mldebug.rankrules import is_library_path
 
 COLLECTIVE_OPS = frozenset(
     {
@@ -58,11 +57,6 @@ RENDEZVOUS_OPS = frozenset(
     {"init_process_group", "new_group", "new_subgroups", "rendezvous", "store"}
 )
 
-_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
-# mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
-# run directories live under ~/.local/state/mldebug/ and hold user code (the demo job).
-_MLDEBUG_DIR = str(Path(__file__).resolve().parent.parent) + "/"
-_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
 _C10D_FILES = ("torch/distributed/distributed_c10d.py",)
 _RENDEZVOUS_FILES = ("torch/distributed/rendezvous.py", "torch/distributed/elastic/rendezvous/")
 
@@ -89,15 +83,8 @@ def short_name(function: str) -> str:
     return function.rsplit(".", 1)[-1]
 
 
-@lru_cache(maxsize=65536)
-def is_library_file(path: str) -> bool:
-    """Standard library, installed packages, torch, or mldebug itself."""
-    if path.startswith("<frozen") or path == "?":
-        return True
-    if any(marker in path for marker in _LIBRARY_MARKERS) or path.startswith(_MLDEBUG_DIR):
-        return True
-    # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
-    return _STDLIB.search(path) is not None
+# Cached: a 1,024-rank job names the same few hundred files again and again.
+is_library_file = lru_cache(maxsize=65536)(is_library_path)
 
 
 def is_user_frame(frame: Frame) -> bool:
@@ -129,25 +116,6 @@ def collective_op(frames: Sequence[Frame]) -> str | None:
 
 def is_rendezvous(op: str | None) -> bool:
     return op in RENDEZVOUS_OPS
-
-
-def frame_label(frame: Frame | None) -> str:
-    """`function (file:line)` with the path shortened for people."""
-    if frame is None:
-        return "?"
-    return (
-        f"{frame.function} ({short_path(frame.file)}:{frame.line})"
-        if frame.line is not None
-        else f"{frame.function} ({short_path(frame.file)})"
-    )
-
-
-def short_path(path: str) -> str:
-    """Drop the install prefix of library paths: .../site-packages/torch/x.py -> torch/x.py."""
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            return path.rsplit(marker, 1)[1]
-    return path
 
 
 # A rank's main thread that waits for a batch from DataLoader worker processes sits in these

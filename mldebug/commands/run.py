@@ -15,7 +15,8 @@ import sys
 from mldebug.errors import MldebugError
 from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
-from mldebug.launch.supervisor import LaunchSpec, Supervisor
+from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.supervisor import Supervisor
 from mldebug.ranges import parse_ranks
 from mldebug.rundir import MANIFEST, UntrustedDirError, create_run_dir, make_private_dir
 

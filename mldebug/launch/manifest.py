@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from mldebug.rundir import STATUS_RUNNING, RunPaths, create_new, write_json_atomic
 
 if TYPE_CHECKING:
-    from mldebug.launch.supervisor import LaunchSpec
+    from mldebug.launch.spec import LaunchSpec
 
 
 RESERVE_NAME = ".run.json.reserve"

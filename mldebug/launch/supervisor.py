@@ -38,7 +38,7 @@ from mldebug.launch.failures import (
 )
 from mldebug.launch.guardian import GuardianLink
 from mldebug.launch.manifest import Manifest
-from mldebug.launch.output import LAUNCHER, Console, OutputTailer, RankFilter
+from mldebug.launch.output import LAUNCHER, Console, OutputTailer
 from mldebug.launch.pipes import (
     FULL_ERRNOS,
     Logs,
@@ -48,11 +48,11 @@ from mldebug.launch.pipes import (
     make_pipe,
     pipe_size,
 )
+from mldebug.launch.spec import LaunchSpec
 from mldebug.rundir import (
     STATUS_FAILED,
     STATUS_INTERRUPTED,
     STATUS_SUCCEEDED,
-    RunPaths,
     UntrustedDirError,
     hostname,
     make_private_dir,
@@ -62,22 +62,6 @@ from mldebug.rundir import (
 
 POLL_INTERVAL = 0.1
 MAX_FILES_SAID = 6  # incomplete logs named on the console; run.json has them all
-
-
-@dataclass
-class LaunchSpec:
-    paths: RunPaths
-    command: list[str]  # native: the rank's argv (python script args); wrap: the launcher
-    mode: str = envs.MODE_NATIVE
-    nproc: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None  # None: a free one
-    options: envs.DebugOptions = field(default_factory=envs.DebugOptions)
-    grace_period: float = 5.0
-    console: Console | None = None  # None: output only to files (the TUI shows it)
-    rank_filter: RankFilter = field(default_factory=RankFilter)
-    prefix: bool = True
-    argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json
 
 
 @dataclass

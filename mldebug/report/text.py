@@ -15,7 +15,6 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from mldebug.analysis.frames import frame_label, is_user_frame
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -28,6 +27,7 @@ from mldebug.model import (
     StackNode,
 )
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import frame_label, is_user_frame
 from mldebug.textsafe import one_line, printable
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}

@@ -16,13 +16,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from mldebug.analysis.frames import frame_label
 from mldebug.errors import MldebugError
 from mldebug.live.poller import Poller
 from mldebug.live.runfiles import RunFilesReader
 from mldebug.live.sources import SourceLines
 from mldebug.model import JobSnapshot, RunFiles
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import frame_label
 from mldebug.textsafe import one_line
 from mldebug.tui.messages import PollFailed, ReportSaved, ShowRank, ShowRecipe, SnapshotReady
 from mldebug.tui.reportfile import write_report

@@ -1,0 +1,26 @@
+"""What `mldebug run` is asked to start: the command, how many ranks, the switches, where
+its output goes. Plain data, read by the supervisor and written into run.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mldebug.launch import env as envs
+from mldebug.launch.output import Console, RankFilter
+from mldebug.rundir import RunPaths
+
+
+@dataclass
+class LaunchSpec:
+    paths: RunPaths
+    command: list[str]  # native: the rank's argv (python script args); wrap: the launcher
+    mode: str = envs.MODE_NATIVE
+    nproc: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None  # None: a free one
+    options: envs.DebugOptions = field(default_factory=envs.DebugOptions)
+    grace_period: float = 5.0
+    console: Console | None = None  # None: output only to files (the TUI shows it)
+    rank_filter: RankFilter = field(default_factory=RankFilter)
+    prefix: bool = True
+    argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json

@@ -1,0 +1,83 @@
+"""Rules shared by the in-rank agent and the outside: which rank a process is, which
+frames are the user's own code, and how a frame is named for people.
+
+Stdlib only and free of imports from the package: the agent loads this file by its path
+inside every rank (the rank may run in another environment than mldebug), and the
+collectors, the analysis and the views import it as `mldebug.rankrules`. One copy of each
+rule, so the agent and `dump` never disagree about a rank or a frame.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+# (rank, local rank, world size) as torchrun, Open MPI, MPICH/Intel MPI and Slurm name them,
+# most specific launcher first.
+RANK_VARIABLES = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+)
+
+
+def env_int(value: str | None) -> int | None:
+    """An environment variable's integer, None when unset, empty or not a number."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def rank_identity(env: Mapping[str, str]) -> tuple[int, int | None, int | None] | None:
+    """(rank, local rank, world size) from the first scheme whose rank variable holds a
+    rank (a number from 0); None for a process that is no rank."""
+    for rank_name, local_name, size_name in RANK_VARIABLES:
+        rank = env_int(env.get(rank_name))
+        if rank is not None and rank >= 0:
+            return rank, env_int(env.get(local_name)), env_int(env.get(size_name))
+    return None
+
+
+_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
+# mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
+# run directories live under ~/.local/state/mldebug/ and hold user code (the demo job).
+_MLDEBUG_DIR = str(Path(__file__).resolve().parent) + "/"
+_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+
+
+def is_library_path(path: str) -> bool:
+    """Standard library, installed packages, torch, mldebug itself, or no file at all."""
+    if not path or path.startswith("<frozen") or path == "?":  # "<string>" is `python -c` code
+        return True
+    if any(marker in path for marker in _LIBRARY_MARKERS) or path.startswith(_MLDEBUG_DIR):
+        return True
+    # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
+    return _STDLIB.search(path) is not None
+
+
+def short_path(path: str) -> str:
+    """Drop the install prefix of library paths: .../site-packages/torch/x.py -> torch/x.py."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return path
+
+
+def is_user_frame(frame) -> bool:
+    """A frame (anything with `file` and `native`) of the user's own code."""
+    return not frame.native and not is_library_path(frame.file)
+
+
+def frame_label(frame) -> str:
+    """`function (file:line)` with the path shortened for people."""
+    if frame is None:
+        return "?"
+    where = short_path(frame.file)
+    if frame.line is not None:
+        where = f"{where}:{frame.line}"
+    return f"{frame.function} ({where})"
