@@ -18,7 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mldebug.launch.failures import collect_failures, format_report, job_outcome
+from mldebug.launch.failures import (
+    collect_failures,
+    failure_from_error_file,
+    format_report,
+    job_outcome,
+)
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
 from mldebug.rundir import RunPaths, create_run_dir
@@ -161,3 +166,25 @@ def test_mldebug_run_exits_with_the_ranks_code_whatever_its_error_file_says(tmp_
     assert "Traceback" not in err and "internal error" not in err
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (manifest["status"], manifest["exit_code"]) == ("failed", 3)
+
+
+def test_the_report_puts_no_escape_sequence_of_a_rank_on_the_terminal(tmp_path):
+    # GIVEN an error file whose message, location and traceback carry terminal sequences
+    paths = RunPaths(tmp_path)
+    hostile = "\x1b[2J\x1b]0;pwned\x07\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x9b31m"
+    failure = failure_from_error_file(
+        {
+            "type": "RuntimeError",
+            "message": f"bad {hostile} shard",
+            "host": f"node{hostile}",
+            "location": f"/job/train.py{hostile}:3",
+            "traceback": f"Traceback (most recent call last):\n  {hostile}\nRuntimeError",
+            "time": 1.0,
+        },
+        rank=1,
+    )
+    # WHEN the first-failure report is written
+    report = format_report([failure], paths)
+    # THEN the words are there, and no escape or control character is
+    assert "RuntimeError: bad" in report and "link" in report and "shard" in report
+    assert not any(c in report for c in "\x1b\x07\x9b")

@@ -257,6 +257,7 @@ def format_report(
 ) -> str:
     """The first-failure summary printed when a job dies (empty when nothing failed)."""
     from mldebug.ranges import format_ranks
+    from mldebug.textsafe import printable
 
     if not failures:
         return ""
@@ -283,4 +284,6 @@ def format_report(
         lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
     lines.append(f"  full output: {paths.rank_dir(first.rank)}/stderr.log")
     lines.append(f"  what to do next: mldebug recipes {RECIPE}")
-    return "\n".join(lines)
+    # The fields come from files a rank wrote: no escape sequence of theirs reaches the
+    # terminal inside mldebug's own report (the rank's own output lines are its own).
+    return printable("\n".join(lines))

@@ -8,12 +8,20 @@ import time
 from pathlib import Path
 
 from mldebug.model import JobSnapshot
-from mldebug.rundir import RunPaths, create_new, make_private_dir
+from mldebug.rundir import RunPaths, check_private_dir, create_new, make_private_dir
 
 
 def report_dir(run_dir: Path | None, cwd: Path) -> Path:
-    """Reports of a run go with the run (<run>/reports/); otherwise the current directory."""
-    return RunPaths(Path(run_dir)).reports_dir if run_dir is not None else cwd
+    """Reports of a run go with the run (<run>/reports/) when the run directory is this
+    user's own and private; otherwise (no run, or root looking at another user's run, which
+    must not get a root-owned folder in it) the current directory."""
+    if run_dir is None:
+        return cwd
+    try:
+        check_private_dir(Path(run_dir))
+    except OSError:
+        return cwd
+    return RunPaths(Path(run_dir)).reports_dir
 
 
 def write_report(
@@ -23,7 +31,7 @@ def write_report(
     from mldebug.report.text import render_text
 
     folder = report_dir(run_dir, cwd)
-    if run_dir is not None:
+    if folder != cwd:
         make_private_dir(folder)
     stem = "mldebug-attach-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     text_path, json_path = _free_name(folder, stem)

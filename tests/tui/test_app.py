@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from dataclasses import replace
@@ -638,3 +639,21 @@ async def test_enter_on_a_finding_opens_its_recipe(poller):
         await pilot.press("2", "enter")
         assert app.query_one(TabbedContent).active == "recipes"
         assert app.query_one(RecipesView).current == "rank-outside-collective"
+
+
+async def test_a_report_on_another_users_run_goes_to_the_current_directory(
+    poller, run_dir, tmp_path, monkeypatch
+):
+    # GIVEN a run directory that belongs to another user (mldebug runs as root here)
+    os.chown(run_dir, 65534, 65534)
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        # WHEN s saves a report, THEN nothing of root's is made inside that user's run
+        await pilot.press("s")
+        await wait_until(pilot, lambda: app.last_report != "")
+    assert not (run_dir / "reports").exists()
+    assert len(list(cwd.glob("mldebug-attach-*.txt"))) == 1
