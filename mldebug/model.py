@@ -136,6 +136,61 @@ class JobReadings:
 
 
 @dataclass(frozen=True)
+class CollectiveCall:
+    """One collective or point-to-point call of a rank, as its agent recorded it."""
+
+    group: str  # the same name on every rank: "default_pg", a torch group name, "ranks:0,1"
+    seq: int  # counts this rank's calls on `group`, from 1
+    op: str
+    site: str | None = None  # file:line of the user's code that made the call
+    enqueued: float | None = None  # when the call was made
+    completed: float | None = None  # when it was known complete (None: not yet)
+    asynchronous: bool = False
+    shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    """Where one rank is in one process group's sequence of collectives."""
+
+    group: str
+    size: int | None
+    enqueued: CollectiveCall | None  # the last call made
+    completed: CollectiveCall | None  # the last call known complete
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    rss: int | None = None
+    cuda_allocated: int | None = None
+    cuda_reserved: int | None = None
+    cuda_max_allocated: int | None = None
+    cuda_max_reserved: int | None = None
+    cuda_num_ooms: int | None = None
+    cuda_alloc_retries: int | None = None
+    cuda_inactive_split: int | None = None
+    nvml_used: int | None = None
+    nvml_total: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """A rank's ranks/<rank>/state.json (docs/agent.md), as read: the in-rank view."""
+
+    rank: int
+    pid: int | None
+    time: float  # the heartbeat: when the agent last wrote the file
+    started: float | None = None
+    step: int | None = None
+    step_time: float | None = None
+    groups: tuple[GroupProgress, ...] = ()
+    trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
+    memory: MemoryReading | None = None
+    memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
+
+
+@dataclass(frozen=True)
 class RankView:
     """What analysis concluded about one rank, for the views."""
 
@@ -151,6 +206,7 @@ class RankView:
     detail: str = ""  # why unreadable / how it exited
     step: int | None = None  # from the in-rank agent, when there is one
     heartbeat_age: float | None = None
+    agent: AgentState | None = None  # the rank's state.json, when its agent writes one
     # The rank waits for its DataLoader: pid of the worker process whose line user_frame is.
     dataloader_worker: int | None = None
 

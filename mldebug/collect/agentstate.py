@@ -1,0 +1,172 @@
+"""Read what a rank's in-rank agent wrote: ranks/<rank>/state.json (docs/agent.md).
+
+The file is data from the rank: read through rundir (no symlink, regular file, capped), and
+every field checked for its type and range; a field that is wrong is absent, a file that is
+wrong is no state at all. Nothing here raises for a bad file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from mldebug.model import AgentState, CollectiveCall, GroupProgress, MemoryReading
+from mldebug.rundir import RunPaths, read_json
+
+MAX_STATE_BYTES = 1 << 20
+MAX_GROUPS = 64
+MAX_TRACE = 64
+MAX_HISTORY = 64
+MAX_TEXT = 512  # an op, a group name, a call site
+MAX_DIMS = 8
+MAX_TENSORS = 16
+LATEST_TIME = 1e11  # later "times" are garbage
+
+
+def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if low <= value <= high else None
+
+
+def _time(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        when = float(value)
+    except OverflowError:
+        return None
+    return when if math.isfinite(when) and 0.0 <= when < LATEST_TIME else None
+
+
+def _text(value: object) -> str | None:
+    return value[:MAX_TEXT] if isinstance(value, str) and value else None
+
+
+def _shapes(value: object) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        return ()
+    shapes = []
+    for shape in value[:MAX_TENSORS]:
+        if isinstance(shape, list) and len(shape) <= MAX_DIMS:
+            dims = [_int(d) for d in shape]
+            if all(d is not None for d in dims):
+                shapes.append(tuple(dims))
+    return tuple(shapes)
+
+
+def _dtypes(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(t for t in (_text(v) for v in value[:MAX_TENSORS]) if t)
+
+
+def parse_call(data: object, group: str | None = None) -> CollectiveCall | None:
+    """One call of `trace` (or a group's enqueued/completed entry, given its group)."""
+    if not isinstance(data, dict):
+        return None
+    name = group or _text(data.get("group"))
+    seq, op = _int(data.get("seq"), 1), _text(data.get("op"))
+    if name is None or seq is None or op is None:
+        return None
+    return CollectiveCall(
+        group=name,
+        seq=seq,
+        op=op,
+        site=_text(data.get("site")),
+        enqueued=_time(data.get("enqueued", data.get("time"))),
+        completed=_time(data.get("completed")) if "enqueued" in data else None,
+        asynchronous=data.get("async") is True,
+        shapes=_shapes(data.get("shapes")),
+        dtypes=_dtypes(data.get("dtypes")),
+    )
+
+
+def _completed(data: object, group: str) -> CollectiveCall | None:
+    """A group's `completed` entry: its time is when it completed."""
+    call = parse_call(data, group)
+    if call is None or not isinstance(data, dict):
+        return call
+    when = _time(data.get("time"))
+    return CollectiveCall(call.group, call.seq, call.op, call.site, None, when, call.asynchronous)
+
+
+def _groups(value: object) -> tuple[GroupProgress, ...]:
+    if not isinstance(value, dict):
+        return ()
+    groups = []
+    for name, entry in list(value.items())[:MAX_GROUPS]:
+        group = _text(name)
+        if group is None or not isinstance(entry, dict):
+            continue
+        groups.append(
+            GroupProgress(
+                group=group,
+                size=_int(entry.get("size"), 1),
+                enqueued=parse_call(entry.get("enqueued"), group),
+                completed=_completed(entry.get("completed"), group),
+            )
+        )
+    return tuple(groups)
+
+
+def _memory(value: object) -> MemoryReading | None:
+    if not isinstance(value, dict):
+        return None
+    cuda = value.get("cuda") if isinstance(value.get("cuda"), dict) else {}
+    nvml = value.get("nvml") if isinstance(value.get("nvml"), dict) else {}
+    return MemoryReading(
+        rss=_int(value.get("rss")),
+        cuda_allocated=_int(cuda.get("allocated")),
+        cuda_reserved=_int(cuda.get("reserved")),
+        cuda_max_allocated=_int(cuda.get("max_allocated")),
+        cuda_max_reserved=_int(cuda.get("max_reserved")),
+        cuda_num_ooms=_int(cuda.get("num_ooms")),
+        cuda_alloc_retries=_int(cuda.get("num_alloc_retries")),
+        cuda_inactive_split=_int(cuda.get("inactive_split")),
+        nvml_used=_int(nvml.get("used")),
+        nvml_total=_int(nvml.get("total")),
+    )
+
+
+def _history(value: object) -> tuple:
+    if not isinstance(value, list):
+        return ()
+    rows = []
+    for row in value[-MAX_HISTORY:]:
+        if not isinstance(row, list) or len(row) != 4:
+            continue
+        when = _time(row[1])
+        if when is None:
+            continue
+        rows.append((_int(row[0]), when, _int(row[2]), _int(row[3])))
+    return tuple(rows)
+
+
+def parse_state(data: dict, rank: int) -> AgentState | None:
+    """state.json's content, checked; None when it is not a state of this rank."""
+    if data.get("version") != 1 or data.get("rank") != rank:
+        return None
+    when = _time(data.get("time"))
+    if when is None:
+        return None
+    trace = data.get("trace")
+    calls = [parse_call(c) for c in trace[-MAX_TRACE:]] if isinstance(trace, list) else []
+    return AgentState(
+        rank=rank,
+        pid=_int(data.get("pid"), 1, 1 << 22),
+        time=when,
+        started=_time(data.get("started")),
+        step=_int(data.get("step")),
+        step_time=_time(data.get("step_time")),
+        groups=_groups(data.get("groups")),
+        trace=tuple(c for c in calls if c is not None),
+        memory=_memory(data.get("memory")),
+        memory_history=_history(data.get("memory_history")),
+    )
+
+
+def read_state(run_dir: str | Path, rank: int) -> AgentState | None:
+    """The rank's state.json, or None when there is none or it is not one."""
+    data = read_json(RunPaths(Path(run_dir)).state_file(rank), MAX_STATE_BYTES)
+    return parse_state(data, rank) if data is not None else None
