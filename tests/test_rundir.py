@@ -2,7 +2,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -75,12 +74,8 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
 
 def test_pid_alive_tells_zombies_from_live_processes():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    # Not waited for yet: once it has exited it is a zombie, which counts as gone.
-    for _ in range(200):
-        with open(f"/proc/{child.pid}/stat") as handle:
-            if handle.read().rsplit(")", 1)[-1].split()[0] == "Z":
-                break
-        time.sleep(0.01)
+    # Wait for its exit without reaping it (WNOWAIT): it is a zombie, which counts as gone.
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
     assert not rundir.pid_alive(child.pid)
     child.wait()
     assert not rundir.pid_alive(child.pid)
