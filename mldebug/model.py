@@ -24,6 +24,9 @@ STATE_EXITED = "exited"
 STATE_UNREADABLE = "unreadable"  # alive, but its stack could not be read
 STATE_MISSING = "missing"  # part of the world size, but no process was found
 STATE_UNKNOWN = "unknown"  # one sample only: cannot tell stuck from running
+# Its agent says it called a collective that has not completed for a while, whatever its
+# stack or CPU shows (on NCCL a rank waits at a later sync point, often spinning).
+STATE_WAITING = "waiting"
 
 # Finding kinds (the `kind` of a Finding; stable, scripts match on them).
 KIND_OUTLIER = "outlier"  # most ranks wait in a collective, a few are elsewhere
@@ -37,6 +40,7 @@ KIND_CRASH = "crash"  # a rank ended by an exception or a signal: the root cause
 KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody waits on them
 KIND_ENDED = "ended"  # informational: every rank has exited with code 0, the job is over
 KIND_THREADS = "threads"  # some ranks lack a thread (by the function it runs) the others have
+KIND_FROZEN = "frozen"  # the process lives but its agent's heartbeat stopped: C code holds the GIL
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -187,6 +191,7 @@ class AgentState:
     groups: tuple[GroupProgress, ...] = ()
     trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
     memory: MemoryReading | None = None
+    interval: float | None = None  # seconds between two heartbeats, when the file says
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
 
 

@@ -24,6 +24,7 @@ from mldebug.errors import NoTargetError, PermissionDeniedError
 from mldebug.model import JobTargets, RankTarget
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import rank_identity
+from mldebug.textsafe import one_line
 
 # Variables whose values together name one job (so two jobs on a machine stay apart).
 JOB_KEY_ENV = (
@@ -397,8 +398,10 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                 exit_codes,
                 notes=(*notes, f"the run has ended ({status}); this is what it left"),
             )
+        reason = manifest.get("reason")  # why it was interrupted, as the guardian wrote it
+        said = f"; {one_line(reason[:200])}" if isinstance(reason, str) and reason else ""
         raise NoTargetError(
-            "\n".join([f"run {root} has no live ranks (status: {status[:40]})", *notes]),
+            "\n".join([f"run {root} has no live ranks (status: {status[:40]}{said})", *notes]),
             "It has ended or not started yet; its logs are in that directory.",
         )
     if world is None:

@@ -123,3 +123,4 @@ def test_kill_9_of_mldebug_run_leaves_nothing_of_its_job(tmp_path, mode):
         [*MLDEBUG, "dump", "--run", str(paths.root)], capture_output=True, text=True, timeout=120
     )
     assert "interrupted" in done.stdout + done.stderr
+    assert f"mldebug run (pid {proc.pid}) was killed before its job ended" in done.stderr

@@ -21,6 +21,7 @@ MAX_TEXT = 512  # an op, a group name, a call site
 MAX_DIMS = 8
 MAX_TENSORS = 16
 LATEST_TIME = 1e11  # later "times" are garbage
+MAX_INTERVAL = 3600.0  # a heartbeat interval beyond an hour is garbage
 
 
 def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
@@ -143,6 +144,12 @@ def _history(value: object) -> tuple:
     return tuple(rows)
 
 
+def _interval(value: object) -> float | None:
+    """Seconds between two heartbeats (MLDEBUG_HEARTBEAT), when the file gives them."""
+    when = _time(value)
+    return when if when is not None and 0.01 <= when <= MAX_INTERVAL else None
+
+
 def parse_state(data: dict, rank: int) -> AgentState | None:
     """state.json's content, checked; None when it is not a state of this rank."""
     if data.get("version") != 1 or data.get("rank") != rank:
@@ -163,6 +170,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         trace=tuple(c for c in calls if c is not None),
         memory=_memory(data.get("memory")),
         memory_history=_history(data.get("memory_history")),
+        interval=_interval(data.get("interval")),
     )
 
 
