@@ -140,6 +140,8 @@ class JobReadings:
 
 
 @dataclass(frozen=True)
+    # rank pid -> its agent's state.json as read at this poll (ranks that have one)
+    agents: Mapping[int, AgentState] = field(default_factory=dict)
 class CollectiveCall:
     """One collective or point-to-point call of a rank, as its agent recorded it."""
 
@@ -189,9 +191,9 @@ class AgentState:
     step: int | None = None
     step_time: float | None = None
     groups: tuple[GroupProgress, ...] = ()
+    interval: float | None = None  # seconds between two heartbeats, when the file says
     trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
     memory: MemoryReading | None = None
-    interval: float | None = None  # seconds between two heartbeats, when the file says
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
 
 

@@ -2,15 +2,19 @@
 
 A poll reads every chosen rank's stack (mldebug.collect.collector), asks the analysis which
 ranks wait for their DataLoader (mldebug.analysis.workers), has the collector read those
-ranks' worker processes, folds the workers' stacks into their rank's newest reading, and
-builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`, `mldebug demo` and the live
-view (mldebug.live.poller) all look at a job through here.
+ranks' worker processes, folds the workers' stacks into their rank's newest reading, reads
+the state.json each rank's in-rank agent writes (ranks started by `mldebug run`: one capped
+read per rank read), and builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`,
+`mldebug demo` and the live view (mldebug.live.poller) all look at a job through here.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.analysis.workers import waits_for_workers, with_workers
+from mldebug.collect.agentstate import read_states
 from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
@@ -63,7 +67,12 @@ class JobObserver:
             workers = poll.read_workers(waiting)
             for pid, found in workers.items():
                 taken[pid][-1] = with_workers(taken[pid][-1], found)
-            readings = self.readings = poll.keep(taken, workers)
+            readings = poll.keep(taken, workers)
+        if not readings.agents:
+            # The agents' state.json of the ranks read (after their stacks: the newest).
+            agents = read_states(chosen.values(), readings.job.run_dir)
+            readings = replace(readings, agents=agents)
+        self.readings = readings
         return snapshot_of(readings)
 
 
@@ -79,6 +88,7 @@ def snapshot_of(readings: JobReadings) -> JobSnapshot:
         job.exit_codes,
         partial=job.partial,
         crashes=job.crashes,
+        agents=readings.agents,
     )
 
 

@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mldebug.analysis.frames import is_rendezvous
+from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence_verdict
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
     FAIL_PERMISSION,
     KIND_CRASH,
     KIND_ENDED,
+    KIND_FROZEN,
     KIND_HANG,
     KIND_MISMATCH,
     KIND_MISSING,
@@ -35,6 +37,7 @@ from mldebug.model import (
     STATE_RUNNING,
     STATE_STUCK,
     STATE_UNREADABLE,
+    STATE_WAITING,
     Finding,
     FindingPart,
     RankCrash,
@@ -47,6 +50,7 @@ _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 _KIND_ORDER = (
     KIND_CRASH,
     KIND_MISSING,
+    KIND_FROZEN,
     KIND_OUTLIER,
     KIND_MISMATCH,
     KIND_RENDEZVOUS,
@@ -341,11 +345,16 @@ _HANG_DETAIL = (
 
 
 def _idle(
-    present: list[RankView], threads: list[ThreadDifference], used: set[ThreadDifference]
+    present: list[RankView],
+    threads: list[ThreadDifference],
+    used: set[ThreadDifference],
+    quiet: bool = False,
 ) -> list[Finding]:
+    """Ranks in no collective: stuck ones, or (unless `quiet`: other ranks are accounted
+    for otherwise) a job where everyone works."""
     stuck = [v for v in present if v.state == STATE_STUCK]
     if not stuck:
-        if present and all(v.state == STATE_RUNNING for v in present):
+        if present and not quiet and all(v.state == STATE_RUNNING for v in present):
             return [
                 Finding(
                     KIND_PROGRESSING,
@@ -417,9 +426,11 @@ def find_problems(
     world_size: int | None = None,
     failures: dict[int, str] | None = None,
     crashes: Sequence[RankCrash] = (),
+    sequence: SequenceVerdict | None = None,
 ) -> tuple[Finding, ...]:
     """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
-    `crashes`: how ranks ended badly, earliest first (from the run directory)."""
+    `crashes`: how ranks ended badly, earliest first (from the run directory); `sequence`:
+    what the agents' collective counts say (analysis.sequence), computed when not given."""
     crash = _crash(views, crashes)
     alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
@@ -428,25 +439,34 @@ def find_problems(
         + (_missing(views, world_size, alive) if alive or not crash else [])
         + _unreadable(views, failures or {})
     )
+    # The ranks' agents first: their count of collectives says who waits for whom whatever
+    # the stacks show. The stacks judge the ranks these findings do not account for.
+    sequence = sequence if sequence is not None else sequence_verdict(views)
+    frozen = frozen_findings(views)
+    findings += list(sequence.findings) + frozen
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    present = [
+    readable = [
         v
         for v in views
         if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE) and v.threads
     ]
+    present = [v for v in readable if v.rank not in sequence.covered]
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
     elsewhere = [v for v in present if not v.collective]
-    threads = thread_differences(present)
+    threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     if not waiting:
-        findings += _idle(present, threads, used)
+        findings += _idle(present, threads, used, quiet=bool(sequence.covered or frozen))
     else:
-        # Waiting ranks that were seen stuck make it an error; one sample only, a warning.
+        # Waiting ranks that were seen stuck (or that their agent says wait) make it an
+        # error; one sample only, a warning.
         severity = (
-            SEVERITY_ERROR if any(v.state == STATE_STUCK for v in waiting) else SEVERITY_WARNING
+            SEVERITY_ERROR
+            if any(v.state in (STATE_STUCK, STATE_WAITING) for v in waiting)
+            else SEVERITY_WARNING
         )
         groups = _bucket(waiting, key=_waiting_label)
         findings += _mismatch(groups, severity)

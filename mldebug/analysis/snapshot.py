@@ -15,10 +15,16 @@ from mldebug.analysis.frames import (
     worker_user_frame,
 )
 from mldebug.analysis.merge import build_tree, group_stacks
+from mldebug.analysis.sequence import Wait, sequence_verdict
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
+    STATE_RUNNING,
+    STATE_STUCK,
+    STATE_UNKNOWN,
+    STATE_WAITING,
+    AgentState,
     Frame,
     JobSnapshot,
     RankCrash,
@@ -94,6 +100,33 @@ def _dataloader_culprit(
     return own, None
 
 
+def with_agent(view: RankView, state: AgentState | None, now: float) -> RankView:
+    """The view with its agent's state, when the state is this process's: a file left by an
+    earlier process of the rank, or planted, names another pid (or rank) and is ignored."""
+    target = view.target
+    if state is None or target is None or state.pid != target.pid or state.rank != view.rank:
+        return view
+    return replace(view, agent=state, step=state.step, heartbeat_age=max(0.0, now - state.time))
+
+
+def as_waiting(view: RankView, wait: Wait | None) -> RankView:
+    """A rank whose agent says it waits in a collective is waiting, whatever its stack shows
+    (spinning at a sync point reads as running)."""
+    if wait is None or view.state not in (STATE_RUNNING, STATE_STUCK, STATE_UNKNOWN):
+        return view
+    call = wait.call
+    return replace(
+        view,
+        state=STATE_WAITING,
+        collective=view.collective or call.op,
+        detail=(
+            f"its agent: made {call.op} #{call.seq}"
+            + (f" on {wait.group}" if wait.group != "default_pg" else "")
+            + f", not complete after {wait.seconds:.0f} s"
+        ),
+    )
+
+
 def build_snapshot(
     targets: Sequence[RankTarget],
     samples: Mapping[int, Sequence[StackSample]],
@@ -104,19 +137,23 @@ def build_snapshot(
     now: float | None = None,
     partial: bool = False,
     crashes: Sequence[RankCrash] = (),
+    agents: Mapping[int, AgentState] | None = None,
 ) -> JobSnapshot:
-    """Everything about a job at one moment. `samples` maps a target's pid to its samples.
+    """Everything about a job at one moment. `samples` maps a target's pid to its samples,
+    `agents` to its agent's state.json (ranks started by `mldebug run`).
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
     not among them are not reported as missing.
     """
     exit_codes = exit_codes or {}
+    agents = agents or {}
+    now = time.time() if now is None else now
     views: list[RankView] = []
     failures: dict[int, str] = {}
     memo: dict = {}
     for rank, target in assign_ranks(targets):
         rank_samples = samples.get(target.pid, ())
-        view = rank_view(rank, target, rank_samples, memo)
+        view = with_agent(rank_view(rank, target, rank_samples, memo), agents.get(target.pid), now)
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
         if rank_samples and rank_samples[-1].failure:
@@ -137,16 +174,20 @@ def build_snapshot(
             )
         )
     views.sort(key=lambda v: v.rank)
+    sequence = sequence_verdict(views)
+    views = [as_waiting(view, sequence.waits.get(view.rank)) for view in views]
     # A rank that exited after its stack was read keeps that stack in its view, but is not
     # merged with the ranks still there: it no longer waits with them.
     stacks = {v.rank: v.threads[0].frames for v in views if v.threads and v.state != STATE_EXITED}
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     return JobSnapshot(
-        time=time.time() if now is None else now,
+        time=now,
         ranks=tuple(views),
         groups=groups,
         tree=build_tree(groups),
-        findings=find_problems(views, None if partial else world_size, failures, crashes),
+        findings=find_problems(
+            views, None if partial else world_size, failures, crashes, sequence=sequence
+        ),
         world_size=world_size,
         job=job,
         run_dir=run_dir,

@@ -8,9 +8,11 @@ wrong is no state at all. Nothing here raises for a bad file.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from mldebug.model import AgentState, CollectiveCall, GroupProgress, MemoryReading
+from mldebug.model import AgentState, CollectiveCall, GroupProgress, MemoryReading, RankTarget
 from mldebug.rundir import RunPaths, read_json
 
 MAX_STATE_BYTES = 1 << 20
@@ -178,3 +180,30 @@ def read_state(run_dir: str | Path, rank: int) -> AgentState | None:
     """The rank's state.json, or None when there is none or it is not one."""
     data = read_json(RunPaths(Path(run_dir)).state_file(rank), MAX_STATE_BYTES)
     return parse_state(data, rank) if data is not None else None
+
+
+def _trusted(root: str) -> bool:
+    """A run directory others may write into may hold planted states: not read."""
+    try:
+        return not os.stat(root).st_mode & 0o022
+    except OSError:
+        return False
+
+
+def read_states(targets: Iterable[RankTarget], run_dir: str | None = None) -> dict[int, AgentState]:
+    """pid -> the state.json of each target that has one (a rank of an `mldebug run`, native
+    or wrapped: its run directory is its own, else the job's). One capped read per target;
+    whether the state is this process's (its pid) is for the analysis to check."""
+    states: dict[int, AgentState] = {}
+    trusted: dict[str, bool] = {}
+    for target in targets:
+        root = target.run_dir or run_dir
+        if root is None or target.rank is None or target.pid in states:
+            continue
+        if root not in trusted:
+            trusted[root] = _trusted(root)
+        if trusted[root]:
+            state = read_state(root, target.rank)
+            if state is not None:
+                states[target.pid] = state
+    return states

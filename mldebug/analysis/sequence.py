@@ -1,0 +1,466 @@
+"""The verdict by sequence number: what the ranks' agents say about their collectives.
+
+Each rank's agent counts its calls per process group (docs/agent.md): `enqueued` is the last
+call made, `completed` the last one known complete. Per group, M is the highest call number
+any rank with a fresh heartbeat has made. A rank that made call #M and has not seen it
+complete *waits* in it, whatever its Python stack or CPU shows (on NCCL it spins at a later
+`.item()`). A rank whose last call is before #M never made call #M: the others wait for it,
+and it is named with its current line. Ranks whose call #N differs (another op, other shapes)
+will never meet: a mismatch by sequence number. Stack-only reasoning (findings.py) remains
+for ranks without an agent.
+
+Times compared are the agents' own (when a call was made, when the state was written), never
+this process's clock: a wait counts once it lasted a heartbeat, and is an error after two.
+Groups where point-to-point calls are counted are left out: send/recv numbers differ per
+rank by design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from mldebug.model import (
+    KIND_FROZEN,
+    KIND_HANG,
+    KIND_MISMATCH,
+    KIND_OUTLIER,
+    SEVERITY_ERROR,
+    SEVERITY_WARNING,
+    STATE_EXITED,
+    STATE_MISSING,
+    AgentState,
+    CollectiveCall,
+    Finding,
+    FindingPart,
+    RankView,
+)
+from mldebug.ranges import format_ranks
+
+DEFAULT_INTERVAL = 1.0  # MLDEBUG_HEARTBEAT's default, for a state that does not say
+FROZEN_MIN_SECONDS = 10.0  # a heartbeat this old (or 5 intervals) while the process lives
+FROZEN_INTERVALS = 5
+WAIT_SEEN_INTERVALS = 1  # a wait shorter than a heartbeat is a call in transit
+WAIT_ERROR_INTERVALS = 2  # "a couple of heartbeats": the wait is no accident
+DEFAULT_GROUP = "default_pg"
+MAX_BEHIND_FINDINGS = 4  # per group: places the ranks that are behind are at
+P2P_OPS = frozenset(
+    {
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "batch_isend_irecv",
+        "send_object_list",
+        "recv_object_list",
+    }
+)
+# Ops whose tensors have the same shape and dtype on every rank (others legitimately differ:
+# gather/scatter lists exist on one rank only, object collectives pickle to any size).
+SAME_SHAPE_OPS = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "_all_gather_base",
+        "_reduce_scatter_base",
+        "all_reduce_coalesced",
+    }
+)
+
+
+def interval_of(state: AgentState) -> float:
+    return state.interval if state.interval is not None else DEFAULT_INTERVAL
+
+
+def frozen_after(state: AgentState) -> float:
+    """How old a heartbeat may be before a living process counts as frozen."""
+    return max(FROZEN_MIN_SECONDS, FROZEN_INTERVALS * interval_of(state))
+
+
+def alive(view: RankView) -> bool:
+    return view.state not in (STATE_EXITED, STATE_MISSING)
+
+
+def is_frozen(view: RankView) -> bool:
+    """The process lives (its stack was read, or it has not exited) but its agent's
+    heartbeat is older than frozen_after: a thread holds the GIL in C code."""
+    state = view.agent
+    if state is None or view.heartbeat_age is None or not alive(view):
+        return False
+    return view.heartbeat_age > frozen_after(state)
+
+
+def _fresh(view: RankView) -> bool:
+    return view.agent is not None and alive(view) and not is_frozen(view)
+
+
+def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
+    """The ranks (with a state) that belong to `group`: every rank for the world's group,
+    the listed ones for `ranks:0,1`, else those that called on it."""
+    with_state = [v for v in views if v.agent is not None and alive(v)]
+    if group == DEFAULT_GROUP:
+        return with_state
+    if group.startswith("ranks:"):
+        try:
+            listed = {int(r) for r in group[len("ranks:") :].split(",")}
+        except ValueError:
+            listed = None
+        if listed is not None:
+            return [v for v in with_state if v.rank in listed]
+    return [v for v in with_state if any(g.group == group for g in v.agent.groups)]
+
+
+def _progress(view: RankView, group: str):
+    for progress in view.agent.groups:
+        if progress.group == group:
+            return progress
+    return None
+
+
+def _seq(call: CollectiveCall | None) -> int:
+    return call.seq if call is not None else 0
+
+
+def _calls(view: RankView, group: str) -> dict[int, CollectiveCall]:
+    """The rank's calls on `group` that its state names, by number."""
+    calls = {c.seq: c for c in view.agent.trace if c.group == group}
+    progress = _progress(view, group)
+    if progress is not None and progress.enqueued is not None:
+        calls.setdefault(progress.enqueued.seq, progress.enqueued)
+    return calls
+
+
+def _signature(call: CollectiveCall) -> tuple:
+    if call.op in SAME_SHAPE_OPS and call.shapes:
+        return (call.op, call.shapes, call.dtypes)
+    return (call.op,)
+
+
+def _describe(call: CollectiveCall) -> str:
+    if len(_signature(call)) == 1:
+        return call.op
+    dtypes = list(call.dtypes[: len(call.shapes)])
+    dtypes += ["?"] * (len(call.shapes) - len(dtypes))
+    tensors = ", ".join(
+        f"{dtype}{list(shape)}" for dtype, shape in zip(dtypes, call.shapes, strict=True)
+    )
+    return f"{call.op} of {tensors}"
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+
+
+def _verb(ranks: Sequence[int], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
+def _call_text(call: CollectiveCall, group: str) -> str:
+    on = "" if group == DEFAULT_GROUP else f" on group {group}"
+    at = f" ({call.site})" if call.site else ""
+    return f"{call.op} #{call.seq}{on}{at}"
+
+
+def _current(view: RankView) -> str:
+    frame = view.user_frame
+    if frame is not None:
+        return f"at {frame.location} in {frame.function}"
+    if view.threads:
+        return "in library code only"
+    return "where its stack could not be read"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A rank that made a call which has not completed, for `seconds` by its own clock."""
+
+    rank: int
+    group: str
+    call: CollectiveCall
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SequenceVerdict:
+    waits: Mapping[int, Wait]  # ranks waiting in a call for at least a heartbeat
+    findings: tuple[Finding, ...]
+    covered: frozenset[int]  # the ranks these findings explain (stack reasoning skips them)
+
+
+def _waited(view: RankView, call: CollectiveCall) -> float:
+    if call.enqueued is None:
+        return 0.0
+    return max(0.0, view.agent.time - call.enqueued)
+
+
+def _severity(seconds: float, interval: float) -> str | None:
+    if seconds >= WAIT_ERROR_INTERVALS * interval:
+        return SEVERITY_ERROR
+    if seconds >= WAIT_SEEN_INTERVALS * interval:
+        return SEVERITY_WARNING
+    return None
+
+
+def _first_mismatch(group: str, members: Sequence[RankView]) -> Finding | None:
+    """The lowest call number of `group` that ranks made differently (op, or shapes and
+    dtypes of an op that needs the same on every rank)."""
+    calls = {v.rank: _calls(v, group) for v in members}
+    seqs = sorted({s for by_seq in calls.values() for s in by_seq})
+    views = {v.rank: v for v in members}
+    for seq in seqs:
+        sides: dict[tuple, list[int]] = {}
+        made: dict[tuple, CollectiveCall] = {}
+        for rank, by_seq in calls.items():
+            call = by_seq.get(seq)
+            if call is not None:
+                key = _signature(call)
+                sides.setdefault(key, []).append(rank)
+                made.setdefault(key, call)
+        if len(sides) < 2:
+            continue
+        if len({key[0] for key in sides}) == 1 and any(len(key) == 1 for key in sides):
+            continue  # one op, shapes known on some ranks only: nothing to compare
+        ordered = sorted(sides.items(), key=lambda item: (-len(item[1]), item[1][0]))
+        texts = [
+            f"{_ranks_text(ranks)} {_verb(ranks, 'calls', 'call')} {_describe(made[key])}"
+            + (f" ({made[key].site})" if made[key].site else "")
+            for key, ranks in ordered[:4]
+        ]
+        ranks = sorted(r for _, group_ranks in ordered for r in group_ranks)
+        waits = [
+            _waited(views[r], calls[r][seq])
+            for r in ranks
+            if (p := _progress(views[r], group)) is not None
+            and _seq(p.enqueued) == seq
+            and _seq(p.completed) < seq
+        ]
+        interval = max(interval_of(views[r].agent) for r in ranks)
+        # Hanging at it: an error once seen for two heartbeats; a past one, a warning.
+        severity = _severity(max(waits), interval) if waits else None
+        on = "" if group == DEFAULT_GROUP else f" on group {group}"
+        why = "different collectives" if len({k[0] for k in sides}) > 1 else "different tensors"
+        smallest = ordered[-1]
+        return Finding(
+            KIND_MISMATCH,
+            tuple(ranks),
+            f"ranks make {why} as call #{seq}{on}, which never match: " + "; ".join(texts),
+            location=made[smallest[0]].site,
+            recipe="mismatched-collectives",
+            severity=severity or SEVERITY_WARNING,
+            parts=tuple(
+                FindingPart(tuple(rs), f"{made[key].op} #{seq}", made[key].site)
+                for key, rs in ordered
+            ),
+        )
+    return None
+
+
+def _behind_findings(
+    group: str,
+    call: CollectiveCall,
+    waiting: Sequence[RankView],
+    behind: Sequence[RankView],
+    waits: Mapping[int, Wait],
+) -> list[Finding]:
+    """One finding per place the ranks that never made call #M are at."""
+    waiting_ranks = [v.rank for v in waiting]
+    started = min((w.call.enqueued for w in waits.values() if w.call.enqueued), default=None)
+    longest = max(waits[r].seconds for r in waiting_ranks)
+    buckets: dict[tuple, list[RankView]] = {}
+    for view in behind:
+        last = _progress(view, group)
+        where = view.user_frame.location if view.user_frame else None
+        buckets.setdefault((_seq(last.enqueued if last else None), where), []).append(view)
+    ordered = sorted(buckets.values(), key=lambda b: (-len(b), b[0].rank))
+    findings = []
+    for bucket in ordered[:MAX_BEHIND_FINDINGS]:
+        ranks = [v.rank for v in bucket]
+        head = bucket[0]
+        progress = _progress(head, group)
+        last = progress.enqueued if progress else None
+        count = call.seq - _seq(last)
+        summary = f"{_ranks_text(ranks)} never called {_call_text(call, group)}"
+        if last is None:
+            summary += f": {_verb(ranks, 'it has', 'they have')} made no call on it yet"
+        elif count > 1:
+            summary += (
+                f": {count} calls behind, {_verb(ranks, 'its', 'their')} last was "
+                f"{_call_text(last, group)}"
+            )
+        summary += (
+            f"; {_verb(ranks, 'it is', 'they are')} {_current(head)}, while "
+            f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
+            f"{_verb(ranks, 'it', 'them')}"
+        )
+        # Known behind while the others waited: its state was written after the first of
+        # them made the call. How long that was, by the agents' clocks, sets the severity.
+        lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
+        interval = max(interval_of(v.agent) for v in (*bucket, *waiting))
+        severity = _severity(min(lag, longest), interval) or SEVERITY_WARNING
+        detail = (
+            f"{_ranks_text(waiting_ranks)} made {_call_text(call, group)} and "
+            f"{_verb(waiting_ranks, 'has', 'have')} waited up to {longest:.0f} s for it to "
+            "complete (their agents' count of collectives, whatever their stacks show)."
+        )
+        findings.append(
+            Finding(
+                KIND_OUTLIER,
+                tuple(ranks),
+                summary,
+                location=head.user_frame.location if head.user_frame else None,
+                recipe="rank-outside-collective",
+                severity=severity,
+                detail=detail,
+                parts=(
+                    FindingPart(
+                        tuple(ranks),
+                        head.user_frame.function if head.user_frame else "?",
+                        head.user_frame.location if head.user_frame else None,
+                    ),
+                    FindingPart(tuple(waiting_ranks), f"{call.op} #{call.seq}", call.site),
+                ),
+            )
+        )
+    if len(ordered) > MAX_BEHIND_FINDINGS:
+        rest = sorted(v.rank for b in ordered[MAX_BEHIND_FINDINGS:] for v in b)
+        findings[-1] = replace(
+            findings[-1],
+            detail=findings[-1].detail
+            + f" Also behind, elsewhere: {_ranks_text(rest)} (mldebug dump -v).",
+        )
+    return findings
+
+
+def _hang(group: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
+    ranks = [v.rank for v in waiting]
+    interval = max(interval_of(v.agent) for v in waiting)
+    severity = _severity(seconds, interval)
+    if severity is None:
+        return None
+    return Finding(
+        KIND_HANG,
+        tuple(ranks),
+        f"all {len(ranks)} ranks made {_call_text(call, group)} and none has seen it "
+        "complete, and none is behind: the collective itself does not complete",
+        location=call.site,
+        recipe="collective-hang",
+        severity=severity,
+        detail=(
+            "Every rank's agent counts the same calls, so no rank skipped one: the wait is "
+            "below Python (the network between ranks, a device that stopped answering, or a "
+            "rank of this group that is not shown here)."
+        ),
+    )
+
+
+def _made(view: RankView, group: str) -> int:
+    """The number of the last call the rank made on `group` (0: none)."""
+    progress = _progress(view, group)
+    return _seq(progress.enqueued) if progress is not None else 0
+
+
+def _done(view: RankView, group: str) -> int:
+    progress = _progress(view, group)
+    return _seq(progress.completed) if progress is not None else 0
+
+
+def _group_verdict(
+    group: str, views: Sequence[RankView]
+) -> tuple[dict[int, Wait], list[Finding], set[int]]:
+    members = _members(group, views)
+    fresh = [v for v in members if _fresh(v)]
+    if len(members) < 2 or not fresh:
+        return {}, [], set()
+    if any(c.op in P2P_OPS for v in members for c in _calls(v, group).values()):
+        return {}, [], set()
+    findings: list[Finding] = []
+    covered: set[int] = set()
+    mismatch = _first_mismatch(group, members)
+    if mismatch is not None:
+        findings.append(mismatch)
+        covered.update(mismatch.ranks)
+    top = max(_made(v, group) for v in fresh)
+    # Call #top completed somewhere: every rank joined it; nobody waits for anyone.
+    if top == 0 or any(_done(v, group) >= top for v in members):
+        return {}, findings, covered
+    waiting = [v for v in fresh if _made(v, group) == top]
+    waits = {}
+    for view in waiting:
+        call = _progress(view, group).enqueued
+        waits[view.rank] = Wait(view.rank, group, call, _waited(view, call))
+    interval = max(interval_of(v.agent) for v in waiting)
+    if _severity(max(w.seconds for w in waits.values()), interval) is None:
+        return {}, findings, covered  # a call in transit
+    if mismatch is not None and any(p.label.endswith(f"#{top}") for p in mismatch.parts):
+        return waits, findings, covered  # they wait in a call the others made differently
+    call = waits[waiting[0].rank].call
+    behind = [v for v in members if _made(v, group) < top]
+    if behind:
+        findings += _behind_findings(group, call, waiting, behind, waits)
+        covered.update(v.rank for v in (*waiting, *behind))
+        return waits, findings, covered
+    # Everyone made the call: a hang below Python, when every rank of the group is here.
+    if group == DEFAULT_GROUP:
+        complete = all(v in members for v in views)
+    else:
+        size = _progress(waiting[0], group).size
+        complete = size is not None and len(members) >= size
+    if complete:
+        hang = _hang(group, call, waiting, min(w.seconds for w in waits.values()))
+        if hang is not None:
+            findings.append(hang)
+            covered.update(v.rank for v in waiting)
+    return waits, findings, covered
+
+
+def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
+    """Ranks whose process lives while their agent's heartbeat stopped."""
+    frozen = [v for v in views if is_frozen(v)]
+    buckets: dict[str | None, list[RankView]] = {}
+    for view in frozen:
+        buckets.setdefault(view.user_frame.location if view.user_frame else None, []).append(view)
+    findings = []
+    for bucket in sorted(buckets.values(), key=lambda b: (-len(b), b[0].rank)):
+        ranks = [v.rank for v in bucket]
+        ages = sorted(v.heartbeat_age for v in bucket)
+        age = f"{ages[0]:.0f} s" if ages[0] == ages[-1] else f"{ages[0]:.0f}-{ages[-1]:.0f} s"
+        findings.append(
+            Finding(
+                KIND_FROZEN,
+                tuple(ranks),
+                f"{_ranks_text(ranks)} {_verb(ranks, 'is', 'are')} frozen: "
+                f"{_verb(ranks, 'its', 'their')} agent's heartbeat stopped {age} ago while "
+                f"the process lives (a thread holds the GIL in C code); "
+                f"{_verb(ranks, 'it is', 'they are')} {_current(bucket[0])}",
+                location=bucket[0].user_frame.location if bucket[0].user_frame else None,
+                recipe="frozen-rank",
+                severity=SEVERITY_ERROR,
+                detail=(
+                    "The Python stack shows where it entered C code; the native frames show "
+                    f"where it is: mldebug dump --native --ranks {format_ranks(ranks)}"
+                ),
+            )
+        )
+    return findings
+
+
+def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
+    """What the agents' collective counts say, over every group any rank called on."""
+    names: dict[str, None] = {}
+    for view in views:
+        if view.agent is not None:
+            for progress in view.agent.groups:
+                names.setdefault(progress.group, None)
+    waits: dict[int, Wait] = {}
+    findings: list[Finding] = []
+    covered: set[int] = set()
+    for group in names:
+        group_waits, group_findings, group_covered = _group_verdict(group, views)
+        for rank, wait in group_waits.items():
+            waits.setdefault(rank, wait)
+        findings += group_findings
+        covered |= group_covered
+    return SequenceVerdict(waits, tuple(findings), frozenset(covered))

@@ -1,0 +1,365 @@
+"""The verdict from the ranks' agents: state.json files (written here as docs/agent.md says the
+agent writes them, standing in for the agent) read by the real reader, and stack samples built
+by hand as tests/test_findings.py does; the analysis is the real one (build_snapshot).
+
+The case the agent exists for: on NCCL a rank's all_reduce returns at once and the rank waits
+later, spinning at `.item()`: its stack shows no collective and it burns CPU, so the stacks
+alone say the job is working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mldebug.analysis.snapshot import build_snapshot
+from mldebug.collect.agentstate import read_states
+from mldebug.model import (
+    KIND_FROZEN,
+    KIND_HANG,
+    KIND_MISMATCH,
+    KIND_OUTLIER,
+    KIND_PROGRESSING,
+    SEVERITY_ERROR,
+    SEVERITY_WARNING,
+    STATE_RUNNING,
+    STATE_WAITING,
+    Frame,
+    RankTarget,
+    StackSample,
+    ThreadStack,
+)
+
+NOW = 1_767_225_600.0
+TRAIN = "/home/me/proj/train.py"
+SITE = f"{TRAIN}:48"
+MODULE = Frame("<module>", TRAIN, 200)
+MAIN = Frame("main", TRAIN, 180)
+TENSOR = "/venv/lib/python3.11/site-packages/torch/_tensor.py"
+# Where a rank spins while its NCCL all_reduce does not complete: loss.item().
+SPIN = (MODULE, MAIN, Frame("train_step", TRAIN, 52), Frame("item", TENSOR, 1))
+LOAD = (MODULE, MAIN, Frame("load_batch", TRAIN, 31))
+
+
+def pid_of(rank: int) -> int:
+    return 4000 + rank
+
+
+def call(seq, op="all_reduce", enqueued=NOW - 30, completed=None, site=SITE, **extra):
+    """A `trace` entry of state.json."""
+    entry = {
+        "group": "default_pg",
+        "seq": seq,
+        "op": op,
+        "site": site,
+        "enqueued": enqueued,
+        "completed": completed,
+        "async": True,
+        "shapes": [[1024]],
+        "dtypes": ["float32"],
+    }
+    entry.update(extra)
+    return entry
+
+
+def state(
+    rank: int,
+    made: dict | None,
+    done_seq: int | None,
+    *,
+    time: float = NOW - 0.5,
+    trace: list | None = None,
+    pid: int | None = None,
+    interval: float | None = None,
+    step: int | None = 12,
+) -> dict:
+    """A state.json: `made` is the last call made (a trace entry), `done_seq` the number of
+    the last call complete."""
+    groups = {}
+    if made is not None:
+        group = made["group"]
+        enqueued = {k: made[k] for k in ("seq", "op", "site", "shapes", "dtypes", "async")}
+        enqueued["time"] = made["enqueued"]
+        groups[group] = {"size": 4, "enqueued": enqueued, "completed": None}
+        if done_seq:
+            groups[group]["completed"] = {"seq": done_seq, "op": made["op"], "time": time - 40}
+    data = {
+        "version": 1,
+        "rank": rank,
+        "pid": pid_of(rank) if pid is None else pid,
+        "time": time,
+        "started": NOW - 600,
+        "step": step,
+        "step_time": NOW - 40,
+        "groups": groups,
+        "trace": trace if trace is not None else ([made] if made else []),
+        "memory": {"rss": 300 << 20, "cuda": None, "nvml": None},
+        "memory_history": [],
+    }
+    if interval is not None:
+        data["interval"] = interval
+    return data
+
+
+def samples(rank: int, frames, busy: bool = True) -> list[StackSample]:
+    """Three readings 0.4 s apart of a rank on `frames`, its main thread busy or idle."""
+    target = RankTarget(pid=pid_of(rank), rank=rank, world_size=4)
+    cpu = (0.0, 0.4, 0.8) if busy else (0.0, 0.0, 0.0)
+    return [
+        StackSample(
+            target,
+            NOW - 1 + 0.4 * i,
+            (ThreadStack(1, "MainThread", frames, active=busy),),
+            cpu_seconds=cpu[i],
+            main_cpu_seconds=cpu[i],
+        )
+        for i in range(3)
+    ]
+
+
+def write_run(tmp_path: Path, states: dict[int, dict]) -> Path:
+    root = tmp_path / "run"
+    root.mkdir(exist_ok=True)
+    for rank, data in states.items():
+        folder = root / "ranks" / str(rank)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "state.json").write_text(json.dumps(data))
+    root.chmod(0o700)
+    return root
+
+
+def snapshot(tmp_path, states: dict[int, dict], stacks: dict[int, tuple], busy=None, now=NOW):
+    """The job's snapshot: its ranks' stacks and the states the real reader reads."""
+    root = write_run(tmp_path, states)
+    targets = [
+        RankTarget(pid=pid_of(r), rank=r, world_size=len(stacks), run_dir=str(root)) for r in stacks
+    ]
+    busy = busy or {}
+    by_pid = {pid_of(r): samples(r, frames, busy.get(r, True)) for r, frames in stacks.items()}
+    agents = read_states(targets)
+    return build_snapshot(targets, by_pid, world_size=len(stacks), agents=agents, now=now)
+
+
+def nccl_job(tmp_path, rank2_made: dict | None, **kwargs):
+    """Ranks 0, 1 and 3 made all_reduce #38 (async) 30 s ago and spin at .item(); rank 2 is
+    busy in load_batch and its last call is `rank2_made`."""
+    states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
+    states[2] = state(2, rank2_made, rank2_made["seq"] if rank2_made else None, time=NOW - 0.3)
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    return snapshot(tmp_path, states, stacks, **kwargs)
+
+
+def test_without_states_the_spinning_ranks_read_as_progressing(tmp_path):
+    # GIVEN the NCCL job's stacks alone (no agent): everyone burns CPU, nobody is in a collective
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    snap = snapshot(tmp_path, {}, stacks)
+    # THEN the stacks say the job works: the reason the agent exists
+    assert [f.kind for f in snap.findings] == [KIND_PROGRESSING]
+
+
+def test_the_rank_that_never_made_the_call_is_the_culprit_with_its_line(tmp_path):
+    snap = nccl_job(tmp_path, call(37, enqueued=NOW - 31, completed=NOW - 30.5))
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.severity == SEVERITY_ERROR
+    assert first.ranks == (2,)
+    assert first.location == f"{TRAIN}:31"
+    assert first.recipe == "rank-outside-collective"
+    assert first.summary.startswith(f"rank 2 never called all_reduce #38 ({SITE}); ")
+    assert f"it is at {TRAIN}:31 in load_batch" in first.summary
+    assert first.summary.endswith("while ranks 0-1,3 wait for it")
+    assert [p.ranks for p in first.parts] == [(2,), (0, 1, 3)]
+    assert KIND_PROGRESSING not in [f.kind for f in snap.findings]
+    # The spinning ranks wait, whatever their stacks and CPU show; the culprit works.
+    states = {v.rank: v.state for v in snap.ranks}
+    assert states == {0: STATE_WAITING, 1: STATE_WAITING, 2: STATE_RUNNING, 3: STATE_WAITING}
+    waiting = snap.ranks[0]
+    assert waiting.collective == "all_reduce"
+    assert "all_reduce #38" in waiting.detail
+
+
+def test_a_rank_several_calls_behind_is_named_with_how_many(tmp_path):
+    snap = nccl_job(tmp_path, call(35, enqueued=NOW - 60, completed=NOW - 59))
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.ranks == (2,)
+    assert f"never called all_reduce #38 ({SITE}): 3 calls behind, its last was " in first.summary
+    assert f"all_reduce #35 ({SITE})" in first.summary
+
+
+def test_a_rank_that_made_no_call_at_all_is_behind_too(tmp_path):
+    snap = nccl_job(tmp_path, None)
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.ranks == (2,)
+    assert "it has made no call on it yet" in first.summary
+
+
+def test_a_wait_of_one_heartbeat_is_a_warning_and_a_call_in_transit_nothing(tmp_path):
+    # GIVEN the others made #38 1.5 s before their last heartbeat (interval 1 s)
+    states = {r: state(r, call(38, enqueued=NOW - 2), 37) for r in (0, 1, 3)}
+    states[2] = state(2, call(37, enqueued=NOW - 3, completed=NOW - 2.9), 37, time=NOW - 0.3)
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    snap = snapshot(tmp_path, states, stacks)
+    assert snap.findings[0].kind == KIND_OUTLIER
+    assert snap.findings[0].severity == SEVERITY_WARNING
+    # GIVEN they made it 0.2 s before: a call in transit, as in any healthy job
+    states.update({r: state(r, call(38, enqueued=NOW - 0.7), 37) for r in (0, 1, 3)})
+    snap = snapshot(tmp_path, states, stacks)
+    assert [f.kind for f in snap.findings] == [KIND_PROGRESSING]
+    assert all(v.state == STATE_RUNNING for v in snap.ranks)
+
+
+def test_the_culprits_state_older_than_the_wait_is_a_warning(tmp_path):
+    # Rank 2 last wrote its state before the others made #38: it may have made it since.
+    states = {r: state(r, call(38, enqueued=NOW - 30), 37) for r in (0, 1, 3)}
+    states[2] = state(2, call(37, enqueued=NOW - 40), 37, time=NOW - 35)
+    snap = snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN})
+    outlier = next(f for f in snap.findings if f.kind == KIND_OUTLIER)
+    assert outlier.ranks == (2,) and outlier.severity == SEVERITY_WARNING
+
+
+def test_ranks_whose_call_number_n_differs_are_a_mismatch(tmp_path):
+    # Rank 1 made a barrier as its call #5, the others an all_reduce: all wait, forever.
+    states = {r: state(r, call(5), 4) for r in (0, 2, 3)}
+    barrier = f"{TRAIN}:60"
+    states[1] = state(1, call(5, op="barrier", site=barrier, shapes=[], dtypes=[]), 4)
+    snap = snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: SPIN, 3: SPIN})
+    first = snap.findings[0]
+    assert first.kind == KIND_MISMATCH and first.severity == SEVERITY_ERROR
+    assert first.ranks == (0, 1, 2, 3)
+    assert first.recipe == "mismatched-collectives"
+    assert {(p.ranks, p.label, p.location) for p in first.parts} == {
+        ((0, 2, 3), "all_reduce #5", SITE),
+        ((1,), "barrier #5", barrier),
+    }
+    assert first.location == barrier  # the smaller side
+    assert (
+        "rank 1 calls barrier" in first.summary and "ranks 0,2-3 call all_reduce" in first.summary
+    )
+    assert [f.kind for f in snap.findings] == [KIND_MISMATCH]
+
+
+def test_the_same_call_with_other_shapes_is_a_mismatch(tmp_path):
+    states = {r: state(r, call(9), 8) for r in (0, 1, 2)}
+    states[3] = state(3, call(9, shapes=[[2048]]), 8)
+    snap = snapshot(tmp_path, states, {r: SPIN for r in range(4)})
+    first = snap.findings[0]
+    assert first.kind == KIND_MISMATCH and first.ranks == (0, 1, 2, 3)
+    assert "different tensors" in first.summary
+    assert "rank 3 calls all_reduce of float32[2048]" in first.summary
+
+
+def test_a_past_mismatch_in_the_trace_is_found_by_its_number(tmp_path):
+    # Call #3 was an all_reduce on three ranks and a broadcast on rank 0; all completed #4.
+    def trace(op3):
+        return [call(3, op=op3, completed=NOW - 50), call(4, completed=NOW - 40)]
+
+    states = {
+        r: state(r, call(4, completed=NOW - 40), 4, trace=trace("all_reduce")) for r in (1, 2, 3)
+    }
+    states[0] = state(0, call(4, completed=NOW - 40), 4, trace=trace("broadcast"))
+    snap = snapshot(tmp_path, states, {r: SPIN for r in range(4)})
+    mismatch = next(f for f in snap.findings if f.kind == KIND_MISMATCH)
+    assert mismatch.severity == SEVERITY_WARNING  # nobody waits in it now
+    assert "call #3" in mismatch.summary and "rank 0 calls broadcast" in mismatch.summary
+
+
+def test_everyone_waiting_in_the_same_call_and_none_behind_is_a_hang(tmp_path):
+    states = {r: state(r, call(38), 37) for r in range(4)}
+    snap = snapshot(tmp_path, states, {r: SPIN for r in range(4)})
+    (finding,) = snap.findings
+    assert finding.kind == KIND_HANG and finding.severity == SEVERITY_ERROR
+    assert finding.ranks == (0, 1, 2, 3) and finding.location == SITE
+    assert "none is behind" in finding.summary
+
+
+def test_a_rank_without_an_agent_is_judged_by_its_stack(tmp_path):
+    # Rank 2 has no state.json (not started by mldebug run): the stacks name it.
+    states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
+    snap = snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN})
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.ranks == (2,)
+    assert first.severity == SEVERITY_ERROR
+    assert first.location == f"{TRAIN}:31"
+    assert "never reached all_reduce" in first.summary
+
+
+def test_point_to_point_groups_are_not_compared_by_number(tmp_path):
+    # Pipeline stages: rank 0 sends, rank 1 receives; their counts differ by design.
+    states = {0: state(0, call(7, op="send"), 6), 1: state(1, call(3, op="recv"), 3)}
+    snap = snapshot(tmp_path, states, {0: SPIN, 1: LOAD})
+    assert [f.kind for f in snap.findings] == [KIND_PROGRESSING]
+
+
+def test_a_living_rank_whose_heartbeat_stopped_is_frozen(tmp_path):
+    healthy = call(12, completed=NOW - 1, enqueued=NOW - 1.2)
+    states = {r: state(r, healthy, 12) for r in (0, 1, 3)}
+    states[2] = state(2, call(12, completed=NOW - 31), 12, time=NOW - 30)
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    snap = snapshot(tmp_path, states, stacks)
+    first = snap.findings[0]
+    assert first.kind == KIND_FROZEN and first.severity == SEVERITY_ERROR
+    assert first.ranks == (2,) and first.recipe == "frozen-rank"
+    assert first.location == f"{TRAIN}:31"
+    assert "heartbeat stopped 30 s ago" in first.summary
+    assert KIND_PROGRESSING not in [f.kind for f in snap.findings]
+    assert snap.ranks[2].heartbeat_age == pytest.approx(30.0)
+
+
+def test_frozen_waits_for_max_of_10_s_and_5_heartbeats(tmp_path):
+    healthy = call(12, completed=NOW - 1, enqueued=NOW - 1.2)
+    stacks = {0: SPIN, 1: LOAD}
+    # 9 s without a heartbeat at the default 1 s: not yet (10 s is the least)
+    states = {0: state(0, healthy, 12), 1: state(1, healthy, 12, time=NOW - 9)}
+    assert KIND_FROZEN not in [f.kind for f in snapshot(tmp_path, states, stacks).findings]
+    # 15 s at a 4 s heartbeat: not yet (5 x 4 = 20 s); 25 s: frozen
+    states[1] = state(1, healthy, 12, time=NOW - 15, interval=4.0)
+    assert KIND_FROZEN not in [f.kind for f in snapshot(tmp_path, states, stacks).findings]
+    states[1] = state(1, healthy, 12, time=NOW - 25, interval=4.0)
+    assert KIND_FROZEN in [f.kind for f in snapshot(tmp_path, states, stacks).findings]
+
+
+def test_a_state_of_another_pid_is_ignored(tmp_path):
+    # A file left by an earlier process of rank 2, or planted: it names another pid.
+    snap_states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
+    snap_states[2] = state(2, call(50), 49, pid=99999)
+    snap = snapshot(tmp_path, snap_states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN})
+    assert snap.ranks[2].agent is None and snap.ranks[2].step is None
+    assert snap.ranks[2].heartbeat_age is None
+    assert snap.ranks[0].agent is not None and snap.ranks[0].step == 12
+    # Rank 2's stack is what judges it: the others wait for it, it never reached all_reduce.
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.ranks == (2,)
+
+
+def test_a_stale_state_of_a_rank_that_exited_is_not_frozen(tmp_path):
+    states = {0: state(0, call(4, completed=NOW - 60), 4, time=NOW - 60)}
+    states[1] = state(1, call(4, completed=NOW - 60), 4, time=NOW - 60)
+    root = write_run(tmp_path, states)
+    targets = [RankTarget(pid=pid_of(r), rank=r, run_dir=str(root)) for r in (0, 1)]
+    gone = [StackSample(targets[1], NOW, failure="exited", failure_detail="gone")]
+    by_pid = {pid_of(0): samples(0, LOAD), pid_of(1): gone}
+    snap = build_snapshot(targets, by_pid, 2, agents=read_states(targets), now=NOW)
+    frozen = [f for f in snap.findings if f.kind == KIND_FROZEN]
+    assert [f.ranks for f in frozen] == [(0,)]
+
+
+def test_states_in_a_run_directory_others_may_write_are_not_read(tmp_path):
+    root = write_run(tmp_path, {0: state(0, call(3), 2)})
+    target = RankTarget(pid=pid_of(0), rank=0, run_dir=str(root))
+    assert set(read_states([target])) == {pid_of(0)}
+    os.chmod(root, 0o777)
+    assert read_states([target]) == {}
+
+
+def test_states_are_read_once_per_target_and_only_for_ranks(tmp_path):
+    root = write_run(tmp_path, {0: state(0, call(3), 2), 1: state(1, call(3), 2)})
+    targets = [
+        RankTarget(pid=pid_of(0), rank=0, run_dir=str(root)),
+        RankTarget(pid=pid_of(1), rank=None, run_dir=str(root)),  # no rank: no file to read
+        RankTarget(pid=pid_of(5), rank=1),  # the job's run directory, given apart
+    ]
+    states = read_states(targets, run_dir=str(root))
+    assert set(states) == {pid_of(0), pid_of(5)}
+    assert states[pid_of(5)].rank == 1
