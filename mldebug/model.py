@@ -137,11 +137,11 @@ class JobReadings:
     # seen waiting for them only); folded into the rank's newest sample by the orchestrator
     workers: Mapping[int, tuple[StackSample, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
+    # rank pid -> its agent's state.json as read at this poll (ranks that have one)
+    agents: Mapping[int, AgentState] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-    # rank pid -> its agent's state.json as read at this poll (ranks that have one)
-    agents: Mapping[int, AgentState] = field(default_factory=dict)
 class CollectiveCall:
     """One collective or point-to-point call of a rank, as its agent recorded it."""
 
@@ -188,10 +188,10 @@ class AgentState:
     pid: int | None
     time: float  # the heartbeat: when the agent last wrote the file
     started: float | None = None
+    interval: float | None = None  # seconds between two heartbeats, when the file says
     step: int | None = None
     step_time: float | None = None
     groups: tuple[GroupProgress, ...] = ()
-    interval: float | None = None  # seconds between two heartbeats, when the file says
     trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
     memory: MemoryReading | None = None
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
