@@ -124,6 +124,9 @@ class StackSample:
     cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
     rss_bytes: int | None = None
     main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
+    # Read at an earlier poll and given again (a live view reads a rank whose agent says it
+    # moves less often): the newest stack known, not a new sample of the rank.
+    carried: bool = False
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,15 @@ class AgentState:
     trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
     memory: MemoryReading | None = None
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
+
+    @property
+    def progress(self) -> tuple[int, int, int]:
+        """What moves while the rank works: (step, collective calls made, calls completed),
+        summed over its groups. Two readings with the same value: the rank made no progress
+        in between (whatever its heartbeat did)."""
+        made = sum(g.enqueued.seq for g in self.groups if g.enqueued is not None)
+        done = sum(g.completed.seq for g in self.groups if g.completed is not None)
+        return (-1 if self.step is None else self.step, made, done)
 
 
 @dataclass(frozen=True)

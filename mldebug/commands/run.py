@@ -49,6 +49,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= value <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError("must be between 1 second and a week")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mldebug run",
@@ -111,6 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--tui",
         action="store_true",
         help="start the job and watch it in the terminal UI (output goes to files)",
+    )
+    watch = parser.add_argument_group("hangs")
+    watch.add_argument(
+        "--hang-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="when no rank's step or collective count (or, before the first, output) moved "
+        "for this long, write a full dump to <run>/reports/hang-<time>.txt and .json and "
+        "print its verdict (default: off)",
+    )
+    watch.add_argument(
+        "--on-hang",
+        choices=["keep", "stop"],
+        default="keep",
+        help="after the hang report: keep the job running (default), or stop it (exit code 124)",
     )
     debug = parser.add_argument_group("debugging switches (environment of the ranks)")
     debug.add_argument(
@@ -244,6 +269,8 @@ def main(argv: list[str]) -> int:
         rank_filter=RankFilter(ranks=args.ranks, local_ranks=args.local_ranks_filter),
         prefix=not args.no_prefix,
         argv=["mldebug", "run", *argv],
+        hang_timeout=args.hang_timeout,
+        on_hang=args.on_hang,
     )
     # A file past the size limit (ulimit -f) gives mldebug EFBIG, not death by SIGXFSZ; the
     # job's processes get the default back (Popen's restore_signals).

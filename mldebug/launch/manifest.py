@@ -102,6 +102,8 @@ class Manifest:
                 **asdict(spec.options),
                 "nproc_per_node": spec.nproc if spec.mode == "native" else None,
                 "grace_period": spec.grace_period,
+                "hang_timeout": spec.hang_timeout,
+                "on_hang": spec.on_hang if spec.hang_timeout else None,
                 "console": spec.console is not None,
             },
             "cwd": os.getcwd(),

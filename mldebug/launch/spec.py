@@ -24,3 +24,5 @@ class LaunchSpec:
     rank_filter: RankFilter = field(default_factory=RankFilter)
     prefix: bool = True
     argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json
+    hang_timeout: float | None = None  # --hang-timeout: seconds without progress; None: off
+    on_hang: str = "keep"  # --on-hang: "keep" the job after the hang report, or "stop" it

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from mldebug.collect.agentstate import read_state
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
 from mldebug.launch.failures import (
@@ -49,6 +50,15 @@ from mldebug.launch.pipes import (
     pipe_size,
 )
 from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.timeouts import (
+    Explanation,
+    Timeout,
+    explain,
+    explain_without_agent,
+    places_of,
+    timeout_of,
+)
+from mldebug.launch.watchdog import HangWatchdog
 from mldebug.rundir import (
     STATUS_FAILED,
     STATUS_INTERRUPTED,
@@ -58,9 +68,17 @@ from mldebug.rundir import (
     make_private_dir,
     proc_start_ticks,
     proc_stat,
+    read_json,
+    read_tail,
 )
 
 POLL_INTERVAL = 0.1
+HANG_EXIT_CODE = 124  # the job was stopped by --on-hang stop (as timeout(1) says)
+# A rank died of a collective timeout: the stacks of the ranks still alive are read once
+# before they are stopped (what they were doing instead of waiting), within this.
+LAST_STACKS_DEADLINE = 5.0
+STDERR_TAIL_BYTES = 64 << 10  # where NCCL's watchdog line is looked for
+MAX_RANKS_EXPLAINED = 4096
 MAX_FILES_SAID = 6  # incomplete logs named on the console; run.json has them all
 
 
@@ -101,6 +119,9 @@ class Supervisor:
         self._guarded: set[int] = set()  # wrapped rank pids the guardian knows
         self._internal_errors: set[str] = set()
         self.wrapped = wrapped.WrappedRanks(spec.paths, self.manifest)
+        self.watchdog: HangWatchdog | None = None
+        self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
+        self._last_places: dict = {}  # rank -> timeouts.Place, read as the first rank died
         error = self.manifest.error
         if error is not None and error.errno in FULL_ERRNOS:
             self.logs.filesystem_full(error)  # full from the start: say so before anything
@@ -124,6 +145,17 @@ class Supervisor:
         if spec.console is not None and spec.mode == envs.MODE_WRAP:
             self._start_tailer(spec.console, from_end=False)
         self._monitor.start()
+        if spec.hang_timeout:
+            self.watchdog = HangWatchdog(
+                self.paths,
+                spec.hang_timeout,
+                spec.on_hang,
+                alive=self._job_alive,
+                say=self._say,
+                stop=self._stop_for_hang,
+                record=lambda hangs: self.manifest.update(hangs=hangs),
+            )
+            self.watchdog.start()
 
     def show_output(self, console: Console) -> None:
         """Turn console output on for a job started without it (output from now on)."""
@@ -133,6 +165,16 @@ class Supervisor:
                 self._reader.show(console)
                 if self.spec.mode == envs.MODE_WRAP:
                     self._start_tailer(console, from_end=True)
+
+    def _job_alive(self) -> bool:
+        return not self._stop_requested.is_set() and any(
+            child.returncode is None for child in self.children
+        )
+
+    def _stop_for_hang(self) -> None:
+        if not self._stop_requested.is_set():
+            self._hang_stop = True
+        self.stop()
 
     @property
     def stopping(self) -> bool:
@@ -276,6 +318,8 @@ class Supervisor:
         # Each step runs whatever failed before it: the job must end, its output be shown,
         # and its exit code come out.
         self._guard("watching the job", self._watch_until_over)
+        if self.watchdog is not None:
+            self._guard("ending the hang watchdog", self.watchdog.close)
         self._guard("stopping the job", lambda: self._end_children(self.spec.grace_period))
         self._guard("showing the last output", self._finish_output)
         self._guard("summing up the run", self._conclude)
@@ -340,6 +384,9 @@ class Supervisor:
                     f"mldebug: rank {failed.rank} {describe_exit(failed.returncode)}; "
                     f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
                 )
+                self._guard(
+                    "reading the last stacks", lambda rank=failed.rank: self._read_last_places(rank)
+                )
                 return
             self._stop_requested.wait(POLL_INTERVAL)
 
@@ -398,6 +445,8 @@ class Supervisor:
     def _plain_outcome(self) -> tuple[int, str]:
         """The exit code and status from what mldebug saw itself, no file read: what comes
         out when summing up the run fails."""
+        if self._interrupted is not None and self._hang_stop:
+            return HANG_EXIT_CODE, STATUS_FAILED
         if self._interrupted is not None:
             return 128 + (self._interrupted or signal.SIGINT), STATUS_INTERRUPTED
         if self.spec.mode == envs.MODE_WRAP:
@@ -446,18 +495,39 @@ class Supervisor:
         launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
         code, status, failures = job_outcome(failures, self._interrupted, launcher)
         interrupted = status == STATUS_INTERRUPTED
+        hang_stopped = interrupted and self._hang_stop
+        if hang_stopped:  # not the user's Ctrl-C: the job failed, by hanging
+            code, status, interrupted = HANG_EXIT_CODE, STATUS_FAILED, False
         self.exit_code = code
+        explanation = None
+        if failures and not interrupted and not hang_stopped:
+            try:
+                explanation = self._explain(failures)
+            except Exception as error:  # the plain report still comes out
+                self._internal_error("explaining a collective timeout", error)
+        first = failures[0].to_json() if failures else None
+        if first is not None and explanation is not None:
+            cause = explanation.cause
+            first["collective_timeout"] = True
+            first["root_cause"] = cause.to_json() if cause is not None else None
+            first["waits"] = list(explanation.waits)
         self.manifest.update(
-            status=status,
-            exit_code=code,
-            end_time=time.time(),
-            first_failure=failures[0].to_json() if failures else None,
+            status=status, exit_code=code, end_time=time.time(), first_failure=first
         )
         if spec.mode == envs.MODE_WRAP:
             self.wrapped.settle({f.rank for f in failures}, code)
-        if failures and not interrupted:
+        if hang_stopped:
+            report = self.watchdog.reports[-1] if self.watchdog and self.watchdog.reports else None
+            where = f"; the hang report: {report.text_path}" if report and report.text_path else ""
+            self._say(
+                f"mldebug: job stopped: no progress for {spec.hang_timeout:g}s "
+                f"(--on-hang stop){where}; exit code {code}"
+            )
+        elif failures and not interrupted:
             failed = {failure.rank for failure in failures}
-            report = format_report(failures, self.paths, [r for r in stopped if r not in failed])
+            report = format_report(
+                failures, self.paths, [r for r in stopped if r not in failed], explanation
+            )
             note = self._incomplete_logs_note(failures[0].rank)
             if note:  # after the "full output" line it qualifies
                 head, sep, tail = report.rpartition("\n  what to do next")
@@ -469,6 +539,66 @@ class Supervisor:
             )
         if interrupted:
             self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
+
+    # -- a collective timeout ------------------------------------------------------------
+
+    def _stderr_tail(self, rank: int) -> str:
+        try:
+            data, _ = read_tail(self.paths.stderr(rank), STDERR_TAIL_BYTES)
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")
+
+    def _timeout(self, failure) -> Timeout | None:
+        """The collective timeout `failure` is, if it is one (its error, else its stderr:
+        NCCL's watchdog aborts the process without a Python exception)."""
+        return timeout_of(failure.message) or timeout_of(self._stderr_tail(failure.rank))
+
+    def _read_last_places(self, rank: int) -> None:
+        """The first rank died of a collective timeout: read once where the ranks still
+        alive stand (before they are stopped), for the report to say what they did instead
+        of waiting with it."""
+        data = read_json(self.paths.error_file(rank)) or {}
+        message = data.get("message") if isinstance(data.get("message"), str) else ""
+        if timeout_of(message) is None and timeout_of(self._stderr_tail(rank)) is None:
+            return
+        if not any(c.returncode is None and c.rank not in (None, rank) for c in self.children):
+            return
+        from mldebug.observe import observe_once
+        from mldebug.targets import resolve_targets
+
+        try:
+            snapshot, _ = observe_once(
+                resolve_targets(run_dir=self.paths.root), samples=1, deadline=LAST_STACKS_DEADLINE
+            )
+        except Exception:  # they ended meanwhile, or cannot be read: the states still tell
+            return
+        self._last_places = places_of(snapshot)
+
+    def _explain(self, failures: list) -> Explanation | None:
+        """What the ranks waited in and who caused it, when the first failure is a
+        collective timeout; None otherwise."""
+        if self._timeout(failures[0]) is None:
+            return None
+        ranks = sorted(
+            set(self.paths.rank_ids()) | {c.rank for c in self.children if c.rank is not None}
+        )[:MAX_RANKS_EXPLAINED]
+        places = dict(self._last_places)
+        if self.watchdog is not None and self.watchdog.last_snapshot is not None:
+            for rank, place in places_of(self.watchdog.last_snapshot).items():
+                places.setdefault(rank, place)
+        states = {rank: read_state(self.paths.root, rank) for rank in ranks}
+        died = {failure.rank: failure.time for failure in failures}
+        explanation = explain(states, places, died)
+        if explanation is None:
+            timeouts = {}
+            for failure in failures:
+                timeout = self._timeout(failure)
+                if timeout is not None:
+                    timeouts[failure.rank] = timeout
+            raised = {f.rank: f.user_location or f.location for f in failures}
+            explanation = explain_without_agent(timeouts, ranks, places, raised)
+        return explanation
 
     # -- a full disk -------------------------------------------------------------------
 

@@ -1,0 +1,37 @@
+"""Which ranks make progress, by what their in-rank agents wrote (docs/agent.md).
+
+A rank makes progress when its step or its count of collectives (made or completed, over
+all its groups: `AgentState.progress`) moved between two readings of its state.json. Its
+heartbeat alone is no progress: a rank that waits forever in a collective keeps writing
+state.json once a second. Pure functions over readings; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mldebug.model import AgentState
+
+# A heartbeat older than this (seconds) says the agent stopped writing: the rank is frozen
+# (C code holding the GIL) or gone; what its file says is not news any more.
+STALE_HEARTBEAT = 5.0
+
+
+def fresh(state: AgentState | None, now: float, stale: float = STALE_HEARTBEAT) -> bool:
+    """The agent wrote its file lately."""
+    return state is not None and now - state.time <= stale
+
+
+def moved(before: AgentState | None, after: AgentState | None) -> bool:
+    """The rank made progress between the two readings of its state (False when either is
+    missing: a first reading is no progress yet)."""
+    if before is None or after is None:
+        return False
+    return after.progress != before.progress
+
+
+def moving_ranks(
+    before: Mapping[int, AgentState | None], after: Mapping[int, AgentState | None]
+) -> frozenset[int]:
+    """The ranks (keys of both) whose step or collective count moved from `before` to `after`."""
+    return frozenset(rank for rank in after if moved(before.get(rank), after[rank]))

@@ -1,0 +1,246 @@
+"""The hang watchdog of `mldebug run --hang-timeout SECS`: a dump nobody had to ask for.
+
+Once a second a thread of its own looks at what moves while the job works:
+
+  * once any rank's agent has counted a step or a collective (ranks/<rank>/state.json,
+    docs/agent.md), progress is a rank's step or collective count moving
+    (`AgentState.progress`); its heartbeat alone is not, nor is its output (a logging
+    thread can print forever while the training loop hangs);
+  * before that (ranks importing torch, loading data, meeting at init_process_group) and for
+    ranks without an agent (a job whose ranks are not Python), progress is output: a byte
+    more in any rank's log or in the launcher's.
+
+When nothing moved for SECS while a process of the job lives, it takes the full dump
+(`observe_once`, what `mldebug dump` does, bounded by DUMP_DEADLINE), writes it as
+reports/hang-<time>.txt and .json (the renderers of `dump`), says the verdict and where the
+report is on the console, notes it in run.json (`hangs`), and then keeps the job or stops it,
+as asked. Once per hang: it fires again only after something moved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mldebug.collect.agentstate import read_state
+from mldebug.rundir import RunPaths, create_new, make_private_dir
+from mldebug.textsafe import printable
+
+ON_HANG_KEEP = "keep"
+ON_HANG_STOP = "stop"
+CHECK_EVERY = 1.0  # seconds between two looks at the job
+DUMP_DEADLINE = 30.0  # the whole dump's stack readings end within this
+MAX_RANKS_LOOKED_AT = 4096  # as a refresh of the live view
+
+
+@dataclass(frozen=True)
+class HangReport:
+    """One hang, as the watchdog reported it."""
+
+    time: float  # when it fired
+    quiet: float  # seconds without progress by then
+    verdict: str  # the dump's first finding, or why there is no dump
+    text_path: Path | None = None
+    json_path: Path | None = None
+    snapshot: object | None = None  # the JobSnapshot, when the dump worked
+
+    def to_json(self) -> dict:
+        return {
+            "time": self.time,
+            "no_progress_for": round(self.quiet, 1),
+            "verdict": self.verdict,
+            "report": str(self.text_path) if self.text_path else None,
+            "json": str(self.json_path) if self.json_path else None,
+        }
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return -1
+
+
+def progress_token(paths: RunPaths) -> tuple:
+    """What changes whenever the job makes progress (see the module's doc): two equal tokens
+    a while apart say nothing moved in between."""
+    ranks = paths.rank_ids()[:MAX_RANKS_LOOKED_AT]
+    marks = []
+    for rank in ranks:
+        state = read_state(paths.root, rank)
+        marks.append((rank, None if state is None else state.progress))
+    if any(mark is not None and mark != (-1, 0, 0) for _, mark in marks):
+        return ("agent", tuple(marks))
+    sizes = [_size(paths.launcher_log)]
+    for rank in ranks:
+        sizes += [_size(paths.stdout(rank)), _size(paths.stderr(rank))]
+    return ("output", tuple(sizes))
+
+
+def dump_job(root: Path, deadline: float = DUMP_DEADLINE):
+    """(snapshot, notes) of the job, as `mldebug dump --run ROOT` reads it."""
+    from mldebug.observe import observe_once
+    from mldebug.targets import resolve_targets
+
+    snapshot, readings = observe_once(resolve_targets(run_dir=root), deadline=deadline)
+    return snapshot, readings.notes
+
+
+def render_reports(snapshot, notes=()) -> tuple[str, dict]:
+    """The report's text (every rank's threads: it is read later) and JSON, as `dump`'s."""
+    from mldebug.report.jsonout import snapshot_to_json
+    from mldebug.report.text import render_text
+
+    body = render_text(snapshot, verbose=True)
+    if notes:
+        body = "".join(f"{printable(note)}\n" for note in notes) + body
+    return body, snapshot_to_json(snapshot)
+
+
+def verdict_of(snapshot) -> str:
+    if not snapshot.findings:
+        return "nothing found (every rank was read; see the report)"
+    first = snapshot.findings[0]
+    where = f" ({first.location})" if first.location and first.location not in first.summary else ""
+    return printable(first.summary + where)
+
+
+def _write_new(path: Path, content: str) -> None:
+    fd = create_new(path)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content if content.endswith("\n") else content + "\n")
+
+
+def write_reports(paths: RunPaths, when: float, body: str, data: dict) -> tuple[Path, Path]:
+    folder = make_private_dir(paths.reports_dir)
+    stem = "hang-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    for index in range(1000):
+        name = f"{stem}-{index}" if index else stem
+        text_path, json_path = folder / f"{name}.txt", folder / f"{name}.json"
+        if os.path.lexists(text_path) or os.path.lexists(json_path):
+            continue
+        _write_new(text_path, body)
+        _write_new(json_path, json.dumps(data, indent=1))
+        return text_path, json_path
+    raise OSError(f"too many reports named {stem}* in {folder}")
+
+
+class HangWatchdog:
+    """Watches one run; `start()` runs it in a daemon thread until `close()`.
+
+    alive(): a process of the job still runs. say(text): a message on the console.
+    stop(): end the job (--on-hang stop). record(reports): the hangs so far, for run.json.
+    dump(root): (snapshot, notes) of the job, or raises. The clock is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        timeout: float,
+        on_hang: str = ON_HANG_KEEP,
+        *,
+        alive: Callable[[], bool],
+        say: Callable[[str], None],
+        stop: Callable[[], None] | None = None,
+        record: Callable[[list[dict]], None] | None = None,
+        dump: Callable = dump_job,
+        clock: Callable[[], float] = time.monotonic,
+        check_every: float = CHECK_EVERY,
+    ):
+        self.paths = paths
+        self.timeout = timeout
+        self.on_hang = on_hang
+        self._alive, self._say, self._stop, self._record = alive, say, stop, record
+        self._dump = dump
+        self._clock = clock
+        self.check_every = check_every
+        self.reports: list[HangReport] = []
+        self._token: tuple | None = None
+        self._since = clock()  # the last progress (the start counts as progress)
+        self._fired = False  # reported this hang already; re-armed by progress
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mldebug-watchdog", daemon=True)
+
+    @property
+    def last_snapshot(self):
+        """The newest dump that worked (its stacks are the last ones taken), or None."""
+        for report in reversed(self.reports):
+            if report.snapshot is not None:
+                return report.snapshot
+        return None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, wait: float = 2.0) -> None:
+        """Stop watching; a dump under way may finish, but says nothing after `wait`."""
+        self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join(wait)
+
+    def _run(self) -> None:
+        while not self._closed.wait(self.check_every):
+            try:
+                self.check()
+            except Exception as error:  # a bug here must not end the job, nor this thread
+                self._say(
+                    f"mldebug: the hang watchdog failed ({type(error).__name__}: {error}); "
+                    "it stops watching. This is a bug in mldebug: please report it."
+                )
+                return
+
+    def check(self) -> HangReport | None:
+        """One look at the job: the report when this look found a hang and reported it."""
+        token = progress_token(self.paths)
+        now = self._clock()
+        if token != self._token:
+            self._token, self._since, self._fired = token, now, False
+            return None
+        quiet = now - self._since
+        if self._fired or quiet < self.timeout or not self._alive():
+            return None
+        self._fired = True
+        return self.fire(quiet)
+
+    def fire(self, quiet: float) -> HangReport:
+        when = time.time()
+        try:
+            snapshot, notes = self._dump(self.paths.root)
+        except Exception as error:
+            snapshot, verdict = None, f"no dump ({printable(str(error)).splitlines()[0][:300]})"
+            body = f"mldebug: no progress for {quiet:.0f}s; the dump failed: {verdict}\n"
+            data = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
+        else:
+            verdict = verdict_of(snapshot)
+            body, data = render_reports(snapshot, notes)
+        data["no_progress_for"] = round(quiet, 1)
+        text_path = json_path = None
+        where = ""
+        try:
+            text_path, json_path = write_reports(self.paths, when, body, data)
+            where = f"\n  report: {text_path} (and .json)"
+        except OSError as error:
+            where = f"\n  the report could not be written ({error}): the verdict above is all"
+        report = HangReport(when, quiet, verdict, text_path, json_path, snapshot)
+        self.reports.append(report)
+        if self._record is not None:
+            self._record([r.to_json() for r in self.reports])
+        if self._closed.is_set():
+            return report  # the job ended meanwhile: its own summary is what counts now
+        stopping = self.on_hang == ON_HANG_STOP and self._stop is not None
+        then = (
+            "stopping the job (--on-hang stop)"
+            if stopping
+            else "the job keeps running (--on-hang stop would end it)"
+        )
+        self._say(
+            f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n  {then}"
+        )
+        if stopping:
+            self._stop()
+        return report
