@@ -27,6 +27,7 @@ from mldebug.rundir import (
 )
 
 RECIPE = "rank-crash"
+RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains
 
 _SIGNAL_MEANINGS = {
     signal.SIGKILL: "killed (SIGKILL): OOM killer? (check `dmesg` or the job's memory limit)",
@@ -253,9 +254,16 @@ def _indent(text: str, prefix: str = "    ") -> list[str]:
 
 
 def format_report(
-    failures: list[Failure], paths: RunPaths, stopped: list[int] | None = None
+    failures: list[Failure],
+    paths: RunPaths,
+    stopped: list[int] | None = None,
+    explanation=None,
 ) -> str:
-    """The first-failure summary printed when a job dies (empty when nothing failed)."""
+    """The first-failure summary printed when a job dies (empty when nothing failed).
+
+    `explanation` (launch.timeouts.Explanation): the first failure is a collective timeout,
+    and this is what the ranks were waiting in and who caused it; the report leads with it.
+    """
     from mldebug.ranges import format_ranks
     from mldebug.textsafe import printable
 
@@ -263,18 +271,26 @@ def format_report(
         return ""
     first = failures[0]
     where = f" on {first.host}" if first.host else ""
-    lines = [f"mldebug: root cause (first failure): rank {first.rank}{where}: {first.headline}"]
-    if first.exc_type and first.exit_code is not None and signal_of(first.exit_code):
-        lines.append(f"  the process {first.how}")
-    if first.location:
-        lines.append(f"  raised at {first.location}")
-    if first.user_location and first.user_location != first.location:
-        lines.append(f"  from your code at {first.user_location}")
-    if first.traceback:
-        lines += _indent(first.traceback)
-    elif first.fault_log:
-        lines.append("  Python stacks at the crash (faulthandler):")
-        lines += _indent(first.fault_log)
+    recipe, output_rank = RECIPE, first.rank
+    if explanation is not None:
+        lines = _timeout_head(first, where, explanation)
+        cause = explanation.cause
+        recipe = cause.recipe if cause is not None else RECIPE_TIMEOUT
+        if cause is not None and cause.culprits:
+            output_rank = cause.culprits[0]
+    else:
+        lines = [f"mldebug: root cause (first failure): rank {first.rank}{where}: {first.headline}"]
+        if first.exc_type and first.exit_code is not None and signal_of(first.exit_code):
+            lines.append(f"  the process {first.how}")
+        if first.location:
+            lines.append(f"  raised at {first.location}")
+        if first.user_location and first.user_location != first.location:
+            lines.append(f"  from your code at {first.user_location}")
+        if first.traceback:
+            lines += _indent(first.traceback)
+        elif first.fault_log:
+            lines.append("  Python stacks at the crash (faulthandler):")
+            lines += _indent(first.fault_log)
     for other in failures[1:6]:
         delay = other.time - first.time
         lines.append(f"  then rank {other.rank} ({delay:+.1f}s): {other.headline}")
@@ -282,8 +298,33 @@ def format_report(
         lines.append(f"  ... and {len(failures) - 6} more failed ranks")
     if stopped:
         lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
-    lines.append(f"  full output: {paths.rank_dir(first.rank)}/stderr.log")
-    lines.append(f"  what to do next: mldebug recipes {RECIPE}")
+    lines.append(f"  full output: {paths.rank_dir(output_rank)}/stderr.log")
+    lines.append(f"  what to do next: mldebug recipes {recipe}")
     # The fields come from files a rank wrote: no escape sequence of theirs reaches the
     # terminal inside mldebug's own report (the rank's own output lines are its own).
     return printable("\n".join(lines))
+
+
+def _timeout_head(first: Failure, where: str, explanation) -> list[str]:
+    """A collective timeout first: the cause, what each rank waited in, then the timeout."""
+    cause = explanation.cause
+    if cause is not None and cause.culprits:
+        lines = [f"mldebug: root cause: {cause.summary}"]
+    elif cause is not None:
+        lines = [f"mldebug: no single rank to blame: {cause.summary}"]
+    else:
+        lines = [
+            f"mldebug: rank {first.rank} timed out in a collective: a symptom, not a cause; "
+            "nothing mldebug read says which rank the collective waited for"
+        ]
+    if explanation.waits:
+        lines.append("  what each rank was waiting in when the job failed:")
+        lines += [f"    {line}" for line in explanation.waits]
+    lines.append(
+        f"  first failure: rank {first.rank}{where}: {first.headline} "
+        "(a timeout says how the hang ended, not what caused it)"
+    )
+    at = first.user_location or first.location
+    if at:
+        lines.append(f"    raised at {at}")
+    return lines
