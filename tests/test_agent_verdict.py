@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from pyspy_fakes import fake_pyspy, sleepers, stop
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.agentstate import read_states
@@ -32,6 +36,9 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
+from mldebug.recipes import get_recipe
+from mldebug.report.jsonout import snapshot_to_json
+from mldebug.report.text import render_text
 
 NOW = 1_767_225_600.0
 TRAIN = "/home/me/proj/train.py"
@@ -122,7 +129,7 @@ def samples(rank: int, frames, busy: bool = True) -> list[StackSample]:
 
 def write_run(tmp_path: Path, states: dict[int, dict]) -> Path:
     root = tmp_path / "run"
-    root.mkdir(exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     for rank, data in states.items():
         folder = root / "ranks" / str(rank)
         folder.mkdir(parents=True, exist_ok=True)
@@ -363,3 +370,106 @@ def test_states_are_read_once_per_target_and_only_for_ranks(tmp_path):
     states = read_states(targets, run_dir=str(root))
     assert set(states) == {pid_of(0), pid_of(5)}
     assert states[pid_of(5)].rank == 1
+
+
+def test_the_frozen_rank_recipe_ships():
+    recipe = get_recipe("frozen-rank")
+    assert recipe is not None and recipe.body.startswith("# ")
+    assert "thread apply all bt" in recipe.body and "--native" in recipe.body
+
+
+def test_json_gives_each_ranks_step_heartbeat_and_collectives(tmp_path):
+    trace = [call(seq, completed=NOW - 60 + seq) for seq in range(28, 38)] + [call(38)]
+    states = {r: state(r, call(38), 37, trace=trace) for r in (0, 1, 3)}
+    states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.25, step=None)
+    report = snapshot_to_json(snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}))
+    rank0, rank2 = report["ranks"][0], report["ranks"][2]
+    assert rank0["step"] == 12 and rank0["heartbeat_age"] == 0.5
+    assert rank2["step"] is None and rank2["heartbeat_age"] == 0.2  # rounded to 0.1 s
+    groups = rank0["collectives"]["groups"]
+    assert groups == {
+        "default_pg": {
+            "size": 4,
+            "enqueued": {"seq": 38, "op": "all_reduce", "site": SITE, "time": NOW - 30},
+            "completed": {"seq": 37, "op": "all_reduce", "site": None, "time": NOW - 40.5},
+        }
+    }
+    calls = rank0["collectives"]["trace"]
+    assert [c["seq"] for c in calls] == list(range(31, 39))  # the newest 8, oldest first
+    assert calls[-1] == {
+        "group": "default_pg",
+        "seq": 38,
+        "op": "all_reduce",
+        "site": SITE,
+        "enqueued": NOW - 30,
+        "completed": None,
+        "async": True,
+        "shapes": [[1024]],
+        "dtypes": ["float32"],
+    }
+    assert rank0["state"] == "waiting" and rank0["collective"] == "all_reduce"
+    assert report["findings"][0]["kind"] == "outlier" and report["findings"][0]["ranks"] == [2]
+    json.dumps(report)  # plain JSON
+
+
+def test_json_without_agents_has_nulls_and_the_old_keys(tmp_path):
+    report = snapshot_to_json(snapshot(tmp_path, {}, {0: SPIN, 1: LOAD}))
+    for rank in report["ranks"]:
+        assert rank["step"] is None and rank["heartbeat_age"] is None
+        assert rank["collectives"] is None
+        assert {"rank", "state", "pid", "collective", "location", "threads"} <= set(rank)
+
+
+def test_text_report_shows_step_and_heartbeat_only_when_known(tmp_path):
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    plain_job = render_text(snapshot(tmp_path / "a", {}, stacks), verbose=True)
+    assert "heartbeat" not in plain_job and " step " not in plain_job
+    states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
+    states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.3, step=11)
+    text = render_text(snapshot(tmp_path / "b", states, stacks), verbose=True)
+    table = text[text.index("Ranks by stack") :].splitlines()
+    assert table[1].split()[:5] == ["ranks", "state", "collective", "step", "heartbeat"]
+    assert table[2].split()[:5] == ["0-1,3", "waiting", "all_reduce", "12", "0.5s"]
+    assert table[3].split()[:5] == ["2", "running", "-", "11", "0.3s"]
+    assert "rank 0  pid 4000  waiting  cpu 100%  step 12  heartbeat 0.5s ago" in text
+    assert f"default_pg: made all_reduce #38 ({SITE}), complete up to #37" in text
+
+
+def test_dump_reads_the_state_json_of_every_rank_of_a_run(tmp_path):
+    """`mldebug dump --run DIR --json` on live processes that run with the directory (py-spy
+    replaced by a fake that shows every rank idle in wait_for_peers): the states decide."""
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    procs = sleepers(3, root)
+    try:
+        pids = [p.pid for p in procs]
+        manifest = {
+            "status": "running",
+            "world_size": 3,
+            "ranks": [{"rank": r, "pid": pid} for r, pid in enumerate(pids)],
+        }
+        (root / "run.json").write_text(json.dumps(manifest))
+        now = time.time()
+        made = call(5, enqueued=now - 20)
+        states = {r: state(r, made, 4, time=now - 0.5, pid=pids[r]) for r in (0, 1)}
+        behind = call(4, enqueued=now - 25, completed=now - 24)
+        states[2] = state(2, behind, 4, time=now - 0.4, pid=pids[2])
+        write_run(tmp_path, states)
+        pyspy, _ = fake_pyspy(tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-m", "mldebug", "dump", "--run", str(root), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "MLDEBUG_PYSPY": pyspy},
+        )
+    finally:
+        stop(procs)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    first = report["findings"][0]
+    assert first["kind"] == "outlier" and first["severity"] == "error" and first["ranks"] == [2]
+    assert first["summary"].startswith(f"rank 2 never called all_reduce #5 ({SITE}); it is at")
+    assert [r["state"] for r in report["ranks"]] == ["waiting", "waiting", "stuck"]
+    assert [r["step"] for r in report["ranks"]] == [12, 12, 12]
+    assert all(0 <= r["heartbeat_age"] < 30 for r in report["ranks"])

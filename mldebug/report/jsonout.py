@@ -2,15 +2,27 @@
 
 Contract (scripts rely on it; extend, never rename): an object with `ranks`, `groups` and
 `findings`; each finding has `kind`, `ranks` (ints), `summary`, and where known `location`
-(`file:line`) and `recipe`.
+(`file:line`) and `recipe`. A rank whose in-rank agent writes state.json also has `step`,
+`heartbeat_age` (seconds) and `collectives` (per group the last call made and the last
+complete, and the newest calls of its trace); they are null without one.
 """
 
 from __future__ import annotations
 
-from mldebug.model import Finding, Frame, JobSnapshot, RankView, StackGroup, ThreadStack
+from mldebug.model import (
+    AgentState,
+    CollectiveCall,
+    Finding,
+    Frame,
+    JobSnapshot,
+    RankView,
+    StackGroup,
+    ThreadStack,
+)
 from mldebug.ranges import format_ranks
 
 SCHEMA_VERSION = 1
+TRACE_ENTRIES = 8  # the newest calls of a rank's collective trace given per rank
 
 
 def frame_to_json(frame: Frame) -> dict:
@@ -38,6 +50,46 @@ def thread_to_json(thread: ThreadStack) -> dict:
     }
 
 
+def _call_time(call: CollectiveCall | None, when: float | None) -> dict | None:
+    if call is None:
+        return None
+    return {"seq": call.seq, "op": call.op, "site": call.site, "time": when}
+
+
+def call_to_json(call: CollectiveCall) -> dict:
+    return {
+        "group": call.group,
+        "seq": call.seq,
+        "op": call.op,
+        "site": call.site,
+        "enqueued": call.enqueued,
+        "completed": call.completed,
+        "async": call.asynchronous,
+        "shapes": [list(shape) for shape in call.shapes],
+        "dtypes": list(call.dtypes),
+    }
+
+
+def collectives_to_json(state: AgentState | None) -> dict | None:
+    """Where the rank's agent says it is in each group's collectives, and its last calls
+    (oldest first); None for a rank without an agent."""
+    if state is None:
+        return None
+    return {
+        "groups": {
+            g.group: {
+                "size": g.size,
+                "enqueued": _call_time(g.enqueued, g.enqueued.enqueued if g.enqueued else None),
+                "completed": _call_time(
+                    g.completed, g.completed.completed if g.completed else None
+                ),
+            }
+            for g in state.groups
+        },
+        "trace": [call_to_json(c) for c in state.trace[-TRACE_ENTRIES:]],
+    }
+
+
 def rank_to_json(view: RankView) -> dict:
     target = view.target
     return {
@@ -54,6 +106,9 @@ def rank_to_json(view: RankView) -> dict:
         "exit_code": view.exit_code,
         "detail": view.detail,
         "dataloader_worker": view.dataloader_worker,
+        "step": view.step,
+        "heartbeat_age": (round(view.heartbeat_age, 1) if view.heartbeat_age is not None else None),
+        "collectives": collectives_to_json(view.agent),
         "threads": [thread_to_json(t) for t in view.threads],
     }
 

@@ -21,7 +21,9 @@ from mldebug.model import (
     STATE_EXITED,
     STATE_RUNNING,
     STATE_STUCK,
+    STATE_WAITING,
     Finding,
+    GroupProgress,
     JobSnapshot,
     RankView,
     StackNode,
@@ -34,6 +36,7 @@ SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO
 STATE_STYLE = {
     STATE_STUCK: "red",
     STATE_RUNNING: "green",
+    STATE_WAITING: "red",
     "exited": "magenta",
     "missing": "magenta",
     "unreadable": "yellow",
@@ -98,28 +101,57 @@ def _findings(findings: Sequence[Finding]) -> RenderableType | None:
     return table
 
 
+def age_text(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+
+
+def span_text(values: Sequence[float | int], render=str) -> str:
+    """'12', or '11-12' for ranks that differ; '-' when none is known."""
+    if not values:
+        return "-"
+    low, high = min(values), max(values)
+    return render(low) if low == high else f"{render(low)}-{render(high)}"
+
+
+def _agent_cells(views: Sequence[RankView]) -> list[Text]:
+    """The step and heartbeat age of some ranks, as their agents report them."""
+    steps = [v.step for v in views if v.step is not None]
+    ages = [v.heartbeat_age for v in views if v.heartbeat_age is not None]
+    return [Text(span_text(steps)), Text(span_text(ages, age_text))]
+
+
 def _groups(snapshot: JobSnapshot) -> RenderableType:
     table = Table(
         title="Ranks by stack", title_justify="left", show_edge=False, box=None, pad_edge=False
     )
-    for name in ("ranks", "state", "collective", "innermost user frame"):
+    # A rank's step and heartbeat come from its in-rank agent: columns only when one reports.
+    agents = any(v.agent is not None for v in snapshot.ranks)
+    names = ["ranks", "state", "collective"] + (["step", "heartbeat"] if agents else [])
+    for name in (*names, "innermost user frame"):
         table.add_column(name, overflow="fold")
+    by_rank = {v.rank: v for v in snapshot.ranks}
     for group in snapshot.groups:
+        views = [by_rank[r] for r in group.ranks if r in by_rank]
+        # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
+        said = {v.collective for v in views}
+        collective = group.collective or (said.pop() if len(said) == 1 else None)
         table.add_row(
             Text(format_ranks(group.ranks)),
             plain(group.state, STATE_STYLE.get(group.state, "")),
-            plain(group.collective or "-"),
+            plain(collective or "-"),
+            *(_agent_cells(views) if agents else []),
             plain(frame_label(group.user_frame)),
         )
-    others: dict[tuple[str, str], list[int]] = {}
+    others: dict[tuple[str, str], list[RankView]] = {}
     for view in snapshot.ranks:
         if not view.threads or view.state == STATE_EXITED:  # not in any group
-            others.setdefault((view.state, view.detail), []).append(view.rank)
-    for (state, detail), ranks in others.items():
+            others.setdefault((view.state, view.detail), []).append(view)
+    for (state, detail), views in others.items():
         table.add_row(
-            Text(format_ranks(ranks)),
+            Text(format_ranks([v.rank for v in views])),
             plain(state, STATE_STYLE.get(state, "")),
             Text("-"),
+            *(_agent_cells(views) if agents else []),
             plain(detail, lines=True),
         )
     return table
@@ -161,6 +193,19 @@ def _tree(snapshot: JobSnapshot, compact: bool) -> RenderableType | None:
     return tree
 
 
+def group_progress_text(progress: GroupProgress) -> str:
+    """One process group as a rank's agent counts it: the last call made, the last complete.
+    On one line and printable (the names and sites come from the rank)."""
+    made, done = progress.enqueued, progress.completed
+    text = f"{progress.group}: "
+    if made is None:
+        text += "no call made"
+    else:
+        text += f"made {made.op} #{made.seq}" + (f" ({made.site})" if made.site else "")
+    text += f", complete up to #{done.seq}" if done is not None else ", none complete"
+    return one_line(text)
+
+
 def _rank_detail(view: RankView) -> RenderableType:
     target = view.target
     head = Text(f"rank {view.rank}", style="bold")
@@ -175,7 +220,13 @@ def _rank_detail(view: RankView) -> RenderableType:
         head.append(f"  exit code {view.exit_code}")
     if view.dataloader_worker is not None:
         head.append(f"  waits for DataLoader worker {view.dataloader_worker}")
+    if view.step is not None:
+        head.append(f"  step {view.step}")
+    if view.heartbeat_age is not None:
+        head.append(f"  heartbeat {age_text(view.heartbeat_age)} ago")
     lines = [head]
+    if view.agent is not None:
+        lines += [Text(f"  {group_progress_text(g)}") for g in view.agent.groups[:8]]
     if view.detail and not view.threads:
         lines.append(Text(f"  {printable(view.detail)}", style="dim"))
     for thread in view.threads:

@@ -13,6 +13,7 @@ from mldebug.model import (
     STATE_RUNNING,
     STATE_STUCK,
     STATE_UNREADABLE,
+    STATE_WAITING,
     Frame,
     RankView,
 )
@@ -25,14 +26,15 @@ NONE = "-"
 STATE_STYLES = {
     STATE_RUNNING: "green",
     STATE_STUCK: "bold yellow",
+    STATE_WAITING: "bold yellow",
     STATE_EXITED: "red",
     STATE_UNREADABLE: "magenta",
     STATE_MISSING: "bold red",
 }
 
 # What matters most comes first, so an 80-column terminal shows it without scrolling.
-# Only what mldebug reads today has a column: a rank's training step and heartbeat age come
-# with an in-rank agent that reports them, and get their columns then.
+# A rank's training step and heartbeat age come from its in-rank agent: their columns are
+# shown only when some rank has one (a job started by `mldebug run`).
 RANK_COLUMNS = (
     ("rank", "rank"),
     ("state", "state"),
@@ -43,6 +45,17 @@ RANK_COLUMNS = (
     ("host", "host"),
     ("pid", "pid"),
 )
+AGENT_COLUMNS = (("step", "step"), ("heartbeat", "hb age"))
+AGENT_AFTER = "collective"  # they follow this column
+
+
+def rank_columns(agents: bool) -> tuple[tuple[str, str], ...]:
+    """The rank table's (key, label) columns, with the agent's when `agents`."""
+    if not agents:
+        return RANK_COLUMNS
+    keys = [key for key, _ in RANK_COLUMNS]
+    at = keys.index(AGENT_AFTER) + 1
+    return RANK_COLUMNS[:at] + AGENT_COLUMNS + RANK_COLUMNS[at:]
 
 
 def human_bytes(value: int | None) -> str:
@@ -84,15 +97,25 @@ def age_text(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def rank_cells(view: RankView) -> tuple[str, ...]:
+def rank_cells(view: RankView, agents: bool = False) -> tuple[str, ...]:
     """The row of the rank table, as plain strings (compared to skip unchanged cells),
-    printable and on one line: they come from the ranks."""
+    printable and on one line: they come from the ranks. With `agents`, the step and
+    heartbeat age columns too (rank_columns)."""
     target = view.target
+    agent = (
+        (
+            NONE if view.step is None else str(view.step),
+            age_text(view.heartbeat_age),
+        )
+        if agents
+        else ()
+    )
     return (
         str(view.rank),
         state_text(view),
         short_location(view.user_frame),
         one_line(view.collective or NONE),
+        *agent,
         NONE if view.cpu_percent is None else f"{view.cpu_percent:.0f}",
         human_bytes(view.rss_bytes),
         (one_line(target.host) if target and target.host else NONE),
@@ -105,7 +128,7 @@ def styled_cell(column: str, value: str, view: RankView) -> Text:
     if column == "state":
         return plain(value, STATE_STYLES.get(view.state, ""))
     text = plain(value)
-    if column in ("rank", "pid", "cpu", "mem"):
+    if column in ("rank", "pid", "cpu", "mem", "step", "heartbeat"):
         text.justify = "right"
     return text
 
@@ -117,7 +140,7 @@ def rank_matches(view: RankView, query: str, ranks: set[int] | None) -> bool:
     if not query:
         return True
     needle = query.lower()
-    return any(needle in cell.lower() for cell in rank_cells(view))
+    return any(needle in cell.lower() for cell in rank_cells(view, view.agent is not None))
 
 
 class ColumnWidths:

@@ -12,10 +12,12 @@ from textual.widgets import Static
 
 from mldebug.live.sources import SourceLines
 from mldebug.model import JobSnapshot, RankView, StackSample, ThreadStack
+from mldebug.report.text import group_progress_text
 from mldebug.textsafe import one_line, printable
 from mldebug.tui.cells import age_text, human_bytes, short_location, state_text
 
 MAX_FUNCTION = 100  # demangled C++ template names run to thousands of characters
+MAX_GROUPS_SHOWN = 8  # process groups of a rank listed in its header
 
 
 def short_function(name: str) -> str:
@@ -88,6 +90,11 @@ def rank_header(view: RankView) -> Text:
         text.append(f"  step {view.step}")
     if view.heartbeat_age is not None:
         text.append(f"  heartbeat {age_text(view.heartbeat_age)}")
+    groups = view.agent.groups if view.agent is not None else ()
+    for progress in groups[:MAX_GROUPS_SHOWN]:  # where its agent says it is, per group
+        text.append(f"\n{group_progress_text(progress)}", style="cyan")
+    if len(groups) > MAX_GROUPS_SHOWN:
+        text.append(f"\n({len(groups) - MAX_GROUPS_SHOWN} more process groups)", style="dim")
     if view.detail:
         text.append(f"\n{printable(view.detail)}", style="magenta")
     return text

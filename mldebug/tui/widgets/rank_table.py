@@ -13,9 +13,9 @@ from textual.widgets import DataTable
 from mldebug.model import JobSnapshot, RankView
 from mldebug.ranges import parse_ranks
 from mldebug.tui.cells import (
-    RANK_COLUMNS,
     ColumnWidths,
     rank_cells,
+    rank_columns,
     rank_matches,
     styled_cell,
 )
@@ -43,12 +43,22 @@ class RankTable(DataTable):
         self._filter_text = ""
         self._filter_ranks: set[int] | None = None
         self._views: dict[int, RankView] = {}
-        self._widths = ColumnWidths(label for _, label in RANK_COLUMNS)
+        self._agents = False  # some rank has an in-rank agent: the step and hb age columns
+        self._columns = rank_columns(False)
+        self._widths = ColumnWidths(label for _, label in self._columns)
         self.cells_updated = 0  # cells sent to the DataTable (read by tests and the benchmark)
 
     def on_mount(self) -> None:
-        for key, label in RANK_COLUMNS:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        self._columns = rank_columns(self._agents)
+        for key, label in self._columns:
             self.add_column(label, key=key)
+
+    @property
+    def column_keys(self) -> list[str]:
+        return [key for key, _ in self._columns]
 
     def set_filter(self, text: str) -> None:
         self._filter_text, self._filter_ranks = parse_filter(text)
@@ -57,6 +67,18 @@ class RankTable(DataTable):
 
     def show(self, snapshot: JobSnapshot) -> None:
         self._views = {view.rank: view for view in snapshot.ranks}
+        agents = any(view.agent is not None for view in snapshot.ranks)
+        if agents != self._agents:  # an agent appeared (or all went): other columns
+            self._agents = agents
+            selected = self.selected_rank
+            self.clear(columns=True)
+            self._add_columns()
+            self._rows.clear()
+            self._order = []
+            self._apply(list(snapshot.ranks))
+            if selected in self._rows:
+                self.move_cursor(row=self._order.index(selected), animate=False)
+            return
         self._apply(list(snapshot.ranks))
 
     @property
@@ -73,9 +95,9 @@ class RankTable(DataTable):
         if order != self._order:
             self._rebuild(wanted)
             return
-        columns = [key for key, _ in RANK_COLUMNS]
+        columns = self.column_keys
         for view in wanted:
-            cells = rank_cells(view)
+            cells = rank_cells(view, self._agents)
             old = self._rows[view.rank]
             if cells == old:
                 continue
@@ -96,10 +118,10 @@ class RankTable(DataTable):
         selected = self.selected_rank
         self.clear()
         self._rows.clear()
-        self._widths = ColumnWidths(label for _, label in RANK_COLUMNS)
-        columns = [key for key, _ in RANK_COLUMNS]
+        self._widths = ColumnWidths(label for _, label in self._columns)
+        columns = self.column_keys
         for view in views:
-            cells = rank_cells(view)
+            cells = rank_cells(view, self._agents)
             self.add_row(
                 *(styled_cell(c, v, view) for c, v in zip(columns, cells, strict=True)),
                 key=str(view.rank),
