@@ -54,7 +54,6 @@ from mldebug.launch.timeouts import (
     Explanation,
     Timeout,
     explain,
-    explain_without_agent,
     places_of,
     timeout_of,
 )
@@ -584,21 +583,18 @@ class Supervisor:
             set(self.paths.rank_ids()) | {c.rank for c in self.children if c.rank is not None}
         )[:MAX_RANKS_EXPLAINED]
         places = dict(self._last_places)
-        if self.watchdog is not None and self.watchdog.last_snapshot is not None:
-            for rank, place in places_of(self.watchdog.last_snapshot).items():
+        if self.watchdog is not None and self.watchdog.hang_snapshot is not None:
+            for rank, place in places_of(self.watchdog.hang_snapshot).items():
                 places.setdefault(rank, place)
         states = {rank: read_state(self.paths.root, rank) for rank in ranks}
         died = {failure.rank: failure.time for failure in failures}
-        explanation = explain(states, places, died)
-        if explanation is None:
-            timeouts = {}
-            for failure in failures:
-                timeout = self._timeout(failure)
-                if timeout is not None:
-                    timeouts[failure.rank] = timeout
-            raised = {f.rank: f.user_location or f.location for f in failures}
-            explanation = explain_without_agent(timeouts, ranks, places, raised)
-        return explanation
+        raised = {f.rank: f.user_location or f.location for f in failures}
+        timeouts = {}
+        for failure in failures:
+            timeout = self._timeout(failure)
+            if timeout is not None:
+                timeouts[failure.rank] = timeout
+        return explain(states, places, died, timeouts, raised)
 
     # -- a full disk -------------------------------------------------------------------
 

@@ -8,13 +8,16 @@ says which collective of which group it had made and was waiting in, and the cal
 it; the last stacks taken (a hang report, or a reading taken as the first rank died) say
 where a rank that was in no collective stood.
 
-`explain(states, where)` lines the ranks up by sequence number, per group, and finds the
-first call where they part:
+`explain(...)` lines the ranks up by sequence number, per group, and finds the first call
+where they part:
   * some ranks made call #N and wait in it, others never made it: those are the cause
     ("rank 1 never made all_reduce #6 of default_pg, which ranks 0,2-3 wait in");
   * ranks made different calls #N: they disagree. The cause is the side with fewer ranks;
     with sides of one size, the side whose #N repeats its own #N-1 (op and line) made one
     call more than the others (a loop that ran once more on it); else both are named.
+Without agent states (or for collectives the agent does not see, such as DDP's from C++),
+each rank's own error says where it waited (NCCL names the op and its SeqNum), and a rank
+the last stacks show outside any collective while the others timed out is named.
 Pure functions over the model, plus `timeout_of` over a failure's text.
 """
 
@@ -42,7 +45,7 @@ _TIMEOUTS = [
         r"OpType=(?P<op>\w+)"
     ),
     re.compile(
-        r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^)]*\) timed out in blocking wait"
+        r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^\n]*?\) timed out in blocking wait"
     ),
     re.compile(r"Timeout at NCCL work: (?P<seq>\d+)"),
 ]
@@ -256,23 +259,48 @@ def _cause(states: Mapping[int, AgentState], group: str, seq: int) -> Cause:
     return Cause(tuple(ranks), summary, group, seq, site, RECIPE_MISMATCH)
 
 
-def _wait_line(state: AgentState | None, where: Place | None, died: float | None) -> str:
-    if state is None:
-        return "no agent state" + (f"; last seen in {where.line}" if where else "")
-    call = _pending(state)
-    if call is not None:
-        since = ""
-        if call.enqueued is not None and died is not None and died >= call.enqueued:
-            since = f" (for {died - call.enqueued:.1f}s)"
-        return f"waiting in {_label(call)}{since}"
-    last = max(
+def _last_call(state: AgentState) -> CollectiveCall | None:
+    return max(
         (g.enqueued for g in state.groups if g.enqueued is not None),
         key=lambda c: c.enqueued or 0.0,
         default=None,
     )
-    text = "in no collective"
-    if where is not None:
-        text += f", in {where.line}"
+
+
+def _waited_in(state: AgentState, timed_out: bool) -> CollectiveCall | None:
+    """The call the rank waited in: one made and not complete; for a rank that died of a
+    collective timeout, its last call (the agent counts a call that raised as ended)."""
+    call = _pending(state)
+    if call is None and timed_out:
+        call = _last_call(state)
+    return call
+
+
+def _wait_line(
+    state: AgentState | None,
+    where: Place | None,
+    died: float | None,
+    timeout: Timeout | None,
+    raised: str | None,
+) -> str:
+    call = _waited_in(state, timeout is not None) if state is not None else None
+    seen = f"; last seen in {where.line}" if where is not None else ""
+    if call is not None:
+        since = ""
+        if call.enqueued is not None and died is not None and died >= call.enqueued:
+            since = f" (for {died - call.enqueued:.1f}s)"
+        return f"waiting in {_label(call)}{since}" + (" when it timed out" if timeout else "")
+    if timeout is not None:  # a collective the agent does not see (DDP's, from C++), or none
+        what = f"{timeout.nccl_op} (NCCL SeqNum {timeout.nccl_seq})" if timeout.nccl_op else ""
+        called = f" called at {raised}" if raised else ""
+        return f"timed out waiting in {what or 'a collective'}{called}{seen}"
+    if state is None:
+        if where is not None:
+            inside = f"in {where.collective}, " if where.collective else "in no collective, "
+            return f"did not time out; {inside}in {where.line}"
+        return "no agent state"
+    last = _last_call(state)
+    text = "in no collective" + (f", in {where.line}" if where is not None else "")
     if last is not None:
         text += f"; its last call: {_label(last)}, completed"
     return text
@@ -296,14 +324,21 @@ def explain(
     states: Mapping[int, AgentState | None],
     where: Mapping[int, Place] | None = None,
     died: Mapping[int, float] | None = None,
-) -> Explanation | None:
-    """What the ranks (keys of `states`) were waiting in, and the cause when the agents'
-    traces show one. `where`: rank -> where the last stack taken of it stood.
-    `died`: rank -> when it died. None when no rank has an agent state."""
+    timeouts: Mapping[int, Timeout] | None = None,
+    raised: Mapping[int, str] | None = None,
+) -> Explanation:
+    """What the ranks (keys of `states`: every rank of the job) were waiting in, and the
+    cause when something shows one.
+
+    states: rank -> its agent's last state.json (None: it has none); where: rank -> where the
+    last stack taken of it stood; died: rank -> when it died; timeouts: the ranks that died of
+    a collective timeout, and what their error said; raised: rank -> the line of its own
+    code its error came from. The cause comes from the agents' traces; without them, a rank
+    seen outside any collective while the others timed out is named.
+    """
     where, died = where or {}, died or {}
+    timeouts, raised = timeouts or {}, raised or {}
     known = {rank: state for rank, state in states.items() if state is not None}
-    if not known:
-        return None
     cause = None
     for group in _groups(known):
         seq = _parting(known, group)
@@ -311,11 +346,17 @@ def explain(
             cause = _cause(known, group, seq)
             break
     waits = _together(
-        {rank: _wait_line(states[rank], where.get(rank), died.get(rank)) for rank in states}
+        {
+            rank: _wait_line(
+                states[rank], where.get(rank), died.get(rank), timeouts.get(rank), raised.get(rank)
+            )
+            for rank in states
+        }
     )
-    if cause is None and all(_pending(s) is not None for s in known.values()):
-        calls = {_label(_pending(s)) for s in known.values()}
-        if len(calls) == 1:
+    waited = [_waited_in(state, rank in timeouts) for rank, state in known.items()]
+    if cause is None and known and all(call is not None for call in waited):
+        calls = {_label(call) for call in waited}
+        if len(calls) == 1 and len(known) == len(states):
             cause = Cause(
                 (),
                 f"every rank waits in {calls.pop()}: none is missing from it, the collective "
@@ -325,47 +366,21 @@ def explain(
                 None,
                 RECIPE_HANG,
             )
-    return Explanation(cause, tuple(waits))
-
-
-def explain_without_agent(
-    timeouts: Mapping[int, Timeout],
-    ranks: list[int],
-    where: Mapping[int, Place] | None = None,
-    raised: Mapping[int, str] | None = None,
-) -> Explanation:
-    """No agent state: what the errors and the last stacks say. `timeouts`: the ranks that
-    died of a collective timeout; `ranks`: every rank of the job; `raised`: rank -> the line
-    of its own code its error came from. A rank seen outside any collective while the others
-    timed out waiting is named as the likely cause."""
-    where, raised = where or {}, raised or {}
-    lines = {}
-    for rank in ranks:
-        place = where.get(rank)
-        seen = f"; last seen in {place.line}" if place is not None else ""
-        timeout = timeouts.get(rank)
-        if timeout is not None:
-            what = f"{timeout.nccl_op} (NCCL SeqNum {timeout.nccl_seq})" if timeout.nccl_op else ""
-            called = f" called at {raised[rank]}" if raised.get(rank) else ""
-            lines[rank] = f"timed out waiting in {what or 'a collective'}{called}{seen}"
-        elif place is not None:
-            inside = f"in {place.collective}, " if place.collective else "in no collective, "
-            lines[rank] = f"did not time out; {inside}in {place.line}"
-        else:
-            lines[rank] = "did not time out"
-    outside = [r for r in ranks if r not in timeouts and r in where and not where[r].collective]
-    cause = None
-    if outside and timeouts:
-        who = "rank" if len(outside) == 1 else "ranks"
-        places = "; ".join(f"{where[r].line}" for r in outside[:3])
-        cause = Cause(
-            tuple(outside),
-            f"{who} {format_ranks(outside)} never joined the collective that "
-            f"{format_ranks(timeouts)} timed out in: last seen outside any collective, in "
-            f"{places}",
-            DEFAULT_GROUP,
-            0,
-            None,
-            RECIPE_MISSING,
-        )
-    return Explanation(cause, _together(lines))
+    if cause is None and timeouts:
+        outside = [
+            r for r in states if r not in timeouts and r in where and not where[r].collective
+        ]
+        if outside:
+            who = "rank" if len(outside) == 1 else "ranks"
+            places = "; ".join(where[r].line for r in outside[:3])
+            cause = Cause(
+                tuple(outside),
+                f"{who} {format_ranks(outside)} never joined the collective that "
+                f"{format_ranks(timeouts)} timed out in: last seen outside any collective, in "
+                f"{places}",
+                DEFAULT_GROUP,
+                0,
+                None,
+                RECIPE_MISSING,
+            )
+    return Explanation(cause, waits)

@@ -167,11 +167,10 @@ class HangWatchdog:
         self._thread = threading.Thread(target=self._run, name="mldebug-watchdog", daemon=True)
 
     @property
-    def last_snapshot(self):
-        """The newest dump that worked (its stacks are the last ones taken), or None."""
-        for report in reversed(self.reports):
-            if report.snapshot is not None:
-                return report.snapshot
+    def hang_snapshot(self):
+        """The dump of the hang the job is in now (nothing moved since), if it worked."""
+        if self._fired and self.reports:
+            return self.reports[-1].snapshot
         return None
 
     def start(self) -> None:
