@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from mldebug.model import (
     KIND_MISMATCH,
     KIND_OUTLIER,
     KIND_PROGRESSING,
+    KIND_THREADS,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
     STATE_RUNNING,
@@ -111,6 +113,12 @@ def state(
     return data
 
 
+# The agent's own thread, as py-spy shows it in every rank the agent runs in.
+HEARTBEAT = ThreadStack(
+    2, "mldebug-heartbeat", (Frame("_run", "/opt/mldebug/agent/heartbeat.py", 120),)
+)
+
+
 def samples(rank: int, frames, busy: bool = True) -> list[StackSample]:
     """Three readings 0.4 s apart of a rank on `frames`, its main thread busy or idle."""
     target = RankTarget(pid=pid_of(rank), rank=rank, world_size=4)
@@ -119,7 +127,7 @@ def samples(rank: int, frames, busy: bool = True) -> list[StackSample]:
         StackSample(
             target,
             NOW - 1 + 0.4 * i,
-            (ThreadStack(1, "MainThread", frames, active=busy),),
+            (ThreadStack(1, "MainThread", frames, active=busy), HEARTBEAT),
             cpu_seconds=cpu[i],
             main_cpu_seconds=cpu[i],
         )
@@ -340,6 +348,21 @@ def test_a_state_of_another_pid_is_ignored(tmp_path):
     assert first.kind == KIND_OUTLIER and first.ranks == (2,)
 
 
+def test_a_rank_whose_agent_thread_is_gone_is_not_frozen(tmp_path):
+    # The agent stepped aside (its thread ended): the process runs, its state goes stale.
+    healthy = call(12, completed=NOW - 1, enqueued=NOW - 1.2)
+    states = {0: state(0, healthy, 12), 1: state(1, healthy, 12, time=NOW - 60)}
+    root = write_run(tmp_path, states)
+    targets = [RankTarget(pid=pid_of(r), rank=r, run_dir=str(root)) for r in (0, 1)]
+    by_pid = {pid_of(0): samples(0, SPIN), pid_of(1): samples(1, LOAD)}
+    by_pid[pid_of(1)] = [replace(s, threads=s.threads[:1]) for s in by_pid[pid_of(1)]]
+    snap = build_snapshot(targets, by_pid, 2, agents=read_states(targets), now=NOW)
+    kinds = [f.kind for f in snap.findings]
+    assert KIND_FROZEN not in kinds and KIND_PROGRESSING in kinds
+    # What shows instead: rank 1 lacks the thread rank 0 runs.
+    assert snap.findings[0].kind == KIND_THREADS and snap.findings[0].ranks == (1,)
+
+
 def test_a_stale_state_of_a_rank_that_exited_is_not_frozen(tmp_path):
     states = {0: state(0, call(4, completed=NOW - 60), 4, time=NOW - 60)}
     states[1] = state(1, call(4, completed=NOW - 60), 4, time=NOW - 60)
@@ -423,7 +446,9 @@ def test_json_without_agents_has_nulls_and_the_old_keys(tmp_path):
 def test_text_report_shows_step_and_heartbeat_only_when_known(tmp_path):
     stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
     plain_job = render_text(snapshot(tmp_path / "a", {}, stacks), verbose=True)
-    assert "heartbeat" not in plain_job and " step " not in plain_job
+    header = plain_job[plain_job.index("Ranks by stack") :].splitlines()[1]
+    assert header.split() == ["ranks", "state", "collective", "innermost", "user", "frame"]
+    assert "heartbeat 0" not in plain_job and " step " not in plain_job
     states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
     states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.3, step=11)
     text = render_text(snapshot(tmp_path / "b", states, stacks), verbose=True)

@@ -43,6 +43,7 @@ FROZEN_INTERVALS = 5
 WAIT_SEEN_INTERVALS = 1  # a wait shorter than a heartbeat is a call in transit
 WAIT_ERROR_INTERVALS = 2  # "a couple of heartbeats": the wait is no accident
 DEFAULT_GROUP = "default_pg"
+AGENT_THREAD = "mldebug-heartbeat"  # the agent's thread that writes state.json
 MAX_BEHIND_FINDINGS = 4  # per group: places the ranks that are behind are at
 P2P_OPS = frozenset(
     {
@@ -84,17 +85,30 @@ def alive(view: RankView) -> bool:
     return view.state not in (STATE_EXITED, STATE_MISSING)
 
 
+def _stale(view: RankView) -> bool:
+    state = view.agent
+    return (
+        state is not None
+        and view.heartbeat_age is not None
+        and view.heartbeat_age > frozen_after(state)
+    )
+
+
+def _agent_thread_there(view: RankView) -> bool:
+    """The agent's heartbeat thread is among the rank's threads as read (or they were not
+    read, or py-spy gave no names): an agent that stopped by itself is no frozen rank."""
+    names = {thread.name for thread in view.threads if thread.name}
+    return not names or AGENT_THREAD in names
+
+
 def is_frozen(view: RankView) -> bool:
     """The process lives (its stack was read, or it has not exited) but its agent's
     heartbeat is older than frozen_after: a thread holds the GIL in C code."""
-    state = view.agent
-    if state is None or view.heartbeat_age is None or not alive(view):
-        return False
-    return view.heartbeat_age > frozen_after(state)
+    return alive(view) and _stale(view) and _agent_thread_there(view)
 
 
 def _fresh(view: RankView) -> bool:
-    return view.agent is not None and alive(view) and not is_frozen(view)
+    return view.agent is not None and alive(view) and not _stale(view)
 
 
 def _members(group: str, views: Sequence[RankView]) -> list[RankView]:

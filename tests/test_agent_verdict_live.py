@@ -1,0 +1,149 @@
+"""The verdict from the agents on a real job: 3 gloo ranks under `mldebug run`, the NCCL case
+on CPU. Ranks 0 and 1 make `all_reduce(async_op=True)` and then spin in Python on
+`work.is_completed()` (as a rank spins at `.item()` after an NCCL collective that never
+completes); rank 2 never makes the call and loops elsewhere. Every rank burns CPU and no
+stack shows a collective, so the stacks alone read as a working job; `mldebug dump --json`
+must give an error naming rank 2 and its line, from the agents' state.json.
+
+The job starts once per module (importing torch in 3 ranks takes a while).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
+pytestmark = [
+    pytest.mark.multirank,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not (PACKAGE / "agent" / "heartbeat.py").exists(),
+        reason="needs the in-rank agent that writes state.json (mldebug/agent/heartbeat.py)",
+    ),
+]
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+
+JOB = textwrap.dedent(
+    """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tensor = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(tensor)
+
+
+    def load_batch():
+        total = 0
+        while True:
+            total += sum(range(100))  # ELSEWHERE_LINE
+
+
+    print(f"READY {rank}", flush=True)
+    if rank == 2:
+        load_batch()
+    work = dist.all_reduce(tensor, async_op=True)  # ASYNC_LINE
+    while not work.is_completed():  # SPIN_LINE
+        pass
+    """
+)
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("async_wait")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.Popen(
+        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "3", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(3)]
+            if all(log.exists() and "READY" in log.read_text() for log in logs):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the job ended early with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ranks never got in place")
+        yield script, run_dir
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def dump_json(run_dir: Path) -> tuple[int, dict]:
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_the_rank_that_never_made_the_async_call_is_named_with_its_line(job):
+    script, run_dir = job
+    # Once the others have waited a couple of heartbeats, the verdict is an error.
+    deadline = time.monotonic() + 60
+    while True:
+        code, report = dump_json(run_dir)
+        first = report["findings"][0] if report["findings"] else {}
+        if first.get("severity") == "error" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert code == 1, report["findings"]
+    assert first["kind"] == "outlier" and first["ranks"] == [2], first
+    assert first["location"] == f"{script}:{line_of('ELSEWHERE_LINE')}"
+    assert re.search(
+        rf"^rank 2 never called all_reduce #\d+ \({re.escape(str(script))}:"
+        rf"{line_of('ASYNC_LINE')}\)",
+        first["summary"],
+    ), first["summary"]
+    assert f"it is at {script}:{line_of('ELSEWHERE_LINE')} in load_batch" in first["summary"]
+    assert first["summary"].endswith("while ranks 0-1 wait for it")
+    assert "progressing" not in [f["kind"] for f in report["findings"]]
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    # The spinning ranks wait, whatever their stacks show (they are at the spin line).
+    assert [ranks[r]["state"] for r in (0, 1)] == ["waiting", "waiting"]
+    spin = line_of("SPIN_LINE")
+    assert ranks[0]["location"] in (f"{script}:{spin}", f"{script}:{spin + 1}")
+    assert ranks[2]["state"] == "running"
+    for rank in ranks.values():
+        assert rank["heartbeat_age"] is not None and rank["heartbeat_age"] < 10
+        groups = rank["collectives"]["groups"]
+        assert list(groups) == ["default_pg"]
+    made = ranks[0]["collectives"]["groups"]["default_pg"]["enqueued"]
+    behind = ranks[2]["collectives"]["groups"]["default_pg"]["enqueued"]
+    assert made["op"] == "all_reduce" and behind["seq"] == made["seq"] - 1
