@@ -9,7 +9,11 @@ The agent:
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
   * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
-  * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal).
+  * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal);
+  * starts its watching parts (`_start_parts`): the collective trace, the step count, the
+    memory readings and the heartbeat thread that writes ranks/<rank>/state.json, with
+    what they notice in ranks/<rank>/events.jsonl (docs/agent.md). torch is never
+    imported here: the parts that need it wait for the program to import it.
 
 A full disk must never end the program. Every file the agent writes is written in a
 try: one that cannot be written is left out (without proc.json, a wrapped rank's output
@@ -50,6 +54,7 @@ ENV_MODE = "MLDEBUG_MODE"
 MODE_WRAP = "wrap"
 
 _fault_file = None  # stays open for faulthandler for the life of the process
+_runtime = None  # the running parts (_Runtime), once activate() started them
 
 
 def _sibling(name: str):
@@ -232,6 +237,120 @@ def activate() -> None:
         paths.error_file(rank), rank, host, rundir.write_json_atomic, rankrules.is_library_path
     )
     atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic, os.getpid())
+    _start_parts(rank, paths, rundir, rankrules)
+
+
+class _Runtime:
+    """The parts of a running agent, for the parts that need each other and for
+    `mldebug.step()` (through `set_step`)."""
+
+    def __init__(self, rank, paths, rundir, rankrules) -> None:
+        from . import events
+        from .collectives import Tracer
+        from .heartbeat import Heartbeat, interval_from
+        from .memory import Memory
+        from .steps import Steps
+
+        self.rank = rank
+        self.paths = paths
+        self.rundir = rundir
+        self.rankrules = rankrules
+        self.started = time.time()
+        self.memory = Memory(rank_dir=str(paths.rank_dir(rank)), rundir=rundir)
+        self.steps = Steps(on_change=self.memory.on_step)
+        self.tracer = Tracer(rankrules.is_library_path)
+        events.configure(
+            paths.events_file(rank), rank, rundir.open_append, lambda: self.steps.value
+        )
+        self.heartbeat = Heartbeat(
+            paths.state_file(rank),
+            rundir.write_json_atomic,
+            rank,
+            self.started,
+            self.tracer,
+            self.steps,
+            self.memory,
+            interval_from(os.environ),
+        )
+
+    def forked(self) -> None:
+        """In a process forked from the rank (a DataLoader worker): nothing is recorded
+        (the heartbeat thread did not come along; the events writer checks its pid)."""
+        self.tracer.off = True
+        self.steps.off = True
+        self.memory.off = True
+
+
+def _start_collectives(runtime: _Runtime) -> None:
+    from . import collectives, importhook
+
+    def patch(c10d):
+        try:
+            collectives.install(c10d, runtime.tracer)
+        except Exception as error:
+            runtime.tracer.stop(error)
+
+    importhook.when_imported("torch.distributed.distributed_c10d", patch, collectives.PART)
+
+
+def _start_steps(runtime: _Runtime) -> None:
+    from . import importhook, steps
+
+    importhook.when_imported(
+        "torch.optim.optimizer", lambda module: steps.install(module, runtime.steps), steps.PART
+    )
+
+
+def _start_memory(runtime: _Runtime) -> None:
+    from . import importhook, memory
+
+    importhook.when_imported("torch.cuda", runtime.memory.watch_oom, memory.PART)
+
+
+def _start_anomaly(runtime: _Runtime) -> None:
+    from . import anomaly
+
+    anomaly.start(runtime)
+
+
+def _start_heartbeat(runtime: _Runtime) -> None:
+    runtime.heartbeat.start()
+    atexit.register(runtime.heartbeat.stop)
+
+
+def _start_parts(rank, paths, rundir, rankrules) -> None:
+    """Start each watching part on its own: one that fails to start is said once (an
+    agent_error event and a stderr line) and the others go on. A new part (the NaN/Inf
+    hooks of agent/anomaly.py) adds its `(name, start)` pair to PARTS below."""
+    global _runtime
+    from . import events
+
+    try:
+        runtime = _Runtime(rank, paths, rundir, rankrules)
+    except Exception as error:
+        events.fail("agent", error)
+        return
+    PARTS = [
+        ("collectives", _start_collectives),
+        ("steps", _start_steps),
+        ("memory", _start_memory),
+        ("anomaly", _start_anomaly),  # NaN/Inf origin hooks (agent/anomaly.py)
+        ("heartbeat", _start_heartbeat),
+    ]
+    for name, start in PARTS:
+        try:
+            start(runtime)
+        except Exception as error:
+            events.fail(name, error)
+    os.register_at_fork(after_in_child=runtime.forked)
+    _runtime = runtime
+
+
+def set_step(n: int | None = None) -> None:
+    """`mldebug.step(n)` in a rank under `mldebug run`: the program's own step count."""
+    runtime = _runtime
+    if runtime is not None:
+        runtime.steps.set(n)
 
 
 def _note_normal_exit(path, write_json, pid: int) -> None:

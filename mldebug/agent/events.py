@@ -1,0 +1,156 @@
+"""ranks/<rank>/events.jsonl: what the agent noticed, one JSON object a line (docs/agent.md).
+
+Any part of the agent reports through `emit(kind, message, **fields)`; a part that fails
+reports through `fail(part, error)` (one `agent_error` event and one stderr line, then the
+part stops) or `warn_once(part, message)` (the same, for a part that goes on). Nothing here
+raises: a file that cannot be written loses the line, and says so once on stderr.
+
+Stdlib only. Until `configure()` is called (outside a rank, in a forked child) every call
+is a no-op, so other parts may call it unconditionally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+MAX_LINES = 1000  # per rank, the last one saying that later events are left out
+MAX_MESSAGE = 2000
+MAX_LINE = 64 << 10
+KIND_ERROR = "agent_error"
+KIND_TRUNCATED = "truncated"
+ENV_FAULT = "MLDEBUG_AGENT_FAULT"  # tests: parts named here fail on purpose (docs/agent.md)
+
+
+class _Writer:
+    def __init__(self, path, rank: int, open_append, step_of) -> None:
+        self.path = path
+        self.rank = rank
+        self.pid = os.getpid()
+        self._open_append = open_append
+        self._step_of = step_of
+        self._fd: int | None = None
+        self._lines: int | None = None
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def _count_existing(self) -> int:
+        """Lines already in the file (a restarted rank appends to its predecessor's)."""
+        count = 0
+        try:
+            with open(self.path, "rb") as handle:
+                while chunk := handle.read(1 << 16):
+                    count += chunk.count(b"\n")
+        except OSError:
+            pass
+        return count
+
+    def write(self, record: dict) -> bool:
+        if os.getpid() != self.pid or self._broken:
+            return False
+        with self._lock:
+            try:
+                if self._fd is None:
+                    self._lines = self._count_existing()
+                    self._fd = self._open_append(self.path)
+                if self._lines >= MAX_LINES:
+                    return False
+                if self._lines == MAX_LINES - 1:
+                    record = self._record(
+                        KIND_TRUNCATED,
+                        f"events.jsonl holds {MAX_LINES:,} lines: later events are left out",
+                    )
+                line = json.dumps(record, default=str, allow_nan=False)
+                if len(line) > MAX_LINE:
+                    line = json.dumps(
+                        {k: record[k] for k in ("time", "rank", "kind", "step", "message")}
+                    )
+                os.write(self._fd, line.encode("utf-8", "replace") + b"\n")
+                self._lines += 1
+                return True
+            except (OSError, ValueError, TypeError) as error:
+                self._broken = True
+                say(
+                    f"events.jsonl cannot be written ({type(error).__name__}: {error}); "
+                    "later events are left out"
+                )
+                return False
+
+    def _record(self, kind: str, message: str, **fields) -> dict:
+        try:
+            step = self._step_of()
+        except Exception:
+            step = None
+        record = {
+            "time": time.time(),
+            "rank": self.rank,
+            "kind": kind,
+            "step": step,
+            "message": str(message)[:MAX_MESSAGE],
+        }
+        for key, value in fields.items():
+            record.setdefault(key, value)
+        return record
+
+
+_writer: _Writer | None = None
+_failed: set[str] = set()
+_faults = frozenset(part for part in os.environ.get(ENV_FAULT, "").split(",") if part)
+
+
+def configure(path, rank: int, open_append, step_of=lambda: None) -> None:
+    """Start writing `path` (ranks/<rank>/events.jsonl); `step_of()` gives the current step."""
+    global _writer
+    _writer = _Writer(path, rank, open_append, step_of)
+
+
+def emit(kind: str, message: str, **fields) -> bool:
+    """Append one event; True when it was written. Extra fields go into the line as they
+    are (JSON-serialisable values; others are written as their str())."""
+    writer = _writer
+    if writer is None:
+        return False
+    try:
+        return writer.write(writer._record(kind, message, **fields))
+    except Exception:
+        return False
+
+
+def say(text: str) -> None:
+    """One line on the rank's stderr, prefixed `mldebug agent:`; never raises."""
+    try:
+        sys.stderr.write(f"mldebug agent: {text}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def warn_once(part: str, message: str) -> None:
+    """A part that goes on after a failure says so once: an agent_error event, a line."""
+    if part in _failed or (_writer is not None and os.getpid() != _writer.pid):
+        return
+    _failed.add(part)
+    say(f"{part}: {message}")
+    emit(KIND_ERROR, f"{part}: {message}", part=part)
+
+
+def fail(part: str, error: BaseException) -> None:
+    """A part of the agent failed and stops (the caller stops it): said once."""
+    warn_once(part, f"{type(error).__name__}: {error}; this part stops, the program runs on")
+
+
+def has_failed(part: str) -> bool:
+    return part in _failed
+
+
+class InjectedFault(RuntimeError):
+    """Raised where MLDEBUG_AGENT_FAULT names a part: tests prove a failing part does no harm."""
+
+
+def fault_point(part: str) -> None:
+    """Raise InjectedFault when the environment asks this part to fail (tests only)."""
+    if _faults and part in _faults:
+        raise InjectedFault(f"fault injected by {ENV_FAULT}")

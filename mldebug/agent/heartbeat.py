@@ -1,0 +1,142 @@
+"""The heartbeat: a daemon thread that rewrites ranks/<rank>/state.json (docs/agent.md).
+
+About every MLDEBUG_HEARTBEAT seconds (default 1) it writes the whole state atomically;
+while asynchronous calls are pending it also looks at their Work objects every
+POLL_INTERVAL (woken by the first one), so a completion is seen within that time. Each round holds the GIL for the
+time it takes to copy the trace and encode a few kilobytes of JSON. A write that fails (a
+full disk) is skipped and said once; the next round tries again. At interpreter exit the
+thread writes a last state and ends; exit waits for it at most EXIT_WAIT seconds, and not
+at all when it is a daemon thread killed mid-write by a hard exit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .events import fail, fault_point, warn_once
+
+PART = "heartbeat"
+ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
+DEFAULT_INTERVAL = 1.0
+POLL_INTERVAL = 0.05
+EXIT_WAIT = 0.5
+VERSION = 1
+
+
+def interval_from(env) -> float:
+    try:
+        value = float(env.get(ENV_INTERVAL, DEFAULT_INTERVAL))
+    except (TypeError, ValueError):
+        return DEFAULT_INTERVAL
+    if not value == value or value <= 0:  # NaN, zero, negative
+        return DEFAULT_INTERVAL
+    return min(max(value, 0.05), 3600.0)
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        path,
+        write_json,
+        rank: int,
+        started: float,
+        tracer,
+        steps,
+        memory,
+        interval: float = DEFAULT_INTERVAL,
+        clock=time.time,
+    ) -> None:
+        self.path = path
+        self._write_json = write_json
+        self.rank = rank
+        self.pid = os.getpid()
+        self.started = started
+        self.tracer = tracer
+        self.steps = steps
+        self.memory = memory
+        self.interval = interval
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stopping = False
+        if tracer is not None:
+            tracer.on_pending = self._wake.set
+        self._thread: threading.Thread | None = None
+        self.writes = 0
+
+    def state(self) -> dict:
+        fault_point(PART)
+        groups, trace = self.tracer.snapshot() if self.tracer is not None else ({}, [])
+        steps = self.steps
+        memory = self.memory
+        return {
+            "version": VERSION,
+            "rank": self.rank,
+            "pid": self.pid,
+            "time": self._clock(),
+            "interval": self.interval,
+            "started": self.started,
+            "step": steps.value if steps is not None else None,
+            "step_time": steps.time if steps is not None else None,
+            "groups": groups,
+            "trace": trace,
+            "memory": memory.reading() if memory is not None else None,
+            "memory_history": memory.history_rows() if memory is not None else [],
+        }
+
+    def write_once(self) -> bool:
+        """One state.json; False when it could not be written (said once)."""
+        state = self.state()
+        try:
+            self._write_json(self.path, state)
+        except OSError as error:
+            warn_once(
+                PART,
+                f"state.json cannot be written ({error.strerror or error}); "
+                "skipped until it can be",
+            )
+            return False
+        self.writes += 1
+        return True
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mldebug-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        tracer = self.tracer
+        if tracer is None or tracer.off:
+            return
+        try:
+            tracer.poll()
+        except Exception as error:
+            tracer.stop(error)
+
+    def _run(self) -> None:
+        try:
+            next_write = time.monotonic()
+            while True:
+                self._poll()
+                if time.monotonic() >= next_write:
+                    self.write_once()
+                    next_write = time.monotonic() + self.interval
+                delay = next_write - time.monotonic()
+                if self.tracer is not None and self.tracer.pending:
+                    delay = min(delay, POLL_INTERVAL)
+                self._wake.wait(max(delay, 0.0))
+                self._wake.clear()
+                if self._stopping:
+                    self._poll()
+                    self.write_once()
+                    return
+        except Exception as error:
+            fail(PART, error)
+
+    def stop(self, timeout: float = EXIT_WAIT) -> None:
+        """At interpreter exit: a last state, waited for at most `timeout` seconds."""
+        if os.getpid() != self.pid or self._thread is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout)
