@@ -162,6 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="record the last collectives of each rank (NCCL flight recorder); "
         "dumped to <run>/fr/ on a timeout",
     )
+    # --detect-anomaly[=torch|stop]: three flags, so that `--detect-anomaly SCRIPT` never
+    # takes the script for the option's value (argparse matches an option string whole).
+    debug.add_argument(
+        "--detect-anomaly",
+        dest="detect_anomaly",
+        action="store_const",
+        const="on",
+        help="name the first module whose output, input, weight or gradient goes NaN/Inf "
+        "(rank, step, module, line; one device sync per step); --detect-anomaly=stop: "
+        "raise at the first one; --detect-anomaly=torch: also torch's anomaly mode (slow)",
+    )
+    for mode in ("torch", "stop"):
+        debug.add_argument(
+            f"--detect-anomaly={mode}",
+            dest="detect_anomaly",
+            action="store_const",
+            const=mode,
+            help=argparse.SUPPRESS,
+        )
     parser.add_argument(
         "-m", dest="module", metavar="MODULE", help="run a module as a script (as python -m)"
     )
@@ -227,6 +246,7 @@ def main(argv: list[str]) -> int:
         nccl_debug=args.nccl_debug,
         distributed_debug=args.distributed_debug,
         flight_recorder=args.flight_recorder,
+        detect_anomaly=args.detect_anomaly,
     )
     if args.run_dir and os.path.exists(os.path.join(args.run_dir, MANIFEST)):
         raise MldebugError(

@@ -33,6 +33,12 @@ class DebugOptions:
     nccl_debug: str | None = None  # NCCL_DEBUG level: VERSION, WARN, INFO, TRACE
     distributed_debug: bool = False
     flight_recorder: bool = False
+    detect_anomaly: str | None = None  # ANOMALY_MODES: NaN/Inf origin hooks in the agent
+
+
+# --detect-anomaly[=MODE] -> MLDEBUG_DETECT_ANOMALY (docs/agent.md, mldebug/agent/anomaly.py)
+ENV_DETECT_ANOMALY = "MLDEBUG_DETECT_ANOMALY"
+ANOMALY_MODES = {"on": "1", "torch": "torch", "stop": "stop"}
 
 
 def package_dir() -> Path:
@@ -86,6 +92,8 @@ def debug_env(options: DebugOptions, run_dir: Path) -> dict[str, str]:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if options.flight_recorder:
         env.update(flight_recorder_env(run_dir, torch_has_fr_names()))
+    if options.detect_anomaly:
+        env[ENV_DETECT_ANOMALY] = ANOMALY_MODES[options.detect_anomaly]
     return env
 
 
