@@ -449,7 +449,7 @@ def test_text_report_shows_step_and_heartbeat_only_when_known(tmp_path):
     header = plain_job[plain_job.index("Ranks by stack") :].splitlines()[1]
     assert header.split() == ["ranks", "state", "collective", "innermost", "user", "frame"]
     assert "heartbeat 0" not in plain_job and " step " not in plain_job
-    states = {r: state(r, call(38), 37) for r in (0, 1, 3)}
+    states = {r: state(r, call(38), 37, time=NOW - 0.5 - r / 100) for r in (0, 1, 3)}
     states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.3, step=11)
     text = render_text(snapshot(tmp_path / "b", states, stacks), verbose=True)
     table = text[text.index("Ranks by stack") :].splitlines()

@@ -238,8 +238,10 @@ def _first_mismatch(group: str, members: Sequence[RankView]) -> Finding | None:
         if len({key[0] for key in sides}) == 1 and any(len(key) == 1 for key in sides):
             continue  # one op, shapes known on some ranks only: nothing to compare
         ordered = sorted(sides.items(), key=lambda item: (-len(item[1]), item[1][0]))
+        ops = len({key[0] for key in sides}) > 1
         texts = [
-            f"{_ranks_text(ranks)} {_verb(ranks, 'calls', 'call')} {_describe(made[key])}"
+            f"{_ranks_text(ranks)} {_verb(ranks, 'calls', 'call')} "
+            + (made[key].op if ops else _describe(made[key]))
             + (f" ({made[key].site})" if made[key].site else "")
             for key, ranks in ordered[:4]
         ]
@@ -255,7 +257,7 @@ def _first_mismatch(group: str, members: Sequence[RankView]) -> Finding | None:
         # Hanging at it: an error once seen for two heartbeats; a past one, a warning.
         severity = _severity(max(waits), interval) if waits else None
         on = "" if group == DEFAULT_GROUP else f" on group {group}"
-        why = "different collectives" if len({k[0] for k in sides}) > 1 else "different tensors"
+        why = "different collectives" if ops else "different tensors"
         smallest = ordered[-1]
         return Finding(
             KIND_MISMATCH,

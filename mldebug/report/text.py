@@ -109,8 +109,8 @@ def span_text(values: Sequence[float | int], render=str) -> str:
     """'12', or '11-12' for ranks that differ; '-' when none is known."""
     if not values:
         return "-"
-    low, high = min(values), max(values)
-    return render(low) if low == high else f"{render(low)}-{render(high)}"
+    low, high = render(min(values)), render(max(values))
+    return low if low == high else f"{low}-{high}"
 
 
 def _agent_cells(views: Sequence[RankView]) -> list[Text]:
