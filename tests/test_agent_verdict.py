@@ -232,6 +232,9 @@ def test_the_culprits_state_older_than_the_wait_is_a_warning(tmp_path):
     snap = snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN})
     outlier = next(f for f in snap.findings if f.kind == KIND_OUTLIER)
     assert outlier.ranks == (2,) and outlier.severity == SEVERITY_WARNING
+    assert outlier.summary.startswith(
+        f"rank 2 never called all_reduce #38 ({SITE}) as far as its agent last wrote, 35 s ago; "
+    )
 
 
 def test_ranks_whose_call_number_n_differs_are_a_mismatch(tmp_path):

@@ -298,7 +298,14 @@ def _behind_findings(
         progress = _progress(head, group)
         last = progress.enqueued if progress else None
         count = call.seq - _seq(last)
+        # Known behind while the others waited: its state was written after the first of
+        # them made the call. How long that was, by the agents' clocks, sets the severity.
+        lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
         summary = f"{_ranks_text(ranks)} never called {_call_text(call, group)}"
+        if lag < 0:  # its last state predates the call: what it says may be old news
+            age = max(v.heartbeat_age or 0.0 for v in bucket)
+            summary += f" as far as {_verb(ranks, 'its agent', 'their agents')} last wrote"
+            summary += f", {age:.0f} s ago" if age >= 1 else ""
         if last is None:
             summary += f": {_verb(ranks, 'it has', 'they have')} made no call on it yet"
         elif count > 1:
@@ -311,9 +318,6 @@ def _behind_findings(
             f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
             f"{_verb(ranks, 'it', 'them')}"
         )
-        # Known behind while the others waited: its state was written after the first of
-        # them made the call. How long that was, by the agents' clocks, sets the severity.
-        lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
         interval = max(interval_of(v.agent) for v in (*bucket, *waiting))
         severity = _severity(min(lag, longest), interval) or SEVERITY_WARNING
         detail = (
