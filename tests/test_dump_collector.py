@@ -3,11 +3,14 @@ instead of exceptions."""
 
 import os
 import signal
+import time
 
 import pytest
+from pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
-from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN
+from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN, JobTargets, RankTarget
 from mldebug.observe import JobObserver
+from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
 from mldebug.targets import resolve_targets
 
 
@@ -58,3 +61,115 @@ def test_a_rank_that_exits_after_its_stack_was_read_leaves_the_groups_and_the_tr
     assert [g.state for g in snapshot.groups] == [STATE_STUCK]
     report = render_text(snapshot)
     assert any(line.split()[:2] == ["3", "exited"] for line in report.splitlines())
+
+
+# -- cheaper watching: ranks whose agent says they move are read on a slow rotation ---------
+# The ranks are idle processes read by a fake py-spy that logs each reading
+# (tests/pyspy_fakes.py); their ranks/<rank>/state.json are written here as docs/agent.md
+# says the agent writes them: a heartbeat `time`, a `step`, per group the calls made/done.
+
+
+class AgentJob:
+    """Four idle ranks of a run directory whose states the test moves."""
+
+    def __init__(self, tmp_path):
+        self.paths = RunPaths(make_private_dir(tmp_path / "run"))
+        make_private_dir(self.paths.ranks_dir)
+        self.procs = sleepers(4, self.paths.root)
+        self.pids = [proc.pid for proc in self.procs]
+        self.pyspy, self.log = fake_pyspy(tmp_path)
+        self.steps = dict.fromkeys(range(4), 0)
+        root = str(self.paths.root)
+        self.job = JobTargets(
+            tuple(RankTarget(pid, rank, 4, run_dir=root) for rank, pid in enumerate(self.pids)),
+            world_size=4,
+            job=root,
+            run_dir=root,
+        )
+
+    def beat(self, moving=(), age: float = 0.0) -> None:
+        """A new heartbeat of every rank; the ranks in `moving` took a step since the last."""
+        for rank, pid in enumerate(self.pids):
+            self.steps[rank] += rank in moving
+            make_private_dir(self.paths.rank_dir(rank))
+            write_json_atomic(
+                self.paths.state_file(rank),
+                {
+                    "version": 1,
+                    "rank": rank,
+                    "pid": pid,
+                    "time": time.time() - age,
+                    "step": self.steps[rank],
+                    "groups": {},
+                    "trace": [],
+                },
+            )
+
+    def read(self, observer) -> set[int]:
+        """The ranks whose stacks a poll read."""
+        before = len(calls(self.log))
+        observer.poll()
+        return {self.pids.index(pid) for pid in calls(self.log)[before:]}
+
+    def observer(self, **options):
+        options = {"samples": 1, "pyspy": self.pyspy, "skip_moving": True, **options}
+        return JobObserver(self.job, **options)
+
+    def stop(self) -> None:
+        stop(self.procs)
+
+
+@pytest.fixture
+def agent_job(tmp_path):
+    job = AgentJob(tmp_path)
+    yield job
+    job.stop()
+
+
+def test_ranks_that_move_are_not_read_while_those_that_stopped_are(agent_job):
+    with agent_job.observer() as observer:
+        agent_job.beat()
+        assert agent_job.read(observer) == {0, 1, 2, 3}  # first look: every rank
+        agent_job.beat(moving={0, 1})
+        assert agent_job.read(observer) == {0, 1, 2, 3}  # 0, 1 start moving: read once so
+        agent_job.beat(moving={0, 1})
+        assert agent_job.read(observer) == {2, 3}  # 0, 1 move on: no reading needed
+        readings = observer.readings
+        agent_job.beat(moving={1})
+        assert agent_job.read(observer) == {0, 2, 3}  # 0 stopped moving: read it again
+    # What a poll did not read is given as before, marked: not a new sample.
+    samples = readings.samples
+    assert all(s.carried for rank in (0, 1) for s in samples[agent_job.pids[rank]])
+    assert not any(s.carried for rank in (2, 3) for s in samples[agent_job.pids[rank]])
+    assert samples[agent_job.pids[0]][-1].threads  # the last stack is kept for the view
+    assert {state.rank for state in readings.agents.values()} == {0, 1, 2, 3}
+
+
+def test_a_moving_rank_is_still_read_on_the_slow_rotation(agent_job):
+    with agent_job.observer(slow_rotation=0.0) as observer:
+        for _ in range(4):
+            agent_job.beat(moving={0, 1, 2, 3})
+            assert agent_job.read(observer) == {0, 1, 2, 3}
+
+
+def test_a_rank_the_view_looks_at_is_read_at_every_poll(agent_job):
+    with agent_job.observer() as observer:
+        observer.collector.focus([3])
+        for _ in range(3):
+            agent_job.beat(moving={0, 1, 2, 3})
+            read = agent_job.read(observer)
+        assert read == {3}
+
+
+def test_a_rank_whose_heartbeat_is_old_is_read_whatever_its_step_says(agent_job):
+    with agent_job.observer() as observer:
+        for _ in range(3):
+            agent_job.beat(moving={0, 1, 2, 3}, age=30.0)  # a frozen agent, or a dead one
+            assert agent_job.read(observer) == {0, 1, 2, 3}
+
+
+def test_dump_reads_every_rank_whatever_the_agents_say(agent_job):
+    with agent_job.observer(skip_moving=False) as observer:
+        for _ in range(3):
+            agent_job.beat(moving={0, 1, 2, 3})
+            assert agent_job.read(observer) == {0, 1, 2, 3}

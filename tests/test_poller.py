@@ -247,3 +247,57 @@ def test_a_followed_run_that_succeeds_has_ended_not_lost_its_ranks(tmp_path, ran
         assert [f.kind for f in snapshot.findings] == ["ended"]
     finally:
         poller.close()
+
+
+def test_the_live_view_reads_moving_ranks_only_when_looked_at_or_told_to_watch_all(
+    tmp_path, monkeypatch
+):
+    """Two idle ranks whose state.json (written here per docs/agent.md) says they take a
+    step at every poll; py-spy is a fake that logs each reading."""
+    from pyspy_fakes import calls, fake_pyspy, sleepers, stop
+
+    from mldebug.model import JobTargets, RankTarget
+    from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+
+    paths = RunPaths(make_private_dir(tmp_path / "run"))
+    make_private_dir(paths.ranks_dir)
+    procs = sleepers(2, paths.root)
+    pids = [proc.pid for proc in procs]
+    pyspy, log = fake_pyspy(tmp_path)
+    monkeypatch.setenv("MLDEBUG_PYSPY", pyspy)
+    root = str(paths.root)
+    job = JobTargets(
+        tuple(RankTarget(pid, rank, 2, run_dir=root) for rank, pid in enumerate(pids)),
+        world_size=2,
+        job=root,
+        run_dir=root,
+    )
+    steps = [0]
+
+    def poll(poller) -> set[int]:
+        steps[0] += 1
+        for rank, pid in enumerate(pids):
+            make_private_dir(paths.rank_dir(rank))
+            state = {"version": 1, "rank": rank, "pid": pid, "time": time.time(),
+                     "step": steps[0], "groups": {}, "trace": []}  # fmt: skip
+            write_json_atomic(paths.state_file(rank), state)
+        before = len(calls(log))
+        poller.poll()
+        return {pids.index(pid) for pid in calls(log)[before:]}
+
+    try:
+        poller = CollectorPoller(lambda: job, job_targets=job)
+        try:
+            assert [poll(poller) for _ in range(3)] == [{0, 1}, {0, 1}, set()]
+            poller.focus([1])  # the rank screen of rank 1
+            assert poll(poller) == {1}
+        finally:
+            poller.close()
+        monkeypatch.setenv(CollectorPoller.WATCH_ALL_ENV, "1")
+        poller = CollectorPoller(lambda: job, job_targets=job)
+        try:
+            assert [poll(poller) for _ in range(3)] == [{0, 1}] * 3
+        finally:
+            poller.close()
+    finally:
+        stop(procs)

@@ -310,3 +310,25 @@ def test_on_hang_stop_ends_the_job_with_code_124_and_run_json_says_why(hung_job)
     assert manifest["options"]["hang_timeout"] == 8.0
     (hang,) = manifest["hangs"]
     assert hang["report"].endswith(".txt") and "rank 1" in hang["verdict"]
+
+
+# -- analysis.progress: which ranks move, by their agents' states ----------------------------
+
+
+def test_moving_ranks_are_those_whose_step_or_collective_count_moved(tmp_path):
+    from mldebug.analysis.progress import moving_now, moving_ranks
+    from mldebug.collect.agentstate import read_state
+
+    paths = RunPaths(make_private_dir(tmp_path / "run"))
+    for rank in range(3):
+        write_state(paths, rank, step=1, made=4, done=4, beat=100.0)
+    before = {rank: read_state(paths.root, rank) for rank in range(3)}
+    write_state(paths, 0, step=2, made=4, done=4, beat=101.0)  # a step
+    write_state(paths, 1, step=1, made=5, done=4, beat=101.0)  # a collective made
+    write_state(paths, 2, step=1, made=4, done=4, beat=101.0)  # a heartbeat only
+    after = {rank: read_state(paths.root, rank) for rank in range(3)}
+    assert moving_ranks(before, after) == {0, 1}
+    assert moving_ranks({}, after) == set()  # a first reading is no progress yet
+    # From one reading: the newest call was made at the heartbeat (write_state's `beat`).
+    assert moving_now(after[1], now=101.5)
+    assert not moving_now(after[1], now=160.0)  # the agent stopped beating

@@ -14,6 +14,15 @@ job; a world size counts up to MAX_WORLD ranks; each py-spy run has its own time
 a whole poll its `deadline`: what is not read by then is reported as timed out, and the poll
 returns without waiting for reads still under way (they run in daemon threads, so no caller,
 and no exiting interpreter, ever waits on a stuck one).
+
+Cheaper watching (`skip_moving`, the live view): a rank whose in-rank agent beats (its
+state.json is fresh) and whose step or collective count moved since the previous poll
+(`AgentState.progress`) is working, and a stack reading would say nothing new: it is not
+read this poll. It is read when it stops moving, when the view asks for it (`focus`), at
+least every `slow_rotation` seconds, and once after it starts moving (so its last reading is
+one of a moving rank). A rank not read in a poll keeps its last readings in the poll's
+answer, each marked `carried` (not a new sample). Each poll's states are in the answer too
+(`JobReadings.agents`), for the analysis.
 """
 
 from __future__ import annotations
@@ -23,18 +32,22 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
+from mldebug.collect.agentstate import read_states
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,
     FAIL_TIMEOUT,
+    AgentState,
     JobReadings,
     JobTargets,
     RankTarget,
     StackSample,
 )
+from mldebug.rundir import pid_alive
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
 # Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make
@@ -45,6 +58,12 @@ MAX_THREADS = 32  # py-spy runs side by side
 MIN_READ_SECONDS = 0.05
 # How long past the deadline a poll waits for reads to end (py-spy killed at its timeout).
 DEADLINE_GRACE = 1.0
+# skip_moving: a rank that moves is still read at least this often (seconds).
+SLOW_ROTATION = 10.0
+# A heartbeat older than this many intervals (at least FRESH_MIN_SECONDS) is not fresh: the
+# agent stopped writing, and what its file says is not news.
+FRESH_INTERVALS = 3
+FRESH_MIN_SECONDS = 3.0
 
 
 class JobCollector:
@@ -69,6 +88,8 @@ class JobCollector:
         deadline: float | None = None,
         max_pids: int = MAX_PIDS,
         max_world: int = MAX_WORLD,
+        skip_moving: bool = False,
+        slow_rotation: float = SLOW_ROTATION,
     ):
         self.job = job_targets
         self.native = native
@@ -85,7 +106,15 @@ class JobCollector:
         self.pyspy = pyspy or find_pyspy()
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
-        self._cursor = 0
+        self.skip_moving = skip_moving
+        self.slow_rotation = slow_rotation
+        self._read_at: dict[int, float] = {}  # pid -> when its stack was last read (monotonic)
+        # pid -> (heartbeat time, progress, whether it moved at that heartbeat)
+        self._moves: dict[int, tuple[float, tuple, bool]] = {}
+        self._moving: dict[int, bool] = {}  # pid -> moving at this poll's choice
+        self._moving_at_read: dict[int, bool] = {}  # pid -> moving when last read
+        self._agents: dict[int, AgentState] = {}  # pid -> this poll's state.json
+        self._focus: frozenset[int] = frozenset()  # ranks the view looks at: read each poll
         self._lock = threading.Lock()  # one poll at a time
         self._reading: set[int] = set()  # pids with a py-spy run under way (maybe abandoned)
         self._reading_lock = threading.Lock()
@@ -95,6 +124,10 @@ class JobCollector:
         """Reads under way end on their own (each has a time limit); none is waited for."""
         self._closed = True
 
+    def focus(self, ranks) -> None:
+        """The ranks a person looks at now (a rank's screen): read at every poll."""
+        self._focus = frozenset(ranks)
+
     def adopt_history(self, previous: JobCollector) -> None:
         """Take over the readings of `previous` for the processes both look at, so a live
         view that re-resolves its targets keeps telling stuck from running without a gap."""
@@ -102,6 +135,13 @@ class JobCollector:
         with previous._lock, self._lock:
             self._last.update((pid, s) for pid, s in previous._last.items() if pid in pids)
             self._history.update((pid, h) for pid, h in previous._history.items() if pid in pids)
+            for mine, theirs in (
+                (self._read_at, previous._read_at),
+                (self._moves, previous._moves),
+                (self._moving_at_read, previous._moving_at_read),
+            ):
+                mine.update((pid, v) for pid, v in theirs.items() if pid in pids)
+            self._focus = previous._focus
 
     def __enter__(self) -> JobCollector:
         return self
@@ -216,14 +256,50 @@ class JobCollector:
         )
 
     def _choose(self) -> list[RankTarget]:
-        """This poll's ranks: all of them, or the next `max_ranks_per_poll` in rotation."""
+        """This poll's ranks: all of them (but, with skip_moving, those whose agent says they
+        move), or the `max_ranks_per_poll` of them read the longest time ago."""
         targets = self._readable()
+        if self.skip_moving:
+            self._agents = read_states(targets, self.job.run_dir)
+            now, wall = time.monotonic(), time.time()
+            targets = [t for t in targets if not self._skip(t, now, wall)]
         limit = self.max_ranks_per_poll
         if not limit or len(targets) <= limit:
             return targets
-        start = self._cursor % len(targets)
-        self._cursor = start + limit
-        return (targets[start:] + targets[:start])[:limit]
+        order = sorted(targets, key=lambda t: self._read_at.get(t.pid, float("-inf")))
+        picked = {t.pid for t in order[:limit]}
+        return [t for t in targets if t.pid in picked][:limit]
+
+    def _moves_now(self, target: RankTarget, state: AgentState | None, wall: float) -> bool:
+        """The rank's agent beats and its step or collective count moved since the last poll
+        (with no new heartbeat since then, what the last one said)."""
+        if state is None or state.pid not in (None, target.pid):
+            self._moves.pop(target.pid, None)
+            return False
+        seen = self._moves.get(target.pid)
+        if seen is None:
+            moved = False  # a first reading: moved from what?
+        elif state.time != seen[0]:
+            moved = state.progress != seen[1]
+        else:
+            moved = seen[2]
+        self._moves[target.pid] = (state.time, state.progress, moved)
+        interval = state.interval or 1.0
+        return moved and wall - state.time <= max(FRESH_MIN_SECONDS, FRESH_INTERVALS * interval)
+
+    def _skip(self, target: RankTarget, now: float, wall: float) -> bool:
+        """Not read this poll: it moves, and was read lately while it moved."""
+        pid = target.pid
+        moving = self._moving[pid] = self._moves_now(target, self._agents.get(pid), wall)
+        last = self._read_at.get(pid)
+        return (
+            moving
+            and target.rank not in self._focus
+            and last is not None
+            and now - last < self.slow_rotation
+            and self._moving_at_read.get(pid, False)
+            and pid_alive(pid)
+        )
 
     def _sample_rounds(
         self, targets: Sequence[RankTarget], end: float | None
@@ -334,6 +410,7 @@ class StackPoll:
         """Store this poll's readings (`taken`, as the caller may have completed them) for
         the next polls to compare with, and return what the job's readings are now."""
         collector = self.collector
+        now = time.monotonic()
         for pid, new in taken.items():
             if not new:
                 continue
@@ -341,8 +418,16 @@ class StackPoll:
             series = new if collector.samples > 1 or previous is None else [previous, *new]
             collector._history[pid] = tuple(series)
             collector._last[pid] = new[-1]
+            collector._read_at[pid] = now
+            collector._moving_at_read[pid] = collector._moving.get(pid, False)
         job = collector.job
-        samples = {t.pid: collector._history.get(t.pid, ()) for t in job.targets}
+        read = {pid for pid, new in taken.items() if new}
+        samples = {
+            t.pid: collector._history.get(t.pid, ())
+            if t.pid in read
+            else tuple(replace(s, carried=True) for s in collector._history.get(t.pid, ()))
+            for t in job.targets
+        }
         readable = {t.pid for t in collector._readable()}
         for target in job.targets:
             if target.pid not in readable:
@@ -354,4 +439,5 @@ class StackPoll:
             world_size=min(world, collector.max_world) if world else world,
             workers=dict(workers or {}),
             notes=collector._notes(),
+            agents=dict(collector._agents) if collector.skip_moving else {},
         )

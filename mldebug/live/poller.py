@@ -3,13 +3,15 @@ the job's targets and looks at them through the orchestrator (mldebug.observe).
 
 The app calls `poll()` from a worker thread, one call at a time, and never from the UI
 thread; `poll()` may block for as long as py-spy takes. Tests pass a fake with the same
-three members.
+three members. A poller may also have `focus(ranks)`: the ranks a person looks at now (the
+rank screen), whose stacks are read at every poll however they move.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
@@ -65,6 +67,9 @@ class CollectorPoller:
     """
 
     RESOLVE_EVERY = 10
+    # Ranks whose agent says they move are read on a slow rotation (collect.collector's
+    # skip_moving); MLDEBUG_WATCH_ALL=1 reads every rank at every poll, as before.
+    WATCH_ALL_ENV = "MLDEBUG_WATCH_ALL"
     # One reading per rank per poll (the collector compares it with the previous poll's);
     # a large job is read in turns, so one refresh never waits on hundreds of py-spy runs.
     SAMPLES = 1
@@ -90,6 +95,8 @@ class CollectorPoller:
         self._polls = 0
         self._ended_unexplained = False
         self._native_reads: dict[int, Future] = {}  # rank -> the native reading in flight
+        self._focus: frozenset[int] = frozenset()
+        self._skip_moving = os.environ.get(self.WATCH_ALL_ENV, "") in ("", "0")
 
     @staticmethod
     def _pids(job_targets) -> frozenset[int]:
@@ -146,11 +153,21 @@ class CollectorPoller:
             samples=self.SAMPLES,
             max_ranks_per_poll=self.MAX_RANKS_PER_POLL,
             deadline=self.POLL_DEADLINE,
+            skip_moving=self._skip_moving,
         )
         if previous is not None:
             observer.adopt_history(previous)
             previous.close()
+        observer.collector.focus(self._focus)
         return observer
+
+    def focus(self, ranks: Iterable[int]) -> None:
+        """The ranks on screen in detail: their stacks are read at every poll from now on
+        (an empty list: none), even while their agents say they move."""
+        with self._lock:
+            self._focus = frozenset(ranks)
+            if self._observer is not None:
+                self._observer.collector.focus(self._focus)
 
     def poll(self) -> JobSnapshot:
         self._refresh_targets()
