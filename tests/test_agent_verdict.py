@@ -33,7 +33,10 @@ from mldebug.model import (
     SEVERITY_WARNING,
     STATE_RUNNING,
     STATE_WAITING,
+    AgentState,
+    CollectiveCall,
     Frame,
+    GroupProgress,
     RankTarget,
     StackSample,
     ThreadStack,
@@ -501,3 +504,35 @@ def test_dump_reads_the_state_json_of_every_rank_of_a_run(tmp_path):
     assert [r["state"] for r in report["ranks"]] == ["waiting", "waiting", "stuck"]
     assert [r["step"] for r in report["ranks"]] == [12, 12, 12]
     assert all(0 <= r["heartbeat_age"] < 30 for r in report["ranks"])
+
+
+def test_1024_ranks_with_full_traces_are_judged_quickly():
+    # 1,024 ranks, each state with its 64 newest calls; rank 700 never made call #64.
+    world = 1024
+    targets, by_pid, agents = [], {}, {}
+    for rank in range(world):
+        target = RankTarget(pid=pid_of(rank), rank=rank, world_size=world)
+        targets.append(target)
+        last = 63 if rank == 700 else 64
+        calls = tuple(
+            CollectiveCall(
+                "default_pg", seq, "all_reduce", SITE, NOW - 100 + seq, None, True, ((1024,),)
+            )
+            for seq in range(last - 63, last + 1)
+        )
+        done = CollectiveCall("default_pg", 63, "all_reduce", None, None, NOW - 40)
+        agents[target.pid] = AgentState(
+            rank,
+            target.pid,
+            NOW - 0.5,
+            groups=(GroupProgress("default_pg", world, calls[-1], done),),
+            trace=calls,
+        )
+        by_pid[target.pid] = samples(rank, LOAD if rank == 700 else SPIN)
+    started = time.perf_counter()
+    snap = build_snapshot(targets, by_pid, world, agents=agents, now=NOW)
+    took = time.perf_counter() - started
+    first = snap.findings[0]
+    assert first.kind == KIND_OUTLIER and first.ranks == (700,)
+    assert "ranks 0-699,701-1023 wait for it" in first.summary
+    assert took < 5.0, took

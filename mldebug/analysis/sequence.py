@@ -45,6 +45,7 @@ WAIT_ERROR_INTERVALS = 2  # "a couple of heartbeats": the wait is no accident
 DEFAULT_GROUP = "default_pg"
 AGENT_THREAD = "mldebug-heartbeat"  # the agent's thread that writes state.json
 MAX_BEHIND_FINDINGS = 4  # per group: places the ranks that are behind are at
+MAX_GROUPS = 64  # process groups compared per snapshot (the first named by the ranks)
 P2P_OPS = frozenset(
     {
         "send",
@@ -222,17 +223,19 @@ def _first_mismatch(group: str, members: Sequence[RankView]) -> Finding | None:
     """The lowest call number of `group` that ranks made differently (op, or shapes and
     dtypes of an op that needs the same on every rank)."""
     calls = {v.rank: _calls(v, group) for v in members}
-    seqs = sorted({s for by_seq in calls.values() for s in by_seq})
+    # One pass over every call the states name (at most 65 per rank): by number, who made what.
+    by_seq: dict[int, list[tuple[int, CollectiveCall]]] = {}
+    for rank, made_by_rank in calls.items():
+        for seq, call in made_by_rank.items():
+            by_seq.setdefault(seq, []).append((rank, call))
     views = {v.rank: v for v in members}
-    for seq in seqs:
+    for seq in sorted(s for s, made_at in by_seq.items() if len(made_at) > 1):
         sides: dict[tuple, list[int]] = {}
         made: dict[tuple, CollectiveCall] = {}
-        for rank, by_seq in calls.items():
-            call = by_seq.get(seq)
-            if call is not None:
-                key = _signature(call)
-                sides.setdefault(key, []).append(rank)
-                made.setdefault(key, call)
+        for rank, call in by_seq[seq]:
+            key = _signature(call)
+            sides.setdefault(key, []).append(rank)
+            made.setdefault(key, call)
         if len(sides) < 2:
             continue
         if len({key[0] for key in sides}) == 1 and any(len(key) == 1 for key in sides):
@@ -424,7 +427,7 @@ def _group_verdict(
         return waits, findings, covered
     # Everyone made the call: a hang below Python, when every rank of the group is here.
     if group == DEFAULT_GROUP:
-        complete = all(v in members for v in views)
+        complete = len(members) == len(views)  # every rank of the job has a state
     else:
         size = _progress(waiting[0], group).size
         complete = size is not None and len(members) >= size
@@ -477,7 +480,7 @@ def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []
     covered: set[int] = set()
-    for group in names:
+    for group in list(names)[:MAX_GROUPS]:
         group_waits, group_findings, group_covered = _group_verdict(group, views)
         for rank, wait in group_waits.items():
             waits.setdefault(rank, wait)
