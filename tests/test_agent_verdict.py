@@ -536,3 +536,14 @@ def test_1024_ranks_with_full_traces_are_judged_quickly():
     assert first.kind == KIND_OUTLIER and first.ranks == (700,)
     assert "ranks 0-699,701-1023 wait for it" in first.summary
     assert took < 5.0, took
+
+
+def test_text_from_a_state_is_shown_as_written_without_escape_sequences(tmp_path):
+    site = "/job/[bold]x[/bold]\x1b[2J.py:48"
+    op = "all_reduce\x1b]0;owned\x07"
+    states = {r: state(r, call(38, site=site, op=op), 37) for r in (0, 1, 3)}
+    states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.3)
+    snap = snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN})
+    text = render_text(snap, verbose=True, color=True)
+    assert "/job/[bold]x[/bold]" in text
+    assert "\x1b[2J" not in text and "\x1b]0;" not in text
