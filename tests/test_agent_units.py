@@ -458,6 +458,23 @@ def test_cuda_figures_come_from_the_recorded_memory_stats_of_an_h200():
     assert reading["cuda"]["allocated"] == 875078656
 
 
+def test_cuda_figures_are_the_ranks_gpus_not_the_heartbeat_threads_current_device():
+    """memory_stats() of the device with memory reserved (recorded figures on device 2)."""
+    stats = json.loads((GPU_DATA / "memory_stats.json").read_text())
+    asked = []
+
+    def memory_stats(device=None):
+        asked.append(device)
+        return stats if device == 2 else {"reserved_bytes.all.current": 0}
+
+    torch = fake_torch_cuda(None, device_count=lambda: 4)
+    torch.cuda.memory_stats = memory_stats
+    mem = memory.Memory(torch_of=lambda: torch)
+    assert mem.reading(nvml=False)["cuda"]["allocated"] == 875078656
+    assert asked == [0, 1, 2, 3] and mem.device == 2
+    assert mem.reading(nvml=False)["cuda"]["allocated"] == 875078656 and asked[-1] == 2
+
+
 def test_cuda_is_never_read_before_the_program_initialised_it():
     def stats(device=None):
         raise AssertionError("memory_stats would initialise CUDA")
@@ -559,7 +576,9 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
     observers[0](0, int(asked * 2**30), 1 << 30, int(free * 2**30))
     assert (tmp_path / "memory_summary.txt").read_text() == summary
     assert pickle.loads((tmp_path / "memory_snapshot.pickle").read_bytes()) == snapshot
+    torch.cuda.memory_summary = lambda device=None: "a later summary"
     observers[0](0, 8 << 30, 1 << 30, 2 << 30)
+    assert (tmp_path / "memory_summary.txt").read_text() == summary  # the first one's
     first, second = event_log()
     assert first["kind"] == "oom" and first["requested"] == 400 << 30
     assert (

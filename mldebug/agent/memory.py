@@ -37,6 +37,7 @@ MIN_SAMPLE_INTERVAL = 0.1
 GROWTH_WINDOW = 8
 GROWTH_THRESHOLD = 64 << 10
 SKIP_FIRST_STEPS = 2
+MAX_DEVICES = 16
 MAX_OOM_EVENTS = 16
 
 CUDA_FIELDS = {
@@ -97,6 +98,7 @@ class Memory:
         self._growth_told = False
         self._nvml = None  # None: not tried; False: unavailable; else (module, handle)
         self._oom_count = 0
+        self.device: int | None = None  # the rank's GPU, once known
         self._oom_files: list[str] | None = None
         self._lock = threading.Lock()
 
@@ -116,7 +118,27 @@ class Memory:
         cuda = self._cuda()
         if cuda is None:
             return None
-        return cuda_figures(cuda.memory_stats())
+        return cuda_figures(self._device_stats(cuda))
+
+    def _device_stats(self, cuda) -> dict:
+        """memory_stats() of the rank's GPU, named by index: the CUDA device is per thread,
+        and the heartbeat thread's is device 0 whatever the program uses. The rank's GPU is
+        the one with the most memory reserved (found again until one has some)."""
+        if self.device is not None:
+            return cuda.memory_stats(self.device)
+        count = cuda.device_count() if hasattr(cuda, "device_count") else 0
+        if count <= 1:
+            return cuda.memory_stats(0) if count == 1 else cuda.memory_stats()
+        best, best_stats = None, {}
+        for index in range(min(count, MAX_DEVICES)):
+            stats = cuda.memory_stats(index)
+            if best is None or stats.get(CUDA_FIELDS["reserved"], 0) > best_stats.get(
+                CUDA_FIELDS["reserved"], 0
+            ):
+                best, best_stats = index, stats
+        if best_stats.get(CUDA_FIELDS["reserved"], 0) > 0:
+            self.device = best
+        return best_stats
 
     def nvml_reading(self) -> dict | None:
         cuda = self._cuda()
@@ -124,7 +146,7 @@ class Memory:
             return None
         try:
             if self._nvml is None:
-                self._nvml = self._open_nvml(cuda)
+                self._nvml = self._open_nvml(cuda, self.device)
                 if self._nvml is False:
                     return None
             pynvml, handle = self._nvml
@@ -140,7 +162,7 @@ class Memory:
             return None
 
     @staticmethod
-    def _open_nvml(cuda):
+    def _open_nvml(cuda, device):
         import importlib.util
 
         if importlib.util.find_spec("pynvml") is None:
@@ -148,7 +170,7 @@ class Memory:
         import pynvml
 
         pynvml.nvmlInit()
-        index = cuda.current_device()
+        index = device if device is not None else cuda.current_device()
         uuid = getattr(cuda.get_device_properties(index), "uuid", None)
         if uuid is not None:
             text = str(uuid)
@@ -250,6 +272,8 @@ class Memory:
     def on_oom(self, device, alloc, device_allocated, device_free) -> None:
         """torch's OOM observer: runs before the OutOfMemoryError reaches the program."""
         try:
+            if self.device is None and isinstance(device, int):
+                self.device = device
             fault_point(PART)
             self._oom_count += 1
             if self._oom_count > MAX_OOM_EVENTS:
