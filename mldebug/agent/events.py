@@ -3,7 +3,9 @@
 Any part of the agent reports through `emit(kind, message, **fields)`; a part that fails
 reports through `fail(part, error)` (one `agent_error` event and one stderr line, then the
 part stops) or `warn_once(part, message)` (the same, for a part that goes on). Nothing here
-raises: a file that cannot be written loses the line, and says so once on stderr.
+raises. A file that cannot be written (a full disk) loses the line without a word on the
+program's stderr: the disk is not the agent's failure, and `mldebug run` says it is full;
+the next event tries again.
 
 Stdlib only. Until `configure()` is called (outside a rank, in a forked child) every call
 is a no-op, so other parts may call it unconditionally.
@@ -12,6 +14,7 @@ is a no-op, so other parts may call it unconditionally.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -35,7 +38,6 @@ class _Writer:
         self._fd: int | None = None
         self._lines: int | None = None
         self._lock = threading.Lock()
-        self._broken = False
 
     def _count_existing(self) -> int:
         """Lines already in the file (a restarted rank appends to its predecessor's)."""
@@ -49,7 +51,7 @@ class _Writer:
         return count
 
     def write(self, record: dict) -> bool:
-        if os.getpid() != self.pid or self._broken:
+        if os.getpid() != self.pid:
             return False
         with self._lock:
             try:
@@ -63,7 +65,10 @@ class _Writer:
                         KIND_TRUNCATED,
                         f"events.jsonl holds {MAX_LINES:,} lines: later events are left out",
                     )
-                line = json.dumps(record, default=str, allow_nan=False)
+                try:
+                    line = json.dumps(record, default=str, allow_nan=False)
+                except ValueError:  # inf or NaN in a field: written as a string
+                    line = json.dumps(_finite(record), default=str, allow_nan=False)
                 if len(line) > MAX_LINE:
                     line = json.dumps(
                         {k: record[k] for k in ("time", "rank", "kind", "step", "message")}
@@ -71,13 +76,8 @@ class _Writer:
                 os.write(self._fd, line.encode("utf-8", "replace") + b"\n")
                 self._lines += 1
                 return True
-            except (OSError, ValueError, TypeError) as error:
-                self._broken = True
-                say(
-                    f"events.jsonl cannot be written ({type(error).__name__}: {error}); "
-                    "later events are left out"
-                )
-                return False
+            except (OSError, ValueError, TypeError):
+                return False  # this line is lost; the next one tries again
 
     def _record(self, kind: str, message: str, **fields) -> dict:
         try:
@@ -94,6 +94,17 @@ class _Writer:
         for key, value in fields.items():
             record.setdefault(key, value)
         return record
+
+
+def _finite(value):
+    """`value` with every non-finite float replaced by its name ("inf", "-inf", "nan")."""
+    if isinstance(value, float) and (value != value or value in (math.inf, -math.inf)):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 _writer: _Writer | None = None
@@ -128,12 +139,14 @@ def say(text: str) -> None:
         pass
 
 
-def warn_once(part: str, message: str) -> None:
-    """A part that goes on after a failure says so once: an agent_error event, a line."""
+def warn_once(part: str, message: str, quiet: bool = False) -> None:
+    """A part that goes on after a failure says so once: an agent_error event, and a line
+    on stderr unless `quiet` (a file the disk would not take is no news to the program)."""
     if part in _failed or (_writer is not None and os.getpid() != _writer.pid):
         return
     _failed.add(part)
-    say(f"{part}: {message}")
+    if not quiet:
+        say(f"{part}: {message}")
     emit(KIND_ERROR, f"{part}: {message}", part=part)
 
 

@@ -4,7 +4,8 @@ About every MLDEBUG_HEARTBEAT seconds (default 1) it writes the whole state atom
 while asynchronous calls are pending it also looks at their Work objects every
 POLL_INTERVAL (woken by the first one), so a completion is seen within that time. Each round holds the GIL for the
 time it takes to copy the trace and encode a few kilobytes of JSON. A write that fails (a
-full disk) is skipped and said once; the next round tries again. At interpreter exit the
+full disk) is skipped, said once as an agent_error event (not on the program's stderr:
+`mldebug run` reports the full disk), and the next round tries again. At interpreter exit the
 thread writes a last state and ends; exit waits for it at most EXIT_WAIT seconds, and not
 at all when it is a daemon thread killed mid-write by a hard exit.
 """
@@ -95,6 +96,7 @@ class Heartbeat:
                 PART,
                 f"state.json cannot be written ({error.strerror or error}); "
                 "skipped until it can be",
+                quiet=True,
             )
             return False
         self.writes += 1
