@@ -41,6 +41,9 @@ KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody w
 KIND_ENDED = "ended"  # informational: every rank has exited with code 0, the job is over
 KIND_THREADS = "threads"  # some ranks lack a thread (by the function it runs) the others have
 KIND_FROZEN = "frozen"  # the process lives but its agent's heartbeat stopped: C code holds the GIL
+KIND_NONFINITE = "nonfinite"  # --detect-anomaly: the first NaN/Inf's rank, step and module
+KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last steps
+KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -142,6 +145,8 @@ class JobReadings:
     notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
     # rank pid -> its agent's state.json as read at this poll (ranks that have one)
     agents: Mapping[int, AgentState] = field(default_factory=dict)
+    # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.events)
+    events: tuple[RankEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -304,6 +309,9 @@ class RankEvent:
     kind: str
     message: str
     location: str | None = None
+    step: int | None = None  # the rank's step when it was written
+    # The line's other fields (module, what, trail, rate...), as text to show, in its order.
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ A poll reads every chosen rank's stack (mldebug.collect.collector), asks the ana
 ranks wait for their DataLoader (mldebug.analysis.workers), has the collector read those
 ranks' worker processes, folds the workers' stacks into their rank's newest reading, reads
 the state.json each rank's in-rank agent writes (ranks started by `mldebug run`: one capped
-read per rank read), and builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`,
+read per rank read) and the events they noticed (events.jsonl, the files that grew), and
+builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`,
 `mldebug demo` and the live view (mldebug.live.poller) all look at a job through here.
 """
 
@@ -17,6 +18,7 @@ from mldebug.analysis.workers import waits_for_workers, with_workers
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
+from mldebug.collect.events import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
 
 
@@ -31,6 +33,7 @@ class JobObserver:
     def __init__(self, job_targets: JobTargets, **options) -> None:
         self.collector = JobCollector(job_targets, **options)
         self.readings: JobReadings | None = None  # what the last poll read
+        self.events = EventsReader()  # re-reads only the events.jsonl files that grew
 
     @property
     def job(self) -> JobTargets:
@@ -72,6 +75,9 @@ class JobObserver:
             # The agents' state.json of the ranks read (after their stacks: the newest).
             agents = read_states(chosen.values(), readings.job.run_dir)
             readings = replace(readings, agents=agents)
+        if not readings.events:
+            events, _ = self.events.read(readings.job.run_dir)
+            readings = replace(readings, events=events)
         self.readings = readings
         return snapshot_of(readings)
 
@@ -89,6 +95,7 @@ def snapshot_of(readings: JobReadings) -> JobSnapshot:
         partial=job.partial,
         crashes=job.crashes,
         agents=readings.agents,
+        events=readings.events,
     )
 
 

@@ -11,6 +11,9 @@ FINDING_RECIPES = {
     model.KIND_HANG: "collective-hang",
     model.KIND_UNREADABLE: "ptrace-permission",
     model.KIND_THREADS: "missing-thread",
+    model.KIND_NONFINITE: "nonfinite-origin",
+    model.KIND_MEMORY_GROWTH: "memory-growth",
+    model.KIND_MEMORY_OUTLIER: "memory-growth",
 }
 
 

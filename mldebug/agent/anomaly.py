@@ -38,7 +38,10 @@ import os
 import sys
 import weakref
 
-from . import events, importhook
+from .events import emit as emit_event
+from .events import fail as fail_part
+from .events import fault_point
+from .importhook import when_imported
 
 PART = "anomaly"
 
@@ -133,8 +136,8 @@ class Detector:
         # The rank's step (None before the first): the agent's count, else our own.
         self.step_of = step_of or (lambda: self.count or None)
         self.count = 0  # optimizer steps seen (without the agent's count)
-        self.emit = emit or events.emit  # emit(kind, message, **fields): events.jsonl
-        self.failed_report = failed or events.fail  # (part, error): said once
+        self.emit = emit or emit_event  # emit(kind, message, **fields): events.jsonl
+        self.failed_report = failed or fail_part  # (part, error): said once
         self.pid = os.getpid()
         self.active = True
         self.failed = False
@@ -239,7 +242,7 @@ class Detector:
     def _enter(self, module, args) -> None:
         """A root (or a module not seen yet) is called: name it, check its inputs."""
         try:
-            events.fault_point(PART)
+            fault_point(PART)
             torch = self.torch or self._load_torch()
             if self._compiling():
                 return
@@ -588,12 +591,12 @@ def start(runtime, environ=os.environ) -> Detector | None:
     mode = mode_from_env(environ.get(ENV_DETECT))
     if mode is None:
         return None
-    events.fault_point(PART)
+    fault_point(PART)
     steps = runtime.steps
     detector = Detector(
         runtime.rank, mode, runtime.rankrules.is_library_path, step_of=lambda: steps.value
     )
-    importhook.when_imported("torch.nn.modules.module", detector.install_module_hooks, PART)
-    importhook.when_imported("torch.optim.optimizer", detector.install_step_hook, PART)
+    when_imported("torch.nn.modules.module", detector.install_module_hooks, PART)
+    when_imported("torch.optim.optimizer", detector.install_step_hook, PART)
     _check_before_explicit_steps(steps, detector)
     return detector

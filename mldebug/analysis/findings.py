@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.frames import is_rendezvous
+from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence_verdict
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
@@ -21,8 +23,11 @@ from mldebug.model import (
     KIND_ENDED,
     KIND_FROZEN,
     KIND_HANG,
+    KIND_MEMORY_GROWTH,
+    KIND_MEMORY_OUTLIER,
     KIND_MISMATCH,
     KIND_MISSING,
+    KIND_NONFINITE,
     KIND_OUTLIER,
     KIND_PROGRESSING,
     KIND_RENDEZVOUS,
@@ -41,6 +46,7 @@ from mldebug.model import (
     Finding,
     FindingPart,
     RankCrash,
+    RankEvent,
     RankView,
 )
 from mldebug.ranges import format_ranks
@@ -49,6 +55,7 @@ from mldebug.rankrules import frame_label
 _SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 _KIND_ORDER = (
     KIND_CRASH,
+    KIND_NONFINITE,
     KIND_MISSING,
     KIND_FROZEN,
     KIND_OUTLIER,
@@ -58,6 +65,8 @@ _KIND_ORDER = (
     KIND_UNREADABLE,
     KIND_STUCK,
     KIND_THREADS,
+    KIND_MEMORY_GROWTH,
+    KIND_MEMORY_OUTLIER,
     KIND_PROGRESSING,
     KIND_ENDED,
 )
@@ -427,10 +436,12 @@ def find_problems(
     failures: dict[int, str] | None = None,
     crashes: Sequence[RankCrash] = (),
     sequence: SequenceVerdict | None = None,
+    events: Sequence[RankEvent] = (),
 ) -> tuple[Finding, ...]:
     """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
     `crashes`: how ranks ended badly, earliest first (from the run directory); `sequence`:
-    what the agents' collective counts say (analysis.sequence), computed when not given."""
+    what the agents' collective counts say (analysis.sequence), computed when not given;
+    `events`: what the agents wrote in events.jsonl (the origin of a NaN/Inf)."""
     crash = _crash(views, crashes)
     alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
@@ -475,6 +486,7 @@ def find_problems(
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
     findings += _thread_findings([d for d in threads if d not in used])
+    findings += nonfinite_findings(events) + memory_findings(views)
     findings.sort(
         key=lambda f: (
             _SEVERITY_ORDER.get(f.severity, 3),

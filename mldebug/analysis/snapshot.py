@@ -28,6 +28,7 @@ from mldebug.model import (
     Frame,
     JobSnapshot,
     RankCrash,
+    RankEvent,
     RankTarget,
     RankView,
     StackSample,
@@ -138,9 +139,11 @@ def build_snapshot(
     partial: bool = False,
     crashes: Sequence[RankCrash] = (),
     agents: Mapping[int, AgentState] | None = None,
+    events: Sequence[RankEvent] = (),
 ) -> JobSnapshot:
     """Everything about a job at one moment. `samples` maps a target's pid to its samples,
-    `agents` to its agent's state.json (ranks started by `mldebug run`).
+    `agents` to its agent's state.json (ranks started by `mldebug run`); `events`: what
+    the agents wrote in events.jsonl.
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
     not among them are not reported as missing.
@@ -186,7 +189,12 @@ def build_snapshot(
         groups=groups,
         tree=build_tree(groups),
         findings=find_problems(
-            views, None if partial else world_size, failures, crashes, sequence=sequence
+            views,
+            None if partial else world_size,
+            failures,
+            crashes,
+            sequence=sequence,
+            events=events,
         ),
         world_size=world_size,
         job=job,

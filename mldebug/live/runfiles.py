@@ -9,23 +9,22 @@ second.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
+from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
+from mldebug.collect.events import read_event_file
 from mldebug.model import LogTail, RankEvent, RunFiles
 from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
 TAIL_BYTES = 16 * 1024  # per log file: enough for ~200 lines of training output
 TAIL_LINES = 200
-EVENTS_BYTES = 64 * 1024  # per events.jsonl
 MAX_EVENTS = 500  # across ranks, newest kept
 MAX_NCCL_FILES = 64
 MAX_RANK_DIRS = 4096  # ranks whose files one poll looks at (a planted 300k would take seconds)
-LATEST_TIME = 1e11  # year 5138: later "times" in an event are garbage
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
@@ -44,38 +43,6 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     # ends in \r\n is not rewritten). Then make it safe to draw.
     lines = [printable(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines[-max_lines:]]
     return lines
-
-
-def parse_time(value: object) -> float | None:
-    """Seconds since the epoch from a JSON value; None for what is not a time a clock can
-    show (a string, true, NaN, 1e400, an integer too large for a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        when = float(value)
-    except OverflowError:
-        return None
-    return when if 0.0 <= when < LATEST_TIME else None
-
-
-def parse_event_line(rank: int, line: str) -> RankEvent | None:
-    """One agent event; None for a line that is not a JSON object."""
-    try:
-        data = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deeper than C's stack
-        return None
-    if not isinstance(data, dict):
-        return None
-    location = data.get("location")
-    if location is None and data.get("file"):
-        location = f"{data['file']}:{data.get('line', '?')}"
-    return RankEvent(
-        rank=data["rank"] if isinstance(data.get("rank"), int) else rank,
-        time=parse_time(data.get("time")),
-        kind=printable(str(data.get("kind") or data.get("type") or "event")),
-        message=printable(str(data.get("message") or data.get("summary") or "")),
-        location=printable(str(location)) if location else None,
-    )
 
 
 @dataclass
@@ -109,7 +76,7 @@ class RunFilesReader:
                 lines = self._cached(path, read_tail)
                 if lines:
                     logs.append(LogTail(rank, stream, tuple(lines)))
-            parsed = self._cached(paths.events_file(rank), lambda p, r=rank: _read_events(r, p))
+            parsed = self._cached(paths.events_file(rank), lambda p, r=rank: read_event_file(r, p))
             if parsed:
                 events.extend(parsed[0])
                 bad += parsed[1]
@@ -134,16 +101,3 @@ class RunFilesReader:
             lines = self._cached(folder / name, read_tail) or []
             out.append((name, tuple(lines)))
         return tuple(out), len(names)
-
-
-def _read_events(rank: int, path: Path) -> tuple[list[RankEvent], int]:
-    events, bad = [], 0
-    for line in read_tail(path, max_bytes=EVENTS_BYTES, max_lines=MAX_EVENTS):
-        if not line.strip():
-            continue
-        event = parse_event_line(rank, line)
-        if event is None:
-            bad += 1
-        else:
-            events.append(event)
-    return events, bad

@@ -1,0 +1,170 @@
+"""Findings from the ranks' memory, as their agents report it (state.json's `memory` and
+`memory_history`). Pure functions over RankViews.
+
+  * growth: a rank whose memory grew at each of its last GROWTH_STEPS steps (the history has
+    a row each time the step moves), by more than MIN_GROWTH each time, leaving out the
+    first steps (the optimizer makes its state at the first one). A healthy loop is flat
+    after that; one that keeps tensors (a loss with its graph, activations "for later")
+    grows by about the same amount each step, and the rate says how long it has left.
+  * outlier: a rank that uses far more than the others: at least OUTLIER_RATIO times the
+    median of the other ranks, and OUTLIER_BYTES more.
+
+The figure is CUDA allocated memory for ranks that use CUDA, else the process's RSS.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from itertools import pairwise
+
+from mldebug.model import (
+    KIND_MEMORY_GROWTH,
+    KIND_MEMORY_OUTLIER,
+    SEVERITY_WARNING,
+    STATE_EXITED,
+    STATE_MISSING,
+    AgentState,
+    Finding,
+    FindingPart,
+    RankView,
+)
+from mldebug.ranges import format_ranks
+
+GROWTH_STEPS = 8
+MIN_GROWTH = 64 << 10  # bytes between two steps; less is noise (the agent uses the same)
+WARMUP_STEPS = 2  # rows of steps before this one are left out
+OUTLIER_RATIO = 1.5
+OUTLIER_BYTES = 256 << 20
+MAX_PARTS = 16
+MiB = 1 << 20
+
+
+def human(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _uses_cuda(agent: AgentState) -> bool:
+    if agent.memory is not None and agent.memory.cuda_allocated:
+        return True
+    return any(row[3] for row in agent.memory_history)
+
+
+def figure_name(cuda: bool) -> str:
+    return "CUDA allocated" if cuda else "RSS"
+
+
+def growth(agent: AgentState) -> tuple[str, float, tuple, tuple] | None:
+    """(figure, bytes per step, first row, last row) when the rank's memory grew at each of
+    its last GROWTH_STEPS steps; None when it did not, or the history is too short to say.
+    A row is (step, value)."""
+    cuda = _uses_cuda(agent)
+    column = 3 if cuda else 2
+    rows = [
+        (row[0], row[column])
+        for row in agent.memory_history
+        if row[column] is not None and row[0] is not None and row[0] >= WARMUP_STEPS
+    ]
+    last = rows[-(GROWTH_STEPS + 1) :]
+    if len(last) < GROWTH_STEPS + 1:
+        return None
+    if any(after[1] - before[1] <= MIN_GROWTH for before, after in pairwise(last)):
+        return None
+    steps = last[-1][0] - last[0][0]
+    if steps <= 0:
+        return None
+    return figure_name(cuda), (last[-1][1] - last[0][1]) / steps, last[0], last[-1]
+
+
+def _live(views: Sequence[RankView]) -> list[RankView]:
+    return [
+        v for v in views if v.agent is not None and v.state not in (STATE_EXITED, STATE_MISSING)
+    ]
+
+
+def growth_findings(views: Sequence[RankView]) -> list[Finding]:
+    grown = [(view, found) for view in _live(views) if (found := growth(view.agent))]
+    if not grown:
+        return []
+    ranks = tuple(view.rank for view, _ in grown)
+    rates = [found[1] for _, found in grown]
+    figure = grown[0][1][0]
+    if len(grown) == 1:
+        _, rate, first, last = grown[0][1]
+        summary = (
+            f"rank {ranks[0]}: memory ({figure}) grew at each of its last {GROWTH_STEPS} "
+            f"steps, {rate / MiB:.1f} MiB per step ({human(first[1])} at step {first[0]}, "
+            f"{human(last[1])} at step {last[0]})"
+        )
+    else:
+        low, high = min(rates) / MiB, max(rates) / MiB
+        rate_text = (
+            f"{low:.1f} MiB" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} MiB"
+        )
+        summary = (
+            f"ranks {format_ranks(ranks)}: memory ({figure}) grew at each of their last "
+            f"{GROWTH_STEPS} steps, {rate_text} per step"
+        )
+    return [
+        Finding(
+            KIND_MEMORY_GROWTH,
+            ranks,
+            summary,
+            recipe="memory-growth",
+            severity=SEVERITY_WARNING,
+            detail="something kept from each step stays alive: a loss or an output kept with its "
+            "graph (use .item() or .detach()), a list that only grows, a cache without a bound",
+            parts=tuple(
+                FindingPart((view.rank,), f"{found[1] / MiB:.1f} MiB per step ({found[0]})")
+                for view, found in grown[:MAX_PARTS]
+            ),
+        )
+    ]
+
+
+def outlier_findings(views: Sequence[RankView]) -> list[Finding]:
+    live = [v for v in _live(views) if v.agent.memory is not None]
+    cuda = any(_uses_cuda(v.agent) for v in live)
+    used = {}
+    for view in live:
+        value = view.agent.memory.cuda_allocated if cuda else view.agent.memory.rss
+        if value is not None:
+            used[view.rank] = value
+    if len(used) < 2:
+        return []
+    heavy = []
+    for rank, value in used.items():
+        median = statistics.median(v for r, v in used.items() if r != rank)
+        if value >= OUTLIER_RATIO * median and value - median >= OUTLIER_BYTES:
+            heavy.append((rank, value, median))
+    if not heavy or len(heavy) * 2 > len(used):  # "far more than the others": a few ranks
+        return []
+    ranks = tuple(rank for rank, _, _ in heavy)
+    rank, value, median = max(heavy, key=lambda item: item[1] / max(item[2], 1))
+    figure = figure_name(cuda)
+    who = f"rank {rank}" if len(heavy) == 1 else f"ranks {format_ranks(ranks)}"
+    summary = (
+        f"{who} {'uses' if len(heavy) == 1 else 'use'} far more memory ({figure}) than the "
+        f"others: {human(value)}, {value / max(median, 1):.1f}x the other ranks' median "
+        f"({human(median)})"
+    )
+    return [
+        Finding(
+            KIND_MEMORY_OUTLIER,
+            ranks,
+            summary,
+            recipe="memory-growth",
+            severity=SEVERITY_WARNING,
+            parts=tuple(
+                FindingPart((r,), f"{human(v)} ({figure})") for r, v, _ in heavy[:MAX_PARTS]
+            ),
+        )
+    ]
+
+
+def memory_findings(views: Sequence[RankView]) -> list[Finding]:
+    return growth_findings(views) + outlier_findings(views)
