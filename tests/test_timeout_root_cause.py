@@ -216,7 +216,10 @@ def test_without_agent_states_each_rank_says_where_it_timed_out_and_a_rank_elsew
         {0: None, 1: None, 2: None}, where=where, timeouts=timeouts, raised={2: AR}
     )
     assert explanation.cause.culprits == (1,)
-    assert "rank 1 never joined the collective that 0,2 timed out in" in explanation.cause.summary
+    assert (
+        "rank 1 never joined the collective that ranks 0,2 timed out in"
+        in explanation.cause.summary
+    )
     assert explanation.waits == (
         "rank 0: timed out waiting in _ALLGATHER_BASE (NCCL SeqNum 120049)",
         "rank 1: did not time out; in no collective, in load_batch (/job/data.py:40)",
@@ -301,3 +304,48 @@ def test_the_books_example_with_the_real_agent(book_job):
         pytest.skip("the in-rank agent wrote no state.json: a stand-in wrote it (H6's agent)")
     assert "agent: real" in out
     assert "rank 0 made one all_reduce more than the others" in report_of(err)[0]
+
+
+# -- NCCL's watchdog, as its documented lines say it (no GPU here) ----------------------------
+
+NCCL_JOB = """\
+import os, sys, time
+
+def wait_for_checkpoint():
+    time.sleep(600)  # WAIT
+
+if os.environ["RANK"] == "0":
+    time.sleep(2)
+    sys.stderr.write(
+        "[rank0]:[E626 05:06:30.929096625 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=4, "
+        "NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.\\n"
+    )
+    sys.stderr.flush()
+    os.abort()  # what NCCL's watchdog does: no Python exception, SIGABRT
+wait_for_checkpoint()
+"""
+NCCL_WAIT_LINE = NCCL_JOB.splitlines().index("    time.sleep(600)  # WAIT") + 1
+
+
+@pytest.mark.multirank
+def test_a_rank_aborted_by_nccls_watchdog_is_a_timeout_and_the_rank_elsewhere_is_named(tmp_path):
+    (tmp_path / "job.py").write_text(NCCL_JOB)
+    done = subprocess.run(
+        [sys.executable, "-m", "mldebug", "run", "--run-dir", str(tmp_path / "run"),
+         "--nproc-per-node", "2", "job.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 128 + signal.SIGABRT, done.stderr
+    report = report_of(done.stderr)
+    where = f"wait_for_checkpoint ({tmp_path / 'job.py'}:{NCCL_WAIT_LINE})"
+    assert report[0] == (
+        "mldebug: root cause: rank 1 never joined the collective that rank 0 timed out in: "
+        f"last seen outside any collective, in {where}"
+    ), done.stderr
+    assert "    rank 0: timed out waiting in ALLREDUCE (NCCL SeqNum 5)" in report
+    assert f"    rank 1: in no collective, in {where}" in report
+    assert any(line.startswith("  first failure: rank 0") and "aborted" in line for line in report)

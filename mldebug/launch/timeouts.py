@@ -376,7 +376,8 @@ def explain(
             cause = Cause(
                 tuple(outside),
                 f"{who} {format_ranks(outside)} never joined the collective that "
-                f"{format_ranks(timeouts)} timed out in: last seen outside any collective, in "
+                f"{'rank' if len(timeouts) == 1 else 'ranks'} {format_ranks(timeouts)} "
+                "timed out in: last seen outside any collective, in "
                 f"{places}",
                 DEFAULT_GROUP,
                 0,
