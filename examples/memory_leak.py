@@ -1,13 +1,18 @@
-"""A memory leak: every step keeps its activations alive in a list "for later logging".
+"""A memory leak: rank 0 keeps every step's error "to log the average at the end".
 
     mldebug run --nproc-per-node 2 examples/memory_leak.py
 
-Resident memory grows by about 8 MiB per step on every rank; the script prints it so the
-growth is visible. (A real job would run out of memory and be SIGKILLed by the OOM killer,
-which mldebug reports as "killed (SIGKILL): OOM killer?".)
+The error is computed with autograd on and kept as a tensor, not a number: it holds its
+graph, and the graph holds the step's activations. Rank 0 keeps over 10 MiB more at every
+step; rank 1, which logs nothing, stays flat. The script says nothing about its memory. The agent in each rank records it at every
+step; rank 0 writes a `memory_growth` event (ranks/0/events.jsonl) with its rate per step,
+and `mldebug dump` (or `mldebug attach`, or `mldebug run --tui`) run while it trains names
+rank 0 and the rate as a finding (`mldebug recipes memory-growth`). A real job would end
+when the OOM killer takes rank 0 ("killed (SIGKILL): OOM killer?"). The fix: keep
+`error.item()`.
 """
 
-import resource
+import time
 
 import torch
 import torch.distributed as dist
@@ -16,24 +21,25 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 STEPS = 30
 
 
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def main() -> None:
     dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
     model = DDP(torch.nn.Linear(1024, 1024))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-    history = []  # the leak: grows by one 2048x1024 float tensor per step
-    for step in range(STEPS):
-        out = model(torch.randn(2048, 1024))
-        loss = out.pow(2).mean()
+    logged = []  # the leak, on rank 0: errors kept with their graphs
+    for _ in range(STEPS):
+        data, target = torch.randn(2048, 1024), torch.randn(2048, 1024)
+        out = model(data)
+        loss = (out - target).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        history.append(out.detach())
-        if step % 5 == 0 or step == STEPS - 1:
-            print(f"step {step} loss {loss.item():.4f} peak rss {rss_mib():.0f} MiB", flush=True)
+        if rank == 0:
+            logged.append((out - target).abs().mean())  # should be .item()
+        time.sleep(0.1)  # the rest of a real step (data loading, logging)
+    if rank == 0:
+        print(f"mean error {sum(logged).item() / len(logged):.4f}", flush=True)
     dist.destroy_process_group()
 
 

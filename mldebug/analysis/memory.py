@@ -3,9 +3,13 @@
 
   * growth: a rank whose memory grew at each of its last GROWTH_STEPS steps (the history has
     a row each time the step moves), by more than MIN_GROWTH each time, leaving out the
-    first steps (the optimizer makes its state at the first one). A healthy loop is flat
-    after that; one that keeps tensors (a loss with its graph, activations "for later")
-    grows by about the same amount each step, and the rate says how long it has left.
+    first steps (the optimizer makes its state at the first one, caches and the C
+    allocator's heap fill over the first few). A healthy loop is flat after that; one that
+    keeps tensors (a metric with its graph, activations "for later") grows by about the
+    same amount each step, and the rate says how long it has left. RSS is noisy: the C
+    allocator puts a kept tensor into a hole a freed one left, and that step does not grow.
+    So a rank whose last 2 * GROWTH_STEPS steps rise as a trend (Kendall's tau at least
+    MIN_TREND, a Theil-Sen slope of MIN_RATE a step or more) grows too.
   * outlier: a rank that uses far more than the others: at least OUTLIER_RATIO times the
     median of the other ranks, and OUTLIER_BYTES more.
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import NamedTuple
 
 from mldebug.model import (
     KIND_MEMORY_GROWTH,
@@ -33,11 +38,22 @@ from mldebug.ranges import format_ranks
 
 GROWTH_STEPS = 8
 MIN_GROWTH = 64 << 10  # bytes between two steps; less is noise (the agent uses the same)
-WARMUP_STEPS = 2  # rows of steps before this one are left out
+MIN_RATE = 1 << 20  # bytes a step, for a trend with steps that did not grow
+MIN_TREND = 0.7  # Kendall's tau of a trend (healthy ranks stay under 0.6, leaks above 0.75)
+WARMUP_STEPS = 10  # rows of steps before this one are left out (RSS settles by then)
 OUTLIER_RATIO = 1.5
 OUTLIER_BYTES = 256 << 20
 MAX_PARTS = 16
 MiB = 1 << 20
+
+
+class Growth(NamedTuple):
+    figure: str  # "RSS" or "CUDA allocated"
+    rate: float  # bytes a step
+    first: tuple  # (step, bytes) where the window starts
+    last: tuple  # (step, bytes) where it ends
+    grew: int  # steps of the window the memory grew at
+    window: int  # steps looked at
 
 
 def human(size: float) -> str:
@@ -58,10 +74,33 @@ def figure_name(cuda: bool) -> str:
     return "CUDA allocated" if cuda else "RSS"
 
 
-def growth(agent: AgentState) -> tuple[str, float, tuple, tuple] | None:
-    """(figure, bytes per step, first row, last row) when the rank's memory grew at each of
-    its last GROWTH_STEPS steps; None when it did not, or the history is too short to say.
-    A row is (step, value)."""
+def _trend(values: Sequence[int]) -> float:
+    """Kendall's tau of the values against time: 1 when each is above all before it, 0 for
+    no trend, -1 falling (the Mann-Kendall trend test's statistic)."""
+    pairs = len(values) * (len(values) - 1) / 2
+    score = sum(
+        (later > value) - (later < value)
+        for index, value in enumerate(values)
+        for later in values[index + 1 :]
+    )
+    return score / pairs if pairs else 0.0
+
+
+def _slope(rows: Sequence[tuple]) -> float:
+    """The Theil-Sen slope, bytes a step: the median slope over all pairs of rows, which one
+    step of allocator noise does not move."""
+    return statistics.median(
+        (after[1] - before[1]) / (after[0] - before[0])
+        for index, before in enumerate(rows)
+        for after in rows[index + 1 :]
+        if after[0] > before[0]
+    )
+
+
+def growth(agent: AgentState) -> Growth | None:
+    """How the rank's memory grew over its last steps after the warm-up, when it grew at
+    each of the last GROWTH_STEPS, or steadily (a trend) over the last 2 * GROWTH_STEPS; None
+    when it did not, or the history is too short to say."""
     cuda = _uses_cuda(agent)
     column = 3 if cuda else 2
     rows = [
@@ -70,14 +109,27 @@ def growth(agent: AgentState) -> tuple[str, float, tuple, tuple] | None:
         if row[column] is not None and row[0] is not None and row[0] >= WARMUP_STEPS
     ]
     last = rows[-(GROWTH_STEPS + 1) :]
-    if len(last) < GROWTH_STEPS + 1:
+    if len(last) < GROWTH_STEPS + 1 or last[-1][0] <= last[0][0]:
         return None
-    if any(after[1] - before[1] <= MIN_GROWTH for before, after in pairwise(last)):
+    grew = sum(1 for before, after in pairwise(last) if after[1] - before[1] > MIN_GROWTH)
+    if grew == GROWTH_STEPS:
+        rate = (last[-1][1] - last[0][1]) / (last[-1][0] - last[0][0])
+        return Growth(figure_name(cuda), rate, last[0], last[-1], grew, GROWTH_STEPS)
+    window = 2 * GROWTH_STEPS
+    last = rows[-(window + 1) :]
+    if len(last) < window + 1 or last[-1][0] <= last[0][0]:
         return None
-    steps = last[-1][0] - last[0][0]
-    if steps <= 0:
-        return None
-    return figure_name(cuda), (last[-1][1] - last[0][1]) / steps, last[0], last[-1]
+    rate = _slope(last)
+    if _trend([value for _, value in last]) >= MIN_TREND and rate >= MIN_RATE:
+        grew = sum(1 for before, after in pairwise(last) if after[1] - before[1] > MIN_GROWTH)
+        return Growth(figure_name(cuda), rate, last[0], last[-1], grew, window)
+    return None
+
+
+def _how(found: Growth, whose: str) -> str:
+    if found.grew == found.window:
+        return f"at each of {whose} last {found.window} steps"
+    return f"at {found.grew} of {whose} last {found.window} steps"
 
 
 def _live(views: Sequence[RankView]) -> list[RankView]:
@@ -91,14 +143,15 @@ def growth_findings(views: Sequence[RankView]) -> list[Finding]:
     if not grown:
         return []
     ranks = tuple(view.rank for view, _ in grown)
-    rates = [found[1] for _, found in grown]
-    figure = grown[0][1][0]
+    rates = [found.rate for _, found in grown]
+    figure = grown[0][1].figure
     if len(grown) == 1:
-        _, rate, first, last = grown[0][1]
+        found = grown[0][1]
+        how = _how(found, "its")
         summary = (
-            f"rank {ranks[0]}: memory ({figure}) grew at each of its last {GROWTH_STEPS} "
-            f"steps, {rate / MiB:.1f} MiB per step ({human(first[1])} at step {first[0]}, "
-            f"{human(last[1])} at step {last[0]})"
+            f"rank {ranks[0]}: memory ({figure}) grew {how}, {found.rate / MiB:.1f} MiB per step "
+            f"({human(found.first[1])} at step {found.first[0]}, {human(found.last[1])} at "
+            f"step {found.last[0]})"
         )
     else:
         low, high = min(rates) / MiB, max(rates) / MiB
@@ -106,8 +159,8 @@ def growth_findings(views: Sequence[RankView]) -> list[Finding]:
             f"{low:.1f} MiB" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} MiB"
         )
         summary = (
-            f"ranks {format_ranks(ranks)}: memory ({figure}) grew at each of their last "
-            f"{GROWTH_STEPS} steps, {rate_text} per step"
+            f"ranks {format_ranks(ranks)}: memory ({figure}) grew step after step, "
+            f"{rate_text} per step"
         )
     return [
         Finding(
@@ -119,7 +172,10 @@ def growth_findings(views: Sequence[RankView]) -> list[Finding]:
             detail="something kept from each step stays alive: a loss or an output kept with its "
             "graph (use .item() or .detach()), a list that only grows, a cache without a bound",
             parts=tuple(
-                FindingPart((view.rank,), f"{found[1] / MiB:.1f} MiB per step ({found[0]})")
+                FindingPart(
+                    (view.rank,),
+                    f"{found.rate / MiB:.1f} MiB per step ({found.figure}, grew {_how(found, 'its')})",
+                )
                 for view, found in grown[:MAX_PARTS]
             ),
         )

@@ -1,0 +1,172 @@
+"""NaN/Inf origin on a real job: 2 gloo ranks under `mldebug run --detect-anomaly`. On rank 1
+only, at step 3, a Linear's weights are set so that its output overflows float32; the ranks
+then wait (alive) for `mldebug dump`. Rank 1, step 3, `blocks.1.gate` and the line that
+called it must be named on its console, in its events.jsonl and as dump's first finding
+(text and --json); rank 0, whose numbers stayed finite, is not named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+BAD_RANK, BAD_STEP = 1, 3
+
+JOB = textwrap.dedent(
+    f"""\
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(16, 16)
+            self.act = nn.Tanh()
+
+        def forward(self, x):
+            return self.act(self.gate(x))  # GATE_LINE
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(Block(), Block(), Block())
+            self.head = nn.Linear(16, 1)
+
+        def forward(self, x):
+            return self.head(self.blocks(x))
+
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(6):
+        if rank == {BAD_RANK} and step == {BAD_STEP}:
+            with torch.no_grad():
+                model.blocks[1].gate.weight.fill_(1e38)  # finite, but x @ w.T is not
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+    print("READY", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("nonfinite")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), "NO_COLOR": "1"}
+    command = [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2"]
+    proc = subprocess.Popen(
+        [*command, "--detect-anomaly", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "console.err", "wb"),  # noqa: SIM115 (the job's lifetime)
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
+            if all(log.exists() and "READY" in log.read_text() for log in logs):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the job ended early with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ranks never got in place")
+        yield script, run_dir, tmp_path / "console.err"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done
+
+
+def test_the_rank_says_which_module_at_which_step_and_line(job):
+    script, run_dir, console = job
+    where = f"{script}:{line_of('GATE_LINE')}"
+    err = console.read_text()
+    assert (
+        f"mldebug: rank 1 step 3: blocks.1.gate (Linear) output became inf, called at {where}"
+        in err
+    ), err
+    assert "mldebug: rank 0" not in err
+    lines = (run_dir / "ranks" / "1" / "events.jsonl").read_text().splitlines()
+    (event,) = [json.loads(line) for line in lines if '"nonfinite"' in line]
+    assert (event["rank"], event["step"], event["module"], event["module_type"]) == (
+        1,
+        3,
+        "blocks.1.gate",
+        "Linear",
+    )
+    assert event["what"] == "output" and event["value"] == "inf" and event["location"] == where
+    # The trail: what came before, in call order (a Block hands on its act's output: once).
+    assert [name for name, _ in event["trail"]][-3:] == [
+        "Net (input)",
+        "blocks.0.gate",
+        "blocks.0.act",
+    ]
+    rank0 = run_dir / "ranks" / "0" / "events.jsonl"
+    assert not rank0.exists() or '"nonfinite"' not in rank0.read_text()
+
+
+def test_dump_names_the_origin_first_in_json_and_text(job):
+    script, run_dir, _ = job
+    where = f"{script}:{line_of('GATE_LINE')}"
+    report = json.loads(dump(run_dir, "--json").stdout)
+    first = report["findings"][0]
+    assert first["kind"] == "nonfinite" and first["severity"] == "error", report["findings"]
+    assert first["ranks"] == [1] and first["location"] == where
+    assert first["recipe"] == "nonfinite-origin"
+    assert first["summary"] == (
+        f"NaN/Inf from rank 1 at step 3: blocks.1.gate (Linear) output became inf, "
+        f"called at {where}"
+    )
+    text = dump(run_dir).stdout
+    assert "Verdict: NaN/Inf from rank 1 at step 3: blocks.1.gate (Linear) output became inf" in (
+        " ".join(text.split())
+    )
+    assert "mldebug recipes nonfinite-origin" in text

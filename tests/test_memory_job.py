@@ -1,0 +1,120 @@
+"""Memory findings on a real job: 2 gloo ranks under `mldebug run`. Rank 1 keeps each step's
+error with its autograd graph (and so the step's activations), as a logging bug does; rank 0
+keeps numbers. Then both wait, alive, for `mldebug dump`: rank 1 must be flagged for growing
+memory, with its rate per step, and rank 0 must not be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+MiB = 1 << 20
+
+JOB = textwrap.dedent(
+    """\
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(512, 512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    kept = []
+    for step in range(34):
+        data, target = torch.randn(2048, 512), torch.randn(2048, 512)
+        out = model(data)
+        loss = (out - target).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        error = (out - target).abs().mean()
+        kept.append(error if rank == 1 else error.item())  # rank 1 keeps the graphs
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        time.sleep(0.12)
+    print("READY", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("memory")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), "NO_COLOR": "1"}
+    command = [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2"]
+    proc = subprocess.Popen(
+        [*command, str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "console.err", "wb"),  # noqa: SIM115 (the job's lifetime)
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
+            if all(log.exists() and "READY" in log.read_text() for log in logs):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the job ended early with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ranks never got in place")
+        yield script, run_dir
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done
+
+
+def test_dump_flags_the_rank_that_keeps_its_graphs_and_not_the_healthy_one(job):
+    script, run_dir = job
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    findings = json.loads(done.stdout)["findings"]
+    (grows,) = [f for f in findings if f["kind"] == "memory_growth"]
+    assert grows["ranks"] == [1] and grows["severity"] == "warning", findings
+    assert grows["recipe"] == "memory-growth"
+    assert grows["summary"].startswith("rank 1: memory (RSS) grew at "), grows["summary"]
+    rate = float(grows["summary"].split(" MiB per step")[0].rsplit(" ", 1)[1])
+    assert 2 <= rate <= 30, grows["summary"]  # about 8 MiB kept a step, RSS is noisy
+    assert all(0 not in f["ranks"] for f in findings if f["kind"].startswith("memory"))
