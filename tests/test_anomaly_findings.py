@@ -151,3 +151,35 @@ def test_dump_shows_the_origin_in_text_and_json():
     assert as_json["recipe"] == "nonfinite-origin"
     text = render_text(snap)
     assert "Verdict: NaN/Inf from rank 1 at step 5: act (SquaredReLU) output became inf" in text
+
+
+def test_the_anomalies_tab_lists_the_origin_first():
+    """attach draws the same findings (its poller goes through mldebug.observe)."""
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from mldebug.tui.app import AttachApp
+
+    targets = [RankTarget(pid=10 + r, rank=r, world_size=2) for r in (0, 1)]
+    snap = build_snapshot(targets, {}, 2, events=[event(RECEIVED), event(ORIGIN)])
+
+    class Poller:
+        def poll(self):
+            return snap
+
+        def read_native(self, rank):
+            return None
+
+    async def look() -> list[str]:
+        app = AttachApp(Poller(), interval=3600)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table = app.query_one("#findings-table", DataTable)
+            return [str(cell) for cell in table.get_row_at(0)]
+
+    row = asyncio.run(look())
+    assert row[:3] == ["error", "nonfinite", "1"]
+    assert row[3].startswith("NaN/Inf from rank 1 at step 5: act (SquaredReLU) output became inf")
+    assert row[4:] == ["/job/nan_loss.py:40", "nonfinite-origin"]
