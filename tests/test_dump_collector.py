@@ -145,7 +145,10 @@ def test_ranks_that_move_are_not_read_while_those_that_stopped_are(agent_job):
     assert {state.rank for state in readings.agents.values()} == {0, 1, 2, 3}
 
 
-def test_a_moving_rank_is_still_read_on_the_slow_rotation(agent_job):
+def test_a_moving_rank_is_still_read_on_the_slow_rotation(agent_job, monkeypatch):
+    from mldebug.collect import collector as collector_module
+
+    monkeypatch.setattr(collector_module, "ROTATION_READS", 1e9)  # no budget to keep to
     with agent_job.observer(slow_rotation=0.0) as observer:
         for _ in range(4):
             agent_job.beat(moving={0, 1, 2, 3})
@@ -173,3 +176,18 @@ def test_dump_reads_every_rank_whatever_the_agents_say(agent_job):
         for _ in range(3):
             agent_job.beat(moving={0, 1, 2, 3})
             assert agent_job.read(observer) == {0, 1, 2, 3}
+
+
+def test_many_moving_ranks_share_a_budget_of_rotation_reads(agent_job, monkeypatch):
+    from mldebug.collect import collector as collector_module
+
+    # 4 moving ranks at 0.4 rotation reads a second: each read every 10 s at the most,
+    # though the rotation alone would read them at every poll.
+    monkeypatch.setattr(collector_module, "ROTATION_READS", 0.4)
+    with agent_job.observer(slow_rotation=0.0) as observer:
+        agent_job.beat()
+        agent_job.read(observer)
+        agent_job.beat(moving={0, 1, 2, 3})
+        assert agent_job.read(observer) == {0, 1, 2, 3}  # read once as they start moving
+        agent_job.beat(moving={0, 1, 2, 3})
+        assert agent_job.read(observer) == set()

@@ -19,8 +19,9 @@ Cheaper watching (`skip_moving`, the live view): a rank whose in-rank agent beat
 state.json is fresh) and whose step or collective count moved since the previous poll
 (`AgentState.progress`) is working, and a stack reading would say nothing new: it is not
 read this poll. It is read when it stops moving, when the view asks for it (`focus`), at
-least every `slow_rotation` seconds, and once after it starts moving (so its last reading is
-one of a moving rank). A rank not read in a poll keeps its last readings in the poll's
+least every `slow_rotation` seconds (in a job of many moving ranks, less often: rotation
+reads stay within ROTATION_READS a second), and once after it starts moving (so its last
+reading is one of a moving rank). A rank not read in a poll keeps its last readings in the poll's
 answer, each marked `carried` (not a new sample). Each poll's states are in the answer too
 (`JobReadings.agents`), for the analysis.
 """
@@ -60,6 +61,9 @@ MIN_READ_SECONDS = 0.05
 DEADLINE_GRACE = 1.0
 # skip_moving: a rank that moves is still read at least this often (seconds).
 SLOW_ROTATION = 10.0
+# ...but all moving ranks together cost at most about this many rotation reads a second (128
+# moving ranks: each every 16 s; 1,024: every 128 s).
+ROTATION_READS = 8.0
 # A heartbeat older than this many intervals (at least FRESH_MIN_SECONDS) is not fresh: the
 # agent stopped writing, and what its file says is not news.
 FRESH_INTERVALS = 3
@@ -262,7 +266,12 @@ class JobCollector:
         if self.skip_moving:
             self._agents = read_states(targets, self.job.run_dir)
             now, wall = time.monotonic(), time.time()
-            targets = [t for t in targets if not self._skip(t, now, wall)]
+            for target in targets:
+                pid = target.pid
+                self._moving[pid] = self._moves_now(target, self._agents.get(pid), wall)
+            moving = sum(self._moving[t.pid] for t in targets)
+            period = max(self.slow_rotation, moving / ROTATION_READS)
+            targets = [t for t in targets if not self._skip(t, now, period)]
         limit = self.max_ranks_per_poll
         if not limit or len(targets) <= limit:
             return targets
@@ -287,16 +296,15 @@ class JobCollector:
         interval = state.interval or 1.0
         return moved and wall - state.time <= max(FRESH_MIN_SECONDS, FRESH_INTERVALS * interval)
 
-    def _skip(self, target: RankTarget, now: float, wall: float) -> bool:
-        """Not read this poll: it moves, and was read lately while it moved."""
+    def _skip(self, target: RankTarget, now: float, period: float) -> bool:
+        """Not read this poll: it moves, and was read less than `period` ago while it moved."""
         pid = target.pid
-        moving = self._moving[pid] = self._moves_now(target, self._agents.get(pid), wall)
         last = self._read_at.get(pid)
         return (
-            moving
+            self._moving[pid]
             and target.rank not in self._focus
             and last is not None
-            and now - last < self.slow_rotation
+            and now - last < period
             and self._moving_at_read.get(pid, False)
             and pid_alive(pid)
         )
