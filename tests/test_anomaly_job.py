@@ -3,6 +3,10 @@ only, at step 3, a Linear's weights are set so that its output overflows float32
 then wait (alive) for `mldebug dump`. Rank 1, step 3, `blocks.1.gate` and the line that
 called it must be named on its console, in its events.jsonl and as dump's first finding
 (text and --json); rank 0, whose numbers stayed finite, is not named.
+
+The same script runs a second time, at once, with the detector failing inside on purpose
+(MLDEBUG_AGENT_FAULT=anomaly) and ending by itself: it must say so once per rank and
+change nothing of the program: the same losses as the first run, exit code 0.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ BAD_RANK, BAD_STEP = 1, 3
 
 JOB = textwrap.dedent(
     f"""\
+    import sys
     import time
 
     import torch
@@ -52,6 +57,7 @@ JOB = textwrap.dedent(
 
 
     dist.init_process_group("gloo")
+    torch.set_num_threads(1)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = Net()
@@ -66,8 +72,10 @@ JOB = textwrap.dedent(
         optimizer.step()
         total = loss.detach().clone()
         dist.all_reduce(total)
-    print("READY", flush=True)
-    time.sleep(600)
+        print(f"step {{step}} loss {{loss.item()!r}} total {{total.item()!r}}", flush=True)
+    if sys.argv[1:] == ["wait"]:
+        print("READY", flush=True)
+        time.sleep(600)
     """
 )
 
@@ -78,39 +86,51 @@ def line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
+    """Both runs, started together: the one that waits, and the faulted one that ends."""
     tmp_path = tmp_path_factory.mktemp("nonfinite")
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    run_dir = tmp_path / "run"
     env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), "NO_COLOR": "1"}
-    command = [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2"]
-    proc = subprocess.Popen(
-        [*command, "--detect-anomaly", str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "console.err", "wb"),  # noqa: SIM115 (the job's lifetime)
-        start_new_session=True,
-    )
+    started = []
+    for name, extra_env, args in (
+        ("run", {}, ["wait"]),
+        ("faulted", {"MLDEBUG_AGENT_FAULT": "anomaly"}, []),
+    ):
+        command = [*MLDEBUG, "run", "--run-dir", str(tmp_path / name), "--nproc-per-node", "2"]
+        started.append(
+            subprocess.Popen(
+                [*command, "--detect-anomaly", str(script), *args],
+                cwd=tmp_path,
+                env={**env, **extra_env},
+                stdout=subprocess.DEVNULL,
+                stderr=open(tmp_path / f"{name}.err", "wb"),  # noqa: SIM115 (the job's lifetime)
+                start_new_session=True,
+            )
+        )
+    waiting, faulted = started
+    run_dir = tmp_path / "run"
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
             if all(log.exists() and "READY" in log.read_text() for log in logs):
                 break
-            if proc.poll() is not None:
-                pytest.fail(f"the job ended early with {proc.returncode}")
+            if waiting.poll() is not None:
+                pytest.fail(f"the job ended early with {waiting.returncode}")
             time.sleep(0.5)
         else:
             pytest.fail("the ranks never got in place")
-        yield script, run_dir, tmp_path / "console.err"
+        faulted.wait(timeout=240)
+        yield script, run_dir, tmp_path / "run.err", faulted.returncode
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
@@ -126,7 +146,7 @@ def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
 
 
 def test_the_rank_says_which_module_at_which_step_and_line(job):
-    script, run_dir, console = job
+    script, run_dir, console, _ = job
     where = f"{script}:{line_of('GATE_LINE')}"
     err = console.read_text()
     assert (
@@ -154,7 +174,7 @@ def test_the_rank_says_which_module_at_which_step_and_line(job):
 
 
 def test_dump_names_the_origin_first_in_json_and_text(job):
-    script, run_dir, _ = job
+    script, run_dir, _, _ = job
     where = f"{script}:{line_of('GATE_LINE')}"
     report = json.loads(dump(run_dir, "--json").stdout)
     first = report["findings"][0]
@@ -170,3 +190,22 @@ def test_dump_names_the_origin_first_in_json_and_text(job):
         " ".join(text.split())
     )
     assert "mldebug recipes nonfinite-origin" in text
+
+
+def test_a_detector_that_fails_inside_says_so_once_and_changes_nothing(job):
+    _, run_dir, _, code = job
+    faulted = run_dir.parent / "faulted"
+    assert code == 0
+    err = (run_dir.parent / "faulted.err").read_text()
+    for rank in (0, 1):
+        # The same losses, to the last digit, as the run whose detector worked.
+        ran = (run_dir / "ranks" / str(rank) / "stdout.log").read_text().replace("READY\n", "")
+        assert (faulted / "ranks" / str(rank) / "stdout.log").read_text() == ran
+        assert ran.count("\n") == 6 and "step 5 loss" in ran
+        lines = (faulted / "ranks" / str(rank) / "events.jsonl").read_text().splitlines()
+        kinds = [json.loads(line)["kind"] for line in lines]
+        assert "nonfinite" not in kinds
+        (error,) = [json.loads(line) for line in lines if '"agent_error"' in line]
+        assert error["part"] == "anomaly" and "InjectedFault" in error["message"]
+        assert err.count("] mldebug agent: anomaly: InjectedFault") == 2
+    assert "became inf" not in err

@@ -591,7 +591,6 @@ def start(runtime, environ=os.environ) -> Detector | None:
     mode = mode_from_env(environ.get(ENV_DETECT))
     if mode is None:
         return None
-    fault_point(PART)
     steps = runtime.steps
     detector = Detector(
         runtime.rank, mode, runtime.rankrules.is_library_path, step_of=lambda: steps.value
