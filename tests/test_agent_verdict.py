@@ -32,6 +32,7 @@ from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_WARNING,
     STATE_RUNNING,
+    STATE_STUCK,
     STATE_WAITING,
     AgentState,
     CollectiveCall,
@@ -547,3 +548,23 @@ def test_text_from_a_state_is_shown_as_written_without_escape_sequences(tmp_path
     text = render_text(snap, verbose=True, color=True)
     assert "/job/[bold]x[/bold]" in text
     assert "\x1b[2J" not in text and "\x1b]0;" not in text
+
+
+def test_a_rank_not_read_this_time_whose_agent_moves_is_running_not_stuck(tmp_path):
+    # GIVEN two ranks the live view did not read this poll (their stacks are carried over,
+    # the same stack again), one whose agent says its step just moved, one whose did not
+    moving = state(0, call(5, completed=NOW - 0.8, enqueued=NOW - 0.9), 5, step=40)
+    moving["step_time"] = NOW - 0.6
+    still = state(1, call(5, completed=NOW - 120, enqueued=NOW - 121), 5, step=40)
+    still["step_time"] = NOW - 120
+    root = write_run(tmp_path, {0: moving, 1: still})
+    targets = [RankTarget(pid=pid_of(r), rank=r, world_size=2, run_dir=str(root)) for r in (0, 1)]
+    carried = {
+        pid_of(r): [replace(s, carried=True) for s in samples(r, LOAD, busy=False)] for r in (0, 1)
+    }
+    # WHEN the snapshot is built
+    snap = build_snapshot(targets, carried, world_size=2, agents=read_states(targets), now=NOW)
+    # THEN the moving rank runs, and only the one that does not move is stuck
+    states = {v.rank: v.state for v in snap.ranks}
+    assert states == {0: STATE_RUNNING, 1: STATE_STUCK}
+    assert "its agent says it makes progress" in snap.ranks[0].detail

@@ -15,6 +15,7 @@ from mldebug.analysis.frames import (
     worker_user_frame,
 )
 from mldebug.analysis.merge import build_tree, group_stacks
+from mldebug.analysis.progress import moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
@@ -110,6 +111,22 @@ def with_agent(view: RankView, state: AgentState | None, now: float) -> RankView
     return replace(view, agent=state, step=state.step, heartbeat_age=max(0.0, now - state.time))
 
 
+def as_moving(view: RankView, samples: Sequence[StackSample], now: float) -> RankView:
+    """A rank not read this time (its last stack is carried over, StackSample.carried) whose
+    agent says its step or collectives move is running: an old stack read again says
+    nothing about whether it is stuck."""
+    if not samples or not samples[-1].carried or view.state not in (STATE_STUCK, STATE_UNKNOWN):
+        return view
+    if not moving_now(view.agent, now):
+        return view
+    age = max(0.0, now - samples[-1].time)
+    return replace(
+        view,
+        state=STATE_RUNNING,
+        detail=f"its agent says it makes progress; stack as read {age:.0f} s ago",
+    )
+
+
 def as_waiting(view: RankView, wait: Wait | None) -> RankView:
     """A rank whose agent says it waits in a collective is waiting, whatever its stack shows
     (spinning at a sync point reads as running)."""
@@ -157,6 +174,7 @@ def build_snapshot(
     for rank, target in assign_ranks(targets):
         rank_samples = samples.get(target.pid, ())
         view = with_agent(rank_view(rank, target, rank_samples, memo), agents.get(target.pid), now)
+        view = as_moving(view, rank_samples, now)
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
         if rank_samples and rank_samples[-1].failure:

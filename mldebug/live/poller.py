@@ -36,6 +36,11 @@ class Poller(Protocol):
         """
         ...
 
+    def focus(self, ranks: Iterable[int]) -> None:
+        """The ranks a detail screen shows (none: empty): their stacks are read at every
+        poll, even while their agents say they move. Cheap; called on the UI thread."""
+        ...
+
     def close(self) -> None:
         """Release what the poller holds; called once when the app ends."""
         ...

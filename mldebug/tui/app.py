@@ -269,6 +269,12 @@ class AttachApp(App[int]):
         else:
             self.action_show_help_panel()
 
+    def pop_screen(self):
+        popped = super().pop_screen()
+        if len(self.screen_stack) == 1:  # back at the overview: no rank is looked at
+            self.poller.focus(())
+        return popped
+
     def action_save_report(self) -> None:
         if self.snapshot is None:
             self.notify("Nothing to save yet: the first poll has not finished.", severity="warning")

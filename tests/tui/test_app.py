@@ -657,3 +657,21 @@ async def test_a_report_on_another_users_run_goes_to_the_current_directory(
         await wait_until(pilot, lambda: app.last_report != "")
     assert not (run_dir / "reports").exists()
     assert len(list(cwd.glob("mldebug-attach-*.txt"))) == 1
+
+
+async def test_the_ranks_on_a_detail_screen_are_focused_while_it_is_shown(poller):
+    app = AttachApp(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        # WHEN rank 1's detail opens, then a comparison with rank 3, then both close
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        await pilot.press("c", "3", "enter")
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+    # THEN the poller was told which ranks were looked at, and when none was any more
+    # (the prompt that asks which rank to compare with keeps rank 1 focused meanwhile)
+    assert poller.focused == [(1,), (1,), (1, 3), (1,), ()]

@@ -110,6 +110,7 @@ class FakePoller:
         self.make = make or (lambda tick: hung_job(world_size, tick=0))
         self.calls = 0
         self.native_requests: list[bool] = []
+        self.focused: list[tuple[int, ...]] = []  # what focus() was told, in order
         self.closed = False
         self.gate = threading.Event()
         self.gate.set()  # clear() to make the next poll hang until set()
@@ -132,6 +133,9 @@ class FakePoller:
         if view is None or view.target is None:
             return None
         return StackSample(view.target, FIXED_TIME, threads=view.threads)
+
+    def focus(self, ranks) -> None:
+        self.focused.append(tuple(ranks))
 
     def close(self) -> None:
         self.closed = True

@@ -21,6 +21,12 @@ class NativeFrames:
     def details(self) -> dict[int, RankDetail]:
         raise NotImplementedError
 
+    def on_screen_resume(self) -> None:
+        # The ranks on screen are read at every poll while they are looked at, even when
+        # their agents say they move (the live view otherwise skips those). The app says
+        # when none is looked at any more (back at the overview).
+        self.app.poller.focus(self.details().keys())
+
     def action_toggle_native(self) -> None:
         self.native = not self.native
         for rank, detail in self.details().items():
