@@ -395,7 +395,9 @@ def _group_verdict(
 ) -> tuple[dict[int, Wait], list[Finding], set[int]]:
     members = _members(group, views)
     fresh = [v for v in members if _fresh(v)]
-    if len(members) < 2 or not fresh:
+    # One member is enough for a hang: a call that never completes on a lone rank waits on
+    # the device or the network (a kernel ahead of it on the stream that never ends).
+    if not members or not fresh:
         return {}, [], set()
     if any(c.op in P2P_OPS for v in members for c in _calls(v, group).values()):
         return {}, [], set()
