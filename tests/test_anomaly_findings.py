@@ -183,3 +183,11 @@ def test_the_anomalies_tab_lists_the_origin_first():
     assert row[:3] == ["error", "nonfinite", "1"]
     assert row[3].startswith("NaN/Inf from rank 1 at step 5: act (SquaredReLU) output became inf")
     assert row[4:] == ["/job/nan_loss.py:40", "nonfinite-origin"]
+
+
+def test_the_reader_keeps_the_newest_500_events_of_a_rank(tmp_path):
+    root = tmp_path / "run"
+    short = [json.dumps({"kind": "nonfinite", "step": i, "message": "m"}) for i in range(501)]
+    write_events(root, {0: short})  # 501 short lines: within the bytes read
+    found, bad = EventsReader().read(root)
+    assert bad == 0 and [e.step for e in found] == list(range(1, 501))

@@ -122,6 +122,8 @@ def _lines(path: Path, max_bytes: int) -> list[str]:
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     if start > 0 and lines:
         lines = lines[1:]  # the first line was cut in the middle
     return lines
