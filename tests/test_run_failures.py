@@ -188,3 +188,28 @@ def test_the_report_puts_no_escape_sequence_of_a_rank_on_the_terminal(tmp_path):
     # THEN the words are there, and no escape or control character is
     assert "RuntimeError: bad" in report and "link" in report and "shard" in report
     assert not any(c in report for c in "\x1b\x07\x9b")
+
+
+def test_a_rank_that_ran_out_of_cuda_memory_points_at_what_its_agent_saved(tmp_path):
+    # GIVEN rank 1 died of a CUDA OOM (the message recorded on an H200), and its agent left
+    # the allocator's summary and snapshot in its folder, as it does before the error rises
+    recorded = Path(__file__).parent / "data" / "gpu" / "memory"
+    paths = RunPaths(tmp_path)
+    folder = paths.rank_dir(1)
+    folder.mkdir(parents=True)
+    (folder / "memory_summary.txt").write_text((recorded / "memory_summary.txt").read_text())
+    (folder / "memory_snapshot.pickle").write_bytes(b"\x80\x04N.")
+    failure = failure_from_error_file(
+        {
+            "type": "OutOfMemoryError",
+            "message": (recorded / "oom_message.txt").read_text(),
+            "time": 1.0,
+            "location": "/job/train.py:40",
+        },
+        rank=1,
+    )
+    # WHEN the first-failure report is written, THEN it says where those files are
+    report = format_report([failure], paths)
+    assert "OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB" in report
+    assert f"CUDA memory when it ran out: {folder / 'memory_summary.txt'}" in report
+    assert f"allocator snapshot (drag it into https://pytorch.org/memory_viz): {folder}" in report

@@ -299,10 +299,28 @@ def format_report(
     if stopped:
         lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
     lines.append(f"  full output: {paths.rank_dir(output_rank)}/stderr.log")
+    lines += _oom_files(paths, first.rank)
     lines.append(f"  what to do next: mldebug recipes {recipe}")
     # The fields come from files a rank wrote: no escape sequence of theirs reaches the
     # terminal inside mldebug's own report (the rank's own output lines are its own).
     return printable("\n".join(lines))
+
+
+# What the agent writes when CUDA runs out of memory, before the error reaches the program.
+OOM_FILES = (
+    ("memory_summary.txt", "CUDA memory when it ran out"),
+    ("memory_snapshot.pickle", "allocator snapshot (drag it into https://pytorch.org/memory_viz)"),
+)
+
+
+def _oom_files(paths: RunPaths, rank: int) -> list[str]:
+    """Lines pointing at the OOM files the failed rank's agent left, if any."""
+    lines = []
+    for name, what in OOM_FILES:
+        path = paths.rank_dir(rank) / name
+        if _exists(path):
+            lines.append(f"  {what}: {path}")
+    return lines
 
 
 def _timeout_head(first: Failure, where: str, explanation) -> list[str]:
