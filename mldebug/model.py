@@ -175,6 +175,22 @@ class GroupProgress:
 
 
 @dataclass(frozen=True)
+class FlightGroup:
+    """One process group as torch's own Flight Recorder showed it to the rank's agent
+    (state.json's optional `flight_recorder`): its last recorded collective, and how many
+    recorded entries are not retired (still pending)."""
+
+    group: str  # the agent's name of the group ("default_pg", "1")
+    seq: int  # the last entry's collective_seq_id
+    op: str  # "all_reduce" (without the backend prefix)
+    retired: bool  # the last entry completed
+    pending: int  # entries not retired
+    created: float | None = None  # when the last entry was recorded (epoch seconds)
+    shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class MemoryReading:
     rss: int | None = None
     cuda_allocated: int | None = None
@@ -203,6 +219,7 @@ class AgentState:
     trace: tuple[CollectiveCall, ...] = ()  # the last calls, oldest first
     memory: MemoryReading | None = None
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
+    flight: tuple[FlightGroup, ...] = ()  # torch's Flight Recorder, while the rank looked stuck
 
     @property
     def progress(self) -> tuple[int, int, int]:

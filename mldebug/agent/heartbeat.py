@@ -17,6 +17,7 @@ import threading
 import time
 
 from .events import fail, fault_point, warn_once
+from .flight import Flight
 
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
@@ -65,13 +66,14 @@ class Heartbeat:
             tracer.on_pending = self._wake.set
         self._thread: threading.Thread | None = None
         self.writes = 0
+        self.flight = Flight(interval, started, clock=clock)  # torch's Flight Recorder
 
     def state(self) -> dict:
         fault_point(PART)
         groups, trace = self.tracer.snapshot() if self.tracer is not None else ({}, [])
         steps = self.steps
         memory = self.memory
-        return {
+        state = {
             "version": VERSION,
             "rank": self.rank,
             "pid": self.pid,
@@ -85,6 +87,11 @@ class Heartbeat:
             "memory": memory.reading() if memory is not None else None,
             "memory_history": memory.history_rows() if memory is not None else [],
         }
+        # Not at exit: torch may be half torn down by then.
+        flight = None if self._stopping else self.flight.summary(groups, state["step_time"])
+        if flight is not None:
+            state["flight_recorder"] = flight
+        return state
 
     def write_once(self) -> bool:
         """One state.json; False when it could not be written (said once)."""

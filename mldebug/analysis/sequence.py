@@ -13,6 +13,12 @@ Times compared are the agents' own (when a call was made, when the state was wri
 this process's clock: a wait counts once it lasted a heartbeat, and is an error after two.
 Groups where point-to-point calls are counted are left out: send/recv numbers differ per
 rank by design.
+
+torch's own Flight Recorder (the agent's `flight_recorder`, read while a rank looks stuck)
+is the cross-check for what the Python trace cannot see (DDP's gradient all-reduces, issued
+by C++): a rank with no traced call pending whose recorder shows a collective not retired
+for two heartbeats waits in it; the ranks whose recorders show no such wait are elsewhere,
+and named with their line.
 """
 
 from __future__ import annotations
@@ -196,6 +202,7 @@ class Wait:
     group: str
     call: CollectiveCall
     seconds: float
+    flight: bool = False  # seen in torch's Flight Recorder, not in the agent's trace
 
 
 @dataclass(frozen=True)
@@ -472,6 +479,112 @@ def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
     return findings
 
 
+def _traced_pending(view: RankView) -> bool:
+    return any(_seq(g.enqueued) > _seq(g.completed) for g in view.agent.groups)
+
+
+def _flight_wait(view: RankView) -> Wait | None:
+    """A rank with no traced call pending whose Flight Recorder shows its last collective
+    not retired for two heartbeats: it waits in it (a C++ collective, DDP's all-reduce)."""
+    if not _fresh(view) or _traced_pending(view):
+        return None
+    for flight in view.agent.flight:
+        if flight.retired or flight.pending == 0 or flight.created is None:
+            continue
+        seconds = max(0.0, view.agent.time - flight.created)
+        if seconds > WAIT_ERROR_INTERVALS * interval_of(view.agent):
+            call = CollectiveCall(
+                flight.group,
+                flight.seq,
+                flight.op,
+                enqueued=flight.created,
+                shapes=flight.shapes,
+                dtypes=flight.dtypes,
+            )
+            return Wait(view.rank, flight.group, call, seconds, flight=True)
+    return None
+
+
+def _in_flight(view: RankView, group: str, seq: int) -> bool:
+    """The rank's recorder shows collective #seq of `group` (or a later one) not retired."""
+    return any(
+        f.group == group and f.pending > 0 and f.seq >= seq and not f.retired
+        for f in view.agent.flight
+    )
+
+
+def _flight_findings(
+    views: Sequence[RankView], waits: Mapping[int, Wait], covered: set[int]
+) -> tuple[dict[int, Wait], list[Finding], set[int]]:
+    """The Flight Recorder cross-check, for ranks the agents' counts leave unexplained."""
+    found = {}
+    for view in views:
+        if view.agent is not None and view.rank not in waits and view.rank not in covered:
+            wait = _flight_wait(view)
+            if wait is not None:
+                found[view.rank] = wait
+    findings: list[Finding] = []
+    explained: set[int] = set()
+    by_call: dict[tuple[str, int], list[Wait]] = {}
+    for wait in found.values():
+        by_call.setdefault((wait.group, wait.call.seq), []).append(wait)
+    for (group, seq), group_waits in sorted(by_call.items()):
+        waiting = sorted(w.rank for w in group_waits)
+        call = group_waits[0].call
+        elsewhere = [
+            v
+            for v in views
+            if v.agent is not None
+            and alive(v)
+            and v.rank not in found
+            and v.rank not in covered
+            and v.rank not in waits
+            and not _traced_pending(v)
+            and not _in_flight(v, group, seq)
+        ]
+        if group != DEFAULT_GROUP:
+            elsewhere = [v for v in elsewhere if any(f.group == group for f in v.agent.flight)]
+        if not elsewhere:
+            continue
+        ranks = [v.rank for v in elsewhere]
+        head = elsewhere[0]
+        longest = max(w.seconds for w in group_waits)
+        on = "" if group == DEFAULT_GROUP else f" on group {group}"
+        # Its own recorder, read while it looked stuck too, says it is not in the call.
+        confirmed = all(v.agent.flight for v in elsewhere)
+        findings.append(
+            Finding(
+                KIND_OUTLIER,
+                tuple(ranks),
+                f"{_ranks_text(ranks)} {_verb(ranks, 'is', 'are')} not in {call.op} "
+                f"#{seq}{on}, which {_ranks_text(waiting)} {_verb(waiting, 'waits', 'wait')} "
+                f"in (torch's Flight Recorder); {_verb(ranks, 'it is', 'they are')} "
+                f"{_current(head)}",
+                location=head.user_frame.location if head.user_frame else None,
+                recipe="rank-outside-collective",
+                severity=SEVERITY_ERROR if confirmed else SEVERITY_WARNING,
+                detail=(
+                    f"{_ranks_text(waiting)} {_verb(waiting, 'has', 'have')} no traced call "
+                    f"pending, but torch's Flight Recorder shows {call.op} #{seq}{on}"
+                    f"{_describe(call)[len(call.op) :]} "
+                    f"not complete after up to {longest:.0f} s (a collective issued by C++, "
+                    "such as DDP's gradient all-reduce, which the agent's trace does not see)."
+                ),
+                parts=(
+                    FindingPart(
+                        tuple(ranks),
+                        head.user_frame.function if head.user_frame else "?",
+                        head.user_frame.location if head.user_frame else None,
+                    ),
+                    FindingPart(tuple(waiting), f"{call.op} #{seq}", None),
+                ),
+            )
+        )
+        explained.update(waiting)
+        explained.update(ranks)
+    return found, findings, explained
+
+
 def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     """What the agents' collective counts say, over every group any rank called on."""
     names: dict[str, None] = {}
@@ -488,4 +601,8 @@ def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
             waits.setdefault(rank, wait)
         findings += group_findings
         covered |= group_covered
+    flight_waits, flight_findings, flight_covered = _flight_findings(views, waits, covered)
+    waits.update(flight_waits)
+    findings += flight_findings
+    covered |= flight_covered
     return SequenceVerdict(waits, tuple(findings), frozenset(covered))

@@ -138,7 +138,8 @@ def as_waiting(view: RankView, wait: Wait | None) -> RankView:
         state=STATE_WAITING,
         collective=view.collective or call.op,
         detail=(
-            f"its agent: made {call.op} #{call.seq}"
+            ("its Flight Recorder: " if wait.flight else "its agent: ")
+            + f"made {call.op} #{call.seq}"
             + (f" on {wait.group}" if wait.group != "default_pg" else "")
             + f", not complete after {wait.seconds:.0f} s"
         ),

@@ -12,7 +12,14 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from mldebug.model import AgentState, CollectiveCall, GroupProgress, MemoryReading, RankTarget
+from mldebug.model import (
+    AgentState,
+    CollectiveCall,
+    FlightGroup,
+    GroupProgress,
+    MemoryReading,
+    RankTarget,
+)
 from mldebug.rundir import RunPaths, read_json
 
 MAX_STATE_BYTES = 1 << 20
@@ -113,6 +120,35 @@ def _groups(value: object) -> tuple[GroupProgress, ...]:
     return tuple(groups)
 
 
+def _flight(value: object) -> tuple[FlightGroup, ...]:
+    """`flight_recorder`: per group torch's last recorded collective and its pending count."""
+    if not isinstance(value, dict):
+        return ()
+    groups = []
+    for name, entry in list(value.items())[:MAX_GROUPS]:
+        group = _text(name)
+        if group is None or not isinstance(entry, dict) or not isinstance(entry.get("last"), dict):
+            continue
+        last = entry["last"]
+        seq, op, pending = _int(last.get("seq")), _text(last.get("op")), _int(entry.get("pending"))
+        retired = last.get("retired")
+        if seq is None or op is None or pending is None or not isinstance(retired, bool):
+            continue
+        groups.append(
+            FlightGroup(
+                group=group,
+                seq=seq,
+                op=op,
+                retired=retired,
+                pending=pending,
+                created=_time(last.get("created")),
+                shapes=_shapes(last.get("sizes")),
+                dtypes=_dtypes(last.get("dtypes")),
+            )
+        )
+    return tuple(groups)
+
+
 def _memory(value: object) -> MemoryReading | None:
     if not isinstance(value, dict):
         return None
@@ -173,6 +209,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         memory=_memory(data.get("memory")),
         memory_history=_history(data.get("memory_history")),
         interval=_interval(data.get("interval")),
+        flight=_flight(data.get("flight_recorder")),
     )
 
 

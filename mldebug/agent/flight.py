@@ -1,0 +1,162 @@
+"""torch's own Flight Recorder, read as a cross-check while the rank looks stuck (docs/agent.md).
+
+torch 2.13 records every collective its process groups issue (gloo included) in a ring
+buffer, DDP's gradient all-reduces among them, which the agent's Python trace never sees.
+The heartbeat thread asks `Flight.summary()` each round; only while torch.distributed is
+initialised and the rank looks stuck (a traced call pending for more than PENDING_INTERVALS
+heartbeats, or the step still for more than STILL_INTERVALS) does it call torch's JSON dump,
+at most once every MIN_GAP seconds, and keep per group the last entry and how many entries
+are not retired. A rank whose steps move never pays for a dump. A failure is said once
+(an agent_error event) and the part stands aside.
+
+Stdlib only; torch is looked up in sys.modules, never imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from .events import fail, fault_point
+
+PART = "flight_recorder"
+PENDING_INTERVALS = 2
+STILL_INTERVALS = 5
+MIN_GAP = 5.0  # seconds between two dumps
+MAX_DUMP = 16 << 20  # bytes of JSON parsed at most
+MAX_ENTRIES = 4096
+MAX_GROUPS = 64
+MAX_TEXT = 200
+DEFAULT_GROUP = "default_pg"
+
+
+def _dumper():
+    """torch's JSON dump of its Flight Recorder, or None when torch.distributed is not
+    imported or not initialised (or this torch has none)."""
+    dist = sys.modules.get("torch.distributed")
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if dist is None or c10d is None:
+        return None
+    initialised = getattr(dist, "is_initialized", None)
+    if initialised is None or not initialised():
+        return None
+    return getattr(c10d, "_dump_fr_trace_json", None) or getattr(
+        c10d, "_dump_nccl_trace_json", None
+    )
+
+
+def group_name(process_group) -> str | None:
+    """The agent's name of an entry's group: default_pg for the world, torch's name when it
+    counted it out ("1"), else its description or name."""
+    if not isinstance(process_group, (list, tuple)) or len(process_group) != 2:
+        return None
+    name, desc = (str(part)[:MAX_TEXT] for part in process_group)
+    if desc == DEFAULT_GROUP:
+        return DEFAULT_GROUP
+    if name.isdigit():
+        return name
+    if desc and desc != "undefined":
+        return desc
+    return name or None
+
+
+def _ints(value) -> list:
+    if not isinstance(value, list):
+        return []
+    return [int(v) for v in value[:8] if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def summarise(data) -> dict:
+    """{group: {"last": {...}, "pending": n}} from a parsed dump (the contract's field)."""
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    groups: dict[str, dict] = {}
+    for entry in entries[-MAX_ENTRIES:]:
+        if not isinstance(entry, dict):
+            continue
+        name = group_name(entry.get("process_group"))
+        seq = entry.get("collective_seq_id")
+        if name is None or not isinstance(seq, int) or isinstance(seq, bool):
+            continue
+        if name not in groups and len(groups) >= MAX_GROUPS:
+            continue
+        group = groups.setdefault(name, {"last": None, "pending": 0})
+        retired = entry.get("retired") is True
+        if not retired:
+            group["pending"] += 1
+        last = group["last"]
+        if last is not None and last["seq"] > seq:
+            continue
+        op = str(entry.get("profiling_name") or "")
+        op = op.split(":", 1)[1] if ":" in op else op
+        created = entry.get("time_created_ns")
+        sizes = entry.get("input_sizes")
+        dtypes = entry.get("input_dtypes")
+        group["last"] = {
+            "seq": seq,
+            "op": op[:MAX_TEXT] or "?",
+            "sizes": [_ints(s) for s in sizes[:16]] if isinstance(sizes, list) else [],
+            "dtypes": [str(d)[:MAX_TEXT] for d in dtypes[:16]] if isinstance(dtypes, list) else [],
+            "retired": retired,
+            "created": created / 1e9 if isinstance(created, int) and created > 0 else None,
+        }
+    return {name: g for name, g in groups.items() if g["last"] is not None}
+
+
+class Flight:
+    """What the heartbeat puts under "flight_recorder"; `dumper()` finds torch's dump."""
+
+    def __init__(self, interval: float, started: float, dumper=_dumper, clock=time.time):
+        self.interval = interval
+        self.started = started
+        self._dumper = dumper
+        self._clock = clock
+        self.off = False
+        self.dumps = 0
+        self._last_dump: float | None = None
+        self._summary: dict | None = None
+
+    def stuck(self, groups: dict, step_time, now: float) -> bool:
+        """A traced call pending for more than 2 heartbeats, or the step still for 5."""
+        for entry in groups.values():
+            made, done = entry.get("enqueued"), entry.get("completed")
+            if not made:
+                continue
+            if done and done.get("seq", 0) >= made.get("seq", 0):
+                continue
+            when = made.get("time")
+            if when is not None and now - when > PENDING_INTERVALS * self.interval:
+                return True
+        since = step_time if step_time is not None else self.started
+        return now - since > STILL_INTERVALS * self.interval
+
+    def summary(self, groups: dict, step_time) -> dict | None:
+        """The last summary while the rank looks stuck (a fresh dump when MIN_GAP passed);
+        None while it moves, and once the part stood aside."""
+        if self.off:
+            return None
+        try:
+            now = self._clock()
+            if not self.stuck(groups, step_time, now):
+                self._summary = None
+                return None
+            if self._last_dump is not None and now - self._last_dump < MIN_GAP:
+                return self._summary
+            dump = self._dumper()
+            if dump is None:
+                return None
+            self._last_dump = now
+            fault_point(PART)
+            raw = dump(includeCollectives=True, onlyActive=False)
+            self.dumps += 1
+            if len(raw) > MAX_DUMP:
+                raise ValueError(f"its dump is {len(raw):,} bytes, over {MAX_DUMP:,}")
+            self._summary = summarise(json.loads(raw))
+            return self._summary
+        except Exception as error:
+            self.off = True
+            self._summary = None
+            fail(PART, error)
+            return None

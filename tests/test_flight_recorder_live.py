@@ -1,0 +1,139 @@
+"""torch's Flight Recorder as the cross-check, on a real job: 2 gloo ranks under `mldebug run`
+train a tiny nn.Linear wrapped in DDP. At the fourth step rank 1 sleeps in Python forever
+instead of its forward and backward; rank 0 enters backward, where DDP's gradient all_reduce
+(issued by C++, never seen by the agent's Python trace) waits for rank 1. Rank 0's agent has
+no traced call pending, so only its Flight Recorder tells that it waits: `mldebug dump --json`
+must show rank 0 waiting in all_reduce and name rank 1, with its line, as elsewhere.
+
+The job starts once per module (importing torch in 2 ranks takes a while).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+
+JOB = textwrap.dedent(
+    """\
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        if step == 3:
+            print(f"READY {rank}", flush=True)
+            while rank == 1:
+                time.sleep(0.2)  # ELSEWHERE_LINE
+        loss = model(torch.ones(2, 8)).sum()
+        loss.backward()  # BACKWARD_LINE
+        optimizer.step()
+        optimizer.zero_grad()
+    """
+)
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("ddp_flight")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.Popen(
+        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
+            if all(log.exists() and "READY" in log.read_text() for log in logs):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the job ended early with {proc.returncode}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ranks never got in place")
+        yield script, run_dir
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def dump_json(run_dir: Path) -> tuple[int, dict]:
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_rank_0_waits_in_ddps_all_reduce_and_rank_1_is_named_elsewhere(job):
+    script, run_dir = job
+    # The recorder is read once the step stood still for 5 heartbeats; the wait is an error
+    # once it lasted two more.
+    deadline = time.monotonic() + 90
+    while True:
+        code, report = dump_json(run_dir)
+        named = [f for f in report["findings"] if "Flight Recorder" in f["summary"]]
+        if named or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert named, report["findings"]
+    (finding,) = named
+    assert finding["kind"] == "outlier" and finding["ranks"] == [1], finding
+    assert finding["severity"] in ("error", "warning")
+    elsewhere = f"{script}:{line_of('ELSEWHERE_LINE')}"
+    assert finding["location"] == elsewhere
+    assert finding["summary"].startswith("rank 1 is not in all_reduce #"), finding["summary"]
+    assert "which rank 0 waits in" in finding["summary"]
+    assert f"it is at {elsewhere} in <module>" in finding["summary"]
+    assert code == 1 or finding["severity"] == "warning"
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[0]["state"] == "waiting"
+    assert ranks[0]["location"] == f"{script}:{line_of('BACKWARD_LINE')}"
+    # Rank 0's agent saw no Python call of DDP's all_reduce pending: only its recorder did.
+    groups = ranks[0]["collectives"]["groups"]
+    for group in groups.values():
+        made, done = group.get("enqueued"), group.get("completed")
+        assert made is None or (done is not None and done["seq"] == made["seq"])
+    state = json.loads((run_dir / "ranks" / "0" / "state.json").read_text())
+    last = state["flight_recorder"]["default_pg"]["last"]
+    assert last["op"] == "all_reduce" and last["retired"] is False
+    assert last["sizes"] == [[36]] and last["dtypes"] == ["Float"]  # the one bucket: 8x4 + 4
+    assert state["flight_recorder"]["default_pg"]["pending"] >= 1
+    other = json.loads((run_dir / "ranks" / "1" / "state.json").read_text())
+    assert other["flight_recorder"]["default_pg"]["pending"] == 0
