@@ -568,3 +568,28 @@ def test_a_rank_not_read_this_time_whose_agent_moves_is_running_not_stuck(tmp_pa
     states = {v.rank: v.state for v in snap.ranks}
     assert states == {0: STATE_RUNNING, 1: STATE_STUCK}
     assert "its agent says it makes progress" in snap.ranks[0].detail
+
+
+def test_the_rank_behind_that_lost_a_thread_its_peer_runs_is_told_so(tmp_path):
+    # GIVEN rank 0 made all_reduce #13 and waits; rank 1 never made it, and rank 1 lacks the
+    # prefetch thread rank 0 runs (the demo's silent hang, as the agents count it)
+    states = {0: state(0, call(13), 12), 1: state(1, call(12, completed=NOW - 31), 12)}
+    root = write_run(tmp_path, states)
+    targets = [RankTarget(pid=pid_of(r), rank=r, world_size=2, run_dir=str(root)) for r in (0, 1)]
+    prefetch = ThreadStack(
+        3,
+        "Thread-1 (prefetch)",
+        (
+            Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982),
+            Frame("prefetch", TRAIN, 20),
+        ),
+    )
+    by_pid = {pid_of(0): samples(0, SPIN, busy=False), pid_of(1): samples(1, LOAD, busy=False)}
+    by_pid[pid_of(0)] = [replace(s, threads=(*s.threads, prefetch)) for s in by_pid[pid_of(0)]]
+    # WHEN the snapshot is built, THEN the verdict says rank 1 lost that thread
+    snap = build_snapshot(targets, by_pid, world_size=2, agents=read_states(targets), now=NOW)
+    verdict = snap.findings[0]
+    assert verdict.ranks == (1,) and "never called all_reduce #13" in verdict.summary
+    assert verdict.summary.endswith(
+        "; rank 1 has no thread running prefetch (train.py), which rank 0 has: it may have died"
+    )

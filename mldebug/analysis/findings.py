@@ -257,6 +257,20 @@ def _thread_clause(ranks: Sequence[int], difference: ThreadDifference | None) ->
     )
 
 
+def _with_lost_thread(
+    finding: Finding, threads: list[ThreadDifference], used: set[ThreadDifference]
+) -> Finding:
+    """An agent's outlier (ranks that never made a call the others wait in) with the thread
+    its ranks lost, when they lost one: the reason they never got there."""
+    if finding.kind != KIND_OUTLIER:
+        return finding
+    lacking = explaining(threads, finding.ranks)
+    if lacking is None:
+        return finding
+    used.add(lacking)
+    return replace(finding, summary=finding.summary + _thread_clause(finding.ranks, lacking))
+
+
 def _outliers(
     elsewhere: list[RankView],
     waiting_groups: list[list[RankView]],
@@ -454,7 +468,6 @@ def find_problems(
     # the stacks show. The stacks judge the ranks these findings do not account for.
     sequence = sequence if sequence is not None else sequence_verdict(views)
     frozen = frozen_findings(views)
-    findings += list(sequence.findings) + frozen
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
     readable = [
@@ -462,13 +475,14 @@ def find_problems(
         for v in views
         if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE) and v.threads
     ]
+    threads = thread_differences(readable)
+    used: set[ThreadDifference] = set()
+    findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
     present = [v for v in readable if v.rank not in sequence.covered]
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
     elsewhere = [v for v in present if not v.collective]
-    threads = thread_differences(readable)
-    used: set[ThreadDifference] = set()
     if not waiting:
         findings += _idle(present, threads, used, quiet=bool(sequence.covered or frozen))
     else:
