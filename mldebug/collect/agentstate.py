@@ -7,11 +7,11 @@ wrong is no state at all. Nothing here raises for a bad file.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from mldebug.collect.events import parse_time
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -29,7 +29,6 @@ MAX_HISTORY = 64
 MAX_TEXT = 512  # an op, a group name, a call site
 MAX_DIMS = 8
 MAX_TENSORS = 16
-LATEST_TIME = 1e11  # later "times" are garbage
 MAX_INTERVAL = 3600.0  # a heartbeat interval beyond an hour is garbage
 
 
@@ -37,16 +36,6 @@ def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value if low <= value <= high else None
-
-
-def _time(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        when = float(value)
-    except OverflowError:
-        return None
-    return when if math.isfinite(when) and 0.0 <= when < LATEST_TIME else None
 
 
 def _text(value: object) -> str | None:
@@ -84,8 +73,8 @@ def parse_call(data: object, group: str | None = None) -> CollectiveCall | None:
         seq=seq,
         op=op,
         site=_text(data.get("site")),
-        enqueued=_time(data.get("enqueued", data.get("time"))),
-        completed=_time(data.get("completed")) if "enqueued" in data else None,
+        enqueued=parse_time(data.get("enqueued", data.get("time"))),
+        completed=parse_time(data.get("completed")) if "enqueued" in data else None,
         asynchronous=data.get("async") is True,
         shapes=_shapes(data.get("shapes")),
         dtypes=_dtypes(data.get("dtypes")),
@@ -97,7 +86,7 @@ def _completed(data: object, group: str) -> CollectiveCall | None:
     call = parse_call(data, group)
     if call is None or not isinstance(data, dict):
         return call
-    when = _time(data.get("time"))
+    when = parse_time(data.get("time"))
     return CollectiveCall(call.group, call.seq, call.op, call.site, None, when, call.asynchronous)
 
 
@@ -141,7 +130,7 @@ def _flight(value: object) -> tuple[FlightGroup, ...]:
                 op=op,
                 retired=retired,
                 pending=pending,
-                created=_time(last.get("created")),
+                created=parse_time(last.get("created")),
                 shapes=_shapes(last.get("sizes")),
                 dtypes=_dtypes(last.get("dtypes")),
             )
@@ -175,7 +164,7 @@ def _history(value: object) -> tuple:
     for row in value[-MAX_HISTORY:]:
         if not isinstance(row, list) or len(row) != 4:
             continue
-        when = _time(row[1])
+        when = parse_time(row[1])
         if when is None:
             continue
         rows.append((_int(row[0]), when, _int(row[2]), _int(row[3])))
@@ -184,7 +173,7 @@ def _history(value: object) -> tuple:
 
 def _interval(value: object) -> float | None:
     """Seconds between two heartbeats (MLDEBUG_HEARTBEAT), when the file gives them."""
-    when = _time(value)
+    when = parse_time(value)
     return when if when is not None and 0.01 <= when <= MAX_INTERVAL else None
 
 
@@ -192,7 +181,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
     """state.json's content, checked; None when it is not a state of this rank."""
     if data.get("version") != 1 or data.get("rank") != rank:
         return None
-    when = _time(data.get("time"))
+    when = parse_time(data.get("time"))
     if when is None:
         return None
     trace = data.get("trace")
@@ -201,9 +190,9 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         rank=rank,
         pid=_int(data.get("pid"), 1, 1 << 22),
         time=when,
-        started=_time(data.get("started")),
+        started=parse_time(data.get("started")),
         step=_int(data.get("step")),
-        step_time=_time(data.get("step_time")),
+        step_time=parse_time(data.get("step_time")),
         groups=_groups(data.get("groups")),
         trace=tuple(c for c in calls if c is not None),
         memory=_memory(data.get("memory")),
