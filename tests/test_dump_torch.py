@@ -7,7 +7,6 @@ module-scoped fixture, because importing torch in 4 ranks takes a while on a sma
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from mldebug.launch.env import free_port
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -30,12 +31,6 @@ NPROC_OF = {"outliers": 5, "dataloader": 3}  # 5: a fifth rank burns CPU in C co
 def line_of(marker: str) -> str:
     lines = JOB.read_text().splitlines()
     return f"{JOB}:{next(i for i, text in enumerate(lines, 1) if marker in text)}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Job:

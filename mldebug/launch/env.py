@@ -49,8 +49,33 @@ def hooks_dir() -> Path:
     return package_dir() / "hooks"
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections (32768 by default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel picks it)."""
+    """A TCP port nobody listens on right now, for the rendezvous.
+
+    Chosen at random below the kernel's range for outgoing connections: a port the kernel
+    hands out (bind to 0) can be taken by any new connection before the store listens on it
+    (gloo ranks open many), which fails the whole job with EADDRINUSE.
+    """
+    import random
+
+    high = _ephemeral_low() - 1
+    for _ in range(64):
+        port = random.randint(min(20000, high - 1), high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]

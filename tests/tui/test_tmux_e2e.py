@@ -9,7 +9,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mldebug.launch.env import free_port
 from mldebug.rundir import pid_alive
 
 JOB = Path(__file__).parent / "jobs" / "straggler.py"
@@ -41,12 +41,6 @@ def culprit_line() -> int:
         if "CULPRIT_LINE" in line:
             return number
     raise AssertionError("the job lost its CULPRIT_LINE marker")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, what: str):
