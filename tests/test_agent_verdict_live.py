@@ -10,17 +10,13 @@ The job starts once per module (importing torch in 3 ranks takes a while).
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from mldebug_jobs import dump_json, start, stop, wait_ready
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 pytestmark = [
@@ -31,7 +27,6 @@ pytestmark = [
         reason="needs the in-rank agent that writes state.json (mldebug/agent/heartbeat.py)",
     ),
 ]
-MLDEBUG = [sys.executable, "-m", "mldebug"]
 
 JOB = textwrap.dedent(
     """\
@@ -71,46 +66,12 @@ def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("async_wait")
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")}
-    proc = subprocess.Popen(
-        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "3", str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc, run_dir = start(tmp_path, script, 3)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(3)]
-            if all(log.exists() and "READY" in log.read_text() for log in logs):
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the job ended early with {proc.returncode}")
-            time.sleep(0.5)
-        else:
-            pytest.fail("the ranks never got in place")
+        wait_ready(proc, run_dir, 3)
         yield script, run_dir
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def dump_json(run_dir: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+        stop(proc)
 
 
 def test_the_rank_that_never_made_the_async_call_is_named_with_its_line(job):

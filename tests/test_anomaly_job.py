@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from mldebug_jobs import start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -90,47 +89,30 @@ def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("nonfinite")
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"), "NO_COLOR": "1"}
     started = []
     for name, extra_env, args in (
-        ("run", {}, ["wait"]),
-        ("faulted", {"MLDEBUG_AGENT_FAULT": "anomaly"}, []),
+        ("run", {}, ("wait",)),
+        ("faulted", {"MLDEBUG_AGENT_FAULT": "anomaly"}, ()),
     ):
-        command = [*MLDEBUG, "run", "--run-dir", str(tmp_path / name), "--nproc-per-node", "2"]
         started.append(
-            subprocess.Popen(
-                [*command, "--detect-anomaly", str(script), *args],
-                cwd=tmp_path,
-                env={**env, **extra_env},
-                stdout=subprocess.DEVNULL,
+            start(
+                tmp_path,
+                script,
+                2,
+                name=name,
+                options=("--detect-anomaly",),
+                args=args,
+                env={"NO_COLOR": "1", **extra_env},
                 stderr=open(tmp_path / f"{name}.err", "wb"),  # noqa: SIM115 (the job's lifetime)
-                start_new_session=True,
             )
         )
-    waiting, faulted = started
-    run_dir = tmp_path / "run"
+    (waiting, run_dir), (faulted, _) = started
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
-            if all(log.exists() and "READY" in log.read_text() for log in logs):
-                break
-            if waiting.poll() is not None:
-                pytest.fail(f"the job ended early with {waiting.returncode}")
-            time.sleep(0.5)
-        else:
-            pytest.fail("the ranks never got in place")
+        wait_ready(waiting, run_dir, 2)
         faulted.wait(timeout=240)
         yield script, run_dir, tmp_path / "run.err", faulted.returncode
     finally:
-        for proc in started:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop(waiting, faulted)
 
 
 def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:

@@ -11,18 +11,13 @@ The job starts once per module (importing torch in 2 ranks takes a while).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from mldebug_jobs import dump_json, start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
-MLDEBUG = [sys.executable, "-m", "mldebug"]
 
 JOB = textwrap.dedent(
     """\
@@ -59,46 +54,12 @@ def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("ddp_flight")
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")}
-    proc = subprocess.Popen(
-        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2", str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc, run_dir = start(tmp_path, script, 2)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
-            if all(log.exists() and "READY" in log.read_text() for log in logs):
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the job ended early with {proc.returncode}")
-            time.sleep(0.5)
-        else:
-            pytest.fail("the ranks never got in place")
+        wait_ready(proc, run_dir, 2)
         yield script, run_dir
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def dump_json(run_dir: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+        stop(proc)
 
 
 def test_rank_0_waits_in_ddps_all_reduce_and_rank_1_is_named_elsewhere(job):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from mldebug_jobs import start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -57,45 +56,17 @@ def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("memory")
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    run_dir = tmp_path / "run"
-    env = {
-        **os.environ,
-        "MLDEBUG_RUNS_DIR": str(tmp_path / "runs"),
-        "NO_COLOR": "1",
-        # Every 4 MiB tensor in its own mapping, given back when freed: the healthy rank's
-        # RSS is then flat, not glibc's heap growing and trimming by 4 MiB at random (which,
-        # on a loaded machine, once grew at 8 steps in a row: a healthy rank that looked
-        # like a leak). The leaking rank still keeps a mapping per step.
-        "MALLOC_MMAP_THRESHOLD_": str(128 << 10),
-    }
-    command = [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "2"]
-    proc = subprocess.Popen(
-        [*command, str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "console.err", "wb"),  # noqa: SIM115 (the job's lifetime)
-        start_new_session=True,
-    )
+    # Every 4 MiB tensor in its own mapping, given back when freed: the healthy rank's RSS
+    # is then flat, not glibc's heap growing and trimming by 4 MiB at random (which, on a
+    # loaded machine, once grew at 8 steps in a row: a healthy rank that looked like a leak).
+    # The leaking rank still keeps a mapping per step.
+    env = {"NO_COLOR": "1", "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
+    proc, run_dir = start(tmp_path, script, 2, env=env)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            logs = [run_dir / "ranks" / str(rank) / "stdout.log" for rank in range(2)]
-            if all(log.exists() and "READY" in log.read_text() for log in logs):
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the job ended early with {proc.returncode}")
-            time.sleep(0.5)
-        else:
-            pytest.fail("the ranks never got in place")
+        wait_ready(proc, run_dir, 2)
         yield script, run_dir
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
 
 
 def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
