@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
+from mldebug.collect.changed import ChangedFiles
 from mldebug.model import RankEvent
 from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
@@ -149,9 +150,7 @@ def read_event_file(
 class EventsReader:
     """The events of a run directory's ranks, re-reading only the files that changed."""
 
-    _cache: dict[Path, tuple[tuple[int, int], tuple[list[RankEvent], int]]] = field(
-        default_factory=dict
-    )
+    _files: ChangedFiles = field(default_factory=ChangedFiles)
 
     def read(self, root: str | os.PathLike | None) -> tuple[tuple[RankEvent, ...], int]:
         """(events oldest first, the newest MAX_EVENTS; lines that were not events)."""
@@ -163,23 +162,11 @@ class EventsReader:
         events: list[RankEvent] = []
         bad = 0
         for rank in ranks:
-            found = self._cached(paths.events_file(rank), rank, each)
+            found = self._files.get(
+                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p, each)
+            )
             if found is not None:
                 events.extend(found[0])
                 bad += found[1]
         events.sort(key=lambda event: (event.time or 0.0, event.rank))
         return tuple(events[-MAX_EVENTS:]), bad
-
-    def _cached(self, path: Path, rank: int, max_bytes: int):
-        try:
-            info = os.stat(path)
-        except OSError:
-            self._cache.pop(path, None)
-            return None
-        key = (info.st_size, info.st_mtime_ns)
-        hit = self._cache.get(path)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        value = read_event_file(rank, path, max_bytes)
-        self._cache[path] = (key, value)
-        return value

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
+from mldebug.collect.changed import ChangedFiles
 from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
 from mldebug.collect.events import read_event_file
 from mldebug.model import LogTail, RankEvent, RunFiles
@@ -50,21 +51,7 @@ class RunFilesReader:
     """Reads a run directory each poll, re-reading only the files that changed."""
 
     root: Path
-    _cache: dict[Path, tuple[tuple[int, int], object]] = field(default_factory=dict)
-
-    def _cached(self, path: Path, read):
-        try:
-            info = os.stat(path)
-        except OSError:
-            self._cache.pop(path, None)
-            return None
-        key = (info.st_size, info.st_mtime_ns)
-        hit = self._cache.get(path)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        value = read(path)
-        self._cache[path] = (key, value)
-        return value
+    _files: ChangedFiles = field(default_factory=ChangedFiles)
 
     def read(self) -> RunFiles:
         paths = RunPaths(self.root)
@@ -73,10 +60,12 @@ class RunFilesReader:
         bad = 0
         for rank in paths.rank_ids()[:MAX_RANK_DIRS]:
             for stream, path in (("stdout", paths.stdout(rank)), ("stderr", paths.stderr(rank))):
-                lines = self._cached(path, read_tail)
+                lines = self._files.get(path, read_tail)
                 if lines:
                     logs.append(LogTail(rank, stream, tuple(lines)))
-            parsed = self._cached(paths.events_file(rank), lambda p, r=rank: read_event_file(r, p))
+            parsed = self._files.get(
+                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p)
+            )
             if parsed:
                 events.extend(parsed[0])
                 bad += parsed[1]
@@ -98,6 +87,6 @@ class RunFilesReader:
             return (), 0
         out = []
         for name in names[:MAX_NCCL_FILES]:
-            lines = self._cached(folder / name, read_tail) or []
+            lines = self._files.get(folder / name, read_tail) or []
             out.append((name, tuple(lines)))
         return tuple(out), len(names)
