@@ -43,6 +43,41 @@ def rank_identity(env: Mapping[str, str]) -> tuple[int, int | None, int | None] 
     return None
 
 
+# The torch.distributed functions a rank's collectives go through: what the agent traces
+# (by sequence number per group) and what a stack in them is waiting in.
+COLLECTIVE_CALLS = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_gather",
+    "all_gather_single",
+    "all_gather_into_tensor",
+    "all_gather_coalesced",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+)
+POINT_TO_POINT_CALLS = (
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "send_object_list",
+    "recv_object_list",
+    "batch_isend_irecv",
+)
+
 _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
 # mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
 # run directories live under ~/.local/state/mldebug/ and hold user code (the demo job).

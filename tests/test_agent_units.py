@@ -193,7 +193,7 @@ def fake_c10d(world_size=2):
 
 
 def make_tracer(cuda=None):
-    tracer = collectives.Tracer(rankrules.is_library_path)
+    tracer = collectives.Tracer(rankrules)
     c10d, world = fake_c10d()
     tracer.bind(c10d, types.SimpleNamespace(Tensor=FakeTensor, cuda=cuda))
     return tracer, world
@@ -356,7 +356,7 @@ def test_install_wraps_c10d_and_its_torch_distributed_aliases_but_not_deprecated
     c10d.all_gather_into_tensor = all_gather_into_tensor
     c10d.__dict__.update(fake_c10d()[0].__dict__)
     monkeypatch.setitem(sys.modules, "torch.distributed", package)
-    tracer = collectives.Tracer(rankrules.is_library_path)
+    tracer = collectives.Tracer(rankrules)
     assert collectives.install(c10d, tracer) == ["barrier"]
     assert c10d.barrier is package.barrier and c10d.barrier is not barrier
     assert c10d.barrier.__name__ == "barrier" and c10d.barrier.__code__.co_name == "barrier"

@@ -258,7 +258,7 @@ class _Runtime:
         self.started = time.time()
         self.memory = Memory(rank_dir=str(paths.rank_dir(rank)), rundir=rundir)
         self.steps = Steps(on_change=self.memory.on_step)
-        self.tracer = Tracer(rankrules.is_library_path)
+        self.tracer = Tracer(rankrules)
         events.configure(
             paths.events_file(rank), rank, rundir.open_append, lambda: self.steps.value
         )

@@ -51,38 +51,6 @@ MAX_STACK = 64
 MAX_GROUP_NAME = 200
 DEFAULT_GROUP = "default_pg"
 
-COLLECTIVES = (
-    "all_reduce",
-    "all_reduce_coalesced",
-    "all_gather",
-    "all_gather_single",
-    "all_gather_into_tensor",
-    "all_gather_coalesced",
-    "all_gather_object",
-    "broadcast",
-    "broadcast_object_list",
-    "reduce",
-    "reduce_scatter",
-    "reduce_scatter_single",
-    "reduce_scatter_tensor",
-    "all_to_all",
-    "all_to_all_single",
-    "barrier",
-    "monitored_barrier",
-    "gather",
-    "gather_object",
-    "scatter",
-    "scatter_object_list",
-)
-POINT_TO_POINT = (
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "send_object_list",
-    "recv_object_list",
-    "batch_isend_irecv",
-)
 ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
 PEER_ARGUMENTS = ("dst", "src", "group_dst", "group_src")
 
@@ -216,11 +184,16 @@ class _Local(threading.local):
 
 
 class Tracer:
-    """The trace of one rank. `is_library(path)` tells library files from the user's own;
+    """The trace of one rank. `rules` tell library files from the user's own and name the
+    functions to trace;
     `tensor_type`, `work_type`, `cuda` and `c10d` come from the program's torch."""
 
-    def __init__(self, is_library, clock=time.time) -> None:
-        self.is_library = is_library
+    def __init__(self, rules, clock=time.time) -> None:
+        # rules: mldebug/rankrules.py (as loaded in the rank), for which files are library
+        # files and which torch.distributed functions are traced
+        self.is_library = rules.is_library_path
+        self.calls = (*rules.COLLECTIVE_CALLS, *rules.POINT_TO_POINT_CALLS)
+        self.point_to_point = frozenset(rules.POINT_TO_POINT_CALLS)
         self.clock = clock
         self.lock = threading.Lock()
         self.local = _Local()
@@ -351,7 +324,7 @@ class Tracer:
             flag = args[async_at] if len(args) > async_at else kwargs.get("async_op")
             asynchronous = bool(flag)
         peer = None
-        if op in POINT_TO_POINT and op != "batch_isend_irecv":
+        if op in self.point_to_point and op != "batch_isend_irecv":
             for name in PEER_ARGUMENTS:
                 if kwargs.get(name) is not None:
                     peer = kwargs[name]
@@ -530,7 +503,7 @@ def install(c10d, tracer: Tracer) -> list[str]:
     tracer.bind(c10d, torch)
     package = sys.modules.get("torch.distributed")
     wrapped = []
-    for op in COLLECTIVES + POINT_TO_POINT:
+    for op in tracer.calls:
         fn = getattr(c10d, op, None)
         if not callable(fn) or getattr(fn, "_mldebug_traced", None) is not None:
             continue

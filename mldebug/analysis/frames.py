@@ -15,38 +15,14 @@ from functools import lru_cache
 from operator import attrgetter
 
 from mldebug.model import Frame
-from mldebug.rankrules import is_library_path
+from mldebug.rankrules import COLLECTIVE_CALLS, POINT_TO_POINT_CALLS, is_library_path
 
 COLLECTIVE_OPS = frozenset(
     {
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_into_tensor",
-        "all_gather_object",
-        "all_gather_coalesced",
+        *COLLECTIVE_CALLS,
+        *POINT_TO_POINT_CALLS,
         "_all_gather_base",
-        "broadcast",
-        "broadcast_object_list",
-        "barrier",
-        "monitored_barrier",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
         "_reduce_scatter_base",
-        "all_to_all",
-        "all_to_all_single",
-        "send",
-        "recv",
-        "isend",
-        "irecv",
-        "send_object_list",
-        "recv_object_list",
-        "batch_isend_irecv",
-        "gather",
-        "gather_object",
-        "scatter",
-        "scatter_object_list",
         "init_process_group",
         "new_group",
         "new_subgroups",
