@@ -79,3 +79,16 @@ def dump_json(run_dir: Path) -> tuple[int, dict]:
     )
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
+
+
+def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    """`mldebug dump --run DIR [options]` without colours, wide: its outcome."""
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--run", str(run_dir), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done

@@ -12,14 +12,11 @@ change nothing of the program: the same losses as the first run, exit code 0.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-from mldebug_jobs import start, stop, wait_ready
+from mldebug_jobs import dump, start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -113,18 +110,6 @@ def job(tmp_path_factory):
         yield script, run_dir, tmp_path / "run.err", faulted.returncode
     finally:
         stop(waiting, faulted)
-
-
-def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), *options],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done
 
 
 def test_the_rank_says_which_module_at_which_step_and_line(job):

@@ -7,11 +7,9 @@ memory, with its rate per step, and rank 0 must not be.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from mldebug_jobs import start, stop, wait_ready
@@ -67,18 +65,6 @@ def job(tmp_path_factory):
         yield script, run_dir
     finally:
         stop(proc)
-
-
-def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), *options],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done
 
 
 def test_dump_flags_the_rank_that_keeps_its_graphs_and_not_the_healthy_one(job):
