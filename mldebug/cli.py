@@ -33,6 +33,7 @@ COMMANDS = {
         "every rank's stack, merged, with a verdict (text or --json)",
     ),
     "attach": ("mldebug.commands.attach", "live terminal UI over a running job"),
+    "collect": ("mldebug.commands.collect", "this node's ranks as one merged JSON document"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
 }

@@ -44,6 +44,7 @@ KIND_FROZEN = "frozen"  # the process lives but its agent's heartbeat stopped: C
 KIND_NONFINITE = "nonfinite"  # --detect-anomaly: the first NaN/Inf's rank, step and module
 KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last steps
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
+KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug collect`
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -341,3 +342,31 @@ class RunFiles:
     bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
     nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
     nccl_files_total: int = 0
+
+
+# ---- several nodes, each read by `mldebug collect` (mldebug.cluster) ----
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """One node's answer to `mldebug collect`: its ranks as that node's analysis saw them
+    (state from several samples, stack, agent), and the distinct main-thread stacks with
+    their ranks (the node's merged classes)."""
+
+    host: str
+    time: float
+    views: tuple[RankView, ...]
+    groups: tuple[StackGroup, ...] = ()
+    world_size: int | None = None
+    job: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """A node that gave no usable answer, and what is known of its ranks without it."""
+
+    host: str
+    reason: str  # "timed out after 30 s", "ssh: connect refused", ...
+    ranks: tuple[int, ...] = ()  # the ranks the scheduler placed there, when it says
+    scheduler_state: str = ""  # what SLURM says of the node or job (squeue/scontrol)

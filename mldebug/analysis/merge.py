@@ -82,3 +82,37 @@ def build_tree(groups: Sequence[StackGroup]) -> StackNode:
             child.ranks.extend(group.ranks)
             node = child
     return root.freeze()
+
+
+def merge_groups(
+    parts: Iterable[Sequence[StackGroup]], states: Mapping[int, str] | None = None
+) -> tuple[StackGroup, ...]:
+    """Groups of several nodes merged into the job's: one group per distinct stack, with the
+    ranks of every node that has it. The cost grows with the number of distinct stacks per
+    node, not with ranks (only the rank lists are joined). `states`: each rank's state now,
+    for the group's state (the nodes' may have changed since, e.g. to waiting)."""
+    buckets: dict[tuple[FrameKey, ...], list[int]] = {}
+    first_frames: dict[tuple[FrameKey, ...], Sequence[Frame]] = {}
+    keys: dict[int, tuple[FrameKey, ...]] = {}  # the same frames object: keyed once
+    for groups in parts:
+        for group in groups:
+            key = keys.get(id(group.frames))
+            if key is None:
+                key = keys[id(group.frames)] = stack_key(group.frames)
+                first_frames.setdefault(key, group.frames)
+            buckets.setdefault(key, []).extend(group.ranks)
+    merged = []
+    for key, ranks in buckets.items():
+        ranks.sort()
+        frames = tuple(first_frames[key])
+        merged.append(
+            StackGroup(
+                ranks=tuple(ranks),
+                frames=frames,
+                user_frame=user_frame(frames),
+                collective=collective_op(frames),
+                state=_group_state(ranks, states),
+            )
+        )
+    merged.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
+    return tuple(merged)

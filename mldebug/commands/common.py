@@ -147,6 +147,55 @@ def split_target(
     return pids, target
 
 
+CLUSTER_HELP = """\
+several nodes (docs/multi-node.md): `mldebug collect` runs on every node and the
+nodes' answers are merged into one report
+  --slurm JOBID         the nodes of a running SLURM job, through srun --overlap
+  --hosts HOSTLIST      these hosts (node[01-04],node07), through ssh (BatchMode) or pdsh
+"""
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """--slurm, --hosts, --via, --ssh-option: read the ranks of several nodes."""
+    parser.add_argument("--slurm", metavar="JOBID", help="every node of this SLURM job")
+    parser.add_argument("--hosts", metavar="HOSTLIST", help="these hosts: node[01-04],node07")
+    parser.add_argument(
+        "--via", choices=("ssh", "pdsh"), default="ssh", help="how to reach --hosts (ssh)"
+    )
+    parser.add_argument(
+        "--ssh-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="an ssh option for --hosts, e.g. -p2222 (also $MLDEBUG_SSH_OPTIONS); repeatable",
+    )
+
+
+def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float):
+    """The ClusterSpec the arguments ask for, or None for a job on this machine."""
+    if args.slurm is None and args.hosts is None:
+        return None
+    if args.slurm is not None and args.hosts is not None:
+        parser.error("give --slurm or --hosts, not both")
+    if args.target is not None or args.pid or args.run is not None:
+        parser.error("--slurm/--hosts read whole nodes: drop TARGET, --pid and --run")
+    if args.slurm is not None and not (args.slurm.isascii() and args.slurm.isdigit()):
+        parser.error(f"--slurm {args.slurm!r} is not a job id (a number, as squeue shows)")
+    from mldebug.cluster.front import ClusterSpec, parse_hosts
+
+    try:
+        hosts = parse_hosts(args.hosts) if args.hosts is not None else ()
+    except MldebugError as error:
+        parser.error(f"{error.message}. {error.remedy}")
+    return ClusterSpec(
+        slurm=args.slurm,
+        hosts=hosts,
+        via=args.via,
+        ssh_options=tuple(args.ssh_option),
+        deadline=deadline,
+    )
+
+
 def stdout_closed() -> bool:
     """True when there is no standard output to write to (`mldebug dump >&-`)."""
     if sys.stdout is None:

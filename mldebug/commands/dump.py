@@ -16,9 +16,12 @@ import argparse
 import json
 
 from mldebug.commands.common import (
+    CLUSTER_HELP,
     TARGET_HELP,
     Parser,
+    add_cluster_arguments,
     add_target_arguments,
+    cluster_spec,
     count,
     report_console,
     seconds,
@@ -58,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mldebug dump",
         description="Read every rank's stack with py-spy, merge them across ranks and say\n"
         "which rank is the problem, at which line.",
-        epilog=f"{TARGET_HELP}\n{EXIT_STATUS}",
+        epilog=f"{TARGET_HELP}\n{CLUSTER_HELP}\n{EXIT_STATUS}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_target_arguments(parser)
+    add_cluster_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("-n", "--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument(
@@ -116,22 +120,8 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def main(argv: list[str]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.native and args.nonblocking:
-        raise MldebugError(
-            "--native and --nonblocking cannot be used together",
-            "py-spy must pause a process to read its native frames; drop one.",
-        )
-    try:
-        wanted = parse_ranks(args.ranks) if args.ranks else None
-    except ValueError as error:
-        raise MldebugError(
-            f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
-        ) from None
-    pids, run_dir = target_of(parser, args)
-
+def _observe_here(args, pids: list[int], run_dir: str | None):
+    """The job on this machine, read once: its snapshot and the notes reading left."""
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
     from mldebug.observe import observe_once
 
@@ -147,6 +137,31 @@ def main(argv: list[str]) -> int:
         max_pids=MAX_PIDS,
         max_world=MAX_WORLD,
     )
+    return snapshot, readings.notes
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.native and args.nonblocking:
+        raise MldebugError(
+            "--native and --nonblocking cannot be used together",
+            "py-spy must pause a process to read its native frames; drop one.",
+        )
+    try:
+        wanted = parse_ranks(args.ranks) if args.ranks else None
+    except ValueError as error:
+        raise MldebugError(
+            f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
+        ) from None
+    pids, run_dir = target_of(parser, args)
+    spec = cluster_spec(parser, args, args.deadline)
+    if spec is not None:
+        from mldebug.cluster.front import collect_cluster
+
+        snapshot, notes = collect_cluster(spec)
+    else:
+        snapshot, notes = _observe_here(args, pids, run_dir)
     if _all_refused(snapshot):
         raise PermissionDeniedError(
             f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
@@ -162,7 +177,7 @@ def main(argv: list[str]) -> int:
 
         console = report_console()
         try:
-            for note in readings.notes:  # rank-derived text: plain, never markup
+            for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
         except BrokenPipeError:

@@ -1,0 +1,111 @@
+"""One job's snapshot from several nodes' answers (`mldebug dump --slurm/--hosts`).
+
+Each node has already judged its own ranks (state from several samples, the main stack's
+user line and collective, its agent) and merged its stacks; here the nodes' ranks are put
+side by side, the agents' collective counts compared across nodes, the nodes' stack classes
+merged (merge.merge_groups: the cost grows with distinct stacks, not ranks), and the same
+findings as for a local job are made. A node that did not answer is a finding of its own,
+naming the node and what the scheduler says of its ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from mldebug.analysis.findings import find_problems, ranks_text
+from mldebug.analysis.merge import build_tree, merge_groups
+from mldebug.analysis.sequence import sequence_verdict
+from mldebug.analysis.snapshot import as_waiting
+from mldebug.model import (
+    FAIL_TIMEOUT,
+    KIND_NODE_UNREACHABLE,
+    SEVERITY_ERROR,
+    STATE_EXITED,
+    STATE_MISSING,
+    STATE_UNREADABLE,
+    Finding,
+    JobSnapshot,
+    NodeFailure,
+    NodeReading,
+    RankView,
+)
+
+
+def unreachable_findings(failures: Sequence[NodeFailure]) -> list[Finding]:
+    findings = []
+    for failure in failures:
+        known = (
+            f"its ranks {ranks_text(failure.ranks)} could not be read"
+            if failure.ranks
+            else "which ranks it runs is unknown"
+        )
+        said = f"; the scheduler says: {failure.scheduler_state}" if failure.scheduler_state else ""
+        findings.append(
+            Finding(
+                KIND_NODE_UNREACHABLE,
+                failure.ranks,
+                f"node {failure.host} did not answer mldebug collect ({failure.reason}): "
+                f"{known}{said}",
+                recipe="node-unreachable",
+                severity=SEVERITY_ERROR,
+            )
+        )
+    return findings
+
+
+def merge_nodes(
+    nodes: Sequence[NodeReading],
+    failures: Sequence[NodeFailure] = (),
+    world_size: int | None = None,
+    job: str = "",
+    now: float | None = None,
+) -> JobSnapshot:
+    """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none.
+    A rank two nodes both claim is kept from the first (the job key of either is wrong)."""
+    now = time.time() if now is None else now
+    views: dict[int, RankView] = {}
+    for node in nodes:
+        for view in node.views:
+            views.setdefault(view.rank, view)
+    if world_size is None:
+        sizes = [n.world_size for n in nodes if n.world_size]
+        world_size = max(sizes) if sizes else None
+    for failure in failures:
+        for rank in failure.ranks:
+            if rank not in views:
+                views[rank] = RankView(
+                    rank=rank,
+                    target=None,
+                    state=STATE_UNREADABLE,
+                    detail=f"its node {failure.host} did not answer",
+                )
+    for rank in range(world_size or 0):
+        if rank not in views:
+            views[rank] = RankView(
+                rank=rank, target=None, state=STATE_MISSING, detail="no process found"
+            )
+    ordered = [views[rank] for rank in sorted(views)]
+    sequence = sequence_verdict(ordered)
+    ordered = [as_waiting(view, sequence.waits.get(view.rank)) for view in ordered]
+    states = {v.rank: v.state for v in ordered}
+    groups = merge_groups(
+        [
+            tuple(g for g in node.groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
+            for node in nodes
+        ],
+        states,
+    )
+    failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
+    findings = find_problems(ordered, world_size, failed, sequence=sequence)
+    errors = [f for f in findings if f.severity == SEVERITY_ERROR]
+    rest = [f for f in findings if f.severity != SEVERITY_ERROR]
+    return JobSnapshot(
+        time=now,
+        ranks=tuple(ordered),
+        groups=groups,
+        tree=build_tree(groups),
+        findings=tuple(errors + unreachable_findings(failures) + rest),
+        world_size=world_size,
+        job=job,
+    )

@@ -1,0 +1,365 @@
+"""The node document: what `mldebug collect` prints for one node, and how the front end
+reads it back (docs/multi-node.md has the format).
+
+It is already merged: each distinct set of thread stacks is written once (`stacks`), each
+rank names its stack by index and adds its small facts (pid, state, CPU, agent...), and
+`groups` are the node's merged classes (ranks with the same main-thread stack). Thread ids
+are left out, so that ranks with the same stacks share one entry.
+
+A document comes from another machine's stdout: it is data. Reading checks every field's
+type and size, and a document that is not one is a ValueError for its node, never a crash.
+Identical frames and stacks of different nodes are read into one shared object (`Reader`),
+so the front end holds each distinct stack once whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mldebug.collect.agentstate import parse_state
+from mldebug.model import (
+    AgentState,
+    CollectiveCall,
+    Frame,
+    JobSnapshot,
+    NodeReading,
+    RankTarget,
+    RankView,
+    StackGroup,
+    ThreadStack,
+)
+from mldebug.textsafe import one_line
+
+FORMAT = "mldebug-node"
+VERSION = 1
+MAX_RANKS = 4096  # per node
+MAX_STACKS = 4096
+MAX_THREADS = 256
+MAX_DEPTH = 512
+MAX_TEXT = 1024
+MAX_NOTES = 32
+STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
+
+
+# ---- writing (on the node) ----
+
+
+def _frame(frame: Frame) -> list:
+    return [frame.function, frame.file, frame.line, 1 if frame.native else 0]
+
+
+def _thread(thread: ThreadStack) -> dict:
+    entry = {"name": thread.name, "frames": [_frame(f) for f in thread.frames]}
+    if thread.active:
+        entry["active"] = 1
+    if thread.owns_gil:
+        entry["gil"] = 1
+    if thread.pid is not None:
+        entry["pid"] = thread.pid
+    return entry
+
+
+def _call(call: CollectiveCall | None, when: float | None) -> dict | None:
+    if call is None:
+        return None
+    return {
+        "seq": call.seq,
+        "op": call.op,
+        "site": call.site,
+        "time": when,
+        "async": call.asynchronous,
+        "shapes": [list(s) for s in call.shapes],
+        "dtypes": list(call.dtypes),
+    }
+
+
+def agent_json(state: AgentState) -> dict:
+    """The agent's state in state.json's own format (docs/agent.md), so that the front end
+    reads it with the same checks as a file (mldebug.collect.agentstate.parse_state)."""
+    memory = state.memory
+    return {
+        "version": 1,
+        "rank": state.rank,
+        "pid": state.pid,
+        "time": state.time,
+        "interval": state.interval,
+        "started": state.started,
+        "step": state.step,
+        "step_time": state.step_time,
+        "groups": {
+            g.group: {
+                "size": g.size,
+                "enqueued": _call(g.enqueued, g.enqueued.enqueued if g.enqueued else None),
+                "completed": _call(g.completed, g.completed.completed if g.completed else None),
+            }
+            for g in state.groups
+        },
+        "trace": [
+            {
+                "group": c.group,
+                "seq": c.seq,
+                "op": c.op,
+                "site": c.site,
+                "enqueued": c.enqueued,
+                "completed": c.completed,
+                "async": c.asynchronous,
+                "shapes": [list(s) for s in c.shapes],
+                "dtypes": list(c.dtypes),
+            }
+            for c in state.trace
+        ],
+        "memory": None
+        if memory is None
+        else {
+            "rss": memory.rss,
+            "cuda": {
+                "allocated": memory.cuda_allocated,
+                "reserved": memory.cuda_reserved,
+                "max_allocated": memory.cuda_max_allocated,
+                "max_reserved": memory.cuda_max_reserved,
+                "num_ooms": memory.cuda_num_ooms,
+                "num_alloc_retries": memory.cuda_alloc_retries,
+                "inactive_split": memory.cuda_inactive_split,
+            },
+            "nvml": {"used": memory.nvml_used, "total": memory.nvml_total},
+        },
+        "memory_history": [list(row) for row in state.memory_history],
+        "flight_recorder": {
+            f.group: {
+                "pending": f.pending,
+                "last": {
+                    "seq": f.seq,
+                    "op": f.op,
+                    "retired": f.retired,
+                    "created": f.created,
+                    "sizes": [list(s) for s in f.shapes],
+                    "dtypes": list(f.dtypes),
+                },
+            }
+            for f in state.flight
+        },
+    }
+
+
+def node_document(
+    snapshot: JobSnapshot, host: str, notes: Sequence[str] = (), slurm_job: str | None = None
+) -> dict:
+    """The node's document from the snapshot its own analysis made of its ranks."""
+    stacks: list[list[dict]] = []
+    index: dict[tuple, int] = {}
+
+    def stack_of(threads: Sequence[ThreadStack]) -> int | None:
+        if not threads:
+            return None
+        key = tuple(
+            (t.name, t.active, t.owns_gil, t.pid, tuple(_key(f) for f in t.frames)) for t in threads
+        )
+        found = index.get(key)
+        if found is None:
+            found = index[key] = len(stacks)
+            stacks.append([_thread(t) for t in threads])
+        return found
+
+    ranks = []
+    for view in snapshot.ranks:
+        if view.target is None:
+            continue  # a rank this node did not find is not this node's to report
+        target = view.target
+        entry = {
+            "rank": view.rank,
+            "pid": target.pid,
+            "local_rank": target.local_rank,
+            "world_size": target.world_size,
+            "cmdline": target.cmdline[:MAX_TEXT],
+            "state": view.state,
+            "stack": stack_of(view.threads),
+            "user_frame": _frame(view.user_frame) if view.user_frame else None,
+            "collective": view.collective,
+            "cpu_percent": view.cpu_percent,
+            "rss_bytes": view.rss_bytes,
+            "exit_code": view.exit_code,
+            "detail": view.detail[:MAX_TEXT],
+            "worker": view.dataloader_worker,
+            "step": view.step,
+            "heartbeat_age": view.heartbeat_age,
+            "agent": agent_json(view.agent) if view.agent is not None else None,
+        }
+        ranks.append(entry)
+    by_rank = {entry["rank"]: entry["stack"] for entry in ranks}
+    groups = [
+        {"ranks": list(g.ranks), "stack": by_rank.get(g.ranks[0]), "state": g.state}
+        for g in snapshot.groups
+        if by_rank.get(g.ranks[0]) is not None
+    ]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "host": host,
+        "time": snapshot.time,
+        "job": snapshot.job,
+        "slurm_job": slurm_job,
+        "world_size": snapshot.world_size,
+        "notes": list(notes)[:MAX_NOTES],
+        "stacks": stacks,
+        "groups": groups,
+        "ranks": ranks,
+    }
+
+
+def _key(frame: Frame) -> tuple:
+    return (frame.function, frame.file, frame.line, frame.native)
+
+
+# ---- reading (on the front end) ----
+
+
+def _text(value: object, default: str = "") -> str:
+    return one_line(value[:MAX_TEXT]) if isinstance(value, str) else default
+
+
+def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < 1e15 else None
+
+
+class Reader:
+    """Reads node documents; frames and stacks equal across nodes become one object."""
+
+    def __init__(self) -> None:
+        self.frames: dict[tuple, Frame] = {}
+        self.stacks: dict[tuple, tuple[ThreadStack, ...]] = {}
+        self.mains: dict[tuple, tuple[Frame, ...]] = {}
+
+    def _frame(self, raw: object) -> Frame:
+        if not isinstance(raw, list) or len(raw) != 4:
+            raise ValueError("a frame is [function, file, line, native]")
+        key = (_text(raw[0], "?"), _text(raw[1], "?"), _int(raw[2]), raw[3] == 1)
+        frame = self.frames.get(key)
+        if frame is None:
+            frame = self.frames[key] = Frame(key[0], key[1], key[2], key[3])
+        return frame
+
+    def _frames(self, raw: object) -> tuple[Frame, ...]:
+        if not isinstance(raw, list) or len(raw) > MAX_DEPTH:
+            raise ValueError(f"frames: a list of at most {MAX_DEPTH}")
+        frames = tuple(self._frame(f) for f in raw)
+        return self.mains.setdefault(frames, frames)
+
+    def _stack(self, raw: object) -> tuple[ThreadStack, ...]:
+        if not isinstance(raw, list) or not 0 < len(raw) <= MAX_THREADS:
+            raise ValueError(f"a stack is a list of 1 to {MAX_THREADS} threads")
+        threads = []
+        for number, entry in enumerate(raw):
+            if not isinstance(entry, dict):
+                raise ValueError("a thread is an object")
+            threads.append(
+                ThreadStack(
+                    thread_id=number,
+                    name=_text(entry.get("name")),
+                    frames=self._frames(entry.get("frames")),
+                    active=entry.get("active") == 1,
+                    owns_gil=entry.get("gil") == 1,
+                    pid=_int(entry.get("pid"), 1, 1 << 22),
+                )
+            )
+        key = tuple(threads)
+        return self.stacks.setdefault(key, key)
+
+    def read(self, data: object, host: str) -> NodeReading:
+        """One node's document as a NodeReading; `host` is the node as the front end
+        knows it (what the document says of itself is not trusted for that)."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("not an mldebug node document")
+        if data.get("version") != VERSION:
+            raise ValueError(
+                f"node document version {data.get('version')!r}, this mldebug reads {VERSION}: "
+                "install the same mldebug version on every node"
+            )
+        raw_stacks, raw_ranks = data.get("stacks"), data.get("ranks")
+        if not isinstance(raw_stacks, list) or len(raw_stacks) > MAX_STACKS:
+            raise ValueError(f"stacks: a list of at most {MAX_STACKS}")
+        if not isinstance(raw_ranks, list) or len(raw_ranks) > MAX_RANKS:
+            raise ValueError(f"ranks: a list of at most {MAX_RANKS}")
+        stacks = [self._stack(s) for s in raw_stacks]
+        now = _number(data.get("time")) or 0.0
+        job = _text(data.get("job"))
+        views: list[RankView] = []
+        seen: set[int] = set()
+        for entry in raw_ranks:
+            view = self._view(entry, stacks, host, job, now)
+            if view is not None and view.rank not in seen:
+                seen.add(view.rank)
+                views.append(view)
+        groups = self._groups(data.get("groups"), stacks, seen)
+        notes = data.get("notes") if isinstance(data.get("notes"), list) else []
+        return NodeReading(
+            host=host,
+            time=now,
+            views=tuple(views),
+            groups=groups,
+            world_size=_int(data.get("world_size"), 1, 1 << 20),
+            job=job,
+            notes=tuple(_text(n) for n in notes[:MAX_NOTES] if isinstance(n, str)),
+        )
+
+    def _view(self, entry: object, stacks, host: str, job: str, now: float) -> RankView | None:
+        if not isinstance(entry, dict):
+            return None
+        rank, pid = _int(entry.get("rank"), 0, 1 << 20), _int(entry.get("pid"), 1, 1 << 22)
+        state = entry.get("state")
+        if rank is None or pid is None or state not in STATES:
+            return None
+        stack = _int(entry.get("stack"), 0, len(stacks) - 1)
+        user = entry.get("user_frame")
+        agent = entry.get("agent")
+        agent_state: AgentState | None = None
+        if isinstance(agent, dict):
+            agent_state = parse_state(agent, rank)
+            if agent_state is not None and agent_state.pid != pid:
+                agent_state = None
+        return RankView(
+            rank=rank,
+            target=RankTarget(
+                pid=pid,
+                rank=rank,
+                world_size=_int(entry.get("world_size"), 1, 1 << 20),
+                local_rank=_int(entry.get("local_rank"), 0, 1 << 20),
+                host=host,
+                job=job,
+                cmdline=_text(entry.get("cmdline")),
+            ),
+            state=state,
+            threads=stacks[stack] if stack is not None else (),
+            user_frame=self._frame(user) if isinstance(user, list) else None,
+            collective=_text(entry.get("collective")) or None,
+            cpu_percent=_number(entry.get("cpu_percent")),
+            rss_bytes=_int(entry.get("rss_bytes")),
+            exit_code=_int(entry.get("exit_code"), -(1 << 16), 1 << 16),
+            detail=_text(entry.get("detail")),
+            step=_int(entry.get("step")),
+            heartbeat_age=_number(entry.get("heartbeat_age")),
+            agent=agent_state,
+            dataloader_worker=_int(entry.get("worker"), 1, 1 << 22),
+        )
+
+    def _groups(self, raw: object, stacks, ranks: set[int]) -> tuple[StackGroup, ...]:
+        if not isinstance(raw, list):
+            return ()
+        groups = []
+        for entry in raw[:MAX_STACKS]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), list):
+                continue
+            stack = _int(entry.get("stack"), 0, len(stacks) - 1)
+            members = tuple(r for r in entry["ranks"][:MAX_RANKS] if _int(r) in ranks)
+            if stack is None or not members or not stacks[stack]:
+                continue
+            state = entry.get("state") if entry.get("state") in STATES else "unknown"
+            groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
+        return tuple(groups)

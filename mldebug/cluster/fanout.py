@@ -1,0 +1,120 @@
+"""Run commands that answer in lines (srun, ssh, pdsh), bounded: at most `parallel` at a
+time, each killed at its deadline, at most MAX_BYTES of output kept from each.
+
+What a command printed before its deadline is kept: srun that waits on one silent node has
+already passed on the other nodes' documents. Nothing here raises for a command that fails;
+the result says how it ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+MAX_BYTES = 64 << 20  # all the documents one command passes on (1,024 nodes at ~50 KiB)
+MAX_LINE = 16 << 20  # one node document
+STDERR_TAIL = 4096
+DEFAULT_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class Answer:
+    key: str  # what the caller named the command by (a host)
+    lines: tuple[bytes, ...]
+    returncode: int | None  # None: killed at its deadline, or could not start
+    stderr: str = ""
+    seconds: float = 0.0
+    error: str = ""  # why it did not run or did not end: "timed out after 30 s"
+
+
+def _read_lines(stream, into: list[bytes]) -> None:
+    total = 0
+    for line in iter(lambda: stream.readline(MAX_LINE), b""):
+        total += len(line)
+        if total <= MAX_BYTES:
+            into.append(line)
+    stream.close()
+
+
+def _read_tail(stream, into: list[bytes]) -> None:
+    for chunk in iter(lambda: stream.read(65536), b""):
+        into.append(chunk)
+        while len(into) > 2 and sum(len(c) for c in into[1:]) > STDERR_TAIL:
+            into.pop(0)
+    stream.close()
+
+
+def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = None) -> Answer:
+    """Run `argv`, keep its stdout lines and the tail of its stderr, kill it (its whole
+    process group) at `deadline` seconds."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as error:
+        return Answer(key, (), None, error=f"could not start {argv[0]}: {error.strerror}")
+    lines: list[bytes] = []
+    errors: list[bytes] = []
+    readers = [
+        threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True),
+        threading.Thread(target=_read_tail, args=(proc.stderr, errors), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    why = ""
+    try:
+        proc.wait(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {deadline:g} s"
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    for reader in readers:
+        reader.join(timeout=5)
+    stderr = b"".join(errors).decode("utf-8", "replace")[-STDERR_TAIL:]
+    return Answer(
+        key,
+        tuple(lines),
+        None if why else proc.returncode,
+        stderr,
+        time.monotonic() - start,
+        why,
+    )
+
+
+def run_many(
+    commands: Sequence[tuple[str, Sequence[str]]],
+    deadline: float,
+    parallel: int = DEFAULT_PARALLEL,
+    env: dict | None = None,
+    total: float | None = None,
+) -> list[Answer]:
+    """Every (key, argv), `parallel` at a time, each within `deadline`, all of them within
+    `total` seconds (a command not started by then is not tried); in the given order."""
+    end = time.monotonic() + (total if total is not None else float("inf"))
+
+    def bounded(key: str, argv: Sequence[str]) -> Answer:
+        left = min(deadline, end - time.monotonic())
+        if left <= 0:
+            return Answer(key, (), None, error="not tried: the overall deadline had passed")
+        return run_one(key, argv, left, env)
+
+    if not commands:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(commands)))) as pool:
+        futures = [pool.submit(bounded, key, argv) for key, argv in commands]
+        return [f.result() for f in futures]

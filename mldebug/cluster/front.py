@@ -1,0 +1,236 @@
+"""The front end of `dump`/`attach --slurm JOBID` and `--hosts HOSTLIST`: run `mldebug
+collect` on every node, read the node documents, merge them into one snapshot.
+
+Through SLURM one `srun --overlap` step runs the collector on all the job's nodes (SLURM
+fans out itself); through ssh, one `ssh` per host, at most `parallel` at a time; through
+pdsh, one `pdsh` that fans out itself. Each has a deadline; whatever answered by then is
+used, and every node that did not is named with the reason and what SLURM says of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from mldebug.analysis.nodes import merge_nodes
+from mldebug.cluster import fanout, slurm
+from mldebug.cluster.document import Reader
+from mldebug.cluster.hostlist import compress
+from mldebug.errors import MldebugError
+from mldebug.model import JobSnapshot, NodeFailure, NodeReading, StackSample
+from mldebug.textsafe import one_line
+
+REMOTE_ENV = "MLDEBUG_REMOTE"  # how to start mldebug on a node (default: this Python's)
+SSH_OPTIONS_ENV = "MLDEBUG_SSH_OPTIONS"
+SSH_DEFAULTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
+NO_RANKS = 3  # `mldebug collect`'s exit code when a node has no rank process
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Which nodes to read and how (the command line's --slurm/--hosts/--via...)."""
+
+    slurm: str | None = None
+    hosts: tuple[str, ...] = ()
+    via: str = "ssh"  # for hosts: "ssh" or "pdsh"
+    ssh_options: tuple[str, ...] = ()
+    run: str | None = None
+    deadline: float = 30.0
+    parallel: int = fanout.DEFAULT_PARALLEL
+    env: dict | None = field(default=None, compare=False)
+
+
+def remote_mldebug() -> list[str]:
+    """How a node starts mldebug: $MLDEBUG_REMOTE, else this very Python (the same path on
+    every node, as with an environment on a shared filesystem)."""
+    given = os.environ.get(REMOTE_ENV, "").strip()
+    return shlex.split(given) if given else [sys.executable, "-m", "mldebug"]
+
+
+def collect_argv(spec: ClusterSpec, collect_deadline: float) -> list[str]:
+    argv = [*remote_mldebug(), "collect", "--deadline", f"{collect_deadline:g}"]
+    if spec.slurm:
+        argv += ["--slurm-job", spec.slurm]
+    if spec.run:
+        argv += ["--run", spec.run]
+    return argv
+
+
+def ssh_options(spec: ClusterSpec) -> list[str]:
+    return [*SSH_DEFAULTS, *shlex.split(os.environ.get(SSH_OPTIONS_ENV, "")), *spec.ssh_options]
+
+
+def _document(line: bytes) -> dict | None:
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _short(host: str) -> str:
+    return host.split(".")[0]
+
+
+def _reason(answer: fanout.Answer) -> str:
+    if answer.error:
+        return answer.error
+    said = [one_line(line) for line in answer.stderr.strip().splitlines() if line.strip()]
+    tail = f": {said[-1][:200]}" if said else ""
+    return f"exit code {answer.returncode}{tail}"
+
+
+class Collection:
+    """One look at the nodes: what each answered, or why not."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.reader = Reader()
+        self.nodes: list[NodeReading] = []
+        self.failures: list[NodeFailure] = []
+        self.notes: list[str] = []
+        self.job = ""
+
+    def _take(self, host: str, line: bytes) -> bool:
+        data = _document(line)
+        if data is None:
+            return False
+        try:
+            self.nodes.append(self.reader.read(data, host))
+        except ValueError as error:
+            self.failures.append(NodeFailure(host, f"bad node document: {error}"))
+        return True
+
+    def via_slurm(self) -> None:
+        spec = self.spec
+        job = slurm.slurm_job(spec.slurm, spec.env)
+        self.job = f"SLURM job {job.job}"
+        collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
+        minutes = max(1, int(spec.deadline // 60) + 1)
+        argv = slurm.srun_collect(job, collect, minutes)
+        answer = fanout.run_one("srun", argv, spec.deadline, spec.env)
+        wanted = {_short(n): n for n in job.nodes}
+        answered: set[str] = set()
+        for line in answer.lines:
+            data = _document(line)
+            claimed = data.get("host") if data else None
+            node = wanted.get(_short(claimed)) if isinstance(claimed, str) else None
+            if node is None or node in answered:
+                continue  # not a document, or not from one of the job's nodes
+            answered.add(node)
+            self._take(node, line)
+        silent = [n for n in job.nodes if n not in answered]
+        if not silent:
+            return
+        states = slurm.node_states(silent, spec.env)
+        for node in silent:
+            said = states.get(node, "")
+            self.failures.append(
+                NodeFailure(
+                    node,
+                    _reason(answer) if answer.returncode != 0 else "no document",
+                    job.ranks.get(node, ()),
+                    f"node {node} {said}; job {job.job} {job.state}".replace("  ", " "),
+                )
+            )
+
+    def via_hosts(self) -> None:
+        spec = self.spec
+        self.job = compress(list(spec.hosts))
+        collect = shlex.join(collect_argv(spec, max(1.0, spec.deadline * 0.6)))
+        if spec.via == "pdsh":
+            self._pdsh(collect)
+            return
+        options = ssh_options(spec)
+        commands = [(h, ["ssh", *options, h, "--", collect]) for h in spec.hosts]
+        answers = fanout.run_many(
+            commands, spec.deadline, spec.parallel, spec.env, total=spec.deadline * 4
+        )
+        for answer in answers:
+            self._host_answer(answer.key, answer, answer.lines)
+
+    def _host_answer(self, host: str, answer: fanout.Answer, lines: Iterable[bytes]) -> None:
+        if answer.returncode == NO_RANKS:
+            self.notes.append(f"{host}: no rank process of yours there")
+            return
+        if not any(self._take(host, line) for line in reversed(list(lines))):
+            self.failures.append(NodeFailure(host, _reason(answer)))
+
+    def _pdsh(self, collect: str) -> None:
+        spec = self.spec
+        argv = ["pdsh", "-S", "-f", str(spec.parallel), "-u", f"{spec.deadline:g}"]
+        argv += ["-w", ",".join(spec.hosts), collect]
+        env = dict(spec.env if spec.env is not None else os.environ)
+        env.setdefault("PDSH_RCMD_TYPE", "ssh")
+        extra = " ".join(shlex.quote(o) for o in ssh_options(spec))
+        env.setdefault("PDSH_SSH_ARGS_APPEND", extra)
+        answer = fanout.run_one("pdsh", argv, spec.deadline + 5, env)
+        by_host: dict[str, list[bytes]] = {}
+        for line in answer.lines:
+            host, sep, rest = line.partition(b": ")
+            if sep:
+                by_host.setdefault(host.decode("utf-8", "replace"), []).append(rest)
+        for host in spec.hosts:
+            lines = by_host.get(host, [])
+            if not any(self._take(host, line) for line in reversed(lines)):
+                self.failures.append(NodeFailure(host, _reason(answer)))
+
+    def snapshot(self) -> JobSnapshot:
+        return merge_nodes(self.nodes, self.failures, job=self.job)
+
+
+def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
+    """Read every node once: the merged snapshot, and notes for the user."""
+    collection = Collection(spec)
+    if spec.slurm:
+        collection.via_slurm()
+    else:
+        collection.via_hosts()
+    if not collection.nodes and not collection.failures:
+        raise MldebugError(
+            "no node has rank processes of yours",
+            "Check the host list, or that the job runs.",
+            exit_code=3,
+        )
+    notes = list(collection.notes)
+    for node in collection.nodes:
+        notes.extend(f"{node.host}: {note}" for note in node.notes)
+    return collection.snapshot(), notes
+
+
+class ClusterPoller:
+    """What `attach --slurm/--hosts` polls: one collection of every node per refresh (each
+    node judges stuck from running with its own samples, so no history is kept here)."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.last = 0.0
+
+    def poll(self) -> JobSnapshot:
+        self.last = time.monotonic()
+        return collect_cluster(self.spec)[0]
+
+    def read_native(self, rank: int) -> StackSample | None:
+        return None  # native frames are read on the node: `mldebug dump --native` there
+
+    def focus(self, ranks: Iterable[int]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    from mldebug.cluster.hostlist import expand
+
+    try:
+        return tuple(expand(text))
+    except ValueError as error:
+        raise MldebugError(
+            f"--hosts {text!r}: {error}", "Write hosts as SLURM does: node[01-04],node07"
+        ) from None

@@ -1,0 +1,83 @@
+"""`mldebug collect`: the per-node half of `dump --slurm/--hosts` (docs/multi-node.md).
+
+    mldebug collect                      every rank process of yours on this node
+    mldebug collect --slurm-job JOBID    the tasks of one SLURM job on this node
+    mldebug collect --run DIR|NAME       the ranks of one `mldebug run`
+
+It finds this node's ranks as `mldebug dump` does, reads their stacks a few times with
+py-spy (and their agents' state.json where they have one), judges each rank here, and
+prints one JSON line: the node document, with its stacks already merged. Bounded: every
+rank within --timeout, the whole within --deadline. It needs only mldebug and py-spy on
+the node; the front end (`mldebug dump --slurm ...`) starts it on every node.
+
+exit status: 0 the document was printed (whatever it says of the ranks), 2 bad command
+line, 3 no rank process here, 5 py-spy missing, 74 stdout could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mldebug.commands.common import Parser, count, seconds, write_out
+
+DEFAULT_DEADLINE = 20.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="mldebug collect",
+        description="Read this node's ranks and print one merged JSON document for the node\n"
+        "(what `mldebug dump --slurm/--hosts` runs on every node).",
+        epilog=__doc__.split("exit status:")[1].join(["exit status:", ""]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--slurm-job", metavar="JOBID", help="only the tasks of this SLURM job")
+    parser.add_argument("--run", metavar="DIR", help="only the ranks of this `mldebug run`")
+    parser.add_argument("--json", action="store_true", help="JSON output (the only format)")
+    parser.add_argument("--host", help="the name to give this node (default: its hostname)")
+    parser.add_argument("--samples", type=count(1, 20), default=3, help="readings per rank")
+    parser.add_argument("--interval", type=seconds(0, 10), default=0.4, help="between readings")
+    parser.add_argument(
+        "--timeout", type=seconds(0, 120, allow_low=False), default=5.0, help="per rank"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=seconds(0, 600, allow_low=False),
+        default=DEFAULT_DEADLINE,
+        help=f"seconds for the whole node (default {DEFAULT_DEADLINE:g})",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.slurm_job is not None and not args.slurm_job.isdigit():
+        raise_usage(f"--slurm-job {args.slurm_job!r} is not a job id (a number)")
+
+    from mldebug import rundir
+    from mldebug.cluster.document import node_document
+    from mldebug.cluster.nodetargets import node_targets
+    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
+    from mldebug.observe import observe_once
+
+    job = node_targets(args.slurm_job, args.run)
+    snapshot, readings = observe_once(
+        job,
+        samples=args.samples,
+        interval=args.interval,
+        timeout_per_rank=args.timeout,
+        deadline=args.deadline,
+        max_pids=MAX_PIDS,
+        max_world=MAX_WORLD,
+    )
+    host = args.host or rundir.hostname()
+    document = node_document(snapshot, host, readings.notes, args.slurm_job)
+    write_out(json.dumps(document, separators=(",", ":")) + "\n")
+    return 0
+
+
+def raise_usage(message: str) -> None:
+    from mldebug.errors import EXIT_USAGE, MldebugError
+
+    raise MldebugError(message, exit_code=EXIT_USAGE)
