@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -207,13 +206,13 @@ class ClusterPoller:
     """What `attach --slurm/--hosts` polls: one collection of every node per refresh (each
     node judges stuck from running with its own samples, so no history is kept here)."""
 
-    def __init__(self, spec: ClusterSpec):
+    def __init__(self, spec: ClusterSpec, first: JobSnapshot | None = None):
         self.spec = spec
-        self.last = 0.0
+        self.first = first  # a snapshot already taken (attach checks the job before the UI)
 
     def poll(self) -> JobSnapshot:
-        self.last = time.monotonic()
-        return collect_cluster(self.spec)[0]
+        first, self.first = self.first, None
+        return first if first is not None else collect_cluster(self.spec)[0]
 
     def read_native(self, rank: int) -> StackSample | None:
         return None  # native frames are read on the node: `mldebug dump --native` there

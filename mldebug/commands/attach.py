@@ -16,9 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mldebug.commands.common import (
+    CLUSTER_HELP,
     TARGET_HELP,
     Parser,
+    add_cluster_arguments,
     add_target_arguments,
+    cluster_spec,
     seconds,
     target_of,
 )
@@ -45,10 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mldebug attach",
         description="Live view of a multi-rank job: every rank's state and stack, the merged\n"
         "stack tree, the verdict on top, and the run's logs, events, memory and NCCL files.",
-        epilog=f"{TARGET_HELP}\n{KEYS_HELP}",
+        epilog=f"{TARGET_HELP}\n{CLUSTER_HELP}\n{KEYS_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_target_arguments(parser)
+    add_cluster_arguments(parser)
     parser.add_argument(
         "--interval",
         type=seconds(0, 3600, allow_low=False),
@@ -146,7 +150,10 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     pids, run = target_of(parser, args)
+    spec = cluster_spec(parser, args, deadline=30.0)
     require_tty()
+    if spec is not None:
+        return _attach_cluster(spec, args.interval)
 
     from mldebug.targets import resolve_targets
 
@@ -173,6 +180,20 @@ def main(argv: list[str]) -> int:
         job_targets=job_targets,
         label=job_label(job_targets),
     )
+
+
+def _attach_cluster(spec, interval: float) -> int:
+    """The live view of a job on several nodes: each refresh collects every node again."""
+    from mldebug.cluster.front import ClusterPoller, collect_cluster
+    from mldebug.cluster.hostlist import compress
+    from mldebug.tui.app import AttachApp
+
+    first, _ = collect_cluster(spec)  # a wrong job or host list fails here, with its message
+    label = f"SLURM job {spec.slurm}" if spec.slurm else compress(list(spec.hosts))
+    app = AttachApp(
+        ClusterPoller(spec, first), interval=interval, run_dir=None, stop=None, job_name=label
+    )
+    return LiveView().run(app)
 
 
 def attach_to_run(
