@@ -155,7 +155,8 @@ class Collection:
 
     def _host_answer(self, host: str, answer: fanout.Answer, lines: Iterable[bytes]) -> None:
         if answer.returncode == NO_RANKS:
-            self.notes.append(f"{host}: no rank process of yours there")
+            said = [one_line(x) for x in answer.stderr.splitlines() if x.strip()]
+            self.notes.append(f"{host}: {said[0][:300] if said else 'no rank process there'}")
             return
         if not any(self._take(host, line) for line in reversed(list(lines))):
             self.failures.append(NodeFailure(host, _reason(answer)))
@@ -186,13 +187,13 @@ class Collection:
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
     """Read every node once: the merged snapshot, and notes for the user."""
     collection = Collection(spec)
-    if spec.slurm:
+    if spec.slurm and not spec.hosts:
         collection.via_slurm()
     else:
         collection.via_hosts()
     if not collection.nodes and not collection.failures:
         raise MldebugError(
-            "no node has rank processes of yours",
+            "\n".join(["no node has rank processes of yours to read", *collection.notes]),
             "Check the host list, or that the job runs.",
             exit_code=3,
         )

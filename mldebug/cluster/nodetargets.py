@@ -13,22 +13,33 @@ import os
 from mldebug import rundir
 from mldebug.errors import NoTargetError
 from mldebug.model import JobTargets
-from mldebug.targets import discover_rank_processes, target_from_process
+from mldebug.targets import _describe_job, discover_rank_processes, target_from_process
 
 
 def _order(target) -> tuple:
     return (target.rank is None, target.rank or 0, target.pid)
 
 
+def _slurm_tasks(found: list) -> list:
+    """Of each SLURM job's processes, the tasks of its steps (not the batch script and the
+    srun it runs, which carry SLURM_PROCID too) when it has any; never the step this
+    collector runs in."""
+    own = (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID"))
+    stepped = {e.get("SLURM_JOB_ID") for _, e in found if e.get("SLURM_STEP_ID") is not None}
+    kept = []
+    for proc, environ in found:
+        job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
+        if job is None or ((job, step) != own and (step is not None or job not in stepped)):
+            kept.append((proc, environ))
+    return kept
+
+
 def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTargets:
     """The ranks on this node (of one SLURM job, or of one `mldebug run` directory, given
     by its path or its name), as one job. NoTargetError when there are none."""
-    found = discover_rank_processes()
+    found = _slurm_tasks(discover_rank_processes())
     if slurm_job is not None:
-        own_step = os.environ.get("SLURM_STEP_ID") if os.environ.get("SLURM_JOB_ID") else None
         found = [(p, e) for p, e in found if e.get("SLURM_JOB_ID") == slurm_job]
-        tasks = [(p, e) for p, e in found if e.get("SLURM_STEP_ID") not in (None, own_step)]
-        found = tasks or [(p, e) for p, e in found if "SLURM_STEP_ID" not in e]
     if run is not None:
         found = [
             (p, e)
@@ -43,13 +54,17 @@ def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTar
     targets = tuple(sorted((target_from_process(p, e, host) for p, e in found), key=_order))
     sizes = [t.world_size for t in targets if t.world_size]
     jobs = sorted({t.job for t in targets})
-    notes = (f"{len(jobs)} jobs on this node; give --slurm-job or --run",) if len(jobs) > 1 else ()
+    if len(jobs) > 1:
+        listing = "\n".join(_describe_job([t for t in targets if t.job == job]) for job in jobs)
+        raise NoTargetError(
+            f"{len(jobs)} jobs on this node:\n{listing}",
+            "Say which: --slurm-job JOBID or --run DIR (dump: --slurm JOBID, --run).",
+        )
     # The node holds some ranks of the job: the others are elsewhere, not missing.
     return JobTargets(
         targets,
         max(sizes) if sizes else None,
         jobs[0] if jobs else "",
         targets[0].run_dir,
-        notes=notes,
         partial=True,
     )

@@ -151,7 +151,8 @@ CLUSTER_HELP = """\
 several nodes (docs/multi-node.md): `mldebug collect` runs on every node and the
 nodes' answers are merged into one report
   --slurm JOBID         the nodes of a running SLURM job, through srun --overlap
-  --hosts HOSTLIST      these hosts (node[01-04],node07), through ssh (BatchMode) or pdsh
+  --hosts HOSTLIST      these hosts (node[01-04],node07), through ssh (BatchMode) or pdsh;
+                        with --slurm JOBID or --run DIR|NAME: only that job's ranks there
 """
 
 
@@ -175,10 +176,10 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
     """The ClusterSpec the arguments ask for, or None for a job on this machine."""
     if args.slurm is None and args.hosts is None:
         return None
-    if args.slurm is not None and args.hosts is not None:
-        parser.error("give --slurm or --hosts, not both")
-    if args.target is not None or args.pid or args.run is not None:
-        parser.error("--slurm/--hosts read whole nodes: drop TARGET, --pid and --run")
+    if args.target is not None or args.pid:
+        parser.error("--slurm/--hosts read whole nodes: drop TARGET and --pid")
+    if args.run is not None and args.hosts is None:
+        parser.error("--run with --slurm: give the run's nodes with --hosts")
     if args.slurm is not None and not (args.slurm.isascii() and args.slurm.isdigit()):
         parser.error(f"--slurm {args.slurm!r} is not a job id (a number, as squeue shows)")
     from mldebug.cluster.front import ClusterSpec, parse_hosts
@@ -192,6 +193,7 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
         hosts=hosts,
         via=args.via,
         ssh_options=tuple(args.ssh_option),
+        run=args.run,
         deadline=deadline,
     )
 
