@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from slurm_cluster import SlurmCluster
 from ssh_server import SshServer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mldebug.analysis.findings import find_problems, ranks_text
 from mldebug.analysis.merge import build_tree, merge_groups
@@ -65,9 +66,17 @@ def merge_nodes(
     A rank two nodes both claim is kept from the first (the job key of either is wrong)."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
+    node_groups = []
     for node in nodes:
-        for view in node.views:
-            views.setdefault(view.rank, view)
+        taken = {v.rank for v in node.views if views.setdefault(v.rank, v) is v}
+        groups = node.groups
+        if len(taken) < len(node.views):  # ranks another node had first: not merged twice
+            groups = tuple(
+                replace(g, ranks=tuple(r for r in g.ranks if r in taken))
+                for g in groups
+                if any(r in taken for r in g.ranks)
+            )
+        node_groups.append(groups)
     if world_size is None:
         sizes = [n.world_size for n in nodes if n.world_size]
         world_size = max(sizes) if sizes else None
@@ -91,8 +100,8 @@ def merge_nodes(
     states = {v.rank: v.state for v in ordered}
     groups = merge_groups(
         [
-            tuple(g for g in node.groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
-            for node in nodes
+            tuple(g for g in groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
+            for groups in node_groups
         ],
         states,
     )
