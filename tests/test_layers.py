@@ -162,3 +162,13 @@ def test_the_in_rank_modules_load_without_textual_rich_or_the_analysis(module):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_multi_node_front_end_imports_no_views():
+    # mldebug.cluster runs collect on nodes and merges their answers (an orchestrator, like
+    # observe.py); what it makes is drawn by the views, which it never imports.
+    edges = graph()
+    for module in layer(edges, "mldebug.cluster"):
+        assert not imports_under(module, edges, ("mldebug.report", "mldebug.tui")), module
+    for module in layer(edges, "mldebug.collect") + layer(edges, "mldebug.analysis"):
+        assert not imports_under(module, edges, ("mldebug.cluster",)), module

@@ -1,0 +1,145 @@
+"""Node documents merged on the front end give the same verdict as the same ranks read
+flat on one machine. The ranks are assembled from the model's own types (StackSample,
+AgentState: what py-spy and the agents' state.json give; multi-node cannot exist here),
+split over nodes, each node judged and written as `mldebug collect` does, sent through
+JSON, read back and merged (mldebug.analysis.nodes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mldebug.analysis.nodes import merge_nodes
+from mldebug.analysis.snapshot import build_snapshot
+from mldebug.cluster.document import Reader, node_document
+from mldebug.model import (
+    AgentState,
+    CollectiveCall,
+    FlightGroup,
+    Frame,
+    GroupProgress,
+    MemoryReading,
+    NodeFailure,
+    RankTarget,
+    StackSample,
+    ThreadStack,
+)
+
+TRAIN = "/job/train.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+WAITING = (Frame("<module>", TRAIN, 60), Frame("main", TRAIN, 48), Frame("all_reduce", C10D, 3252))
+CULPRIT = (Frame("<module>", TRAIN, 60), Frame("main", TRAIN, 44), Frame("load_shard", TRAIN, 21))
+
+
+def job(world: int, per_node: int, culprit: int):
+    targets, samples = [], {}
+    for rank in range(world):
+        host = f"node{rank // per_node:03d}"
+        target = RankTarget(pid=1000 + rank, rank=rank, world_size=world, host=host, job="j")
+        frames = CULPRIT if rank == culprit else WAITING
+        thread = ThreadStack(7 + rank, "MainThread", frames, os_thread_id=rank)
+        samples[target.pid] = tuple(
+            StackSample(target, float(t), (thread,), cpu_seconds=1.0, main_cpu_seconds=0.5)
+            for t in range(3)
+        )
+        targets.append(target)
+    return targets, samples
+
+
+def through_nodes(targets, samples, per_node, lost=()):
+    reader, nodes, failures = Reader(), [], []
+    for start in range(0, len(targets), per_node):
+        mine = targets[start : start + per_node]
+        host = mine[0].host
+        if host in lost:
+            failures.append(NodeFailure(host, "no answer within 20 s", tuple(t.rank for t in mine)))
+            continue
+        snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
+        text = json.dumps(node_document(snapshot, host))
+        nodes.append(reader.read(json.loads(text), host))
+    return merge_nodes(nodes, failures, now=10.0), reader
+
+
+@pytest.mark.parametrize(("world", "per_node", "culprit"), [(8, 4, 5), (64, 8, 0), (24, 8, 23)])
+def test_merged_nodes_give_the_flat_verdict(world, per_node, culprit):
+    targets, samples = job(world, per_node, culprit)
+    flat = build_snapshot(targets, samples, world_size=world, now=10.0)
+    merged, reader = through_nodes(targets, samples, per_node)
+    key = lambda f: (f.kind, f.ranks, f.summary, f.location, f.recipe)  # noqa: E731
+    assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
+    assert merged.findings[0].ranks == (culprit,)
+    assert [(g.ranks, g.frames, g.state) for g in merged.groups] == [
+        (g.ranks, g.frames, g.state) for g in flat.groups
+    ]
+    assert merged.tree == flat.tree
+    assert [(v.rank, v.state, v.target.host) for v in merged.ranks] == [
+        (v.rank, v.state, v.target.host) for v in flat.ranks
+    ]
+    # Every node's copy of one stack is read into one object: memory grows with stacks.
+    assert len(reader.stacks) == 2
+
+
+def test_a_lost_node_is_named_with_its_ranks_and_the_verdict_stands():
+    targets, samples = job(16, 4, 1)
+    merged, _ = through_nodes(targets, samples, 4, lost=("node002",))
+    lost = [f for f in merged.findings if f.kind == "node_unreachable"]
+    assert [(f.ranks, f.recipe) for f in lost] == [((8, 9, 10, 11), "node-unreachable")]
+    assert "node node002 did not answer" in lost[0].summary
+    assert {v.state for v in merged.ranks if v.rank in range(8, 12)} == {"unreadable"}
+    assert merged.findings[0].ranks == (1,)
+
+
+def test_the_agent_state_crosses_the_document_unchanged():
+    call = CollectiveCall(
+        "default_pg", 37, "all_reduce", f"{TRAIN}:48", 5.0, None, False, ((4,),), ("float32",)
+    )
+    done = CollectiveCall("default_pg", 36, "all_reduce", f"{TRAIN}:48", None, 4.5)
+    state = AgentState(
+        rank=0,
+        pid=1000,
+        time=9.5,
+        started=1.0,
+        interval=1.0,
+        step=12,
+        step_time=9.0,
+        groups=(GroupProgress("default_pg", 4, call, done),),
+        trace=(CollectiveCall("default_pg", 36, "all_reduce", f"{TRAIN}:48", 4.0, 4.5), call),
+        memory=MemoryReading(rss=300, cuda_allocated=0, nvml_used=5, nvml_total=10),
+        memory_history=((12, 9.0, 300, 0),),
+        flight=(FlightGroup("0", 37, "all_reduce", False, 1, 5.0, ((4,),), ("Float",)),),
+    )
+    targets, samples = job(1, 1, -1)
+    snapshot = build_snapshot(targets, samples, now=10.0, agents={1000: state}, partial=True)
+    document = json.loads(json.dumps(node_document(snapshot, "node000")))
+    read = Reader().read(document, "node000")
+    assert read.views[0].agent == state
+    assert read.views[0].step == 12
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ([], "not an mldebug node document"),
+        ({"format": "mldebug-node", "version": 99, "stacks": [], "ranks": []}, "version 99"),
+        (
+            {"format": "mldebug-node", "version": 1, "stacks": [[{"frames": [1]}]], "ranks": []},
+            "frame",
+        ),
+        ({"format": "mldebug-node", "version": 1, "stacks": "x", "ranks": []}, "stacks"),
+    ],
+)
+def test_a_bad_document_is_refused_for_its_node(document, said):
+    with pytest.raises(ValueError, match=said):
+        Reader().read(document, "node000")
+
+
+def test_a_document_cannot_plant_markup_or_bad_ranks():
+    targets, samples = job(2, 2, 1)
+    document = node_document(build_snapshot(targets, samples, now=10.0, partial=True), "n")
+    document["ranks"][0]["pid"] = -5  # not a pid: the rank is dropped
+    document["ranks"][1]["detail"] = "\x1b[31mred\x1b]0;title\x07"
+    read = Reader().read(json.loads(json.dumps(document)), "n")
+    assert [v.rank for v in read.views] == [1]
+    assert "\x1b" not in read.views[0].detail
+    assert read.views[0].target.host == "n"  # the front end's name for the node
