@@ -65,9 +65,14 @@ def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
     Only ranks whose threads were read take part; at least two are needed to compare.
     """
     keys: dict[int, set[str]] = {}
+    known: dict[int, set[str]] = {}  # ranks that share one threads tuple: its keys once
     for view in views:
         if view.threads:
-            keys[view.rank] = {k for t in view.threads[1:] if (k := thread_key(t)) is not None}
+            found = known.get(id(view.threads))
+            if found is None:
+                found = {k for t in view.threads[1:] if (k := thread_key(t)) is not None}
+                known[id(view.threads)] = found
+            keys[view.rank] = found
     if len(keys) < 2:
         return []
     ranks = sorted(keys)
