@@ -141,3 +141,16 @@ def test_attach_slurm_shows_the_culprit_in_tmux(hung_job, tmp_path):
         subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_a_job_not_in_the_queue_is_said_in_one_line(slurm_cluster):
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--slurm", "999999"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=slurm_cluster.env(),
+    )
+    assert done.returncode == 3, done.stderr
+    assert "SLURM job 999999 is not in the queue" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -42,6 +42,7 @@ class ClusterSpec:
     deadline: float = 30.0
     parallel: int = fanout.DEFAULT_PARALLEL
     env: dict | None = field(default=None, compare=False)
+    collect_options: tuple[str, ...] = ()  # passed on to every node's `mldebug collect`
 
 
 def remote_mldebug() -> list[str]:
@@ -57,11 +58,18 @@ def collect_argv(spec: ClusterSpec, collect_deadline: float) -> list[str]:
         argv += ["--slurm-job", spec.slurm]
     if spec.run:
         argv += ["--run", spec.run]
-    return argv
+    return argv + list(spec.collect_options)
 
 
 def ssh_options(spec: ClusterSpec) -> list[str]:
     return [*SSH_DEFAULTS, *shlex.split(os.environ.get(SSH_OPTIONS_ENV, "")), *spec.ssh_options]
+
+
+def outside_allocation(env: dict | None) -> dict:
+    """The environment without the variables of an allocation the front end may run in
+    (salloc, a batch script): srun would take them for the collector step's own options."""
+    base = os.environ if env is None else env
+    return {k: v for k, v in base.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
 def _document(line: bytes) -> dict | None:
@@ -112,7 +120,7 @@ class Collection:
         collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
         minutes = max(1, int(spec.deadline // 60) + 1)
         argv = slurm.srun_collect(job, collect, minutes)
-        answer = fanout.run_one("srun", argv, spec.deadline, spec.env)
+        answer = fanout.run_one("srun", argv, spec.deadline, outside_allocation(spec.env))
         wanted = {_short(n): n for n in job.nodes}
         answered: set[str] = set()
         for line in answer.lines:

@@ -80,9 +80,18 @@ def _layout(step: dict[str, str]) -> dict[str, tuple[int, ...]]:
 
 def slurm_job(job: str, env: dict | None = None) -> SlurmJob:
     """The job's state, nodes and (where SLURM's layout says) each node's ranks."""
-    line = _run(["squeue", "-h", "-j", job, "-o", "%T|%N"], env).strip()
+    gone = NoTargetError(
+        f"SLURM job {job} is not in the queue: it has ended, or the id is wrong",
+        "`squeue --me` lists your jobs.",
+    )
+    try:
+        line = _run(["squeue", "-h", "-j", job, "-o", "%T|%N"], env).strip()
+    except NoTargetError as error:
+        if "Invalid job id" in error.message:
+            raise gone from None
+        raise
     if not line:
-        raise NoTargetError(f"SLURM job {job} is not in the queue (it has ended?)", SLURM_REMEDY)
+        raise gone
     state, _, nodelist = line.splitlines()[0].partition("|")
     if state != "RUNNING":
         raise NoTargetError(

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", metavar="DIR", help="only the ranks of this `mldebug run`")
     parser.add_argument("--json", action="store_true", help="JSON output (the only format)")
     parser.add_argument("--host", help="the name to give this node (default: its hostname)")
+    parser.add_argument("-n", "--native", action="store_true", help="native (C/C++) frames too")
+    parser.add_argument("--nonblocking", action="store_true", help="do not pause the ranks")
     parser.add_argument("--samples", type=count(1, 20), default=3, help="readings per rank")
     parser.add_argument("--interval", type=seconds(0, 10), default=0.4, help="between readings")
     parser.add_argument(
@@ -61,9 +63,13 @@ def main(argv: list[str]) -> int:
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
     from mldebug.observe import observe_once
 
+    if args.native and args.nonblocking:
+        raise_usage("--native and --nonblocking cannot be used together")
     job = node_targets(args.slurm_job, args.run)
     snapshot, readings = observe_once(
         job,
+        native=args.native,
+        nonblocking=args.nonblocking,
         samples=args.samples,
         interval=args.interval,
         timeout_per_rank=args.timeout,

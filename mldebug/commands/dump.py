@@ -157,9 +157,14 @@ def main(argv: list[str]) -> int:
     pids, run_dir = target_of(parser, args)
     spec = cluster_spec(parser, args, args.deadline)
     if spec is not None:
+        from dataclasses import replace
+
         from mldebug.cluster.front import collect_cluster
 
-        snapshot, notes = collect_cluster(spec)
+        options = ["--samples", str(args.samples), "--interval", f"{args.interval:g}"]
+        options += ["--timeout", f"{args.timeout:g}"] + ["--native"] * args.native
+        options += ["--nonblocking"] * args.nonblocking
+        snapshot, notes = collect_cluster(replace(spec, collect_options=tuple(options)))
     else:
         snapshot, notes = _observe_here(args, pids, run_dir)
     if _all_refused(snapshot):

@@ -1,0 +1,62 @@
+"""The bounded fan-out under `--hosts`/`--slurm`, with real processes: what a command said
+before its deadline is kept, it is killed at the deadline (its children too), at most
+`parallel` run at once, and nothing is started once the overall deadline has passed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mldebug.cluster.fanout import run_many, run_one
+
+PY = sys.executable
+
+
+def test_a_command_past_its_deadline_is_killed_and_keeps_what_it_said(tmp_path):
+    child = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen(['sleep', '60']); open({str(child)!r}, 'w').write(str(p.pid))\n"
+        "print('{\"node\": 1}', flush=True); time.sleep(60)\n"
+    )
+    answer = run_one("n1", [PY, "-c", script], deadline=3)
+    assert answer.lines == (b'{"node": 1}\n',)
+    assert answer.returncode is None and answer.error == "no answer within 3 s"
+    pid = int(child.read_text())
+    try:  # the whole process group went: no sleeping child left behind
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as stat:
+            assert stat.read().split()[2] == "Z"
+    except ProcessLookupError:
+        pass
+
+
+def test_a_command_that_cannot_start_says_why():
+    answer = run_one("n1", ["/nonexistent/ssh", "x"], deadline=5)
+    assert answer.returncode is None and "could not start /nonexistent/ssh" in answer.error
+
+
+def test_at_most_parallel_commands_run_at_once(tmp_path):
+    log = tmp_path / "log"
+    script = (
+        "import fcntl, sys, time\n"
+        "def note(word):\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        "        fcntl.flock(f, fcntl.LOCK_EX); f.write(word + '\\n')\n"
+        "note('start'); time.sleep(0.5); note('end')\n"
+    )
+    answers = run_many([(f"n{i}", [PY, "-c", script]) for i in range(6)], deadline=60, parallel=2)
+    assert [a.key for a in answers] == [f"n{i}" for i in range(6)]
+    assert all(a.returncode == 0 for a in answers), [a.stderr for a in answers]
+    running = most = 0
+    for word in log.read_text().split():
+        running += 1 if word == "start" else -1
+        most = max(most, running)
+    assert most <= 2
+
+
+def test_nothing_starts_after_the_overall_deadline():
+    commands = [(f"n{i}", ["sleep", "5"]) for i in range(3)]
+    answers = run_many(commands, deadline=1, parallel=1, total=1.5)
+    assert answers[0].error == "no answer within 1 s"
+    assert answers[-1].error == "not tried: the overall deadline had passed"
