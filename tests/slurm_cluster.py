@@ -162,8 +162,31 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
             argv, env=self.env(), capture_output=True, text=True, check=check, timeout=timeout
         )
 
+    def _ours(self) -> list[int]:
+        """Processes that carry this cluster's SLURM_CONF: the slurmstepd of its steps and
+        the tasks they run (slurmd hands its environment down), whoever their parent."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                try:
+                    with open(f"/proc/{entry}/environ", "rb") as environ:
+                        if mark in environ.read().split(b"\0"):
+                            found.append(int(entry))
+                except OSError:
+                    continue
+        return found
+
     def stop(self) -> None:
-        subprocess.run(["scancel", "--full", "-u", "root"], env=self.env(), capture_output=True)
+        # Cancel the jobs and wait for them to end before the daemons go: a slurmstepd
+        # whose slurmd is gone outlives it.
+        self.run("scancel", "--full", "--user=root", check=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            queue = self.run("squeue", "-h", "-o", "%i", check=False)
+            if queue.returncode != 0 or not queue.stdout.strip():
+                break
+            time.sleep(0.5)
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -174,3 +197,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         self.procs.clear()
+        for pid in self._ours():  # what is left of its steps, by pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -14,10 +14,9 @@ import sys
 import time
 
 import pytest
-from cluster_fixtures import JOB_SCRIPT, MLDEBUG, TASKS, hung_job, line_of, slurm_cluster
+from cluster_fixtures import JOB_SCRIPT, MLDEBUG, TASKS, line_of
 
 pytestmark = pytest.mark.multirank
-__all__ = ["hung_job", "slurm_cluster"]  # fixtures, used by name
 
 CULPRIT = f"{JOB_SCRIPT.name}:{line_of(JOB_SCRIPT, 'CULPRIT_LINE')}"
 

@@ -16,14 +16,10 @@ from cluster_fixtures import (
     JOB_SCRIPT,
     MLDEBUG,
     TASKS,
-    hung_job,
     line_of,
-    slurm_cluster,
-    ssh_server,
 )
 
 pytestmark = pytest.mark.multirank
-__all__ = ["hung_job", "slurm_cluster", "ssh_server"]  # fixtures, used by name
 
 CULPRIT = f"{JOB_SCRIPT.name}:{line_of(JOB_SCRIPT, 'CULPRIT_LINE')}"
 

@@ -21,6 +21,8 @@ MAX_BYTES = 64 << 20  # all the documents one command passes on (1,024 nodes at 
 MAX_LINE = 16 << 20  # one node document
 STDERR_TAIL = 4096
 DEFAULT_PARALLEL = 32
+_RUNNING: set[subprocess.Popen] = set()  # what stop_all() ends (the live view quitting)
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,39 @@ def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = N
         )
     except OSError as error:
         return Answer(key, (), None, error=f"could not start {argv[0]}: {error.strerror}")
+    with _LOCK:
+        _RUNNING.add(proc)
+    try:
+        return _answer(key, proc, deadline, start)
+    finally:
+        with _LOCK:
+            _RUNNING.discard(proc)
+
+
+def _kill(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    """End the command's whole group (ssh, srun and what they run): SIGTERM first, which
+    srun passes on to the step's tasks on the nodes, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stop_all() -> None:
+    """Kill every command still running (a view that quits does not leave them behind)."""
+    with _LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        _kill(proc)
+
+
+def _answer(key: str, proc: subprocess.Popen, deadline: float, start: float) -> Answer:
     lines: list[bytes] = []
     errors: list[bytes] = []
     readers = [
@@ -78,10 +113,7 @@ def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = N
         proc.wait(timeout=deadline)
     except subprocess.TimeoutExpired:
         why = f"no answer within {deadline:g} s"
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(proc)
         proc.wait()
     for reader in readers:
         reader.join(timeout=5)

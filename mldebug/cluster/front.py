@@ -20,6 +20,7 @@ from mldebug.analysis.nodes import merge_nodes
 from mldebug.cluster import fanout, slurm
 from mldebug.cluster.document import Reader
 from mldebug.cluster.hostlist import compress
+from mldebug.cluster.nodetargets import COLLECTOR_MARK
 from mldebug.errors import MldebugError
 from mldebug.model import JobSnapshot, NodeFailure, NodeReading, StackSample
 from mldebug.textsafe import one_line
@@ -53,7 +54,10 @@ def remote_mldebug() -> list[str]:
 
 
 def collect_argv(spec: ClusterSpec, collect_deadline: float) -> list[str]:
-    argv = [*remote_mldebug(), "collect", "--deadline", f"{collect_deadline:g}"]
+    # The mark keeps one node's collector from taking another's for a rank (both carry
+    # the job's SLURM variables): mldebug.cluster.nodetargets leaves marked processes out.
+    argv = ["env", f"{COLLECTOR_MARK}=1", *remote_mldebug()]
+    argv += ["collect", "--deadline", f"{collect_deadline:g}"]
     if spec.slurm:
         argv += ["--slurm-job", spec.slurm]
     if spec.run:
@@ -230,7 +234,7 @@ class ClusterPoller:
         pass
 
     def close(self) -> None:
-        pass
+        fanout.stop_all()  # a collection still running when the view quits
 
 
 def parse_hosts(text: str) -> tuple[str, ...]:

@@ -3,7 +3,8 @@ user's processes that carry rank environment), narrowed to one SLURM job or one 
 
 Inside a SLURM job the batch script and the `srun` it runs carry SLURM_PROCID=0 and the
 job's id too, but no step: the tasks `srun` started (the ranks) are the processes with a
-SLURM_STEP_ID. The step `mldebug collect` itself runs in is left out.
+SLURM_STEP_ID. The step `mldebug collect` itself runs in is left out, and so is any other
+collector a front end started (they carry MLDEBUG_COLLECTOR).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from mldebug.targets import _describe_job, discover_rank_processes, target_from_
 
 def _order(target) -> tuple:
     return (target.rank is None, target.rank or 0, target.pid)
+
+
+COLLECTOR_MARK = "MLDEBUG_COLLECTOR"  # in the environment of `collect` started by a front end
 
 
 def _slurm_tasks(found: list) -> list:
@@ -37,7 +41,8 @@ def _slurm_tasks(found: list) -> list:
 def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTargets:
     """The ranks on this node (of one SLURM job, or of one `mldebug run` directory, given
     by its path or its name), as one job. NoTargetError when there are none."""
-    found = _slurm_tasks(discover_rank_processes())
+    found = [(p, e) for p, e in discover_rank_processes() if COLLECTOR_MARK not in e]
+    found = _slurm_tasks(found)
     if slurm_job is not None:
         found = [(p, e) for p, e in found if e.get("SLURM_JOB_ID") == slurm_job]
     if run is not None:
