@@ -40,7 +40,7 @@ def bracket(draw):
 def entry(draw):
     """One entry (prefix, groups with literals between them) and its hosts, the oracle's
     way: the product of the groups, left group outermost."""
-    text, choices = draw(names), [[draw(names)]]
+    text = draw(names)
     choices = [[text]]
     for _ in range(draw(st.integers(0, 2))):
         group, numbers = draw(bracket())

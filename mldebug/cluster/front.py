@@ -146,7 +146,9 @@ class Collection:
                     node,
                     _reason(answer) if answer.returncode != 0 else "no document",
                     job.ranks.get(node, ()),
-                    f"node {node} {said}; job {job.job} {job.state}".replace("  ", " "),
+                    "; ".join(
+                        ([f"node {node} {said}"] if said else []) + [f"job {job.job} {job.state}"]
+                    ),
                 )
             )
 

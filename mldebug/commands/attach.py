@@ -189,7 +189,7 @@ def _attach_cluster(spec, interval: float) -> int:
     from mldebug.tui.app import AttachApp
 
     first, _ = collect_cluster(spec)  # a wrong job or host list fails here, with its message
-    label = f"SLURM job {spec.slurm}" if spec.slurm else compress(list(spec.hosts))
+    label = compress(list(spec.hosts)) if spec.hosts else f"SLURM job {spec.slurm}"
     app = AttachApp(
         ClusterPoller(spec, first), interval=interval, run_dir=None, stop=None, job_name=label
     )
