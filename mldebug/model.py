@@ -360,6 +360,8 @@ class NodeReading:
     world_size: int | None = None
     job: str = ""
     notes: tuple[str, ...] = ()
+    crashes: tuple[RankCrash, ...] = ()  # how its ranks ended badly (their run directory)
+    events: tuple[RankEvent, ...] = ()  # what its ranks' agents noticed (NaN/Inf...)
 
 
 @dataclass(frozen=True)

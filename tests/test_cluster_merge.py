@@ -14,6 +14,7 @@ from mldebug.analysis.nodes import merge_nodes
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.cluster.document import Reader, node_document
 from mldebug.model import (
+    KIND_NONFINITE,
     AgentState,
     CollectiveCall,
     FlightGroup,
@@ -21,6 +22,8 @@ from mldebug.model import (
     GroupProgress,
     MemoryReading,
     NodeFailure,
+    RankCrash,
+    RankEvent,
     RankTarget,
     StackSample,
     ThreadStack,
@@ -143,3 +146,25 @@ def test_a_document_cannot_plant_markup_or_bad_ranks():
     assert [v.rank for v in read.views] == [1]
     assert "\x1b" not in read.views[0].detail
     assert read.views[0].target.host == "n"  # the front end's name for the node
+
+
+def test_crashes_and_agent_events_reach_the_job_findings():
+    # Rank 2 of 8 crashed (its process is gone, its run directory says how); rank 5's agent
+    # saw the first NaN. The node documents carry both; the findings are the flat ones.
+    targets, samples = job(8, 4, 7)
+    alive = [t for t in targets if t.rank != 2]
+    crash = RankCrash(2, 5.0, "uncaught exception", "ValueError", "bad batch", f"{TRAIN}:33")
+    event = RankEvent(5, 6.0, KIND_NONFINITE, "loss is nan", f"{TRAIN}:50", 12, (("module", "fc"),))
+    flat = build_snapshot(alive, samples, world_size=8, now=10.0, crashes=(crash,), events=(event,))
+    reader, nodes = Reader(), []
+    for host, mine in (("node000", alive[:3]), ("node001", alive[3:])):
+        snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
+        crashes = [crash] if host == "node000" else []
+        events = [event] if host == "node001" else []
+        text = json.dumps(node_document(snapshot, host, (), None, crashes, events))
+        nodes.append(reader.read(json.loads(text), host))
+    merged = merge_nodes(nodes, world_size=8, now=10.0)
+    key = lambda f: (f.kind, f.ranks, f.summary, f.location)  # noqa: E731
+    assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
+    kinds = {f.kind for f in merged.findings}
+    assert {"crash", "nonfinite"} <= kinds, kinds

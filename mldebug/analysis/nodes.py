@@ -106,7 +106,9 @@ def merge_nodes(
         states,
     )
     failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
-    findings = find_problems(ordered, world_size, failed, sequence=sequence)
+    crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
+    events = [e for n in nodes for e in n.events]
+    findings = find_problems(ordered, world_size, failed, crashes, sequence=sequence, events=events)
     errors = [f for f in findings if f.severity == SEVERITY_ERROR]
     rest = [f for f in findings if f.severity != SEVERITY_ERROR]
     return JobSnapshot(

@@ -23,6 +23,8 @@ from mldebug.model import (
     Frame,
     JobSnapshot,
     NodeReading,
+    RankCrash,
+    RankEvent,
     RankTarget,
     RankView,
     StackGroup,
@@ -38,6 +40,7 @@ MAX_THREADS = 256
 MAX_DEPTH = 512
 MAX_TEXT = 1024
 MAX_NOTES = 32
+MAX_EVENTS = 256
 STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
 
 
@@ -142,9 +145,15 @@ def agent_json(state: AgentState) -> dict:
 
 
 def node_document(
-    snapshot: JobSnapshot, host: str, notes: Sequence[str] = (), slurm_job: str | None = None
+    snapshot: JobSnapshot,
+    host: str,
+    notes: Sequence[str] = (),
+    slurm_job: str | None = None,
+    crashes: Sequence[RankCrash] = (),
+    events: Sequence[RankEvent] = (),
 ) -> dict:
-    """The node's document from the snapshot its own analysis made of its ranks."""
+    """The node's document from the snapshot its own analysis made of its ranks, with how
+    its ranks ended badly and what their agents noticed (for the job's findings)."""
     stacks: list[list[dict]] = []
     index: dict[tuple, int] = {}
 
@@ -203,6 +212,29 @@ def node_document(
         "stacks": stacks,
         "groups": groups,
         "ranks": ranks,
+        "crashes": [
+            {
+                "rank": c.rank,
+                "time": c.time,
+                "how": c.how,
+                "exc_type": c.exc_type,
+                "message": c.message[:MAX_TEXT],
+                "location": c.location,
+            }
+            for c in crashes[:MAX_RANKS]
+        ],
+        "events": [
+            {
+                "rank": e.rank,
+                "time": e.time,
+                "kind": e.kind,
+                "message": e.message[:MAX_TEXT],
+                "location": e.location,
+                "step": e.step,
+                "fields": [[k, v[:MAX_TEXT]] for k, v in e.fields],
+            }
+            for e in events[:MAX_EVENTS]
+        ],
     }
 
 
@@ -307,6 +339,8 @@ class Reader:
             world_size=_int(data.get("world_size"), 1, 1 << 20),
             job=job,
             notes=tuple(_text(n) for n in notes[:MAX_NOTES] if isinstance(n, str)),
+            crashes=tuple(_crashes(data.get("crashes"))),
+            events=tuple(_events(data.get("events"))),
         )
 
     def _view(self, entry: object, stacks, host: str, job: str, now: float) -> RankView | None:
@@ -363,3 +397,42 @@ class Reader:
             state = entry.get("state") if entry.get("state") in STATES else "unknown"
             groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
         return tuple(groups)
+
+
+def _list(value: object, most: int) -> list[dict]:
+    return [e for e in value[:most] if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def _crashes(value: object):
+    for entry in _list(value, MAX_RANKS):
+        rank, when = _int(entry.get("rank"), 0, 1 << 20), _number(entry.get("time"))
+        if rank is not None and when is not None:
+            yield RankCrash(
+                rank,
+                when,
+                _text(entry.get("how")),
+                _text(entry.get("exc_type")),
+                _text(entry.get("message")),
+                _text(entry.get("location")) or None,
+            )
+
+
+def _events(value: object):
+    for entry in _list(value, MAX_EVENTS):
+        rank, kind = _int(entry.get("rank"), 0, 1 << 20), _text(entry.get("kind"))
+        if rank is None or not kind:
+            continue
+        fields = entry.get("fields") if isinstance(entry.get("fields"), list) else []
+        yield RankEvent(
+            rank,
+            _number(entry.get("time")),
+            kind,
+            _text(entry.get("message")),
+            _text(entry.get("location")) or None,
+            _int(entry.get("step")),
+            tuple(
+                (_text(f[0]), _text(f[1]))
+                for f in fields[:32]
+                if isinstance(f, list) and len(f) == 2
+            ),
+        )

@@ -78,7 +78,9 @@ def main(argv: list[str]) -> int:
         max_world=MAX_WORLD,
     )
     host = args.host or rundir.hostname()
-    document = node_document(snapshot, host, readings.notes, args.slurm_job)
+    document = node_document(
+        snapshot, host, readings.notes, args.slurm_job, readings.job.crashes, readings.events
+    )
     write_out(json.dumps(document, separators=(",", ":")) + "\n")
     return 0
 
