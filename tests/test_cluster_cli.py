@@ -43,6 +43,13 @@ def test_without_slurm_commands_dump_slurm_says_so(tmp_path):
     assert "squeue is not installed" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_without_pdsh_dump_hosts_via_pdsh_says_so(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}
+    done = run("dump", "--hosts", "n[1-2]", "--via", "pdsh", env=env)
+    assert done.returncode == 5, done.stderr
+    assert "pdsh is not installed" in done.stderr and "--via ssh" in done.stderr
+
+
 def test_collect_with_no_rank_of_the_job_here_exits_3():
     done = run("collect", "--slurm-job", "987654321")
     assert done.returncode == 3, done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from mldebug.cluster import fanout, slurm
 from mldebug.cluster.document import Reader
 from mldebug.cluster.hostlist import compress
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
-from mldebug.errors import MldebugError
+from mldebug.errors import MldebugError, ToolMissingError
 from mldebug.model import JobSnapshot, NodeFailure, NodeReading, StackSample
 from mldebug.textsafe import one_line
 
@@ -154,6 +155,13 @@ class Collection:
 
     def via_hosts(self) -> None:
         spec = self.spec
+        tool = "pdsh" if spec.via == "pdsh" else "ssh"
+        if shutil.which(tool, path=(spec.env or os.environ).get("PATH")) is None:
+            raise ToolMissingError(
+                f"{tool} is not installed here (needed by --hosts --via {spec.via})",
+                f"Install it (apt-get install {'pdsh' if tool == 'pdsh' else 'openssh-client'})"
+                + (", or use --via ssh." if tool == "pdsh" else "."),
+            )
         self.job = compress(list(spec.hosts))
         collect = shlex.join(collect_argv(spec, max(1.0, spec.deadline * 0.6)))
         if spec.via == "pdsh":

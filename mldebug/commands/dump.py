@@ -46,7 +46,7 @@ exit status:
   2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
-  5    py-spy is not installed
+  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh)
   70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
   74   the report could not be written (standard output closed, disk full)
   130  interrupted (Ctrl-C)
