@@ -89,7 +89,7 @@ srun --overcommit --ntasks={TASKS} --output={folder}/task-%t.out {sys.executable
     submitted = slurm_cluster.run("sbatch", "--parsable", str(batch))
     job = submitted.stdout.strip().split(";")[0]
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 200  # within pytest-timeout (300 s) with the cluster start
         outputs = [folder / f"task-{t}.out" for t in range(TASKS)]
         while not all(p.exists() and "READY" in p.read_text() for p in outputs):
             state = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False)
