@@ -44,6 +44,9 @@ KIND_FROZEN = "frozen"  # the process lives but its agent's heartbeat stopped: C
 KIND_NONFINITE = "nonfinite"  # --detect-anomaly: the first NaN/Inf's rank, step and module
 KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last steps
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
+KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
+KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
+KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
