@@ -110,7 +110,7 @@ def _groups(dumps: list[FlightDump]) -> list[_Group]:
     return list(names.values())
 
 
-def _mismatch(group: _Group) -> Finding | None:
+def _mismatch(group: _Group) -> tuple[int, Finding] | None:
     """The first collective number whose op, sizes or dtypes differ between members."""
     ranks = sorted(group.by_rank)
     if len(ranks) < 2:
@@ -137,10 +137,12 @@ def _mismatch(group: _Group) -> Finding | None:
         usual = calls[most[0]]
         odd_call = calls[odd[0]]
         if what == "op":
+            at = f" ({odd_call.location})" if odd_call.location else ""
             summary = (
-                f"{_ranks_text(odd)} called {odd_call.op} as collective #{seq} of {where} "
-                f"where {_ranks_text(most)} called {usual.op}: a rank skipped a collective "
-                "or called them in another order"
+                f"{_ranks_text(odd)} did not join {usual.op} #{seq} of {where} that "
+                f"{_ranks_text(most)} called: {'its' if len(odd) == 1 else 'their'} "
+                f"#{seq} is {odd_call.op}{at} (a collective skipped, or called in "
+                "another order)"
             )
         else:
             summary = (
@@ -150,7 +152,7 @@ def _mismatch(group: _Group) -> Finding | None:
         parts = tuple(
             FindingPart(tuple(rs), _call_text(calls[rs[0]]), calls[rs[0]].location) for rs in order
         )
-        return Finding(
+        return seq, Finding(
             kind=KIND_FR_MISMATCH,
             ranks=tuple(odd),
             summary=summary,
@@ -162,14 +164,17 @@ def _mismatch(group: _Group) -> Finding | None:
     return None
 
 
-def _behind(group: _Group) -> Finding | None:
-    """Members that never reached the collective the most advanced members wait in."""
+def _behind(group: _Group, before: int | None = None) -> Finding | None:
+    """Members that never reached the collective the most advanced members wait in (only
+    when that is collective `before` or earlier, where given)."""
     top = max(group.last.values(), default=0)
     leaders = sorted(r for r, last in group.last.items() if last == top)
     behind = sorted(r for r, last in group.last.items() if last < top)
     if not behind or top == 0:
         return None
     first = min(group.last[r] for r in behind) + 1
+    if before is not None and first > before:
+        return None
     waiting = [group.by_rank[r].get(top) for r in leaders]
     if any(entry is not None and entry.completed for entry in waiting):
         return None  # the leaders finished it: the dumps were taken at different moments
@@ -248,8 +253,9 @@ def compare_flight_dumps(dumps: list[FlightDump]) -> list[Finding]:
     findings: list[Finding] = []
     for group in _groups(dumps):
         mismatch = _mismatch(group)
-        behind = _behind(group)
-        found = [f for f in (mismatch, behind) if f is not None]
+        # After a mismatch at #N the counts part ways: only a rank behind before N is news.
+        behind = _behind(group, before=mismatch[0] if mismatch else None)
+        found = [f for f in (mismatch and mismatch[1], behind) if f]
         if not found:
             found = [f for f in (_incomplete(group),) if f is not None]
         findings += found[:MAX_FINDINGS_PER_GROUP]
