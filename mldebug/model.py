@@ -47,6 +47,14 @@ KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the o
 KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
 KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
 KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
+# From NCCL debug logs and torch.distributed's error text (mldebug.nccl, `mldebug nccl`).
+KIND_NCCL_TIMEOUT = "nccl_timeout"  # a watchdog timeout; the rank that never enqueued the work
+KIND_NCCL_INIT = "nccl_init"  # a communicator init that never reached Init COMPLETE
+KIND_NCCL_NETWORK = "nccl_network"  # a rank on another transport or interface than the rest
+KIND_NCCL_VERSION = "nccl_version"  # ranks on different NCCL / CUDA versions
+KIND_NCCL_WARNING = "nccl_warning"  # NCCL WARN lines, grouped across ranks
+KIND_CONNECTION = "connection"  # connection refused / closed by peer / store clients missing
+KIND_DIST_ERROR = "dist_error"  # gloo and c10d errors: size mismatch, monitored barrier, ...
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
