@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument(
         "--flight-recorder",
         action="store_true",
-        help="record the last collectives of each rank (NCCL flight recorder); "
-        "dumped to <run>/fr/ on a timeout",
+        help="keep torch's Flight Recorder of each rank's last collectives (NCCL and gloo); "
+        "each rank writes it to <run>/fr/rank_<rank> when the hang watchdog fires, on "
+        "`touch <run>/fr/request`, and (NCCL) on a watchdog timeout",
     )
     # --detect-anomaly[=torch|stop]: three flags, so that `--detect-anomaly SCRIPT` never
     # takes the script for the option's value (argparse matches an option string whole).

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
+from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths, create_new, make_private_dir
 from mldebug.textsafe import printable
 
@@ -130,6 +131,14 @@ def write_reports(paths: RunPaths, when: float, body: str, data: dict) -> tuple[
     raise OSError(f"too many reports named {stem}* in {folder}")
 
 
+def _request_flight_dumps(paths: RunPaths) -> Path | None:
+    """--flight-recorder: ask every rank for its dump (None without it, or if that failed)."""
+    try:
+        return request_dumps(paths.root)
+    except OSError:
+        return None
+
+
 class HangWatchdog:
     """Watches one run; `start()` runs it in a daemon thread until `close()`.
 
@@ -208,6 +217,7 @@ class HangWatchdog:
 
     def fire(self, quiet: float) -> HangReport:
         when = time.time()
+        flight = _request_flight_dumps(self.paths)  # first: the ranks dump while we read them
         try:
             snapshot, notes = self._dump(self.paths.root)
         except Exception as error:
@@ -225,6 +235,8 @@ class HangWatchdog:
             where = f"\n  report: {text_path} (and .json)"
         except OSError as error:
             where = f"\n  the report could not be written ({error}): the verdict above is all"
+        if flight is not None:
+            where += f"\n  Flight Recorder: each rank writes {flight}/rank_<rank>"
         report = HangReport(when, quiet, verdict, text_path, json_path, snapshot)
         self.reports.append(report)
         if self._record is not None:
@@ -241,5 +253,7 @@ class HangWatchdog:
             f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n  {then}"
         )
         if stopping:
+            if flight is not None:  # the ranks dump from their heartbeat: give them time
+                wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
             self._stop()
         return report

@@ -31,7 +31,9 @@ MAX_TENSORS = 64  # tensors kept of one entry's inputs or outputs
 MAX_FRAMES = 64
 MAX_TEXT = 200
 MAX_JSON_DEPTH = 16
-TORCH_PARTS = ("/torch/", "\\torch\\")
+# Frames of torch itself and of mldebug's in-rank agent (its wrapper of each collective)
+# are not where the user called the collective.
+NOT_USER_PARTS = ("/torch/", "\\torch\\", "/mldebug/agent/", "/mldebug/hooks/")
 _RANK_AT_END = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
 _KEYS = (b"pg_config", b"entries", b"pg_status", b"comm_lib_version")
 
@@ -154,14 +156,14 @@ def _texts(value: object) -> tuple[str, ...]:
 
 
 def _location(frames: object) -> str | None:
-    """file:line of the innermost recorded frame outside torch (the user's call)."""
+    """file:line of the innermost recorded frame outside torch and mldebug (the user's call)."""
     if not isinstance(frames, (list, tuple)):
         return None
     for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, dict):
             continue
         filename, line = _text(frame.get("filename")), _int(frame.get("line"))
-        if filename and not any(part in filename for part in TORCH_PARTS):
+        if filename and not any(part in filename for part in NOT_USER_PARTS):
             return f"{filename}:{line}" if line is not None else filename
     return None
 
