@@ -35,6 +35,10 @@ COMMANDS = {
     "attach": ("mldebug.commands.attach", "live terminal UI over a running job"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
+    "nccl": (
+        "mldebug.commands.nccl",
+        "NCCL logs, torch distributed errors and Flight Recorder dumps, compared across ranks",
+    ),
 }
 
 USAGE = """\

@@ -169,6 +169,10 @@ def _who(logs: list[RankLog]) -> str:
     return " and ".join(parts) or "no rank"
 
 
+def _verb(logs: list, one: str, many: str) -> str:
+    return one if len(logs) == 1 else many
+
+
 def _ranks(logs: list[RankLog]) -> tuple[int, ...]:
     return tuple(sorted({log.rank for log in logs if log.rank is not None}))
 
@@ -249,11 +253,20 @@ def _network(logs: list[RankLog]) -> list[Finding]:
         odd = [log for value, side in ordered if value == "Socket" for log in side]
         if not odd:
             odd = [log for _, side in ordered[1:] for log in side]
+        with_ib = [log for log in odd if log.network == "Socket" and log.first("ib_devices")]
         found.append(
             Finding(
                 KIND_NCCL_NETWORK,
                 _ranks(odd),
-                f"{_who(odd)} use another NCCL network than the rest: {text}",
+                f"{_who(odd)} {_verb(odd, 'uses', 'use')} another NCCL network than the rest: "
+                f"{text}"
+                + (
+                    f" ({_who(with_ib)} found InfiniBand devices and still "
+                    f"{_verb(with_ib, 'uses', 'use')} sockets: NCCL_IB_DISABLE, NCCL_NET, "
+                    "NCCL_IB_HCA?)"
+                    if with_ib
+                    else ""
+                ),
                 recipe=RECIPE_SOCKETS,
                 severity=SEVERITY_ERROR,
                 parts=_parts(ordered),
@@ -284,8 +297,8 @@ def _network(logs: list[RankLog]) -> list[Finding]:
                 Finding(
                     KIND_NCCL_NETWORK,
                     _ranks(odd),
-                    f"{_who(odd)} use another network interface for NCCL ({net}) than the "
-                    f"rest: {text}",
+                    f"{_who(odd)} {_verb(odd, 'uses', 'use')} another network interface for "
+                    f"NCCL ({net}) than the rest: {text}",
                     recipe=RECIPE_SOCKETS,
                     severity=SEVERITY_WARNING,
                     parts=_parts(ordered),
@@ -366,7 +379,8 @@ def _timeouts(logs: list[RankLog]) -> list[Finding]:
             lasts = sorted({enqueued for _, enqueued in behind})
             summary = (
                 f"{_who(late)} never enqueued {_work(fact)} (last enqueued: "
-                f"{', '.join(map(str, lasts))}), which {_who(waiting)} timed out in{limit}: "
+                f"{', '.join(map(str, lasts))}), which {_who(waiting)} timed out in"
+                f"{' (' + limit.strip() + ')' if limit else ''}: "
                 f"{'that rank' if len(late) == 1 else 'those ranks'} did not reach the "
                 "collective (stuck earlier, skipped it, or crashed)"
             )
@@ -431,10 +445,14 @@ def _by_error(
     return out
 
 
-def _connections(logs: list[RankLog]) -> list[Finding]:
+def _connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
     found = []
-    for target, entries in _by_error(logs, lp.ERR_REFUSED).items():
-        who = [log for log, _ in entries]
+    refused = _by_error(logs, lp.ERR_REFUSED)
+    named = {id(log) for target, entries in refused.items() if target for log, _ in entries}
+    for target, entries in refused.items():
+        who = [log for log, _ in entries if target or id(log) not in named]
+        if not who:
+            continue  # "Call to connect returned Connection refused": said with its peer too
         to = f"to {target}" if target else "to a peer"
         found.append(
             Finding(
@@ -448,13 +466,20 @@ def _connections(logs: list[RankLog]) -> list[Finding]:
         )
     for target, entries in _by_error(logs, lp.ERR_CLOSED).items():
         who = [log for log, _ in entries]
+        quiet = silent + [log for log in logs if log.rank is not None and not log.errors]
         found.append(
             Finding(
                 KIND_CONNECTION,
                 _ranks(who),
                 f"{_who(who)} lost the connection to {target or 'a peer'} "
                 f"({entries[0][1].text[:120]}): the process there ended first; its own "
-                "log says why",
+                "log says why"
+                + (
+                    f" ({_who(quiet)} reported no error: "
+                    f"{'did it' if len(quiet) == 1 else 'did they'} exit or crash first?)"
+                    if quiet
+                    else ""
+                ),
                 recipe=RECIPE_CONNECTION,
             )
         )
@@ -502,7 +527,7 @@ def _dist_errors(logs: list[RankLog]) -> list[Finding]:
             )
         )
     gloo = [log for log, _ in next(iter(_by_error(logs, lp.ERR_GLOO_TIMEOUT).values()), [])]
-    if gloo:
+    if gloo and not barrier:  # a monitored barrier's failure already names the rank
         text = next(e.text for e in gloo[0].errors if e.kind == lp.ERR_GLOO_TIMEOUT)
         quiet = [log for log in logs if log not in gloo and log.rank is not None]
         found.append(
@@ -514,20 +539,42 @@ def _dist_errors(logs: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_HANG if not quiet else RECIPE_OUTSIDE,
             )
         )
-    nccl: dict[str, list[RankLog]] = {}
+    return found
+
+
+def _nccl_errors(logs: list[RankLog]) -> list[Finding]:
+    found = []
+    # NCCL errors torch raised, one finding per message (numbers aside); NCCL's own
+    # "Last error:" line that follows goes with it as its detail.
+    nccl: dict[str, tuple[str, list[RankLog]]] = {}
+    last: dict[int, str] = {}
     for log in logs:
         for error in log.errors:
-            if error.kind == lp.ERR_NCCL:
-                nccl.setdefault(error.text[:200], [])
-                if log not in nccl[error.text[:200]]:
-                    nccl[error.text[:200]].append(log)
-    for text, who in list(nccl.items())[:4]:
+            if error.kind != lp.ERR_NCCL:
+                continue
+            if error.text.startswith("last error:"):
+                last.setdefault(id(log), error.text)
+                continue
+            key = lp.normalised(error.text)
+            entry = nccl.setdefault(key, (error.text, []))
+            if log not in entry[1]:
+                entry[1].append(log)
+    if not nccl and last:  # only the last error is known
+        for log in logs:
+            if id(log) in last:
+                key = lp.normalised(last[id(log)])
+                entry = nccl.setdefault(key, (last[id(log)], []))
+                entry[1].append(log)
+        last = {}
+    for text, who in list(nccl.values())[:4]:
+        lasts = sorted({last[id(log)] for log in who if id(log) in last})
         found.append(
             Finding(
                 KIND_DIST_ERROR,
                 _ranks(who),
                 f"{_who(who)}: {text}",
                 recipe=RECIPE_WARNINGS,
+                detail="; ".join(lasts[:3]),
             )
         )
     return found
@@ -579,12 +626,14 @@ def _warnings(logs: list[RankLog]) -> list[Finding]:
 
 def compare(logs: list[RankLog]) -> list[Finding]:
     """Findings across ranks, errors first, each naming its ranks and a recipe."""
+    silent = [log for log in logs if not log.said_anything and log.rank is not None]
     logs = [log for log in logs if log.said_anything]
     found = (
         _timeouts(logs)
         + _init(logs)
-        + _connections(logs)
         + _dist_errors(logs)
+        + _connections(logs, silent)
+        + _nccl_errors(logs)
         + _network(logs)
         + _versions(logs)
         + _warnings(logs)
@@ -636,10 +685,13 @@ def summary_lines(log: RankLog) -> list[str]:
         ran = f", ran {fact.ran_ms} ms" if fact.ran_ms is not None else ""
         limit = f", timeout {fact.timeout_ms} ms" if fact.timeout_ms is not None else ""
         how = "blocking wait timed out" if fact.blocking else "watchdog timeout"
-        lines.append(
-            f"  {how}: SeqNum {fact.seq} {fact.op} NumelIn {fact.numel_in} NumelOut "
-            f"{fact.numel_out}{limit}{ran} (PG {fact.pg})"
+        sizes = "".join(
+            f" {name} {value}"
+            for name, value in (("NumelIn", fact.numel_in), ("NumelOut", fact.numel_out))
+            if value is not None
         )
+        seq = f"SeqNum {fact.seq} " if fact.seq is not None else ""
+        lines.append(f"  {how}: {seq}{fact.op}{sizes}{limit}{ran} (PG {fact.pg})")
     for pg in log.groups[:3]:
         if log.last_enqueued(pg) is not None:
             lines.append(

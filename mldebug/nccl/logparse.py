@@ -87,7 +87,7 @@ _COMM = re.compile(
     re.IGNORECASE,
 )
 _NET_IB = re.compile(
-    r"NET/IB ?: (?:Using(?P<devs>.*?)(?:; OOB (?P<oob>[^\s:]+))?$|(?P<none>No device))"
+    r"NET/IB ?: (?:Using(?P<devs>.*?)(?:; OOB (?P<oob>[^\s:]+)\S*)?\s*$|(?P<none>No device))"
 )
 _NET_SOCKET = re.compile(r"NET/Socket ?: Using (?P<ifs>.*)")
 _IFACE = re.compile(r"\[\d+\]\s*(?P<name>[^\s:\[\]]+)")
@@ -107,7 +107,9 @@ _LAST = re.compile(
 _FAILED_AT = re.compile(
     r"(?:Timeout at NCCL work|detected by watchdog at work|at work sequence id):? (?P<seq>-?\d+)"
 )
-_DUMP_FROM = re.compile(r"dump signal due to a collective timeout from (?:rank (?P<rank>\d+)|this)")
+_DUMP_FROM = re.compile(
+    r"dump signal due to a collective timeout from\s+(?:rank (?P<rank>\d+)|this)"
+)
 _STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation")
 _CLOSED = re.compile(
@@ -223,7 +225,7 @@ class ProcLog:
     dump_from: int | None = None  # the rank whose timeout made this one dump
     errors: dict[tuple, ErrorFact] = field(default_factory=dict)
     nccl_lines: int = 0  # lines that were NCCL's (of those looked at)
-    torch_lines: int = 0
+    torch_lines: int = 0  # other lines that said something (an error, a timeout, a count)
 
     def claim_rank(self, rank: int, how: int) -> None:
         if how > self.rank_by:
@@ -271,6 +273,22 @@ def _int(value: str | None) -> int | None:
     return None
 
 
+def _prefixes(text: str) -> tuple[str | None, int | None, int]:
+    """The host and rank launcher prefixes at the start of a line name, and where the
+    line's own text starts."""
+    host, rank, pos = None, None, 0
+    while True:
+        match = _PREFIXES.match(text, pos)
+        if not match or match.end() == pos:
+            return host, rank, pos
+        groups = match.groupdict()
+        for name in ("mrank", "trank", "orank", "hrank", "srank"):
+            if groups[name] is not None:
+                rank = int(groups[name]) if len(groups[name]) < 8 else None
+        host = groups["host"] or host
+        pos = match.end()
+
+
 class LogParser:
     """Feed it a file's bytes (`feed`, then `close`); read `procs` after."""
 
@@ -284,6 +302,7 @@ class LogParser:
         self.lines = 0
         self.cut_lines = 0
         self._pending_last_error: ProcLog | None = None
+        self._bare_version: tuple | None = None  # "NCCL version X" without a prefix
 
     # ---- bytes -> lines -------------------------------------------------------------
 
@@ -312,6 +331,12 @@ class LogParser:
             self.lines += 1
             self._scan(self._carry + b"\n", len(self._carry) + 1)
             self._carry = b""
+        if self.path_rank is not None and not self._procs:  # a rank that said nothing
+            self._proc(None, None, None)
+        if self._bare_version:  # whose it is: the processes of this file that say none
+            for proc in self._procs.values():
+                if proc.nccl_lines and proc.nccl_version is None:
+                    proc.nccl_version, proc.cuda_runtime = self._bare_version
         return self.procs
 
     @property
@@ -352,17 +377,7 @@ class LogParser:
         if b"\r" in raw:  # a progress bar redrawn: what a terminal shows last
             raw = raw.rstrip(b"\r").rsplit(b"\r", 1)[-1]
         text = raw.decode("utf-8", "replace")
-        host, prefix_rank, pos = None, None, 0
-        while True:
-            match = _PREFIXES.match(text, pos)
-            if not match or match.end() == pos:
-                break
-            groups = match.groupdict()
-            for name in ("mrank", "trank", "orank", "hrank", "srank"):
-                if groups[name] is not None:
-                    prefix_rank = int(groups[name]) if len(groups[name]) < 8 else None
-            host = groups["host"] or host
-            pos = match.end()
+        host, prefix_rank, pos = _prefixes(text)
         glog = _GLOG.match(text, pos)
         if glog:
             pos = glog.end()
@@ -374,7 +389,17 @@ class LogParser:
             self._nccl(proc, nccl)
             return
         proc = self._proc(host, None, prefix_rank)
-        proc.torch_lines += 1
+        if body.startswith("NCCL version"):  # NCCL_DEBUG=VERSION, and NCCL 2.26+: no prefix
+            self._version(proc, body)
+            self._bare_version = (
+                self._bare_version
+                or proc.nccl_version
+                and (
+                    proc.nccl_version,
+                    proc.cuda_runtime,
+                )
+            )
+            return
         self._torch(proc, body)
 
     def _proc(self, host: str | None, pid: int | None, prefix_rank: int | None) -> ProcLog:
@@ -506,13 +531,21 @@ class LogParser:
     def _last_error(self, following: bytes) -> None:
         proc, self._pending_last_error = self._pending_last_error, None
         text = _ANSI.sub(b"", following).decode("utf-8", "replace")
-        text = _PREFIXES.sub("", text, count=2).strip()
+        text = text[_prefixes(text)[2] :].strip()
         if text and proc is not None:
             self._error(proc, ERR_NCCL, f"last error: {text}")
 
     # ---- torch.distributed, gloo and c10d text --------------------------------------
 
     def _torch(self, proc: ProcLog, body: str) -> None:
+        said = (len(proc.errors), len(proc.timeouts), proc.last_enqueued, proc.failed_seq)
+        said = (said[0], said[1], dict(said[2]), dict(said[3]), proc.dump_from)
+        self._torch_facts(proc, body)
+        now = (len(proc.errors), len(proc.timeouts), proc.last_enqueued, proc.failed_seq)
+        if said != (now[0], now[1], now[2], now[3], proc.dump_from):
+            proc.torch_lines += 1
+
+    def _torch_facts(self, proc: ProcLog, body: str) -> None:
         pg = "0"
         tag = _PG.search(body)
         if tag:
@@ -548,11 +581,7 @@ class LogParser:
         if "onnection" in body:
             closed = _CLOSED.search(body)
             if closed:
-                target = (
-                    f"{closed.group('host')}:{closed.group('port')}"
-                    if closed.group("host")
-                    else None
-                )
+                target = closed.group("host")  # not the port: each pair of ranks has its own
                 self._error(proc, ERR_CLOSED, closed.group(0), target)
         if "onnect" in body and not ("onnection closed" in body or "onnection reset" in body):
             to = (
@@ -629,6 +658,12 @@ class LogParser:
                 return
             fact = proc.errors[key] = ErrorFact(kind, _text(text), target, ranks)
         fact.count += 1
+
+
+def normalised(text: str) -> str:
+    """`text` with its numbers and addresses taken out: messages that differ only there
+    (a rank, a device, a pointer) are one message."""
+    return _HEX.sub("#", text)
 
 
 def parse_bytes(data: bytes, source: str = "<bytes>", rank: int | None = None) -> list[ProcLog]:

@@ -1,0 +1,200 @@
+"""Walk files and directories for NCCL logs, torch error text and Flight Recorder dumps.
+
+`scan_paths` is what `mldebug nccl PATH...` reads: any mix of files and directories. A file
+named on the command line is read whatever it holds; inside a directory, files that are
+plainly something else (JSON, Python, binaries) are passed over. `scan_run` is what
+`mldebug dump --run` and the live view read of a run directory: `nccl/*` (NCCL_DEBUG_FILE
+output), the tail of each rank's stderr.log (where torch writes the watchdog's and gloo's
+errors) and the Flight Recorder dumps in `fr/`, each bounded. Symbolic links are never
+followed; every read is capped (logparse, flight).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mldebug import rundir
+from mldebug.model import Finding
+from mldebug.nccl import compare, flight
+from mldebug.nccl.logparse import FileLog, parse_file
+
+MAX_FILES = 20_000  # files looked at under the paths given
+MAX_DEPTH = 8
+HEAD_BYTES = 4096  # what decides whether a file is a Flight Recorder dump
+SKIP_SUFFIXES = (".json", ".jsonl", ".py", ".pyc", ".md", ".pt", ".pth", ".npy", ".so", ".svg")
+# A run directory, read by `dump --run` and the live view: bounded per file and in all.
+RUN_NCCL_FILES = 1024
+RUN_NCCL_BYTES = 32 << 20  # the head of one NCCL log (init, transport and WARNs come early)
+RUN_STDERR_TAIL = 2 << 20  # the end of one rank's stderr, where the errors are
+RUN_RANKS = 4096
+
+
+@dataclass
+class Scan:
+    """What was read, and what it says."""
+
+    logs: list[FileLog] = field(default_factory=list)
+    dumps: list = field(default_factory=list)  # flight.FlightDump
+    problems: list[str] = field(default_factory=list)  # one line per path not read
+    skipped: int = 0  # files in directories passed over (not logs)
+    ranks: list[compare.RankLog] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def files_read(self) -> int:
+        return sum(1 for log in self.logs if log.error is None) + len(self.dumps)
+
+    @property
+    def recognised(self) -> bool:
+        """Did any file hold an NCCL, torch.distributed or Flight Recorder line?"""
+        return bool(self.dumps) or any(log.said_anything for log in self.ranks)
+
+
+def _walk(root: Path, scan: Scan, depth: int = 0):
+    """Regular files under `root`, sorted, without following a symlink."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as error:
+        scan.problems.append(f"{root}: cannot list it ({error.strerror or error})")
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if depth < MAX_DEPTH:
+                    yield from _walk(Path(entry.path), scan, depth + 1)
+            elif entry.is_file(follow_symlinks=False):
+                yield Path(entry.path)
+        except OSError:
+            continue
+
+
+def _head(path: Path) -> bytes | None:
+    try:
+        return rundir.read_head(path, HEAD_BYTES)
+    except OSError:
+        return None
+
+
+def _read_dump(path: Path, scan: Scan) -> None:
+    try:
+        scan.dumps.append(flight.read_flight_dump(str(path)))
+    except flight.FlightDumpError as error:
+        scan.problems.append(f"{path}: {error}")
+
+
+def _one(path: Path, scan: Scan, named: bool, **limits) -> None:
+    head = _head(path)
+    if head is None:
+        log = parse_file(str(path), **limits)  # says why it cannot be read
+        scan.problems.append(f"{path}: {log.error or 'cannot be read'}")
+        return
+    if flight.looks_like_flight_dump(str(path), head):
+        _read_dump(path, scan)
+        return
+    if not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head):
+        scan.skipped += 1
+        return
+    log = parse_file(str(path), **limits)
+    if log.error is not None:
+        scan.problems.append(f"{path}: {log.error}")
+    scan.logs.append(log)
+
+
+def _finish(scan: Scan) -> Scan:
+    procs = [proc for log in scan.logs for proc in log.procs]
+    scan.ranks = compare.ranks_of(procs)
+    scan.findings = compare.compare(scan.ranks)
+    if scan.dumps:
+        scan.findings += flight.compare_flight_dumps(scan.dumps)
+    return scan
+
+
+def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
+    """Read every file named and every file under every directory named."""
+    scan = Scan()
+    count = 0
+    for name in paths:
+        path = Path(name)
+        try:
+            info = os.lstat(path)
+        except OSError as error:
+            scan.problems.append(f"{name}: {error.strerror or error}")
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            scan.problems.append(f"{name}: a symbolic link; give the file it points to")
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            for file in _walk(path, scan):
+                if count >= max_files:
+                    scan.problems.append(f"{name}: more than {max_files} files; the rest not read")
+                    break
+                count += 1
+                _one(file, scan, named=False)
+        elif stat.S_ISREG(info.st_mode):
+            count += 1
+            _one(path, scan, named=True)
+        else:
+            scan.problems.append(f"{name}: not a regular file or directory")
+    return _finish(scan)
+
+
+def run_has_logs(root: str | Path) -> bool:
+    """Does a run directory hold anything `scan_run` would read beyond stderr? (A cheap
+    check: `dump --run` reads the stderr tails only when there is more, or a rank failed.)"""
+    paths = rundir.RunPaths(Path(root))
+    for folder in (paths.nccl_dir, paths.root / "fr"):
+        try:
+            if any(not name.startswith(".") for name in os.listdir(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def scan_run(root: str | Path) -> Scan:
+    """A run directory's NCCL logs, ranks' stderr tails and Flight Recorder dumps."""
+    paths = rundir.RunPaths(Path(root))
+    scan = Scan()
+    try:
+        names = sorted(n for n in os.listdir(paths.nccl_dir) if not n.startswith("."))
+    except OSError:
+        names = []
+    for name in names[:RUN_NCCL_FILES]:
+        _one(paths.nccl_dir / name, scan, named=False, limit=RUN_NCCL_BYTES)
+    for rank in paths.rank_ids()[:RUN_RANKS]:
+        stderr = paths.stderr(rank)
+        if os.path.lexists(stderr):
+            log = parse_file(str(stderr), rank=rank, tail=RUN_STDERR_TAIL)
+            if log.error is None:
+                scan.logs.append(log)
+    try:
+        dumps = sorted(n for n in os.listdir(paths.root / "fr") if not n.startswith("."))
+    except OSError:
+        dumps = []
+    for name in dumps[:RUN_RANKS]:
+        _one(paths.root / "fr" / name, scan, named=False)
+    _join_pids(scan, paths)
+    return _finish(scan)
+
+
+def _join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
+    """Ranks of processes that said no rank of theirs (an NCCL log of a process whose
+    communicators all failed), from the rank's own proc.json: same host, same pid."""
+    unknown = [p for log in scan.logs for p in log.procs if p.rank is None and p.pid is not None]
+    if not unknown:
+        return
+    known = {}
+    for rank in paths.rank_ids()[:RUN_RANKS]:
+        info = rundir.read_json(paths.proc_info(rank), 64 << 10) or {}
+        pid = info.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            known[pid] = (rank, info.get("host"))
+    for proc in unknown:
+        rank, host = known.get(proc.pid, (None, None))
+        if rank is not None and (not host or not proc.host or str(host).startswith(proc.host)):
+            proc.claim_rank(rank, 3)
