@@ -95,7 +95,7 @@ def read_flight_dump(path: str) -> FlightDump:
 
 
 def _decode(data: bytes, name: str) -> tuple[object, str]:
-    if data[:1] == b"\x80":
+    if data.lstrip()[:1] != b"{":  # torch writes protocol 2; any protocol is read alike
         try:
             return _PlainUnpickler(io.BytesIO(data)).load(), FORMAT_PICKLE
         except RecursionError:
