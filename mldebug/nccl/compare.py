@@ -498,7 +498,7 @@ def _connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
     return found
 
 
-def _dist_errors(logs: list[RankLog]) -> list[Finding]:
+def _dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
     found = []
     barrier = _by_error(logs, lp.ERR_BARRIER)
     for _, entries in barrier.items():
@@ -529,7 +529,7 @@ def _dist_errors(logs: list[RankLog]) -> list[Finding]:
     gloo = [log for log, _ in next(iter(_by_error(logs, lp.ERR_GLOO_TIMEOUT).values()), [])]
     if gloo and not barrier:  # a monitored barrier's failure already names the rank
         text = next(e.text for e in gloo[0].errors if e.kind == lp.ERR_GLOO_TIMEOUT)
-        quiet = [log for log in logs if log not in gloo and log.rank is not None]
+        quiet = silent + [log for log in logs if log not in gloo and log.rank is not None]
         found.append(
             Finding(
                 KIND_DIST_ERROR,
@@ -631,7 +631,7 @@ def compare(logs: list[RankLog]) -> list[Finding]:
     found = (
         _timeouts(logs)
         + _init(logs)
-        + _dist_errors(logs)
+        + _dist_errors(logs, silent)
         + _connections(logs, silent)
         + _nccl_errors(logs)
         + _network(logs)
@@ -672,9 +672,10 @@ def summary_lines(log: RankLog) -> list[str]:
     comms = log.comms
     if comms:
         done = sum(1 for c in comms if c.completed)
+        stuck = sum(1 for c in comms if c.started and not c.completed)
         lines.append(
             f"  communicators {len(comms)}: {done} Init COMPLETE"
-            + (f", {len(comms) - done} never completed" if len(comms) > done else "")
+            + (f", {stuck} never completed" if stuck else "")
             + (
                 f", {sum(1 for c in comms if c.aborted)} aborted"
                 if any(c.aborted for c in comms)

@@ -346,6 +346,9 @@ class LogParser:
     def _scan(self, data: bytes, end: int) -> None:
         starts = set()
         find, rfind = data.find, data.rfind
+        if self._pending_last_error is not None:  # its line was the last of a chunk
+            first = find(b"\n", 0, end)
+            self._last_error(data[: first if first != -1 else end][:MAX_LINE])
         for word in KEYWORDS:
             at = find(word, 0, end)
             while at != -1:
@@ -366,8 +369,8 @@ class LogParser:
             self._line(line)
             if self._pending_last_error is not None:  # "Last error:" then the error itself
                 after = find(b"\n", stop + 1, end)
-                following = data[stop + 1 : after if after != -1 else end][:MAX_LINE]
-                self._last_error(following)
+                if after != -1:
+                    self._last_error(data[stop + 1 : after][:MAX_LINE])
 
     # ---- one line -------------------------------------------------------------------
 
@@ -489,6 +492,8 @@ class LogParser:
             return
         key = match.group("id") or match.group("comm")
         comm = proc.comms.get(key)
+        if comm is None and not match.group("id"):  # Abort lines name the pointer only
+            comm = next((c for c in proc.comms.values() if c.comm == match.group("comm")), None)
         rank, nranks = _int(match.group("rank")), _int(match.group("nranks"))
         if rank is None or nranks is None:
             return

@@ -87,7 +87,7 @@ def _read_dump(path: Path, scan: Scan) -> None:
         scan.problems.append(f"{path}: {error}")
 
 
-def _one(path: Path, scan: Scan, named: bool, **limits) -> None:
+def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits) -> None:
     head = _head(path)
     if head is None:
         log = parse_file(str(path), **limits)  # says why it cannot be read
@@ -96,7 +96,7 @@ def _one(path: Path, scan: Scan, named: bool, **limits) -> None:
     if flight.looks_like_flight_dump(str(path), head):
         _read_dump(path, scan)
         return
-    if not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head):
+    if dumps_only or (not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head)):
         scan.skipped += 1
         return
     log = parse_file(str(path), **limits)
@@ -177,7 +177,7 @@ def scan_run(root: str | Path) -> Scan:
     except OSError:
         dumps = []
     for name in dumps[:RUN_RANKS]:
-        _one(paths.root / "fr" / name, scan, named=False)
+        _one(paths.root / "fr" / name, scan, named=False, dumps_only=True)
     _join_pids(scan, paths)
     return _finish(scan)
 
