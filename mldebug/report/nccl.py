@@ -17,6 +17,10 @@ RANKS_SHOWN = 8  # rank summaries in the text report unless --verbose
 MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲"}
 
 
+def _size(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MB" if size >= 1 << 20 else f"{size / 1024:.1f} KB"
+
+
 def finding_lines(finding: Finding) -> list[str]:
     mark = MARKS.get(finding.severity, "•")
     lines = [f"{mark} {one_line(finding.summary)}"]
@@ -45,9 +49,9 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
     ranks = [log for log in scan.ranks if log.said_anything]
     known = [log.rank for log in ranks if log.rank is not None]
     out = [
-        f"mldebug nccl: {len(logs)} log files ({size / (1 << 20):.1f} MB)"
+        f"mldebug nccl: {len(logs)} log {'file' if len(logs) == 1 else 'files'} ({_size(size)})"
         + (f", {len(scan.dumps)} Flight Recorder dumps" if scan.dumps else "")
-        + f"; {len(ranks)} ranks or processes"
+        + f"; {len(ranks)} {'rank' if len(ranks) == 1 else 'ranks'} or processes"
         + (f" (ranks {format_ranks(known)})" if known else "")
     ]
     for problem in scan.problems[:20]:
