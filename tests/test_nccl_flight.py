@@ -337,3 +337,15 @@ def test_the_rank_comes_from_the_end_of_the_file_name():
     assert rank_from_name("fr_dump.pickle") is None
     assert rank_from_name(".rank_0.77.tmp") is None
     assert rank_from_name("rank_99999999999") is None
+
+
+def test_the_flight_modules_import_only_the_model_and_plain_helpers():
+    from test_layers import graph
+
+    edges = graph()
+    allowed = {"mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
+    flight = [m for m in edges if m.startswith("mldebug.nccl.flight")]
+    assert len(flight) >= 4
+    for module in flight:
+        outside = {m for m in edges[module] if not m.startswith("mldebug.nccl.flight")}
+        assert outside <= allowed, (module, outside)
