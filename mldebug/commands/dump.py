@@ -33,7 +33,13 @@ from mldebug.errors import (
     OutputError,
     PermissionDeniedError,
 )
-from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, STATE_UNREADABLE, JobSnapshot
+from mldebug.model import (
+    FAIL_PERMISSION,
+    SEVERITY_ERROR,
+    STATE_UNREADABLE,
+    JobSnapshot,
+    JobTargets,
+)
 from mldebug.ranges import parse_ranks
 
 EXIT_STATUS = """\
@@ -116,6 +122,18 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
+def _with_nccl(snapshot: JobSnapshot, job: JobTargets) -> JobSnapshot:
+    """The findings of the run's NCCL logs, ranks' stderr and Flight Recorder dumps
+    (mldebug.nccl: read only when the run has such files, or a rank failed)."""
+    from dataclasses import replace
+
+    from mldebug.nccl.scan import run_findings
+
+    failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
+    found = run_findings(snapshot.run_dir or job.run_dir, failed)
+    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
+
+
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -147,6 +165,7 @@ def main(argv: list[str]) -> int:
         max_pids=MAX_PIDS,
         max_world=MAX_WORLD,
     )
+    snapshot = _with_nccl(snapshot, job)
     if _all_refused(snapshot):
         raise PermissionDeniedError(
             f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY

@@ -28,7 +28,8 @@ SKIP_SUFFIXES = (".json", ".jsonl", ".py", ".pyc", ".md", ".pt", ".pth", ".npy",
 # A run directory, read by `dump --run` and the live view: bounded per file and in all.
 RUN_NCCL_FILES = 1024
 RUN_NCCL_BYTES = 32 << 20  # the head of one NCCL log (init, transport and WARNs come early)
-RUN_STDERR_TAIL = 2 << 20  # the end of one rank's stderr, where the errors are
+RUN_STDERR_TAIL = 256 << 10  # the end of one rank's stderr, where the errors are
+RUN_STDERR_TOTAL = 64 << 20  # all ranks' stderr tails together
 RUN_RANKS = 4096
 
 
@@ -144,8 +145,8 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
 
 
 def run_has_logs(root: str | Path) -> bool:
-    """Does a run directory hold anything `scan_run` would read beyond stderr? (A cheap
-    check: `dump --run` reads the stderr tails only when there is more, or a rank failed.)"""
+    """Does a run directory hold NCCL logs or Flight Recorder dumps? (A few listdir calls:
+    `dump` reads a run's files only when so, or when a rank failed.)"""
     paths = rundir.RunPaths(Path(root))
     for folder in (paths.nccl_dir, paths.root / "fr"):
         try:
@@ -166,10 +167,12 @@ def scan_run(root: str | Path) -> Scan:
         names = []
     for name in names[:RUN_NCCL_FILES]:
         _one(paths.nccl_dir / name, scan, named=False, limit=RUN_NCCL_BYTES)
-    for rank in paths.rank_ids()[:RUN_RANKS]:
+    ranks = paths.rank_ids()[:RUN_RANKS]
+    tail = max(16 << 10, min(RUN_STDERR_TAIL, RUN_STDERR_TOTAL // max(1, len(ranks))))
+    for rank in ranks:
         stderr = paths.stderr(rank)
         if os.path.lexists(stderr):
-            log = parse_file(str(stderr), rank=rank, tail=RUN_STDERR_TAIL)
+            log = parse_file(str(stderr), rank=rank, tail=tail)
             if log.error is None:
                 scan.logs.append(log)
     try:
@@ -198,3 +201,12 @@ def _join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
         rank, host = known.get(proc.pid, (None, None))
         if rank is not None and (not host or not proc.host or str(host).startswith(proc.host)):
             proc.claim_rank(rank, 3)
+
+
+def run_findings(root: str | Path | None, failed: bool = False) -> list[Finding]:
+    """What a run directory's NCCL logs, stderr tails and Flight Recorder dumps say, for
+    `mldebug dump`: nothing is read unless the run has NCCL logs or dumps, or `failed`
+    (a rank ended badly: its stderr may hold the watchdog's or gloo's error)."""
+    if root is None or not (failed or run_has_logs(root)):
+        return []
+    return scan_run(root).findings
