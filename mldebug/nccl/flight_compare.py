@@ -25,7 +25,7 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 
-from .flight_model import FlightDump, FlightEntry
+from .flight_model import FlightDump, FlightEntry, FlightGroup
 
 DEFAULT_GROUP = "default_pg"
 # Ops whose inputs legitimately differ in size between ranks (the root's list, uneven splits).
@@ -72,9 +72,8 @@ class _Group:
         self.config_ranks: tuple[int, ...] | None = None
         self.backend = ""
 
-    def add(self, rank: int, dump: FlightDump) -> None:
-        entries = {e.seq: e for e in dump.entries if e.group == self.name and not e.p2p}
-        group = dump.group(self.name)
+    def add(self, rank: int, entries: dict[int, FlightEntry], group: FlightGroup | None) -> None:
+        """One rank's collectives on this group (by seq) and its own view of the group."""
         self.by_rank[rank] = entries
         last = max(entries, default=0)
         if group is not None:
@@ -85,6 +84,7 @@ class _Group:
         for entry in entries.values():
             self.desc = self.desc or entry.group_desc
             self.backend = self.backend or entry.backend
+            break
         self.last[rank] = last
 
     def entry(self, seq: int) -> FlightEntry | None:
@@ -104,9 +104,16 @@ def _groups(dumps: list[FlightDump]) -> list[_Group]:
     default = {e.group for d in ranked.values() for e in d.entries if e.group_desc == DEFAULT_GROUP}
     default |= {g.name for d in ranked.values() for g in d.groups if g.desc == DEFAULT_GROUP}
     for rank, dump in sorted(ranked.items()):
-        mine = {e.group for e in dump.entries} | {g.name for g in dump.groups}
+        collectives: dict[str, dict[int, FlightEntry]] = defaultdict(dict)
+        for entry in dump.entries:  # one pass per dump: a dump may hold thousands of groups
+            if not entry.p2p:
+                collectives[entry.group][entry.seq] = entry
+        configs = {g.name: g for g in dump.groups}
+        mine = {e.group for e in dump.entries} | set(configs)
         for name in sorted(mine | default):
-            names.setdefault(name, _Group(name)).add(rank, dump)
+            names.setdefault(name, _Group(name)).add(
+                rank, collectives.get(name, {}), configs.get(name)
+            )
     return list(names.values())
 
 

@@ -117,7 +117,23 @@ def _decode(data: bytes, name: str) -> tuple[object, str]:
     return value, FORMAT_JSON
 
 
+# The same few strings (ops, dtypes, states, file names) come back in every entry: cleaned
+# once. Short strings only, and a bounded count, so a hostile file cannot make it grow.
+_CLEAN: dict[str, str] = {}
+_CLEAN_MAX = 16384
+_USER_FILE: dict[str, bool] = {}
+
+
 def _text(value: object) -> str:
+    if type(value) is str:
+        clean = _CLEAN.get(value)
+        if clean is None:
+            clean = one_line(value)[:MAX_TEXT]
+            if len(value) <= 1024:
+                if len(_CLEAN) >= _CLEAN_MAX:
+                    _CLEAN.clear()
+                _CLEAN[value] = clean
+        return clean
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
@@ -125,8 +141,20 @@ def _text(value: object) -> str:
     return one_line(str(value))[:MAX_TEXT]
 
 
+def _user_file(filename: str) -> bool:
+    known = _USER_FILE.get(filename)
+    if known is None:
+        known = bool(filename) and not any(part in filename for part in NOT_USER_PARTS)
+        if len(_USER_FILE) >= _CLEAN_MAX:
+            _USER_FILE.clear()
+        _USER_FILE[filename] = known
+    return known
+
+
 def _int(value: object) -> int | None:
     """An int, also from the JSON form's strings ("-1"); None for anything else."""
+    if type(value) is int:  # the usual case first
+        return value if -(1 << 63) < value < 1 << 63 else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -162,8 +190,9 @@ def _location(frames: object) -> str | None:
     for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, dict):
             continue
-        filename, line = _text(frame.get("filename")), _int(frame.get("line"))
-        if filename and not any(part in filename for part in NOT_USER_PARTS):
+        filename = _text(frame.get("filename"))
+        if _user_file(filename):
+            line = _int(frame.get("line"))
             return f"{filename}:{line}" if line is not None else filename
     return None
 
