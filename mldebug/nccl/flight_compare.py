@@ -31,6 +31,7 @@ DEFAULT_GROUP = "default_pg"
 # Ops whose inputs legitimately differ in size between ranks (the root's list, uneven splits).
 UNEVEN_OPS = ("scatter", "gather", "all_to_all", "alltoall")
 MAX_FINDINGS_PER_GROUP = 3
+DIFFER = {"op": "the op differs", "sizes": "the sizes differ", "dtypes": "the dtypes differ"}
 
 
 def _group_text(name: str, desc: str) -> str:
@@ -144,12 +145,10 @@ def _mismatch(group: _Group) -> tuple[int, Finding] | None:
         usual = calls[most[0]]
         odd_call = calls[odd[0]]
         if what == "op":
-            at = f" ({odd_call.location})" if odd_call.location else ""
             summary = (
                 f"{_ranks_text(odd)} did not join {usual.op} #{seq} of {where} that "
                 f"{_ranks_text(most)} called: {'its' if len(odd) == 1 else 'their'} "
-                f"#{seq} is {odd_call.op}{at} (a collective skipped, or called in "
-                "another order)"
+                f"#{seq} is {odd_call.op} (a collective skipped, or called in another order)"
             )
         else:
             summary = (
@@ -165,7 +164,7 @@ def _mismatch(group: _Group) -> tuple[int, Finding] | None:
             summary=summary,
             location=odd_call.location,
             recipe="mismatched-collectives",
-            detail=f"from torch's Flight Recorder dumps; {what} differ at collective #{seq}",
+            detail=f"from torch's Flight Recorder dumps: {DIFFER[what]} at collective #{seq}",
             parts=parts,
         )
     return None
