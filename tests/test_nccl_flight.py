@@ -349,3 +349,13 @@ def test_the_flight_modules_import_only_the_model_and_plain_helpers():
     for module in flight:
         outside = {m for m in edges[module] if not m.startswith("mldebug.nccl.flight")}
         assert outside <= allowed, (module, outside)
+
+
+def test_members_by_pg_config_that_left_no_dump_are_named(tmp_path):
+    raw = raw_pickle(NCCL_TIMEOUT)  # one NCCL rank; its world made 3 ranks here
+    raw["pg_config"]["0"]["ranks"] = "[0, 1, 2]"
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(raw, protocol=2))
+    (finding,) = compare_flight_dumps([read_flight_dump(str(path))])
+    assert finding.kind == KIND_FR_INCOMPLETE
+    assert finding.detail.endswith("; no dump from ranks 1-2 of this group (by its pg_config)")

@@ -14,6 +14,7 @@ Point-to-point ops are numbered separately per pair and not compared here.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from mldebug.model import (
     KIND_FR_BEHIND,
@@ -264,5 +265,9 @@ def compare_flight_dumps(dumps: list[FlightDump]) -> list[Finding]:
         found = [f for f in (mismatch and mismatch[1], behind) if f]
         if not found:
             found = [f for f in (_incomplete(group),) if f is not None]
+        absent = sorted(set(group.config_ranks or ()) - set(group.by_rank))
+        if absent:  # members by torch's pg_config (NCCL) that left no dump: say so
+            note = f"; no dump from {_ranks_text(absent)} of this group (by its pg_config)"
+            found = [replace(f, detail=f.detail + note) for f in found]
         findings += found[:MAX_FINDINGS_PER_GROUP]
     return findings
