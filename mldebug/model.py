@@ -352,3 +352,6 @@ class RunFiles:
     bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
     nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
     nccl_files_total: int = 0
+    # What mldebug.nccl makes of the run's NCCL logs, stderr tails and Flight Recorder dumps.
+    nccl_findings: tuple[Finding, ...] = ()
+    nccl_summary: tuple[str, ...] = ()  # a few lines per rank

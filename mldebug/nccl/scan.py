@@ -157,7 +157,7 @@ def run_has_logs(root: str | Path) -> bool:
     return False
 
 
-def scan_run(root: str | Path) -> Scan:
+def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
     """A run directory's NCCL logs, ranks' stderr tails and Flight Recorder dumps."""
     paths = rundir.RunPaths(Path(root))
     scan = Scan()
@@ -168,7 +168,7 @@ def scan_run(root: str | Path) -> Scan:
     for name in names[:RUN_NCCL_FILES]:
         _one(paths.nccl_dir / name, scan, named=False, limit=RUN_NCCL_BYTES)
     ranks = paths.rank_ids()[:RUN_RANKS]
-    tail = max(16 << 10, min(RUN_STDERR_TAIL, RUN_STDERR_TOTAL // max(1, len(ranks))))
+    tail = max(16 << 10, min(stderr_tail, RUN_STDERR_TOTAL // max(1, len(ranks))))
     for rank in ranks:
         stderr = paths.stderr(rank)
         if os.path.lexists(stderr):
@@ -210,3 +210,11 @@ def run_findings(root: str | Path | None, failed: bool = False) -> list[Finding]
     if root is None or not (failed or run_has_logs(root)):
         return []
     return scan_run(root).findings
+
+
+def summary_of(scan: Scan, max_lines: int = 400) -> list[str]:
+    """Each rank's summary lines, then each Flight Recorder dump's, capped."""
+    lines = [line for log in scan.ranks if log.said_anything for line in compare.summary_lines(log)]
+    for dump in scan.dumps:
+        lines += flight.summarize_flight_dump(dump)
+    return lines[:max_lines]
