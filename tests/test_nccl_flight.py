@@ -166,7 +166,13 @@ def test_real_dumps_with_bytes_changed_never_crash_the_reader(tmp_path, which, c
 
 
 PLAIN = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([1 << 64, -(1 << 70)])
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.tuples(inner, inner)
@@ -193,6 +199,15 @@ def test_dumps_of_plain_data_in_any_shape_never_crash_it(tmp_path, entries, top,
     else:
         data = pickle.dumps(raw, protocol=2)
     read_or_refuse(tmp_path, data)
+
+
+def test_huge_numbers_where_text_or_counts_belong_never_crash_it(tmp_path):
+    huge = 10**5000  # str() of it raises ValueError (4,300 digits at most)
+    entry = {"process_group": (huge, "x"), "collective_seq_id": huge, "profiling_name": huge}
+    entry.update(input_dtypes=[huge], input_sizes=[[huge]], time_created_ns=huge)
+    raw = {"version": huge, "entries": [entry], "pg_config": {"a": {"name": huge}}}
+    raw["pg_status"] = {huge: {"last_completed_collective": huge}}
+    read_or_refuse(tmp_path, pickle.dumps(raw, protocol=2))
 
 
 # ---- golden: the recorded gloo jobs ----------------------------------------------------

@@ -138,6 +138,8 @@ def _text(value: object) -> str:
         value = value.decode("utf-8", "replace")
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return ""
+    if isinstance(value, int) and not -(1 << 63) < value < 1 << 63:
+        return ""  # str() of a huge int is slow, and refused past 4,300 digits
     return one_line(str(value))[:MAX_TEXT]
 
 
