@@ -225,7 +225,13 @@ def _status(raw: dict) -> dict[str, dict]:
     }
 
 
-def _entry(raw: object, status: dict[str, dict]) -> FlightEntry | None:
+def _done(status: dict[str, dict], pg_id: int | None, known: dict) -> int | None:
+    """The group's last completed collective by pg_status (its keys are group ids)."""
+    known[pg_id] = _int(status.get(str(pg_id), {}).get("last_completed_collective"))
+    return known[pg_id]
+
+
+def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEntry | None:
     if not isinstance(raw, dict):
         return None
     pg = raw.get("process_group")
@@ -241,7 +247,7 @@ def _entry(raw: object, status: dict[str, dict]) -> FlightEntry | None:
     state = _text(raw.get("state"))
     retired = raw.get("retired") is True
     pg_id = _int(raw.get("pg_id"))
-    done = _int(status.get(str(pg_id), {}).get("last_completed_collective"))
+    done = status_done.get(pg_id) if pg_id in status_done else _done(status, pg_id, status_done)
     created = _int(raw.get("time_created_ns"))
     return FlightEntry(
         group=group,
@@ -309,7 +315,8 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     status = _status(raw)
     items = raw.get("entries")
     items = items if isinstance(items, (list, tuple)) else []
-    entries = [e for e in (_entry(item, status) for item in items[:MAX_ENTRIES]) if e]
+    done: dict = {}
+    entries = [e for e in (_entry(item, status, done) for item in items[:MAX_ENTRIES]) if e]
     groups, repaired = _groups(raw, entries, status)
     rank = rank_from_name(path)
     if rank is None:  # a world of one says who it is
