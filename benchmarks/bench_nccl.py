@@ -5,8 +5,10 @@ per rank, as `mldebug run --nccl-debug INFO` leaves them in <run>/nccl/, made of
 shapes NCCL 2.28 writes: init, channels, trees, one line per collective, a few WARNs) and
 each rank's stderr with torch's watchdog messages, at least 256 MB in all, into a temporary
 directory. Then, in one run: `grep -c "NCCL WARN"` over every file (the plain alternative,
-one process, all the files), and mldebug's parser over the same files on one core in this
-process, with the growth of its peak RSS.
+one process, all the files), and mldebug's parser over the same files on one core
+(`taskset`), in a fresh process, with the growth of its peak RSS while it reads. Both are
+timed by the wall clock and by the CPU time they used: on a machine others share, the wall
+clock counts their turns too, the CPU time does not.
 
     python benchmarks/bench_nccl.py [--ranks 256] [--mb 256]
 """
@@ -14,6 +16,7 @@ process, with the growth of its peak RSS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -22,11 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from mldebug.nccl import compare  # noqa: E402
-from mldebug.nccl.logparse import parse_file  # noqa: E402
 
 
 def nccl_log(rank: int, ranks: int, size: int) -> bytes:
@@ -67,7 +65,7 @@ def nccl_log(rank: int, ranks: int, size: int) -> bytes:
                 "stream 0x55d0c9b0"
             )
             op += 1
-        if op % 20000 == 0:
+        if op % 2000 == 0:
             lines.append(
                 f"\n{host}:{pid}:{pid + 7} [{rank % 8}] transport/net_ib.cc:1296 NCCL WARN "
                 "NET/IB : Got completion from peer 10.0.3.4<40000> with error 12, opcode 0, "
@@ -113,53 +111,75 @@ def write_logs(root: Path, ranks: int, megabytes: int) -> list[Path]:
     return files
 
 
-def peak_rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=256)
     parser.add_argument("--mb", type=int, default=256)
     args = parser.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     root = Path(tempfile.mkdtemp(prefix="mldebug-bench-nccl-"))
     try:
         print(f"writing {args.ranks} ranks' logs ({args.mb} MB) to {root} ...", flush=True)
         files = write_logs(root, args.ranks, args.mb)
         size = sum(f.stat().st_size for f in files)
         mb = size / (1 << 20)
+        first_core = sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else 0
         for f in files:  # read once so both readers find the files in the page cache
             f.read_bytes()
 
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(
-            ["grep", "-c", "NCCL WARN", *map(str, files)], capture_output=True, text=True
+            ["taskset", "-c", str(first_core), "grep", "-c", "NCCL WARN", *map(str, files)],
+            capture_output=True,
+            text=True,
         )
         grep_s = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        grep_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
         warn_lines = sum(int(line.rsplit(":", 1)[1]) for line in done.stdout.splitlines())
 
-        before = peak_rss_kb()
-        start = time.perf_counter()
-        procs = []
-        for f in files:
-            procs += parse_file(str(f)).procs
-        logs = compare.ranks_of(procs)
-        findings = compare.compare(logs)
-        parse_s = time.perf_counter() - start
-        growth = peak_rss_kb() - before
+        # mldebug's side in a fresh process: its peak RSS after the imports, then after
+        # reading every file, is the memory the reading itself took.
+        code = (
+            "import json, resource, sys, time\n"
+            "from mldebug.nccl import compare\n"
+            "from mldebug.nccl.logparse import parse_file\n"
+            "rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "files = sys.argv[1:]\n"
+            "before, start, cpu = rss(), time.perf_counter(), time.process_time()\n"
+            "procs = [p for f in files for p in parse_file(f).procs]\n"
+            "logs = compare.ranks_of(procs)\n"
+            "found = compare.compare(logs)\n"
+            "took, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
+            "print(json.dumps({'s': took, 'cpu': cpu, 'growth_kb': rss() - before,"
+            " 'ranks': len(logs),"
+            " 'findings': [f.kind + ': ' + f.summary[:140] for f in found]}))\n"
+        )
+        done = subprocess.run(
+            ["taskset", "-c", str(first_core), sys.executable, "-c", code, *map(str, files)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        result = json.loads(done.stdout)
+        parse_s, cpu_s, growth = result["s"], result["cpu"], result["growth_kb"]
+        findings = result["findings"]
 
-        print(f"files: {len(files)}, {mb:.0f} MB, {args.ranks} ranks")
         print(
-            f"grep -c 'NCCL WARN':  {grep_s:6.2f} s  {mb / grep_s:7.0f} MB/s  ({warn_lines} lines)"
+            f"files: {len(files)}, {mb:.0f} MB, {args.ranks} ranks; load average {os.getloadavg()[0]:.1f}"
         )
         print(
-            f"mldebug nccl parser:  {parse_s:6.2f} s  {mb / parse_s:7.0f} MB/s on one core, "
-            f"peak RSS +{growth / 1024:.1f} MB, {len(logs)} ranks, {len(findings)} findings"
+            f"grep -c 'NCCL WARN':  wall {grep_s:6.2f} s {mb / grep_s:6.0f} MB/s   "
+            f"CPU {grep_cpu:6.2f} s {mb / max(grep_cpu, 1e-9):6.0f} MB/s  ({warn_lines} lines)"
+        )
+        print(
+            f"mldebug nccl parser:  wall {parse_s:6.2f} s {mb / parse_s:6.0f} MB/s   "
+            f"CPU {cpu_s:6.2f} s {mb / cpu_s:6.0f} MB/s  on one core, peak RSS "
+            f"+{growth / 1024:.1f} MB, {result['ranks']} ranks, {len(findings)} findings"
         )
         for finding in findings[:4]:
-            print(f"  {finding.kind}: {finding.summary[:150]}")
+            print(f"  {finding}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

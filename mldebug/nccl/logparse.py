@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from mldebug import rundir
 
-CHUNK = 1 << 20
+CHUNK = 256 << 10  # bytes read at a time: small enough to stay in the CPU cache for every keyword pass
 MAX_LINE = 4096  # NCCL itself cuts a line at 1024 bytes; torch's messages are longer
 MAX_PROCS = 4096  # processes told apart in one file; more are one "others" bucket
 MAX_WARN_GROUPS = 32  # distinct WARN messages kept per process
@@ -44,18 +44,13 @@ MAX_TEXT = 400  # characters kept of one message
 # Connected, one per collective with NCCL_DEBUG_SUBSYS=COLL) hold none of them.
 KEYWORDS = (
     b"NCCL WARN",
-    b"NCCL version",
-    b"NCCL error",
-    b"cudaDriverVersion",
+    b"ersion",  # NCCL version X, cudaDriverVersion N
     b"Using",  # Using network X, NET/IB : Using, NET/Socket : Using, Bootstrap : Using
-    b"- Init ",
-    b"- Abort ",
+    b"busId ",  # comm 0x.. rank R nranks N cudaDev D busId B ... - Init START / Abort
     b".cc:",  # file.cc:L -> N unwinding; gloo's errors name their .cc file
-    b"ank ",  # torch's "[Rank R]", "[PG ID 0 ... Rank R]": the watchdog's every message
-    b"imed out",  # gloo, TCPStore ("clients joined"), blocking wait, heartbeat monitor
-    b"onnection",  # refused, closed by peer, reset by peer
-    b"ailed to",  # "failed to connect", "failed to pass monitoredBarrier"
-    b"Last error",
+    b"ank ",  # "[Rank R]", "[PG ID 0 ... Rank R]": the watchdog's every message; barriers
+    b"rror",  # NCCL error, Last error, DistStoreError (clients joined), RuntimeError
+    b"[c10d]",  # the TCPStore client: failed to connect to [host]:port
 )
 
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
