@@ -142,13 +142,13 @@ def main() -> int:
         # reading every file, is the memory the reading itself took.
         code = (
             "import json, resource, sys, time\n"
-            "from mldebug.nccl import compare\n"
+            "from mldebug.nccl import compare, ranklog\n"
             "from mldebug.nccl.logparse import parse_file\n"
             "rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "files = sys.argv[1:]\n"
             "before, start, cpu = rss(), time.perf_counter(), time.process_time()\n"
             "procs = [p for f in files for p in parse_file(f).procs]\n"
-            "logs = compare.ranks_of(procs)\n"
+            "logs = ranklog.ranks_of(procs)\n"
             "found = compare.compare(logs)\n"
             "took, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
             "print(json.dumps({'s': took, 'cpu': cpu, 'growth_kb': rss() - before,"

@@ -237,9 +237,9 @@ def test_enforce_fail_of_older_gloo_is_a_size_mismatch():
         b"[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
         b"pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4\n"
     )
-    from mldebug.nccl import compare
+    from mldebug.nccl import compare, ranklog
 
-    logs = compare.ranks_of(parse_bytes(text))
+    logs = ranklog.ranks_of(parse_bytes(text))
     (finding,) = compare.compare(logs)
     assert (finding.kind, finding.ranks, finding.recipe) == (
         KIND_DIST_ERROR,

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mldebug.nccl import compare, logparse
+from mldebug.nccl import compare, logfacts, logparse, ranklog
 from mldebug.nccl.logparse import LogParser, parse_file
 from mldebug.nccl.scan import scan_paths
 
@@ -32,19 +32,19 @@ def read(data: bytes, chunk: int):
     for start in range(0, len(data), chunk):
         parser.feed(data[start : start + chunk])
     procs = parser.close()
-    logs = compare.ranks_of(procs)
+    logs = ranklog.ranks_of(procs)
     findings = compare.compare(logs)
     for log in logs:
-        compare.summary_lines(log)
+        ranklog.summary_lines(log)
     return procs, findings
 
 
 def bounded(procs) -> bool:
     return len(procs) <= logparse.MAX_PROCS + 1 and all(
-        len(p.warns) <= logparse.MAX_WARN_GROUPS + 1
-        and len(p.errors) <= logparse.MAX_ERRORS
-        and len(p.timeouts) <= logparse.MAX_TIMEOUTS
-        and len(p.comms) <= logparse.MAX_COMMS
+        len(p.warns) <= logfacts.MAX_WARN_GROUPS + 1
+        and len(p.errors) <= logfacts.MAX_ERRORS
+        and len(p.timeouts) <= logfacts.MAX_TIMEOUTS
+        and len(p.comms) <= logfacts.MAX_COMMS
         for p in procs
     )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mldebug import rundir
 from mldebug.model import Finding
-from mldebug.nccl import compare, flight
+from mldebug.nccl import compare, flight, ranklog
 from mldebug.nccl.logparse import FileLog, parse_file
 
 MAX_FILES = 20_000  # files looked at under the paths given
@@ -41,7 +41,7 @@ class Scan:
     dumps: list = field(default_factory=list)  # flight.FlightDump
     problems: list[str] = field(default_factory=list)  # one line per path not read
     skipped: int = 0  # files in directories passed over (not logs)
-    ranks: list[compare.RankLog] = field(default_factory=list)
+    ranks: list[ranklog.RankLog] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -108,7 +108,7 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
 
 def _finish(scan: Scan) -> Scan:
     procs = [proc for log in scan.logs for proc in log.procs]
-    scan.ranks = compare.ranks_of(procs)
+    scan.ranks = ranklog.ranks_of(procs)
     scan.findings = compare.compare(scan.ranks)
     if scan.dumps:
         scan.findings += flight.compare_flight_dumps(scan.dumps)
@@ -214,7 +214,7 @@ def run_findings(root: str | Path | None, failed: bool = False) -> list[Finding]
 
 def summary_of(scan: Scan, max_lines: int = 400) -> list[str]:
     """Each rank's summary lines, then each Flight Recorder dump's, capped."""
-    lines = [line for log in scan.ranks if log.said_anything for line in compare.summary_lines(log)]
+    lines = [line for log in scan.ranks if log.said_anything for line in ranklog.summary_lines(log)]
     for dump in scan.dumps:
         lines += flight.summarize_flight_dump(dump)
     return lines[:max_lines]

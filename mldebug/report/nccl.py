@@ -6,7 +6,7 @@ Everything shown comes from files: passed through `textsafe` before it reaches a
 from __future__ import annotations
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, Finding
-from mldebug.nccl import compare, flight
+from mldebug.nccl import flight, ranklog
 from mldebug.nccl.scan import Scan
 from mldebug.ranges import format_ranks
 from mldebug.report.jsonout import finding_to_json
@@ -33,7 +33,7 @@ def finding_lines(finding: Finding) -> list[str]:
     return lines
 
 
-def _shown(scan: Scan, verbose: bool) -> list[compare.RankLog]:
+def _shown(scan: Scan, verbose: bool) -> list[ranklog.RankLog]:
     logs = [log for log in scan.ranks if log.said_anything]
     if verbose or len(logs) <= RANKS_SHOWN:
         return logs
@@ -79,7 +79,7 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
         out.append("")
         out.append("Ranks")
         for log in shown:
-            out.extend("  " + printable(line) for line in compare.summary_lines(log))
+            out.extend("  " + printable(line) for line in ranklog.summary_lines(log))
         hidden = len(ranks) - len(shown)
         if hidden > 0:
             out.append(f"  ... {hidden} more (--verbose shows every rank)")
@@ -91,7 +91,7 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def rank_to_json(log: compare.RankLog) -> dict:
+def rank_to_json(log: ranklog.RankLog) -> dict:
     comms = log.comms
     return {
         "rank": log.rank,

@@ -83,9 +83,7 @@ def main() -> int:
         port = free_port()
         world = 2 if scenario == "store_refused" else WORLD
         for rank in ranks:
-            env = dict(
-                os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank)
-            )
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
             err = open(folder / f"stderr.rank{rank}.txt", "wb")
             procs.append(
                 (
