@@ -10,6 +10,7 @@ One job for the module (importing torch in 2 ranks takes a while).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -93,3 +94,13 @@ def test_the_dumps_read_back_name_the_rank_behind_at_its_line(hung):
     assert finding.location == f"{script}:{line_of('ALL_REDUCE')}"  # not the agent's wrapper
     lines = summarize_flight_dump(dumps[0])
     assert "last all_reduce #5 (not completed)" in lines[1], lines
+
+
+def test_the_hang_report_holds_the_comparison_of_the_dumps(hung):
+    _code, err, run, script = hung
+    (report,) = sorted((run / "reports").glob("hang-*.json"))
+    data = json.loads(report.read_text())
+    behind = [f for f in data["findings"] if f["kind"] == KIND_FR_BEHIND]
+    assert [f["ranks"] for f in behind] == [[1]], data["findings"]
+    assert behind[0]["recipe"] == "rank-behind"
+    assert behind[0]["location"] == f"{script}:{line_of('ALL_REDUCE')}"

@@ -20,7 +20,9 @@ FR_DIR = "fr"  # as the agent's MLDEBUG_FR_DIR and torch's dump prefix (launch/e
 REQUEST_FILE = "request"  # mldebug/agent/flight.py: REQUEST_FILE
 ENV_FR_DIR = "MLDEBUG_FR_DIR"  # mldebug/agent/flight.py: ENV_FR_DIR
 DUMP_PREFIX = "rank_"  # mldebug/agent/flight.py: DUMP_PREFIX
-WAIT_FOR_DUMPS = 5.0  # seconds --on-hang stop waits for the ranks' dumps at most
+# Seconds the hang watchdog waits for the ranks' dumps at most. A rank's first dump with
+# stacks is slow (torch starts its symbolizer): seconds on a loaded machine.
+WAIT_FOR_DUMPS = 15.0
 
 
 def fr_dir(root: Path) -> Path:
@@ -46,8 +48,8 @@ def request_dumps(root: Path) -> Path | None:
 
 def wait_for_dumps(folder: Path, ranks, since: float, timeout: float = WAIT_FOR_DUMPS) -> set[int]:
     """The ranks among `ranks` whose dump was written at `since` or later, waiting up to
-    `timeout` seconds for all of them (before the job is stopped: a rank dumps within a
-    heartbeat of the request, and a stopped rank dumps nothing)."""
+    `timeout` seconds for all of them (a rank dumps within a heartbeat of the request; the
+    hang report then holds their comparison, and a stopped rank would dump nothing)."""
     deadline = time.monotonic() + timeout
     while True:
         done = set()

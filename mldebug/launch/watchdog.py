@@ -89,7 +89,21 @@ def dump_job(root: Path, deadline: float = DUMP_DEADLINE):
     from mldebug.targets import resolve_targets
 
     snapshot, readings = observe_once(resolve_targets(run_dir=root), deadline=deadline)
-    return snapshot, readings.notes
+    return _with_run_files(snapshot, root), readings.notes
+
+
+def _with_run_files(snapshot, root: Path):
+    """The findings of the run's NCCL logs and Flight Recorder dumps added, as `mldebug
+    dump --run` adds them (mldebug.nccl)."""
+    from dataclasses import replace
+
+    from mldebug.nccl.scan import run_findings
+
+    try:
+        found = run_findings(root)
+    except Exception:  # the stacks' report stands without them
+        return snapshot
+    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
 
 
 def render_reports(snapshot, notes=()) -> tuple[str, dict]:
@@ -217,7 +231,9 @@ class HangWatchdog:
 
     def fire(self, quiet: float) -> HangReport:
         when = time.time()
-        flight = _request_flight_dumps(self.paths)  # first: the ranks dump while we read them
+        flight = _request_flight_dumps(self.paths)
+        if flight is not None:  # the ranks dump from their heartbeat: a second or so
+            wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
         try:
             snapshot, notes = self._dump(self.paths.root)
         except Exception as error:
@@ -253,7 +269,5 @@ class HangWatchdog:
             f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n  {then}"
         )
         if stopping:
-            if flight is not None:  # the ranks dump from their heartbeat: give them time
-                wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
             self._stop()
         return report
