@@ -103,3 +103,19 @@ def test_a_run_without_nccl_logs_whose_ranks_did_not_fail_is_not_read(tmp_path):
     (rank / "stderr.log").write_bytes((DATA / "watchdog_2.4/ranks/0/stderr.log").read_bytes())
     assert run_findings(tmp_path, failed=False) == []
     assert [f.kind for f in run_findings(tmp_path, failed=True)] == ["nccl_timeout"]
+
+
+def test_dump_compares_the_flight_recorder_dumps_in_the_run(ended_run, tmp_path):
+    # Real dumps of a 3-rank gloo job where rank 2 called broadcast as its #4 while ranks
+    # 0-1 called all_reduce (tests/data/flight/skipped), where `mldebug run
+    # --flight-recorder` puts them: <run>/fr/rank_<rank>, beside its request file.
+    run = tmp_path / "run"
+    shutil.copytree(ended_run, run, symlinks=True)
+    (run / "fr").mkdir()
+    for rank in range(3):
+        dump = DATA.parent / "flight" / "skipped" / f"comm_lib_trace_rank_{rank}"
+        shutil.copy(dump, run / "fr" / f"rank_{rank}")
+    (run / "fr" / "request").write_text("")
+    report = dump_json(run)
+    flight = [f for f in report["findings"] if f["kind"].startswith("fr_")]
+    assert [(f["kind"], f["ranks"]) for f in flight] == [("fr_mismatch", [2])]
