@@ -94,3 +94,13 @@ def test_no_path_is_a_usage_error():
     done = mldebug()
     assert done.returncode == 2
     assert "PATH" in done.stderr
+
+
+def test_what_a_log_says_reaches_the_terminal_as_plain_text(tmp_path):
+    # A WARN carrying a terminal title escape, an 8-bit CSI and Rich markup.
+    (tmp_path / "n.log").write_bytes(
+        b"\nh:7:7 [0] misc/x.cc:1 NCCL WARN [red]boom[/red] \x1b]0;pwned\x07 \x9b2J end\n"
+    )
+    done = mldebug(str(tmp_path))
+    assert "[red]boom[/red]" in done.stdout
+    assert "\x1b" not in done.stdout and "\x9b" not in done.stdout and "\x07" not in done.stdout

@@ -119,6 +119,7 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
     """Read every file named and every file under every directory named."""
     scan = Scan()
     count = 0
+    runs: list[rundir.RunPaths] = []
     for name in paths:
         path = Path(name)
         try:
@@ -130,6 +131,8 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
             scan.problems.append(f"{name}: a symbolic link; give the file it points to")
             continue
         if stat.S_ISDIR(info.st_mode):
+            if os.path.isdir(path / "ranks"):  # a run directory: its ranks' pids are known
+                runs.append(rundir.RunPaths(path))
             for file in _walk(path, scan):
                 if count >= max_files:
                     scan.problems.append(f"{name}: more than {max_files} files; the rest not read")
@@ -141,6 +144,8 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
             _one(path, scan, named=True)
         else:
             scan.problems.append(f"{name}: not a regular file or directory")
+    for run in runs:
+        _join_pids(scan, run)
     return _finish(scan)
 
 

@@ -10,7 +10,7 @@ from mldebug.nccl import flight, ranklog
 from mldebug.nccl.scan import Scan
 from mldebug.ranges import format_ranks
 from mldebug.report.jsonout import finding_to_json
-from mldebug.textsafe import one_line, printable
+from mldebug.textsafe import one_line
 
 SCHEMA_VERSION = 1
 RANKS_SHOWN = 8  # rank summaries in the text report unless --verbose
@@ -79,7 +79,7 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
         out.append("")
         out.append("Ranks")
         for log in shown:
-            out.extend("  " + printable(line) for line in ranklog.summary_lines(log))
+            out.extend("  " + one_line(line) for line in ranklog.summary_lines(log))
         hidden = len(ranks) - len(shown)
         if hidden > 0:
             out.append(f"  ... {hidden} more (--verbose shows every rank)")
