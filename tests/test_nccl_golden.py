@@ -288,3 +288,76 @@ def test_a_line_longer_than_the_limit_is_cut_and_what_follows_it_is_read():
         parser.feed((huge + after)[start : start + 65536])
     (proc,) = parser.close()
     assert parser.cut_lines == 1 and proc.nccl_version == "2.21.5" and proc.warn_count == 0
+
+
+# ---- single lines of other eras (shapes from torch's ProcessGroupNCCL.cpp and TCPStore) ----
+
+
+def read_text(text: str):
+    from mldebug.nccl import compare, ranklog
+
+    logs = ranklog.ranks_of(parse_bytes(text.encode()))
+    return logs, compare.compare(logs)
+
+
+def test_the_heartbeat_monitor_of_torch_2_2_is_a_watchdog_finding():
+    logs, found = read_text(
+        "[rank25]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 25] Heartbeat monitor timed out! "
+        "Process will be terminated after dumping debug info. workMetaList_.size()=2\n"
+    )
+    (finding,) = found
+    assert (finding.kind, finding.ranks) == (KIND_NCCL_TIMEOUT, (25,))
+    assert "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" in finding.summary
+
+
+def test_a_blocking_wait_timeout_is_read_like_the_watchdogs():
+    logs, found = read_text(
+        "[rank1]:[E1130 10:00:00.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) "
+        "Rank 1] Work WorkNCCL(SeqNum=9, OpType=BROADCAST, NumelIn=10, NumelOut=10, "
+        "Timeout(ms)=5000) timed out in blocking wait.\n"
+    )
+    (fact,) = logs[0].timeouts
+    assert (fact.seq, fact.op, fact.blocking, fact.timeout_ms) == (9, "BROADCAST", True, 5000)
+    assert [(f.kind, f.ranks) for f in found] == [(KIND_NCCL_TIMEOUT, (1,))]
+
+
+def test_the_tcpstore_client_refused_behind_an_mpich_prefix_names_host_and_port():
+    logs, found = read_text(
+        "[3] [W socket.cpp:601] [c10d] The client socket has failed to connect to "
+        "[node0]:29500 (errno: 111 - Connection refused).\n"
+    )
+    (finding,) = found
+    assert (finding.kind, finding.ranks) == (KIND_CONNECTION, (3,))
+    assert "could not connect to node0:29500" in finding.summary
+
+
+def nccl_lines(rank: int, net: str, iface: str, ib: bool) -> str:
+    p = f"n{rank}:{100 + rank}:{100 + rank} [0] NCCL INFO "
+    lines = [p + f"NET/IB : Using [0]mlx5_0:1/IB ; OOB {iface}:10.0.0.{rank}<0>"] if ib else []
+    lines += [
+        p + f"NET/Socket : Using [0]{iface}:10.0.0.{rank}<0>",
+        p + f"Using network {net}",
+        p + f"comm 0x1 rank {rank} nranks 3 cudaDev 0 busId 1000 - Init COMPLETE",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_every_rank_on_sockets_though_ib_devices_exist_is_a_warning():
+    _, found = read_text("".join(nccl_lines(r, "Socket", "eth0", ib=True) for r in range(3)))
+    (finding,) = found
+    assert (finding.kind, finding.ranks, finding.severity) == (
+        KIND_NCCL_NETWORK,
+        (0, 1, 2),
+        SEVERITY_WARNING,
+    )
+    assert "although NCCL found InfiniBand devices (mlx5_0)" in finding.summary
+
+
+def test_the_rank_on_another_interface_is_named():
+    text = "".join(
+        nccl_lines(r, "Socket", "eth1" if r == 2 else "eth0", ib=False) for r in range(3)
+    )
+    _, found = read_text(text)
+    (finding,) = found
+    assert (finding.kind, finding.ranks) == (KIND_NCCL_NETWORK, (2,))
+    assert "eth0 on ranks 0-1; eth1 on rank 2" in finding.summary
