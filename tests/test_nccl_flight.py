@@ -253,6 +253,27 @@ def test_rank_behind_is_named_with_the_collective_the_others_wait_in(form):
     assert last.ranks == (2,) and "broadcast #5" in last.label
 
 
+@pytest.mark.parametrize(
+    "op, flagged",
+    [("all_gather", True), ("reduce_scatter", True), ("gather", True), ("all_to_all", False)]
+    + [("scatter", False), ("all_gather_v", False)],
+)
+def test_sizes_are_compared_where_every_member_must_pass_the_same(tmp_path, op, flagged):
+    paths = []
+    for rank in range(3):  # the size scenario, its collective #4 renamed on every rank
+        raw = raw_pickle(FLIGHT / "size" / f"comm_lib_trace_rank_{rank}")
+        for entry in raw["entries"]:
+            if entry["collective_seq_id"] == 4:
+                entry["profiling_name"] = f"gloo:{op}"
+        paths.append(tmp_path / f"rank_{rank}")
+        paths[-1].write_bytes(pickle.dumps(raw, protocol=2))
+    found = compare_flight_dumps([read_flight_dump(str(p)) for p in paths])
+    mismatch = [f for f in found if f.kind == KIND_FR_MISMATCH]
+    assert bool(mismatch) == flagged, found
+    if flagged:
+        assert mismatch[0].summary.startswith(f"{op} #4 of the default group has sizes Float[5]")
+
+
 def test_the_gloo_pg_config_quirk_is_repaired_from_the_entries():
     path = FLIGHT / "behind" / "comm_lib_trace_rank_0"
     raw = raw_pickle(path)

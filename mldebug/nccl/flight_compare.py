@@ -29,8 +29,6 @@ from mldebug.ranges import format_ranks
 from .flight_model import FlightDump, FlightEntry, FlightGroup
 
 DEFAULT_GROUP = "default_pg"
-# Ops whose inputs legitimately differ in size between ranks (the root's list, uneven splits).
-UNEVEN_OPS = ("scatter", "gather", "all_to_all", "alltoall")
 MAX_FINDINGS_PER_GROUP = 3
 DIFFER = {"op": "the op differs", "sizes": "the sizes differ", "dtypes": "the dtypes differ"}
 
@@ -59,8 +57,10 @@ def _call_text(entry: FlightEntry) -> str:
     return f"{entry.op} #{entry.seq} {_shape_text(entry)}{at}"
 
 
-def _sizes_differ(entry: FlightEntry) -> bool:
-    return not any(word in entry.op for word in UNEVEN_OPS)
+def _same_sizes_expected(op: str) -> bool:
+    """Must every member pass inputs of the same sizes? Not to scatter (the root's list),
+    all-to-all (uneven splits) or the uneven `_v` ops; torch's own analyser agrees."""
+    return not (op == "scatter" or op.endswith("_v") or "all_to_all" in op or "alltoall" in op)
 
 
 class _Group:
@@ -131,7 +131,10 @@ def _mismatch(group: _Group) -> tuple[int, Finding] | None:
         ops = Counter(c.op for c in calls.values())
         if len(ops) > 1:
             what = "op"
-        elif _sizes_differ(calls[ranks[0]]) and len({c.input_sizes for c in calls.values()}) > 1:
+        elif (
+            _same_sizes_expected(calls[ranks[0]].op)
+            and len({c.input_sizes for c in calls.values()}) > 1
+        ):
             what = "sizes"
         elif len({c.input_dtypes for c in calls.values() if c.input_dtypes}) > 1:
             what = "dtypes"
