@@ -20,6 +20,7 @@ from mldebug.collect.events import parse_event_line as parse_event_line  # one p
 from mldebug.collect.events import read_event_file
 from mldebug.model import Finding, LogTail, RankEvent, RunFiles
 from mldebug.nccl import scan as nccl_scan
+from mldebug.nccl.follow import RunFollower
 from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
@@ -29,7 +30,6 @@ MAX_EVENTS = 500  # across ranks, newest kept
 MAX_NCCL_FILES = 64
 MAX_RANK_DIRS = 4096  # ranks whose files one poll looks at (a planted 300k would take seconds)
 NCCL_RESCAN = 5.0  # seconds between two readings of the NCCL logs, at most
-NCCL_STDERR_TAIL = 64 << 10  # of each rank's stderr, for the NCCL tab's findings
 
 
 def _size(path: Path) -> int:
@@ -66,6 +66,7 @@ class RunFilesReader:
     _nccl_seen: tuple = ()  # the NCCL files' and stderr logs' sizes when last read
     _nccl_read_at: float = float("-inf")
     _nccl: tuple[tuple[Finding, ...], tuple[str, ...]] = ((), ())
+    _follower: RunFollower | None = None
 
     def read(self) -> RunFiles:
         paths = RunPaths(self.root)
@@ -98,8 +99,8 @@ class RunFilesReader:
         )
 
     def _nccl_findings(self, paths: RunPaths) -> tuple[tuple, tuple]:
-        """mldebug.nccl over the run (NCCL logs, stderr tails, Flight Recorder dumps): again
-        only when one of those files changed, and at most every NCCL_RESCAN seconds."""
+        """mldebug.nccl over the run (NCCL logs, stderr, Flight Recorder dumps), following
+        the files as they grow: again only when one changed, at most every NCCL_RESCAN s."""
         now = time.monotonic()
         if now - self._nccl_read_at < NCCL_RESCAN:
             return self._nccl
@@ -114,7 +115,9 @@ class RunFilesReader:
         if tuple(seen) == self._nccl_seen:
             return self._nccl
         self._nccl_seen, self._nccl_read_at = tuple(seen), now
-        result = nccl_scan.scan_run(self.root, stderr_tail=NCCL_STDERR_TAIL)
+        if self._follower is None:
+            self._follower = RunFollower(self.root)
+        result = self._follower.update()
         self._nccl = (tuple(result.findings), tuple(nccl_scan.summary_of(result)))
         return self._nccl
 

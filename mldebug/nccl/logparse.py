@@ -94,10 +94,15 @@ class LogParser:
         self._carry = carry
 
     def close(self) -> list[ProcLog]:
-        if self._carry:
+        """The end of the file: its last line, even without a newline, then `snapshot()`."""
+        if self._carry:  # the head of a line cut at MAX_LINE included
             self.lines += 1
             self._scan(self._carry + b"\n", len(self._carry) + 1)
-            self._carry = b""
+        self._carry, self._skipping = b"", False
+        return self.snapshot()
+
+    def snapshot(self) -> list[ProcLog]:
+        """The processes so far (a file still being written: its last, partial line waits)."""
         if self.path_rank is not None and not self._procs:  # a rank that said nothing
             self._proc(None, None, None)
         if self._bare_version:  # whose it is: the processes of this file that say none

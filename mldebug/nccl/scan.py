@@ -106,7 +106,7 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
     scan.logs.append(log)
 
 
-def _finish(scan: Scan) -> Scan:
+def finish(scan: Scan) -> Scan:
     procs = [proc for log in scan.logs for proc in log.procs]
     scan.ranks = ranklog.ranks_of(procs)
     scan.findings = compare.compare(scan.ranks)
@@ -145,8 +145,8 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
         else:
             scan.problems.append(f"{name}: not a regular file or directory")
     for run in runs:
-        _join_pids(scan, run)
-    return _finish(scan)
+        join_pids(scan, run)
+    return finish(scan)
 
 
 def run_has_logs(root: str | Path) -> bool:
@@ -186,11 +186,11 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
         dumps = []
     for name in dumps[:RUN_RANKS]:
         _one(paths.root / "fr" / name, scan, named=False, dumps_only=True)
-    _join_pids(scan, paths)
-    return _finish(scan)
+    join_pids(scan, paths)
+    return finish(scan)
 
 
-def _join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
+def join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
     """Ranks of processes that said no rank of theirs (an NCCL log of a process whose
     communicators all failed), from the rank's own proc.json: same host, same pid."""
     unknown = [p for log in scan.logs for p in log.procs if p.rank is None and p.pid is not None]
