@@ -28,6 +28,7 @@ SKIP_SUFFIXES = (".json", ".jsonl", ".py", ".pyc", ".md", ".pt", ".pth", ".npy",
 # A run directory, read by `dump --run` and the live view: bounded per file and in all.
 RUN_NCCL_FILES = 1024
 RUN_NCCL_BYTES = 32 << 20  # the head of one NCCL log (init, transport and WARNs come early)
+RUN_NCCL_TOTAL = 256 << 20  # all NCCL logs together: a second or two of reading
 RUN_STDERR_TAIL = 256 << 10  # the end of one rank's stderr, where the errors are
 RUN_STDERR_TOTAL = 64 << 20  # all ranks' stderr tails together
 RUN_RANKS = 4096
@@ -170,8 +171,10 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
         names = sorted(n for n in os.listdir(paths.nccl_dir) if not n.startswith("."))
     except OSError:
         names = []
-    for name in names[:RUN_NCCL_FILES]:
-        _one(paths.nccl_dir / name, scan, named=False, limit=RUN_NCCL_BYTES)
+    names = names[:RUN_NCCL_FILES]
+    limit = max(1 << 20, min(RUN_NCCL_BYTES, RUN_NCCL_TOTAL // max(1, len(names))))
+    for name in names:
+        _one(paths.nccl_dir / name, scan, named=False, limit=limit)
     ranks = paths.rank_ids()[:RUN_RANKS]
     tail = max(16 << 10, min(stderr_tail, RUN_STDERR_TOTAL // max(1, len(ranks))))
     for rank in ranks:
