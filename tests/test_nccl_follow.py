@@ -59,3 +59,16 @@ def test_a_ranks_stderr_is_read_from_its_tail_first(tmp_path):
     log = next(log for log in scan.logs if log.path == str(stderr))
     assert log.bytes_read == stderr.stat().st_size  # followed to its end...
     assert log.lines < 200  # ...having read its last 4 KB only, not 20,000 lines of noise
+
+
+def test_nccl_lines_in_a_ranks_stdout_are_read_from_its_head(tmp_path):
+    # NCCL_DEBUG=INFO without NCCL_DEBUG_FILE: NCCL writes to the rank's stdout.
+    from mldebug.nccl.scan import scan_run
+
+    for rank, log in enumerate(sorted((DATA / "transport").iterdir())):
+        folder = tmp_path / "ranks" / str(rank)
+        folder.mkdir(parents=True)
+        training = "".join(f"step {i} loss 1.0\n" for i in range(100_000)).encode()
+        (folder / "stdout.log").write_bytes(log.read_bytes() + training)
+    for scan in (RunFollower(tmp_path).update(), scan_run(tmp_path)):
+        assert [(f.kind, f.ranks) for f in scan.findings] == [("nccl_network", (3,))]

@@ -3,7 +3,7 @@
 Each file keeps its parser between updates and is fed only the bytes written since the last
 one, at most UPDATE_BYTES in all per update: what an update costs follows how fast the logs
 grow, not how large they are. A file replaced or cut shorter starts over; a rank's stderr
-is first read from its last `stderr_tail` bytes. Flight Recorder dumps are read again when
+is first read from its last `stderr_tail` bytes, its stdout up to STDOUT_HEAD only. Flight Recorder dumps are read again when
 their size or time changes.
 """
 
@@ -21,6 +21,7 @@ from mldebug.nccl.scan import RUN_NCCL_FILES, RUN_RANKS, Scan, finish, join_pids
 UPDATE_BYTES = 16 << 20  # read per update, all files together
 FILE_BYTES = 4 << 20  # read per update from one file
 STDERR_TAIL = 64 << 10
+STDOUT_HEAD = 256 << 10
 
 
 @dataclass
@@ -37,18 +38,23 @@ class RunFollower:
         self._files: dict[Path, _Followed] = {}
         self._dumps: dict[Path, tuple[tuple, object]] = {}
 
-    def _targets(self) -> list[tuple[Path, int | None, int | None]]:
+    def _targets(self) -> list[tuple[Path, int | None, int | None, int | None]]:
+        """(path, rank, tail, head): read from `tail` bytes before the end, or up to `head`."""
         found = []
         try:
             names = sorted(n for n in os.listdir(self.paths.nccl_dir) if not n.startswith("."))
         except OSError:
             names = []
-        found += [(self.paths.nccl_dir / n, None, None) for n in names[:RUN_NCCL_FILES]]
+        found += [(self.paths.nccl_dir / n, None, None, None) for n in names[:RUN_NCCL_FILES]]
         for rank in self.paths.rank_ids()[:RUN_RANKS]:
-            found.append((self.paths.stderr(rank), rank, self.stderr_tail))
+            found.append((self.paths.stderr(rank), rank, self.stderr_tail, None))
+            # NCCL_DEBUG without NCCL_DEBUG_FILE writes to stdout: its init lines come first.
+            found.append((self.paths.stdout(rank), rank, None, STDOUT_HEAD))
         return found
 
-    def _advance(self, path: Path, rank: int | None, tail: int | None, budget: int) -> int:
+    def _advance(
+        self, path: Path, rank: int | None, tail: int | None, head: int | None, budget: int
+    ) -> int:
         """Feed `path`'s new bytes to its parser; how many were read."""
         try:
             fd = rundir.open_regular(path)
@@ -64,11 +70,12 @@ class RunFollower:
                 followed = _Followed(LogParser(str(path), rank), inode, start)
                 if start:  # begin after the line the tail cut
                     os.lseek(fd, start, os.SEEK_SET)
-                    head = os.read(fd, MAX_LINE)
-                    newline = head.find(b"\n")
-                    followed.offset += newline + 1 if newline != -1 else len(head)
+                    cut = os.read(fd, MAX_LINE)
+                    newline = cut.find(b"\n")
+                    followed.offset += newline + 1 if newline != -1 else len(cut)
                 self._files[path] = followed
-            want = min(info.st_size - followed.offset, budget, FILE_BYTES)
+            end = info.st_size if head is None else min(info.st_size, head)
+            want = min(end - followed.offset, budget, FILE_BYTES)
             read = 0
             os.lseek(fd, followed.offset, os.SEEK_SET)
             while read < want:
@@ -116,11 +123,11 @@ class RunFollower:
         """What the run's files say now, after reading what they gained since the last call."""
         budget = UPDATE_BYTES
         targets = self._targets()
-        for path, rank, tail in targets:
+        for path, rank, tail, head in targets:
             if budget <= 0:
                 break
-            budget -= self._advance(path, rank, tail, budget)
-        present = {path for path, _, _ in targets}
+            budget -= self._advance(path, rank, tail, head, budget)
+        present = {target[0] for target in targets}
         for gone in set(self._files) - present:
             del self._files[gone]
         scan = Scan()

@@ -5,7 +5,8 @@ named on the command line is read whatever it holds; inside a directory, files t
 plainly something else (JSON, Python, binaries) are passed over. `scan_run` is what
 `mldebug dump --run` and the live view read of a run directory: `nccl/*` (NCCL_DEBUG_FILE
 output), the tail of each rank's stderr.log (where torch writes the watchdog's and gloo's
-errors) and the Flight Recorder dumps in `fr/`, each bounded. Symbolic links are never
+errors), the head of its stdout.log (NCCL_DEBUG without a file writes there) and the Flight
+Recorder dumps in `fr/`, each bounded. Symbolic links are never
 followed; every read is capped (logparse, flight).
 """
 
@@ -29,8 +30,8 @@ SKIP_SUFFIXES = (".json", ".jsonl", ".py", ".pyc", ".md", ".pt", ".pth", ".npy",
 RUN_NCCL_FILES = 1024
 RUN_NCCL_BYTES = 32 << 20  # the head of one NCCL log (init, transport and WARNs come early)
 RUN_NCCL_TOTAL = 256 << 20  # all NCCL logs together: a second or two of reading
-RUN_STDERR_TAIL = 256 << 10  # the end of one rank's stderr, where the errors are
-RUN_STDERR_TOTAL = 64 << 20  # all ranks' stderr tails together
+RUN_STDERR_TAIL = 256 << 10  # the end of one rank's stderr (the errors), the head of stdout
+RUN_STDERR_TOTAL = 64 << 20  # all ranks' stderr tails together, and stdout heads
 RUN_RANKS = 4096
 
 
@@ -178,11 +179,15 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
     ranks = paths.rank_ids()[:RUN_RANKS]
     tail = max(16 << 10, min(stderr_tail, RUN_STDERR_TOTAL // max(1, len(ranks))))
     for rank in ranks:
-        stderr = paths.stderr(rank)
-        if os.path.lexists(stderr):
-            log = parse_file(str(stderr), rank=rank, tail=tail)
-            if log.error is None:
-                scan.logs.append(log)
+        # NCCL_DEBUG without NCCL_DEBUG_FILE writes to stdout: its init lines come first.
+        for path, limits in (
+            (paths.stderr(rank), {"tail": tail}),
+            (paths.stdout(rank), {"limit": tail}),
+        ):
+            if os.path.lexists(path):
+                log = parse_file(str(path), rank=rank, **limits)
+                if log.error is None:
+                    scan.logs.append(log)
     try:
         dumps = sorted(n for n in os.listdir(paths.root / "fr") if not n.startswith("."))
     except OSError:
