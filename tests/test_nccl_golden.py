@@ -361,3 +361,15 @@ def test_the_rank_on_another_interface_is_named():
     (finding,) = found
     assert (finding.kind, finding.ranks) == (KIND_NCCL_NETWORK, (2,))
     assert "eth0 on ranks 0-1; eth1 on rank 2" in finding.summary
+
+
+def test_every_rank_timing_out_in_the_same_seqnum_blames_the_collective_not_a_rank():
+    line = (
+        "[rank{r}]:[E1130 10:00:00.1 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLGATHER, NumelIn=8, "
+        "NumelOut=16, Timeout(ms)=60000) ran for 60005 milliseconds before timing out.\n"
+    )
+    _, found = read_text("".join(line.format(r=r) for r in range(2)))
+    (finding,) = found
+    assert finding.ranks == (0, 1)
+    assert "every rank timed out in it, none is missing from it" in finding.summary

@@ -83,6 +83,12 @@ def timeouts(logs: list[RankLog]) -> list[Finding]:
                     else ""
                 )
                 + (
+                    "; every rank timed out in it, none is missing from it: the collective "
+                    "itself did not complete (network, GPU, a peer on another node)"
+                    if not ahead and everyone and len(waiting) > 1 and seq is not None
+                    else ""
+                )
+                + (
                     f"; no watchdog or dump line from {name_ranks(unknown)} says how far "
                     f"{'it' if len(unknown) == 1 else 'they'} got"
                     if unknown
