@@ -87,14 +87,14 @@ def hung(tmp_path_factory):
             start_new_session=True,
         )
     try:
-        said = "Flight Recorder: each rank writes"
+        said = "\n  Flight Recorder: each rank writes"  # under the watchdog's verdict
         wait_for(lambda: said in err_path.read_text(), 240, proc, "hang report")
         after_watchdog = sorted(os.listdir(fr))
         before = mtimes(fr)
         time.sleep(0.05)
         (fr / "request").touch()  # the user's request
         rewritten = wait_for(
-            lambda: (now := mtimes(fr)) and all(now[r] > before.get(r, 0) for r in (0, 1)),
+            lambda: all(mtimes(fr).get(r, 0) > before.get(r, 0) for r in (0, 1)),
             60,
             proc,
             "dumps on the user's request",
@@ -118,13 +118,16 @@ def hung(tmp_path_factory):
 
 def test_the_watchdog_asks_and_every_rank_writes_its_dump_into_the_run(hung):
     run = hung["run"]
-    assert f"Flight Recorder: each rank writes {run / 'fr'}/rank_<rank>" in hung["err"]
+    assert f"\n  Flight Recorder: each rank writes {run / 'fr'}/rank_<rank>\n" in hung["err"]
     assert hung["after_watchdog"] == ["rank_0", "rank_1", "request"]
     for rank in (0, 1):
         assert oct((run / "fr" / f"rank_{rank}").stat().st_mode & 0o777) == "0o600"
 
 
 def test_touching_the_request_file_makes_every_rank_dump_again(hung):
+    fr = hung["run"] / "fr"
+    said = f"Flight Recorder: each rank writes {fr}/rank_<rank> on `touch {fr}/request` and "
+    assert said + "when the hang watchdog fires" in hung["err"]  # told at the start
     assert hung["rewritten"]  # both ranks' files are newer than the watchdog's dumps
     assert sorted(os.listdir(hung["run"] / "fr")) == ["rank_0", "rank_1", "request"]
 

@@ -272,6 +272,13 @@ def main(argv: list[str]) -> int:
         make_private_dir(paths.root / "fr")
     console = Console()
     console.message(f"mldebug: run directory {paths.root}")
+    if options.flight_recorder:
+        fr = paths.root / "fr"
+        when = " and when the hang watchdog fires" if args.hang_timeout else ""
+        console.message(
+            f"mldebug: Flight Recorder: each rank writes {fr}/rank_<rank> on "
+            f"`touch {fr}/request`{when}"
+        )
     if options.cuda_launch_blocking:
         console.message(
             "mldebug: CUDA_LAUNCH_BLOCKING=1 serialises every CUDA kernel: errors point at "
