@@ -373,3 +373,15 @@ def test_every_rank_timing_out_in_the_same_seqnum_blames_the_collective_not_a_ra
     (finding,) = found
     assert finding.ranks == (0, 1)
     assert "every rank timed out in it, none is missing from it" in finding.summary
+
+
+def test_nccl_lines_behind_torchrun_tee_and_a_collectors_timestamp():
+    # torchrun --tee 3 prefixes "[default<local rank>]:"; a log collector (Kubernetes)
+    # an RFC 3339 time: neither hides the NCCL line.
+    logs, _ = read_text(
+        "[default1]:n1:41:41 [1] NCCL INFO NCCL version 2.20.5+cuda12.4\n"
+        "2024-05-01T10:00:00.123456789Z n2:52:52 [0] NCCL INFO Using network Socket\n"
+    )
+    by_pid = {log.label: log for log in logs}
+    assert by_pid["n1:41"].first("nccl_version") == "2.20.5"
+    assert by_pid["n2:52"].network == "Socket"

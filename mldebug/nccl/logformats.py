@@ -27,6 +27,7 @@ ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 PREFIXES = re.compile(
     r"\[(?P<host>[A-Za-z0-9_.-]+):(?P<mrank>\d+)\] "  # mldebug run: [host:rank]
     r"|\[rank(?P<trank>\d+)\]:"  # torch: [rank3]:
+    r"|\[[A-Za-z_][\w-]*?\d+\]:"  # torchrun --tee: [default0]: (a local rank: not kept)
     r"|\[\d+,(?P<orank>\d+)\]<std(?:out|err)>:"  # Open MPI --tag-output
     r"|\[(?P<hrank>\d+)\] (?!NCCL )"  # MPICH -prepend-rank: [3]
     r"|(?P<srank>\d+): "  # srun --label

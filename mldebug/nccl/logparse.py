@@ -158,6 +158,8 @@ class LogParser:
             pos = glog.end()
         body = text[pos:]
         nccl = f.NCCL.match(body)
+        if nccl is None and ("NCCL INFO" in body or "NCCL WARN" in body):
+            nccl = f.NCCL.search(body)  # behind a prefix no launcher list names (a logger's)
         if nccl:
             proc = self._proc(nccl.group("host"), to_int(nccl.group("pid")), prefix_rank)
             proc.nccl_lines += 1
