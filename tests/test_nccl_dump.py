@@ -30,13 +30,16 @@ SCRIPT = textwrap.dedent(
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", timeout=timedelta(seconds=5))
+    # A long timeout to meet (ranks import torch at their own pace on a loaded machine),
+    # a short one for the collective rank 1 skips.
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    group = dist.new_group(timeout=timedelta(seconds=5))
     t = torch.ones(4)
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
     if dist.get_rank() == 1:
         time.sleep(20)  # skips the second all_reduce
     else:
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=group)
     """
 )
 
