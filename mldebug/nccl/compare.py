@@ -53,7 +53,7 @@ def _init(logs: list[RankLog]) -> list[Finding]:
                 "(NCCL_SOCKET_IFNAME, firewall)",
                 recipe=RECIPE_INIT,
                 detail="; ".join(
-                    f"{log.label}: {', '.join(log.sources)}" for log in started_only[:8]
+                    f"{log.label}: {', '.join(_stuck_in(log))}" for log in started_only[:8]
                 ),
             )
         )
@@ -80,6 +80,13 @@ def _init(logs: list[RankLog]) -> list[Finding]:
             )
             break
     return found
+
+
+def _stuck_in(log: RankLog) -> list[str]:
+    """The files where the rank's init started and did not complete."""
+    return [
+        p.source for p in log.procs if any(c.started and not c.completed for c in p.comms.values())
+    ][:3]
 
 
 # ---- Network -----------------------------------------------------------------------------
