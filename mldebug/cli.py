@@ -36,6 +36,10 @@ COMMANDS = {
     "collect": ("mldebug.commands.collect", "this node's ranks as one merged JSON document"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
+    "nccl": (
+        "mldebug.commands.nccl",
+        "NCCL logs, torch distributed errors and Flight Recorder dumps, compared across ranks",
+    ),
 }
 
 USAGE = """\

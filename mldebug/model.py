@@ -45,6 +45,17 @@ KIND_NONFINITE = "nonfinite"  # --detect-anomaly: the first NaN/Inf's rank, step
 KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last steps
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
 KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug collect`
+KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
+KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
+KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
+# From NCCL debug logs and torch.distributed's error text (mldebug.nccl, `mldebug nccl`).
+KIND_NCCL_TIMEOUT = "nccl_timeout"  # a watchdog timeout; the rank that never enqueued the work
+KIND_NCCL_INIT = "nccl_init"  # a communicator init that never reached Init COMPLETE
+KIND_NCCL_NETWORK = "nccl_network"  # a rank on another transport or interface than the rest
+KIND_NCCL_VERSION = "nccl_version"  # ranks on different NCCL / CUDA versions
+KIND_NCCL_WARNING = "nccl_warning"  # NCCL WARN lines, grouped across ranks
+KIND_CONNECTION = "connection"  # connection refused / closed by peer / store clients missing
+KIND_DIST_ERROR = "dist_error"  # gloo and c10d errors: size mismatch, monitored barrier, ...
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -372,3 +383,6 @@ class NodeFailure:
     reason: str  # "timed out after 30 s", "ssh: connect refused", ...
     ranks: tuple[int, ...] = ()  # the ranks the scheduler placed there, when it says
     scheduler_state: str = ""  # what SLURM says of the node or job (squeue/scontrol)
+    # What mldebug.nccl makes of the run's NCCL logs, stderr tails and Flight Recorder dumps.
+    nccl_findings: tuple[Finding, ...] = ()
+    nccl_summary: tuple[str, ...] = ()  # a few lines per rank

@@ -172,3 +172,12 @@ def test_the_multi_node_front_end_imports_no_views():
         assert not imports_under(module, edges, ("mldebug.report", "mldebug.tui")), module
     for module in layer(edges, "mldebug.collect") + layer(edges, "mldebug.analysis"):
         assert not imports_under(module, edges, ("mldebug.cluster",)), module
+
+
+def test_the_nccl_readers_import_only_the_model_and_plain_helpers():
+    # mldebug.nccl reads files and compares ranks: no views, no collectors, no launcher.
+    edges = graph()
+    allowed = {"mldebug", "mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
+    for module in layer(edges, "mldebug.nccl"):
+        outside = {m for m in edges[module] if not m.startswith("mldebug.nccl")}
+        assert outside <= allowed, (module, outside)

@@ -9,12 +9,17 @@ at most once every MIN_GAP seconds, and keep per group the last entry and how ma
 are not retired. A rank whose steps move never pays for a dump. A failure is said once
 (an agent_error event) and the part stands aside.
 
+`FlightDumps` writes torch's own pickle dump into <run>/fr/ when asked (`mldebug run
+--flight-recorder`: the hang watchdog, or a user, writes <run>/fr/request).
+
 Stdlib only; torch is looked up in sys.modules, never imported here.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
 
@@ -160,3 +165,96 @@ class Flight:
             self._summary = None
             fail(PART, error)
             return None
+
+
+# ---- dumps on request: `mldebug run --flight-recorder` (docs/flight-recorder.md) ----------
+
+ENV_FR_DIR = "MLDEBUG_FR_DIR"  # <run>/fr: set by `mldebug run --flight-recorder`
+REQUEST_FILE = "request"  # a new one (or a touch) asks every rank for a dump
+DUMP_PREFIX = "rank_"  # the dump is <dir>/rank_<rank>, as torch names its own there
+DUMPS_PART = "flight_recorder_dumps"
+MAX_WRITE = 256 << 20  # bytes of one dump written at most
+
+
+def _pickle_dumper():
+    """torch's pickle dump of its Flight Recorder (with stacks), or None when
+    torch.distributed is not imported or not initialised."""
+    dist = sys.modules.get("torch.distributed")
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if dist is None or c10d is None:
+        return None
+    initialised = getattr(dist, "is_initialized", None)
+    if initialised is None or not initialised():
+        return None
+    return getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+
+
+class FlightDumps:
+    """Writes torch's Flight Recorder dump to <folder>/rank_<rank> each time
+    <folder>/request is new or touched. The heartbeat thread calls `check()` each round:
+    one lstat while nothing is asked. A request seen before torch.distributed is initialised
+    waits for it. A failure is said once and the part stands aside."""
+
+    def __init__(self, folder: str | None, rank: int, dumper=_pickle_dumper):
+        self.folder = folder
+        self.rank = rank
+        self._dumper = dumper
+        self._served: tuple | None = None
+        self.off = not folder
+        self.written = 0
+
+    def _request(self) -> tuple | None:
+        """What identifies the request file now (inode, mtime, size); None without one."""
+        try:
+            info = os.lstat(os.path.join(self.folder, REQUEST_FILE))
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+    def check(self) -> bool:
+        """A dump written now, for a request not served yet."""
+        if self.off:
+            return False
+        try:
+            token = self._request()
+            if token is None or token == self._served:
+                return False
+            dump = self._dumper()
+            if dump is None:
+                return False
+            fault_point(DUMPS_PART)
+            data = dump(includeCollectives=True, includeStackTraces=True, onlyActive=False)
+            self._served = token
+            if len(data) > MAX_WRITE:
+                raise ValueError(f"its dump is {len(data):,} bytes, over {MAX_WRITE:,}")
+            self._write(bytes(data))
+            self.written += 1
+            return True
+        except Exception as error:
+            self.off = True
+            fail(DUMPS_PART, error)
+            return False
+
+    def _write(self, data: bytes) -> None:
+        """Write-then-rename: a reader never sees half a dump; nothing planted is followed."""
+        final = os.path.join(self.folder, f"{DUMP_PREFIX}{self.rank}")
+        temp = os.path.join(self.folder, f".{DUMP_PREFIX}{self.rank}.{os.getpid()}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            fd = -1
+            os.replace(temp, final)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise

@@ -17,7 +17,7 @@ import threading
 import time
 
 from .events import fail, fault_point, warn_once
-from .flight import Flight
+from .flight import ENV_FR_DIR, Flight, FlightDumps
 
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
@@ -67,6 +67,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self.writes = 0
         self.flight = Flight(interval, started, clock=clock)  # torch's Flight Recorder
+        self.flight_dumps = FlightDumps(os.environ.get(ENV_FR_DIR), rank)  # on request
 
     def state(self) -> dict:
         fault_point(PART)
@@ -129,6 +130,7 @@ class Heartbeat:
                 self._poll()
                 if time.monotonic() >= next_write:
                     self.write_once()
+                    self.flight_dumps.check()
                     next_write = time.monotonic() + self.interval
                 delay = next_write - time.monotonic()
                 if self.tracer is not None and self.tracer.pending:

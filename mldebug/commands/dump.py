@@ -36,7 +36,13 @@ from mldebug.errors import (
     OutputError,
     PermissionDeniedError,
 )
-from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, STATE_UNREADABLE, JobSnapshot
+from mldebug.model import (
+    FAIL_PERMISSION,
+    SEVERITY_ERROR,
+    STATE_UNREADABLE,
+    JobSnapshot,
+    JobTargets,
+)
 from mldebug.ranges import parse_ranks
 
 EXIT_STATUS = """\
@@ -120,6 +126,18 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
+def _with_nccl(snapshot: JobSnapshot, job: JobTargets) -> JobSnapshot:
+    """The findings of the run's NCCL logs, ranks' stderr and Flight Recorder dumps
+    (mldebug.nccl: read only when the run has such files, or a rank failed)."""
+    from dataclasses import replace
+
+    from mldebug.nccl.scan import run_findings
+
+    failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
+    found = run_findings(snapshot.run_dir or job.run_dir, failed)
+    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
+
+
 def _observe_here(args, pids: list[int], run_dir: str | None):
     """The job on this machine, read once: its snapshot and the notes reading left."""
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
@@ -137,6 +155,7 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
         max_pids=MAX_PIDS,
         max_world=MAX_WORLD,
     )
+    snapshot = _with_nccl(snapshot, job)
     return snapshot, readings.notes
 
 

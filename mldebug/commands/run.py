@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument(
         "--flight-recorder",
         action="store_true",
-        help="record the last collectives of each rank (NCCL flight recorder); "
-        "dumped to <run>/fr/ on a timeout",
+        help="keep torch's Flight Recorder of each rank's last collectives (NCCL and gloo); "
+        "each rank writes it to <run>/fr/rank_<rank> when the hang watchdog fires, on "
+        "`touch <run>/fr/request`, and (NCCL) on a watchdog timeout",
     )
     # --detect-anomaly[=torch|stop]: three flags, so that `--detect-anomaly SCRIPT` never
     # takes the script for the option's value (argparse matches an option string whole).
@@ -271,6 +272,13 @@ def main(argv: list[str]) -> int:
         make_private_dir(paths.root / "fr")
     console = Console()
     console.message(f"mldebug: run directory {paths.root}")
+    if options.flight_recorder:
+        fr = paths.root / "fr"
+        when = " and when the hang watchdog fires" if args.hang_timeout else ""
+        console.message(
+            f"mldebug: Flight Recorder: each rank writes {fr}/rank_<rank> on "
+            f"`touch {fr}/request`{when}"
+        )
     if options.cuda_launch_blocking:
         console.message(
             "mldebug: CUDA_LAUNCH_BLOCKING=1 serialises every CUDA kernel: errors point at "

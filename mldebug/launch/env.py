@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mldebug
+from mldebug.launch.flight import ENV_FR_DIR, FR_DIR
 
 # Names the hook and the agent read (mldebug/hooks/sitecustomize.py, mldebug/agent/).
 ENV_ACTIVE = "MLDEBUG_HOOK"  # "1": the hook loads the agent; anything else: it does nothing
@@ -131,6 +132,7 @@ def flight_recorder_env(run_dir: Path, new_names: bool | None) -> dict[str, str]
     prefix = str(run_dir / "fr" / "rank_")  # torch appends the rank
     entries = str(FLIGHT_RECORDER_ENTRIES)
     env = {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    env[ENV_FR_DIR] = str(run_dir / FR_DIR)  # the agent's dumps on request (launch/flight.py)
     if new_names is not False:
         env.update({"TORCH_FR_BUFFER_SIZE": entries, "TORCH_FR_DUMP_TEMP_FILE": prefix})
     if new_names is not True:

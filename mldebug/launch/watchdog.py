@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
+from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths, create_new, make_private_dir
 from mldebug.textsafe import printable
 
@@ -88,7 +89,21 @@ def dump_job(root: Path, deadline: float = DUMP_DEADLINE):
     from mldebug.targets import resolve_targets
 
     snapshot, readings = observe_once(resolve_targets(run_dir=root), deadline=deadline)
-    return snapshot, readings.notes
+    return _with_run_files(snapshot, root), readings.notes
+
+
+def _with_run_files(snapshot, root: Path):
+    """The findings of the run's NCCL logs and Flight Recorder dumps added, as `mldebug
+    dump --run` adds them (mldebug.nccl)."""
+    from dataclasses import replace
+
+    from mldebug.nccl.scan import run_findings
+
+    try:
+        found = run_findings(root)
+    except Exception:  # the stacks' report stands without them
+        return snapshot
+    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
 
 
 def render_reports(snapshot, notes=()) -> tuple[str, dict]:
@@ -128,6 +143,14 @@ def write_reports(paths: RunPaths, when: float, body: str, data: dict) -> tuple[
         _write_new(json_path, json.dumps(data, indent=1))
         return text_path, json_path
     raise OSError(f"too many reports named {stem}* in {folder}")
+
+
+def _request_flight_dumps(paths: RunPaths) -> Path | None:
+    """--flight-recorder: ask every rank for its dump (None without it, or if that failed)."""
+    try:
+        return request_dumps(paths.root)
+    except OSError:
+        return None
 
 
 class HangWatchdog:
@@ -208,6 +231,9 @@ class HangWatchdog:
 
     def fire(self, quiet: float) -> HangReport:
         when = time.time()
+        flight = _request_flight_dumps(self.paths)
+        if flight is not None:  # the ranks dump from their heartbeat: a second or so
+            wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
         try:
             snapshot, notes = self._dump(self.paths.root)
         except Exception as error:
@@ -225,6 +251,8 @@ class HangWatchdog:
             where = f"\n  report: {text_path} (and .json)"
         except OSError as error:
             where = f"\n  the report could not be written ({error}): the verdict above is all"
+        if flight is not None:
+            where += f"\n  Flight Recorder: each rank writes {flight}/rank_<rank>"
         report = HangReport(when, quiet, verdict, text_path, json_path, snapshot)
         self.reports.append(report)
         if self._record is not None:

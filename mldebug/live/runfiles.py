@@ -10,6 +10,7 @@ second.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from mldebug import rundir
 from mldebug.collect.changed import ChangedFiles
 from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
 from mldebug.collect.events import read_event_file
-from mldebug.model import LogTail, RankEvent, RunFiles
+from mldebug.model import Finding, LogTail, RankEvent, RunFiles
+from mldebug.nccl import scan as nccl_scan
+from mldebug.nccl.follow import RunFollower
 from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
@@ -26,6 +29,14 @@ TAIL_LINES = 200
 MAX_EVENTS = 500  # across ranks, newest kept
 MAX_NCCL_FILES = 64
 MAX_RANK_DIRS = 4096  # ranks whose files one poll looks at (a planted 300k would take seconds)
+NCCL_RESCAN = 5.0  # seconds between two readings of the NCCL logs, at most
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return -1
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
@@ -52,6 +63,10 @@ class RunFilesReader:
 
     root: Path
     _files: ChangedFiles = field(default_factory=ChangedFiles)
+    _nccl_seen: tuple = ()  # the NCCL files' and stderr logs' sizes when last read
+    _nccl_read_at: float = float("-inf")
+    _nccl: tuple[tuple[Finding, ...], tuple[str, ...]] = ((), ())
+    _follower: RunFollower | None = None
 
     def read(self) -> RunFiles:
         paths = RunPaths(self.root)
@@ -71,6 +86,7 @@ class RunFilesReader:
                 bad += parsed[1]
         events.sort(key=lambda event: (event.time or 0.0, event.rank))
         nccl, total = self._read_nccl(paths.nccl_dir)
+        findings, summary = self._nccl_findings(paths)
         return RunFiles(
             root=str(self.root),
             logs=tuple(logs),
@@ -78,7 +94,32 @@ class RunFilesReader:
             bad_event_lines=bad,
             nccl=nccl,
             nccl_files_total=total,
+            nccl_findings=findings,
+            nccl_summary=summary,
         )
+
+    def _nccl_findings(self, paths: RunPaths) -> tuple[tuple, tuple]:
+        """mldebug.nccl over the run (NCCL logs, stderr, Flight Recorder dumps), following
+        the files as they grow: again only when one changed, at most every NCCL_RESCAN s."""
+        now = time.monotonic()
+        if now - self._nccl_read_at < NCCL_RESCAN:
+            return self._nccl
+        seen = []
+        for folder in (paths.nccl_dir, paths.root / "fr"):
+            try:
+                names = sorted(os.listdir(folder))[: nccl_scan.RUN_NCCL_FILES]
+            except OSError:
+                continue
+            seen += [(name, _size(folder / name)) for name in names]
+        seen += [(r, _size(paths.stderr(r))) for r in paths.rank_ids()[:MAX_RANK_DIRS]]
+        if tuple(seen) == self._nccl_seen:
+            return self._nccl
+        self._nccl_seen, self._nccl_read_at = tuple(seen), now
+        if self._follower is None:
+            self._follower = RunFollower(self.root)
+        result = self._follower.update()
+        self._nccl = (tuple(result.findings), tuple(nccl_scan.summary_of(result)))
+        return self._nccl
 
     def _read_nccl(self, folder: Path) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], int]:
         try:

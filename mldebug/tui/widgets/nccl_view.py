@@ -1,4 +1,5 @@
-"""NCCL: the run's NCCL debug log files, the last lines of the one selected."""
+"""NCCL: what mldebug.nccl makes of the run (findings, each rank's summary), then the run's
+NCCL debug log files and the last lines of the one selected."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Log, OptionList, Static
 from textual.widgets.option_list import Option
 
-from mldebug.model import RunFiles
+from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, RunFiles
+from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
 
 NO_FILES = (
@@ -16,6 +18,29 @@ NO_FILES = (
     "process writes one to <run>/nccl/. This tab shows the last lines of each file."
 )
 NO_RUN = "Not attached to an `mldebug run` directory: no NCCL log files to show."
+NOTHING_FOUND = "NCCL logs and torch.distributed errors: nothing wrong found across the ranks."
+SUMMARY_LINES = 60  # of the ranks' summaries shown above the files
+STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "yellow"}
+
+
+def report_text(files: RunFiles) -> Text:
+    """The findings (plain Text: every word comes from a file) and the ranks' summaries."""
+    text = Text()
+    for finding in files.nccl_findings:
+        mark = "✖" if finding.severity == SEVERITY_ERROR else "▲"
+        text.append(f"{mark} {one_line(finding.summary)}", STYLES.get(finding.severity, ""))
+        if finding.recipe:
+            text.append(f"  recipe: {one_line(finding.recipe)}", "cyan")
+        text.append("\n")
+    if not files.nccl_findings and files.nccl_summary:
+        text.append(NOTHING_FOUND + "\n")
+    for line in files.nccl_summary[:SUMMARY_LINES]:
+        text.append(one_line(line) + "\n", "dim" if line.startswith(" ") else "")
+    more = len(files.nccl_summary) - SUMMARY_LINES
+    if more > 0:
+        text.append(f"... {more} more lines: mldebug nccl {one_line(files.root)}\n", "dim")
+    text.rstrip()
+    return text
 
 
 class NcclView(Vertical):
@@ -26,6 +51,7 @@ class NcclView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(NO_RUN, id="nccl-note")
+        yield Static("", id="nccl-report")
         with Horizontal():
             yield OptionList(id="nccl-files")
             yield Log(id="nccl-tail", max_lines=2000)
@@ -35,6 +61,8 @@ class NcclView(Vertical):
         if files is None:
             note.update(NO_RUN)
             return
+        ranks = {r for f in files.nccl_findings for r in f.ranks}
+        self.query_one("#nccl-report", Static).update(report_text(files))
         new = dict(files.nccl)
         if not new:
             note.update(NO_FILES)
@@ -43,6 +71,7 @@ class NcclView(Vertical):
             note.update(
                 f"{files.nccl_files_total} NCCL log files"
                 + (f" (first {len(new)} shown)" if more > 0 else "")
+                + (f"; findings name ranks {format_ranks(ranks)}" if ranks else "")
             )
         options = self.query_one("#nccl-files", OptionList)
         if list(new) != list(self._files):

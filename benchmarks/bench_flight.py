@@ -1,0 +1,93 @@
+"""What does reading Flight Recorder dumps safely cost, next to a plain `pickle.load`?
+
+N ranks' dumps of E entries each (torch's full default ring: 2,000, stacks included) are
+made from a real gloo dump of torch 2.13 (tests/data/flight/behind/comm_lib_trace_rank_0):
+its first entry repeated with growing sequence numbers, pickled with protocol 2 as torch
+does; the last rank stops one collective early. Then, in the same run, on one core:
+  * plain: `pickle.load` of every file (what torch's own analyser does; it runs what a
+    file asks);
+  * mldebug: `read_flight_dump` of every file (the unpickler of plain data only, checks
+    and caps, the gloo quirk repair) and `compare_flight_dumps` over all of them.
+
+    python benchmarks/bench_flight.py [--ranks 64] [--entries 2000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import pickle
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump  # noqa: E402
+from mldebug.nccl.flight_read import _PlainUnpickler  # noqa: E402
+
+SOURCE = ROOT / "tests" / "data" / "flight" / "behind" / "comm_lib_trace_rank_0"
+
+
+def make_dumps(folder: Path, ranks: int, entries: int) -> int:
+    raw = _PlainUnpickler(io.BytesIO(SOURCE.read_bytes())).load()
+    template = raw["entries"][0]
+    total = 0
+    for rank in range(ranks):
+        count = entries - (1 if rank == ranks - 1 else 0)
+        ring = [
+            dict(template, collective_seq_id=seq, record_id=seq - 1, retired=seq < entries)
+            for seq in range(1, count + 1)
+        ]
+        status = {"0": {"last_enqueued_collective": count, "last_completed_collective": 0}}
+        data = pickle.dumps(dict(raw, entries=ring, pg_status=status), protocol=2)
+        (folder / f"comm_lib_trace_rank_{rank}").write_bytes(data)
+        total += len(data)
+    return total
+
+
+def best_of(repeats: int, work) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        size = make_dumps(folder, args.ranks, args.entries)
+        files = sorted(folder.iterdir())
+
+        def plain():
+            for path in files:
+                with open(path, "rb") as handle:
+                    pickle.load(handle)
+
+        findings = []
+
+        def mldebug():
+            findings[:] = compare_flight_dumps([read_flight_dump(str(p)) for p in files])
+
+        plain_s = best_of(args.repeats, plain)
+        ours_s = best_of(args.repeats, mldebug)
+    mb = size / 1e6
+    print(f"{args.ranks} dumps x {args.entries} entries, {mb:.1f} MB, best of {args.repeats}")
+    print(f"{'':28} {'seconds':>8} {'MB/s':>8}")
+    print(f"{'plain pickle.load':28} {plain_s:8.3f} {mb / plain_s:8.1f}")
+    print(f"{'mldebug read + compare':28} {ours_s:8.3f} {mb / ours_s:8.1f}")
+    print(f"ratio: {ours_s / plain_s:.1f}x; findings: {[f.summary for f in findings]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

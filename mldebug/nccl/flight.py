@@ -1,0 +1,71 @@
+"""torch's Flight Recorder dumps: read them safely, summarise each rank, compare the ranks.
+
+The entry points `mldebug nccl` and `dump --run` use (docs/flight-recorder.md):
+    looks_like_flight_dump(path, head)  is this file a dump (pickle or JSON)?
+    read_flight_dump(path)              -> FlightDump, or FlightDumpError (one line)
+    compare_flight_dumps(dumps)         -> [Finding] across ranks
+    summarize_flight_dump(dump)         -> lines about one rank
+"""
+
+from __future__ import annotations
+
+from mldebug.textsafe import one_line
+
+from .flight_compare import compare_flight_dumps
+from .flight_model import FlightDump, FlightEntry, FlightGroup
+from .flight_read import FlightDumpError, looks_like_flight_dump, read_flight_dump
+
+__all__ = [
+    "FlightDump",
+    "FlightDumpError",
+    "FlightEntry",
+    "FlightGroup",
+    "compare_flight_dumps",
+    "looks_like_flight_dump",
+    "read_flight_dump",
+    "summarize_flight_dump",
+]
+
+MAX_GROUP_LINES = 16
+
+
+def _group_label(name: str, desc: str) -> str:
+    return name if not desc or desc in ("undefined", name) else f"{name} ({desc})"
+
+
+def summarize_flight_dump(dump: FlightDump) -> list[str]:
+    """A header line for the rank, then one line per process group: its last collective,
+    what completed, and how many entries never did."""
+    who = f"rank {dump.rank}" if dump.rank is not None else "unknown rank"
+    backends = sorted({e.backend for e in dump.entries if e.backend})
+    facts = [f"{len(dump.entries)} entries", f"format {dump.version or '?'} ({dump.format})"]
+    if backends:
+        facts.append("/".join(backends))
+    if dump.comm_lib_version:
+        facts.append(f"NCCL {dump.comm_lib_version}")
+    if dump.repaired:
+        facts.append("pg_config rebuilt from the entries (gloo quirk)")
+    if dump.dropped:
+        facts.append(f"{dump.dropped} malformed entries skipped")
+    lines = [one_line(f"{who}: Flight Recorder {dump.path}: " + ", ".join(facts))]
+    for group in dump.groups[:MAX_GROUP_LINES]:
+        mine = [e for e in dump.entries if e.group == group.name and not e.p2p]
+        last = max(mine, key=lambda e: e.seq, default=None)
+        pending = sum(1 for e in mine if not e.completed)
+        text = f"  group {_group_label(group.name, group.desc)}"
+        if group.ranks is not None:
+            text += f" of {len(group.ranks)} ranks"
+        if last is None:
+            text += ": no collectives recorded"
+        else:
+            state = "completed" if last.completed else "not completed"
+            at = f" at {last.location}" if last.location else ""
+            text += f": last {last.op} #{last.seq} ({state}){at}"
+        if (group.last_completed or -1) >= 0 and (group.last_enqueued or -1) >= 0:
+            text += f"; enqueued #{group.last_enqueued}, completed #{group.last_completed}"
+        if pending:
+            text += f"; {pending} not completed"
+        lines.append(one_line(text))
+    if len(dump.groups) > MAX_GROUP_LINES:
+        lines.append(f"  ... {len(dump.groups) - MAX_GROUP_LINES} more groups")
+    return lines

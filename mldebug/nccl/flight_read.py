@@ -1,0 +1,335 @@
+"""Reading a Flight Recorder dump: torch's pickle or its JSON form, never trusting either.
+
+The pickle is read by an unpickler that refuses every global (`find_class`) and every
+persistent id, so only the opcodes of plain containers and scalars work: nothing a file
+holds is ever imported or called. The JSON is parsed with a depth check. Both are read
+only up to MAX_BYTES, and every list is cut at a cap, so a hostile file costs bounded time.
+
+gloo on torch 2.13 writes `pg_config` keyed '' with empty fields while its entries say
+`('0', 'default_pg')` (torch's own analyser stops on it): the groups are then rebuilt from
+the entries and `pg_status`, and the dump is marked `repaired`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+
+from mldebug.rundir import MAX_RANK, json_depth_ok, read_head
+from mldebug.textsafe import one_line
+
+from .flight_model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
+
+MAX_BYTES = 64 << 20  # 2,000 entries with stacks take about 2 MB; 20,000 about 20
+MAX_ENTRIES = 100_000
+MAX_GROUPS = 4096
+MAX_DIMS = 16  # dimensions kept of one tensor's size
+MAX_TENSORS = 64  # tensors kept of one entry's inputs or outputs
+MAX_FRAMES = 64
+MAX_TEXT = 200
+MAX_JSON_DEPTH = 16
+# Frames of torch itself and of mldebug's in-rank agent (its wrapper of each collective)
+# are not where the user called the collective.
+NOT_USER_PARTS = ("/torch/", "\\torch\\", "/mldebug/agent/", "/mldebug/hooks/")
+_RANK_AT_END = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
+_KEYS = (b"pg_config", b"entries", b"pg_status", b"comm_lib_version")
+
+
+class FlightDumpError(Exception):
+    """A file that is not a readable Flight Recorder dump; the message is one line."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Plain containers and scalars only: a global (a class, a function) is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(
+            f"it asks for {one_line(str(module))[:80]}.{one_line(str(name))[:80]}, "
+            "and only plain data is read"
+        )
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("it holds a persistent id, and only plain data is read")
+
+
+def looks_like_flight_dump(path: str, head: bytes) -> bool:
+    """Does a file starting with `head` look like a Flight Recorder dump (pickle or JSON)?
+    Decided on the content, so any name works; `path` is not opened."""
+    del path  # the content decides: torch's prefix is the user's choice
+    if head[:1] == b"\x80" and b"version" in head[:512]:
+        return any(key in head[:4096] for key in _KEYS)
+    text = head.lstrip()[:4096]
+    if text[:1] != b"{":
+        return False
+    return b'"version"' in text and any(b'"' + key + b'"' in text for key in _KEYS)
+
+
+def rank_from_name(path: str) -> int | None:
+    """The rank torch appends to the dump's prefix (`comm_lib_trace_rank_3` -> 3)."""
+    match = _RANK_AT_END.search(os.path.basename(path))
+    if match is None or len(match.group(1)) > 7:
+        return None
+    rank = int(match.group(1))
+    return rank if rank < MAX_RANK else None
+
+
+def read_flight_dump(path: str) -> FlightDump:
+    """One dump, checked and normalised. Raises FlightDumpError (one line) on bad input."""
+    name = one_line(str(path))[:MAX_TEXT]
+    try:
+        data = read_head(path, MAX_BYTES + 1)
+    except OSError as error:
+        reason = one_line(error.strerror or str(error))
+        raise FlightDumpError(f"{name}: cannot read it ({reason})") from None
+    if len(data) > MAX_BYTES:
+        raise FlightDumpError(f"{name}: over {MAX_BYTES >> 20} MiB, not read")
+    raw, form = _decode(data, name)
+    if not isinstance(raw, dict):
+        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no mapping at its top)")
+    if "entries" not in raw and "pg_config" not in raw:
+        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no entries, no pg_config)")
+    return _dump(str(path), form, raw)
+
+
+def _decode(data: bytes, name: str) -> tuple[object, str]:
+    if data.lstrip()[:1] != b"{":  # torch writes protocol 2; any protocol is read alike
+        try:
+            return _PlainUnpickler(io.BytesIO(data)).load(), FORMAT_PICKLE
+        except RecursionError:
+            raise FlightDumpError(f"{name}: its pickle nests too deep") from None
+        except Exception as error:  # a broken pickle raises about anything; all mean "bad"
+            text = one_line(str(error))[:160] or type(error).__name__
+            raise FlightDumpError(
+                f"{name}: not a readable Flight Recorder pickle ({text})"
+            ) from None
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        text = one_line(str(error))[:160]
+        raise FlightDumpError(
+            f"{name}: neither a Flight Recorder pickle nor JSON ({text})"
+        ) from None
+    if not json_depth_ok(value, MAX_JSON_DEPTH):
+        raise FlightDumpError(f"{name}: its JSON nests too deep for a Flight Recorder dump")
+    return value, FORMAT_JSON
+
+
+# The same few strings (ops, dtypes, states, file names) come back in every entry: cleaned
+# once. Short strings only, and a bounded count, so a hostile file cannot make it grow.
+_CLEAN: dict[str, str] = {}
+_CLEAN_MAX = 16384
+_USER_FILE: dict[str, bool] = {}
+
+
+def _text(value: object) -> str:
+    if type(value) is str:
+        clean = _CLEAN.get(value)
+        if clean is None:
+            clean = one_line(value)[:MAX_TEXT]
+            if len(value) <= 1024:
+                if len(_CLEAN) >= _CLEAN_MAX:
+                    _CLEAN.clear()
+                _CLEAN[value] = clean
+        return clean
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return ""
+    if isinstance(value, int) and not -(1 << 63) < value < 1 << 63:
+        return ""  # str() of a huge int is slow, and refused past 4,300 digits
+    return one_line(str(value))[:MAX_TEXT]
+
+
+def _user_file(filename: str) -> bool:
+    known = _USER_FILE.get(filename)
+    if known is None:
+        known = bool(filename) and not any(part in filename for part in NOT_USER_PARTS)
+        if len(_USER_FILE) >= _CLEAN_MAX:
+            _USER_FILE.clear()
+        _USER_FILE[filename] = known
+    return known
+
+
+def _int(value: object) -> int | None:
+    """An int, also from the JSON form's strings ("-1"); None for anything else."""
+    if type(value) is int:  # the usual case first
+        return value if -(1 << 63) < value < 1 << 63 else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < 1 << 63 else None
+    if isinstance(value, str) and 0 < len(value) < 20:
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    out = []
+    for shape in value[:MAX_TENSORS]:
+        if isinstance(shape, (list, tuple)):
+            out.append(tuple(d for d in (_int(x) for x in shape[:MAX_DIMS]) if d is not None))
+    return tuple(out)
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(_text(v) for v in value[:MAX_TENSORS])
+
+
+def _location(frames: object) -> str | None:
+    """file:line of the innermost recorded frame outside torch and mldebug (the user's call)."""
+    if not isinstance(frames, (list, tuple)):
+        return None
+    for frame in frames[:MAX_FRAMES]:
+        if not isinstance(frame, dict):
+            continue
+        filename = _text(frame.get("filename"))
+        if _user_file(filename):
+            line = _int(frame.get("line"))
+            return f"{filename}:{line}" if line is not None else filename
+    return None
+
+
+def _ranks(value: object) -> tuple[int, ...] | None:
+    """pg_config's ranks: "[0, 1]" in torch's dumps (a list in some), or None."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.startswith("[") and text.endswith("]")) or len(text) > 1 << 20:
+            return None
+        value = [part for part in text[1:-1].split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        return None
+    ranks = [_int(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
+    if not ranks or any(r is None or not 0 <= r < MAX_RANK for r in ranks):
+        return None
+    return tuple(ranks)
+
+
+def _status(raw: dict) -> dict[str, dict]:
+    status = raw.get("pg_status")
+    if not isinstance(status, dict):
+        return {}
+    return {
+        _text(key): value
+        for key, value in list(status.items())[:MAX_GROUPS]
+        if isinstance(value, dict) and _text(key)
+    }
+
+
+def _done(status: dict[str, dict], pg_id: int | None, known: dict) -> int | None:
+    """The group's last completed collective by pg_status (its keys are group ids)."""
+    known[pg_id] = _int(status.get(str(pg_id), {}).get("last_completed_collective"))
+    return known[pg_id]
+
+
+def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEntry | None:
+    if not isinstance(raw, dict):
+        return None
+    pg = raw.get("process_group")
+    if not isinstance(pg, (list, tuple)) or len(pg) != 2:
+        return None
+    group, desc = _text(pg[0]), _text(pg[1])
+    p2p = raw.get("is_p2p") is True
+    seq = _int(raw.get("p2p_seq_id" if p2p else "collective_seq_id"))
+    if not group or seq is None:
+        return None
+    profiling = _text(raw.get("profiling_name"))
+    backend, _, op = profiling.rpartition(":")
+    state = _text(raw.get("state"))
+    retired = raw.get("retired") is True
+    pg_id = _int(raw.get("pg_id"))
+    done = status_done.get(pg_id) if pg_id in status_done else _done(status, pg_id, status_done)
+    created = _int(raw.get("time_created_ns"))
+    return FlightEntry(
+        group=group,
+        group_desc=desc,
+        pg_id=pg_id,
+        seq=seq,
+        p2p=p2p,
+        op=op or "?",
+        backend=backend,
+        input_sizes=_sizes(raw.get("input_sizes")),
+        output_sizes=_sizes(raw.get("output_sizes")),
+        input_dtypes=_texts(raw.get("input_dtypes")),
+        output_dtypes=_texts(raw.get("output_dtypes")),
+        state=state,
+        retired=retired,
+        completed=state == "completed" or retired or (not p2p and done is not None and seq <= done),
+        created=created / 1e9 if created else None,
+        timeout_ms=_int(raw.get("timeout_ms")),
+        location=_location(raw.get("frames")),
+        record_id=_int(raw.get("record_id")),
+    )
+
+
+def _groups(
+    raw: dict, entries: list[FlightEntry], status: dict[str, dict]
+) -> tuple[list[FlightGroup], bool]:
+    """The dump's groups, and whether they had to be rebuilt from its entries."""
+    config = raw.get("pg_config")
+    groups: dict[str, FlightGroup] = {}
+    if isinstance(config, dict):
+        for key, value in list(config.items())[:MAX_GROUPS]:
+            if not isinstance(value, dict):
+                continue
+            name = _text(value.get("name")) or _text(key)
+            if name:
+                groups[name] = FlightGroup(
+                    name, _text(value.get("desc")), _ranks(value.get("ranks"))
+                )
+    # The gloo quirk: entries of groups pg_config does not name (it holds only '').
+    ids: dict[str, int | None] = {}
+    for entry in entries:
+        ids.setdefault(entry.group, entry.pg_id)
+    missing = [name for name in ids if name not in groups]
+    for name in missing:
+        desc = next(e.group_desc for e in entries if e.group == name)
+        groups[name] = FlightGroup(name, desc, None)
+    out = []
+    for name, group in groups.items():
+        pg_id = ids.get(name)
+        state = status.get(str(pg_id) if pg_id is not None else name, {})
+        out.append(
+            FlightGroup(
+                group.name,
+                group.desc,
+                group.ranks,
+                last_enqueued=_int(state.get("last_enqueued_collective")),
+                last_started=_int(state.get("last_started_collective")),
+                last_completed=_int(state.get("last_completed_collective")),
+            )
+        )
+    return out, bool(missing)
+
+
+def _dump(path: str, form: str, raw: dict) -> FlightDump:
+    status = _status(raw)
+    items = raw.get("entries")
+    items = items if isinstance(items, (list, tuple)) else []
+    done: dict = {}
+    entries = [e for e in (_entry(item, status, done) for item in items[:MAX_ENTRIES]) if e]
+    groups, repaired = _groups(raw, entries, status)
+    rank = rank_from_name(path)
+    if rank is None:  # a world of one says who it is
+        world = next((g.ranks for g in groups if g.desc == "default_pg"), None)
+        rank = world[0] if world is not None and len(world) == 1 else None
+    return FlightDump(
+        path=path,
+        rank=rank,
+        format=form,
+        version=_text(raw.get("version")),
+        comm_lib_version=_text(raw.get("comm_lib_version")),
+        groups=tuple(groups),
+        entries=tuple(entries),
+        repaired=repaired,
+        dropped=len(items) - len(entries),
+    )
