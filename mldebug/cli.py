@@ -34,6 +34,7 @@ COMMANDS = {
     ),
     "attach": ("mldebug.commands.attach", "live terminal UI over a running job"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
+    "doctor": ("mldebug.commands.doctor", "check this machine: ptrace, tools, GPUs, env, disk"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
 }
 
