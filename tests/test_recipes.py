@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -190,21 +191,30 @@ def test_recipes_json(capsys):
     assert json.loads(capsys.readouterr().out)["body"].startswith("# CUDA out of memory")
 
 
-def test_recipe_renders_markdown_on_a_terminal_and_plain_text_in_a_pipe(tmp_path):
-    script = "import sys; from mldebug.cli import main; sys.exit(main(['recipes', 'cuda-oom']))"
-    piped = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+def test_recipe_renders_markdown_on_a_terminal_and_plain_text_in_a_pipe():
+    argv = [sys.executable, "-m", "mldebug", "recipes", "cuda-oom"]
+    piped = subprocess.run(argv, capture_output=True, text=True)
     assert piped.returncode == 0 and piped.stdout.startswith("# CUDA out of memory\n")
-    # On a terminal (a pty), rich renders it: no "#" markers, the heading's text boxed/styled.
-    done = subprocess.run(
-        ["script", "-qec", f'{sys.executable} -c "{script}"', "/dev/null"],
-        capture_output=True,
-        text=True,
-        env={"COLUMNS": "100", "TERM": "xterm", "PATH": "/usr/bin:/bin"},
-    )
-    if done.returncode != 0 and "script" in done.stderr:
-        pytest.skip(f"no `script` to make a terminal: {done.stderr.strip()}")
-    assert "CUDA out of memory" in done.stdout
-    assert "# CUDA out of memory" not in done.stdout and "\x1b[" in done.stdout
+    # On a terminal (a pty), rich renders it: no "#" markers, styled with escapes.
+    main_fd, side_fd = os.openpty()
+    env = dict(os.environ, COLUMNS="100", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(argv, stdout=side_fd, stderr=side_fd, env=env)
+    os.close(side_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    assert proc.wait(timeout=60) == 0
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "CUDA out of memory" in shown and "Confirm with mldebug" in shown
+    assert "# CUDA out of memory" not in shown and "\x1b[" in shown
 
 
 # --- search on real error text -------------------------------------------------------------

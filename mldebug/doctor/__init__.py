@@ -11,40 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-OK = "OK"
-WARN = "WARN"
-FAIL = "FAIL"
-SKIP = "SKIP"
-STATUSES = (OK, WARN, FAIL, SKIP)
+from mldebug.doctor.check import FAIL, OK, SKIP, STATUSES, WARN, Check, Probe
 
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-    recipe: str | None = None
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "detail": self.detail,
-            "recipe": self.recipe,
-        }
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A check to run: its name (for a timeout's report), the function, its recipe."""
-
-    name: str
-    run: Callable[[], Sequence[Check]]
-    recipe: str | None = None
-    timeout: float = 10.0
+__all__ = ["FAIL", "OK", "SKIP", "STATUSES", "WARN", "Check", "Probe", "all_probes", "run_checks"]
 
 
 def run_checks(probes: Sequence[Probe]) -> list[Check]:

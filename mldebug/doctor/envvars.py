@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mldebug.doctor import FAIL, OK, WARN, Check, Probe
+from mldebug.doctor.check import FAIL, OK, WARN, Check, Probe
 from mldebug.textsafe import one_line
 
 PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "PYTORCH_")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mldebug.doctor import FAIL, OK, SKIP, WARN, Check, Probe
+from mldebug.doctor.check import FAIL, OK, SKIP, WARN, Check, Probe
 from mldebug.rundir import is_live, list_runs, proc_stat
 from mldebug.textsafe import one_line
 
@@ -51,6 +51,8 @@ def torch_check(python: str = sys.executable) -> list[Check]:
         )
     except subprocess.TimeoutExpired:
         return [Check("torch", WARN, f"importing torch took over {TORCH_TIMEOUT:g} s", recipe)]
+    except OSError as error:
+        return [Check("torch", WARN, f"could not start {python}: {error.strerror}", recipe)]
     lines = done.stdout.strip().splitlines()
     try:
         info = json.loads(lines[-1]) if lines else {}

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from mldebug.doctor import FAIL, OK, WARN, Check, Probe
+from mldebug.doctor.check import FAIL, OK, WARN, Check, Probe
 from mldebug.rundir import read_head, runs_root
 from mldebug.textsafe import one_line
 
