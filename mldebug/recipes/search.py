@@ -80,6 +80,11 @@ def _phrase(literal: str) -> re.Pattern:
     return re.compile(r"(?<!\w)" + re.escape(_normal(literal)) + r"(?!\w)")
 
 
+def _found(literal: str, normal_query: str) -> bool:
+    # The substring test first: most literals are not in the text, and it is far cheaper.
+    return _normal(literal) in normal_query and bool(_phrase(literal).search(normal_query))
+
+
 class Index:
     """Term statistics of a set of recipes, per field."""
 
@@ -135,7 +140,7 @@ def search(query: str, index: Index | None = None, limit: int | None = None) -> 
     hits = []
     for position, recipe in enumerate(index.recipes):
         score, per_term = index.score(position, terms)
-        matched = tuple(m for m in recipe.match if _phrase(m).search(normal))
+        matched = tuple(m for m in recipe.match if _found(m, normal))
         score += sum(PHRASE_BONUS * (1 + len(words(m))) for m in matched)
         if score > 0:
             best = tuple(term for term, _ in per_term.most_common(5))
