@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         return _list(args.json)
     recipe = get_recipe(args.id)
     if recipe is None:
-        known = ", ".join(r.id for r in load_recipes())
+        known = ", ".join(sorted(r.id for r in load_recipes()))
         raise NoTargetError(f"no recipe {printable(args.id)!r}", f"Known recipes: {known}")
     if args.json:
         write_out(json.dumps(_recipe_json(recipe) | {"body": recipe.body}, indent=2) + "\n")
@@ -94,7 +94,7 @@ def _recipe_json(recipe) -> dict:
 
 
 def _list(as_json: bool) -> int:
-    recipes = load_recipes()
+    recipes = sorted(load_recipes(), key=lambda recipe: recipe.id)
     if as_json:
         write_out(json.dumps({"recipes": [_recipe_json(r) for r in recipes]}, indent=2) + "\n")
         return EXIT_OK

@@ -45,6 +45,7 @@ async def test_r_opens_the_recipe_of_a_stuck_rank_finding():
         assert app.query_one(TabbedContent).active == "recipes"
         view = app.query_one(RecipesView)
         assert view.current == "stuck-rank"
+        await app.workers.wait_for_complete()
         assert view.query_one("#recipe-body", Markdown).source.startswith(
             "# A rank does not move, outside any collective"
         )
@@ -65,11 +66,24 @@ async def test_pasting_an_error_ranks_the_recipes_and_opens_the_best(poller):
         assert view.current == "nccl-watchdog-timeout"
         assert listing.get_option_at_index(0).id == "nccl-watchdog-timeout"
         assert listing.option_count < len(view.all_recipes)  # only the matching ones
-        # typing narrows it again, keys go to the box (not the app's bindings)
+        # keys go to the box (not the app's bindings)
         box.value = ""
-        await pilot.press(*"cuda oom")
+        await pilot.press(*"cuda")
         await pilot.pause()
-        assert view.current == "cuda-oom" and box.value == "cuda oom"
+        assert box.value == "cuda"
+        # fast typing: every key a new search and a new document while the last is drawn
+        box.value = ""
+        await pilot.press(*"CUDA out of memory")
+        await pilot.pause()
+        assert view.current == "cuda-oom"
+        await app.workers.wait_for_complete()
+        body = view.query_one("#recipe-body", Markdown)
+        # one document, the last one asked for, however fast the keys came
+        assert body.source.startswith("# CUDA out of memory")
+        headings = [
+            str(h.content) if hasattr(h, "content") else "" for h in body.query("MarkdownH1")
+        ]
+        assert len(body.query("MarkdownH1")) == 1, headings
         await pilot.press("escape")
         assert app.focused is listing
 

@@ -37,13 +37,22 @@ def ranked(query: str, recipes):
 
 
 class RecipesView(Horizontal):
-    BINDINGS = [Binding("escape", "leave_search", "Back to the list", show=False)]
+    BINDINGS = [
+        Binding("slash", "search", "Search recipes"),
+        Binding("escape", "leave_search", "Back to the list", show=False),
+    ]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.all_recipes, self.problem = load_all()
         self.recipes = list(self.all_recipes)  # what the list shows now
         self.current: str | None = None
+        # The body is drawn by one loop at a time: Markdown.update() picks the blocks to
+        # remove when called, so overlapping updates (typing in the search box) would stack
+        # documents. The loop redraws until what is shown is what was last asked for.
+        self._wanted = ""
+        self._shown: str | None = None
+        self._drawing = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="recipe-side"):
@@ -77,13 +86,31 @@ class RecipesView(Horizontal):
             if recipe.id == recipe_id:
                 self.current = recipe.id
                 self.query_one("#recipe-list", OptionList).highlighted = index
-                self.query_one("#recipe-body", Markdown).update(recipe.body)
-                self.query_one("#recipe-scroll", VerticalScroll).scroll_home(animate=False)
+                self._draw(recipe.body)
                 return True
         return False
 
+    def action_search(self) -> None:
+        self.query_one("#recipe-search", Input).focus()
+
     def action_leave_search(self) -> None:
         self.query_one("#recipe-list", OptionList).focus()
+
+    def _draw(self, body: str) -> None:
+        self._wanted = body
+        if not self._drawing:
+            self._drawing = True
+            self.run_worker(self._draw_loop(), group="recipe-body")
+
+    async def _draw_loop(self) -> None:
+        try:
+            while self._shown != self._wanted:
+                body = self._wanted
+                await self.query_one("#recipe-body", Markdown).update(body)
+                self._shown = body
+                self.query_one("#recipe-scroll", VerticalScroll).scroll_home(animate=False)
+        finally:
+            self._drawing = False
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "recipe-search":
@@ -103,6 +130,10 @@ class RecipesView(Horizontal):
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         # A highlight queued before open() moved the list is stale: the list says what is current.
-        stale = event.option_index != event.option_list.highlighted
+        # So is one from a list a search has replaced since: the option there now differs.
+        listing = event.option_list
+        index = listing.highlighted
+        now = listing.get_option_at_index(index).id if index is not None else None
+        stale = event.option_index != index or now != event.option.id
         if event.option.id and event.option.id != self.current and not stale:
             self.open(event.option.id)
