@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mldebug.doctor import FAIL, OK, SKIP, STATUSES, WARN, Check, Probe, run_checks
 from mldebug.doctor.envvars import check_env
@@ -394,3 +396,34 @@ def test_doctor_as_root_can_read_roots_process():
     finally:
         target.kill()
         target.wait()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "NCCL_SOCKET_IFNAME",
+                "GLOO_SOCKET_IFNAME",
+                "NCCL_IB_HCA",
+                "NCCL_DEBUG",
+                "NCCL_DEBUG_SUBSYS",
+                "NCCL_IB_DISABLE",
+                "CUDA_VISIBLE_DEVICES",
+                "PYTORCH_CUDA_ALLOC_CONF",
+                "TORCH_NCCL_BLOCKING_WAIT",
+                "NCCL_DEBUG_FILE",
+                "NCCL_SOCKT_IFNAME",
+                "NCCL_\x1b[2J",
+            ]
+        ),
+        st.text(max_size=60),
+        max_size=6,
+    )
+)
+def test_environment_checks_never_crash_and_stay_on_one_line(env):
+    checks = check_env(env, Path("/sys/class/net"), Path("/sys/class/infiniband"))
+    assert checks
+    for check in checks:
+        assert check.status in STATUSES
+        assert not {"\n", "\x1b"} & set(check.detail + check.name)

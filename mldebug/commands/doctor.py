@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
         width = max(len(c.name) for c in checks)
         lines = []
         for check in checks:
-            line = f"{check.status:<4}  {check.name:<{width}}  {printable(check.detail)}"
+            line = f"{check.status:<4}  {printable(check.name):<{width}}  {printable(check.detail)}"
             if check.recipe and check.status in ("WARN", "FAIL"):
                 line += f"\n{'':<6}{'':<{width}}  read: mldebug recipes {check.recipe}"
             lines.append(line)

@@ -297,6 +297,8 @@ def check_env(
                 f"InfiniBand is off although adapters exist ({', '.join(hcas)})",
                 recipe="nccl-sockets-instead-of-ib",
             )
+    # Values are the user's text: one line, no control sequences, whatever they hold.
+    checks = [Check(one_line(c.name), c.status, one_line(c.detail), c.recipe) for c in checks]
     if not checks:
         detail = f"{len(ours)} NCCL_/TORCH_/CUDA_/PYTORCH_ variable(s) set, none looks wrong"
         checks.append(Check("env", OK, detail, "nccl-init-failure"))
