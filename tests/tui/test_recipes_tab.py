@@ -103,3 +103,18 @@ async def test_a_finding_recipe_hidden_by_a_search_still_opens(poller):
         assert view.current == "rank-outside-collective"
         assert view.query_one("#recipe-search", Input).value == ""
         assert len(view.recipes) == len(view.all_recipes)
+
+
+def test_snapshot_of_a_searched_recipes_tab(snap_compare, monkeypatch):
+    # The screen a user reaches: tab 6, `/`, an error line typed; the best recipe open.
+    monkeypatch.setenv("TZ", "UTC")
+
+    async def run_before(pilot) -> None:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("6", "slash", *"Duplicate GPU detected")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    app = AttachApp(FakePoller(), interval=SLOW_TIMER, job_name="train.py")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
