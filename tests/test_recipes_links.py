@@ -2,8 +2,10 @@
 
 Read from the source (nothing run), so a finding or a kind added later, anywhere in the
 package, is checked without this file changing: every `recipe=...` given to any call, every
-module-level `RECIPE*` constant, and for every `KIND_*` constant of mldebug/model.py, the
-`Finding(...)` calls that make it.
+module-level `RECIPE*` constant and the strings of `*RECIPE*` tables, and for every `KIND_*`
+constant of mldebug/model.py, the `Finding(...)` calls that make it. A recipe given as an
+expression the source does not spell out (`recipe=rule.recipe`) counts as given: its
+strings are checked where they are written.
 """
 
 from __future__ import annotations
@@ -67,6 +69,39 @@ def strings_of(expr: ast.AST, constants: dict[str, str], function: ast.AST | Non
     return found
 
 
+def is_dynamic(expr: ast.AST, constants: dict[str, str], function: ast.AST | None) -> bool:
+    """An expression whose value the source does not spell out: an attribute (`cause.recipe`),
+    a call, a lookup, or a name that is a parameter. Its strings are checked where they are
+    written (module-level RECIPE* tables, recipe= literals elsewhere)."""
+    if isinstance(expr, ast.IfExp):  # the condition is not a value the recipe can take
+        return any(is_dynamic(e, constants, function) for e in (expr.body, expr.orelse))
+    if isinstance(expr, ast.BoolOp):
+        return any(is_dynamic(e, constants, function) for e in expr.values)
+    if isinstance(expr, ast.Name):
+        return expr.id not in constants and not local_strings(function, expr.id)
+    return isinstance(expr, (ast.Attribute, ast.Call, ast.Subscript))
+
+
+def recipe_tables(tree: ast.Module) -> list[tuple[str, str]]:
+    """(name, value) for the strings of module-level tables whose name says RECIPE: the
+    values of a dict, the items of a tuple, list or set."""
+    found = []
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name) and "RECIPE" in t.id]
+        if not names:
+            continue
+        values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
+        if isinstance(node.value, (ast.Tuple, ast.List, ast.Set)):
+            values = node.value.elts
+        for value in values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.append((names[0], value.value))
+    return found
+
+
 def enclosing_functions(tree: ast.Module) -> dict[ast.AST, ast.AST]:
     parents = {}
     for function in ast.walk(tree):
@@ -85,6 +120,8 @@ def recipe_references():
         for name, value in constants.items():
             if name.startswith("RECIPE"):
                 yield f"{where}: {name}", value
+        for name, value in recipe_tables(tree):
+            yield f"{where}: {name}", value
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 for keyword in node.keywords:
@@ -104,6 +141,7 @@ def finding_calls():
                 continue
             function = functions.get(node)
             kind_arg = node.args[0] if node.args else None
+            kind_arg = next((k.value for k in node.keywords if k.arg == "kind"), kind_arg)
             if isinstance(kind_arg, ast.Name) and kind_arg.id in kinds:
                 made = {kinds[kind_arg.id]}
             else:  # a variable: the kinds its function names
@@ -114,7 +152,8 @@ def finding_calls():
                 }
             recipe = next((k.value for k in node.keywords if k.arg == "recipe"), None)
             ids = strings_of(recipe, constants, function) if recipe is not None else set()
-            yield made, ids, f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+            dynamic = recipe is not None and is_dynamic(recipe, constants, function)
+            yield made, ids, dynamic, f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
 
 
 def test_every_recipe_id_in_the_source_exists():
@@ -128,14 +167,17 @@ def test_every_finding_kind_points_to_a_recipe():
     kinds = {getattr(model, name) for name in dir(model) if name.startswith("KIND_")}
     covered: dict[str, set[str]] = {}
     without = []
-    for made, ids, where in finding_calls():
+    dynamic_kinds: set[str] = set()
+    for made, ids, dynamic, where in finding_calls():
         for kind in made:
             covered.setdefault(kind, set()).update(ids)
-        if not ids and not made <= NO_RECIPE_KINDS:
+        if dynamic:
+            dynamic_kinds |= made
+        elif not ids and not made <= NO_RECIPE_KINDS:
             without.append((where, sorted(made)))
     assert without == [], "Finding(...) without a recipe"
     for kind in sorted(kinds - NO_RECIPE_KINDS):
-        assert covered.get(kind), f"no Finding of kind {kind!r} names a recipe"
+        assert covered.get(kind) or kind in dynamic_kinds, f"no Finding of {kind!r} has a recipe"
         for recipe_id in covered[kind]:
             assert get_recipe(recipe_id) is not None, (kind, recipe_id)
 
@@ -151,3 +193,17 @@ def test_the_scan_follows_constants_and_local_variables():
     expr = call.keywords[0].value
     found = strings_of(expr, module_constants(tree), enclosing_functions(tree)[call])
     assert found == {"one", "two", "from-constant"}
+
+
+def test_the_scan_reads_recipe_tables_and_dynamic_recipes():
+    tree = ast.parse(
+        "KIND_RECIPES = {'a': 'one', 'b': 'two'}\n"
+        "def f(rule, x):\n"
+        "    return Finding(kind=KIND_X, recipe=rule.recipe)\n"
+    )
+    assert recipe_tables(tree) == [("KIND_RECIPES", "one"), ("KIND_RECIPES", "two")]
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
+    recipe = call.keywords[1].value
+    assert is_dynamic(recipe, {}, enclosing_functions(tree)[call])
+    assert not is_dynamic(ast.parse("'x' if y else None").body[0].value, {}, None)
+    assert is_dynamic(ast.parse("'x' if y else table[k]").body[0].value, {}, None)
