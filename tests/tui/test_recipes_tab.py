@@ -86,6 +86,14 @@ async def test_pasting_an_error_ranks_the_recipes_and_opens_the_best(poller):
         assert len(body.query("MarkdownH1")) == 1, headings
         await pilot.press("escape")
         assert app.focused is listing
+        box.value = "zzqx qqzz"  # nothing matches: says so, the list is empty
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        assert listing.option_count == 0 and view.current is None
+        assert body.source.startswith("No recipe matches")
+        box.value = ""
+        await pilot.pause()
+        assert listing.option_count == len(view.all_recipes) and view.current is not None
 
 
 async def test_a_finding_recipe_hidden_by_a_search_still_opens(poller):

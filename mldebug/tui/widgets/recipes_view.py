@@ -118,10 +118,14 @@ class RecipesView(Horizontal):
         event.stop()
         found = ranked(event.value, self.all_recipes)
         self.show(found)
-        if not event.value.strip() and self.current:
-            self.open(self.current)  # the box was cleared: the whole list, same recipe open
+        if not event.value.strip() and found:
+            # The box was cleared: the whole list, the same recipe open (or the first).
+            self.open(self.current or found[0].id)
         elif found:
             self.open(found[0].id)
+        else:
+            self.current = None
+            self._draw("No recipe matches that text. Clear the box to see them all.")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "recipe-search":
