@@ -35,6 +35,7 @@ COMMANDS = {
     "attach": ("mldebug.commands.attach", "live terminal UI over a running job"),
     "collect": ("mldebug.commands.collect", "this node's ranks as one merged JSON document"),
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
+    "doctor": ("mldebug.commands.doctor", "check this machine: ptrace, tools, GPUs, env, disk"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
     "nccl": (
         "mldebug.commands.nccl",

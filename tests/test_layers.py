@@ -93,6 +93,17 @@ def test_the_in_rank_side_imports_nothing_of_the_outside():
         assert not {"textual", "rich"} & {m.split(".")[0] for m in imports_of(source)}, module
 
 
+def test_the_doctor_and_the_recipes_import_only_the_basics():
+    # Checks of the machine and the guides: no analysis, no views, no torch in-process.
+    edges = graph()
+    basics = ("mldebug.doctor", "mldebug.recipes", "mldebug.rundir", "mldebug.textsafe")
+    for module in layer(edges, "mldebug.doctor") + layer(edges, "mldebug.recipes"):
+        assert {m for m in edges[module] if not m.startswith(basics)} == set(), module
+        source = PACKAGE.parent / module.replace(".", "/")
+        source = source / "__init__.py" if source.is_dir() else source.with_suffix(".py")
+        assert not {"textual", "rich", "torch"} & {m.split(".")[0] for m in imports_of(source)}
+
+
 def find_cycle(edges) -> list[str] | None:
     """One import cycle of `edges` (as a path that ends where it starts), or None."""
     state: dict[str, int] = {}

@@ -19,6 +19,7 @@ from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
     FAIL_PERMISSION,
+    FAIL_TIMEOUT,
     KIND_CRASH,
     KIND_ENDED,
     KIND_FROZEN,
@@ -195,6 +196,8 @@ def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Fin
         return []
     ranks = [v.rank for v in bad]
     permission = any(failures.get(v.rank) == FAIL_PERMISSION for v in bad)
+    # A rank py-spy could not read in time is most often in the kernel (D state, hung I/O).
+    timed_out = all(failures.get(v.rank) == FAIL_TIMEOUT for v in bad)
     summary = f"could not read the stack of {ranks_text(ranks)}: {bad[0].detail}"
     # With no rank read at all there is no verdict: that is an error, not a footnote.
     nothing_read = all(v.state == STATE_UNREADABLE for v in views if v.target is not None)
@@ -204,7 +207,7 @@ def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Fin
             tuple(ranks),
             summary,
             severity=SEVERITY_ERROR if nothing_read else SEVERITY_WARNING,
-            recipe="ptrace-permission" if permission else None,
+            recipe="ptrace-permission" if permission or not timed_out else "d-state-frozen-fs",
         )
     ]
 
@@ -385,6 +388,7 @@ def _idle(
                     f"all {len(present)} ranks are working (their stacks move or "
                     "they use CPU); nothing looks hung",
                     severity=SEVERITY_INFO,
+                    recipe="stragglers",  # working but slow is what is left to look at
                 )
             ]
         return []
@@ -405,6 +409,7 @@ def _idle(
                 location=location_of(group[0]),
                 severity=SEVERITY_WARNING,
                 detail=_worker_detail(group),
+                recipe="stuck-rank",
             )
         )
     return findings

@@ -4,17 +4,31 @@
     id: collective-hang
     title: Every rank waits in the same collective
     symptom: one line a user would recognise
+    match: literal error text | another one | ...
     ---
-    Markdown body...
+    # Title
+    ## Symptoms
+    ## Confirm with mldebug
+    ## Likely causes
+    ## Fixes
+    ## Related
 
-Front matter is `key: value` lines only (no YAML dependency). Every finding names a recipe id.
+Front matter is `key: value` lines only (no YAML dependency). `match` lists, separated by
+`|`, the literal strings people see in their logs; search (search.py) weighs them most.
+Every finding names a recipe id.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+
+# The sections every shipped recipe has, in this order (tests/test_recipes.py checks it).
+SECTIONS = ("Symptoms", "Confirm with mldebug", "Likely causes", "Fixes", "Related")
+
+_RECIPE_ID = re.compile(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`")
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,23 @@ class Recipe:
     title: str
     symptom: str
     body: str  # Markdown
+    match: tuple[str, ...] = ()  # literal error strings and keywords that point here
+
+    def sections(self) -> dict[str, str]:
+        """The body's `## ` sections by heading, each with its text."""
+        found: dict[str, str] = {}
+        heading = None
+        for line in self.body.splitlines():
+            if line.startswith("## "):
+                heading = line[3:].strip()
+                found[heading] = ""
+            elif heading is not None:
+                found[heading] += line + "\n"
+        return {name: text.strip() for name, text in found.items()}
+
+    def related(self) -> tuple[str, ...]:
+        """The recipe ids the Related section names (in backticks)."""
+        return tuple(_RECIPE_ID.findall(self.sections().get("Related", "")))
 
 
 def parse_recipe(text: str, fallback_id: str = "") -> Recipe:
@@ -41,11 +72,13 @@ def parse_recipe(text: str, fallback_id: str = "") -> Recipe:
         else:
             meta = {}  # unterminated front matter: treat the file as plain Markdown
     recipe_id = meta.get("id") or fallback_id
+    match = tuple(part.strip() for part in meta.get("match", "").split("|") if part.strip())
     return Recipe(
         id=recipe_id,
         title=meta.get("title") or recipe_id,
         symptom=meta.get("symptom", ""),
         body=body,
+        match=match,
     )
 
 

@@ -1,11 +1,18 @@
-"""Recipes: the troubleshooting guides shipped with mldebug, listed and read as Markdown."""
+"""Recipes: the troubleshooting guides shipped with mldebug, listed and read as Markdown.
+
+The box above the list searches them (`mldebug recipes --search`): type words or paste an
+error line, and the list shows the matching recipes best first, the best one opened.
+"""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Markdown, OptionList
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Input, Markdown, OptionList
 from textual.widgets.option_list import Option
+
+RELEVANT = 0.2  # a recipe is listed when it scores at least this share of the best one
 
 
 def load_all():
@@ -18,35 +25,119 @@ def load_all():
         return [], f"Recipes could not be loaded: {error}"
 
 
+def ranked(query: str, recipes):
+    """The recipes that match `query`, best first; all of them for an empty query."""
+    if not query.strip():
+        return list(recipes)
+    from mldebug.recipes.search import search
+
+    hits = search(query)
+    # Weak matches (a common word or two) only bury the ones that answer the text.
+    return [hit.recipe for hit in hits if hit.score >= hits[0].score * RELEVANT] if hits else []
+
+
 class RecipesView(Horizontal):
+    BINDINGS = [
+        Binding("slash", "search", "Search recipes"),
+        Binding("escape", "leave_search", "Back to the list", show=False),
+    ]
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.recipes, self.problem = load_all()
+        self.all_recipes, self.problem = load_all()
+        self.recipes = list(self.all_recipes)  # what the list shows now
         self.current: str | None = None
+        # The body is drawn by one loop at a time: Markdown.update() picks the blocks to
+        # remove when called, so overlapping updates (typing in the search box) would stack
+        # documents. The loop redraws until what is shown is what was last asked for.
+        self._wanted = ""
+        self._shown: str | None = None
+        self._drawing = False
 
     def compose(self) -> ComposeResult:
-        yield OptionList(
-            *(Option(recipe.title, id=recipe.id) for recipe in self.recipes), id="recipe-list"
-        )
+        with Vertical(id="recipe-side"):
+            yield Input(placeholder="search: words or an error line", id="recipe-search")
+            yield OptionList(*self._options(), id="recipe-list")
         with VerticalScroll(id="recipe-scroll"):
             yield Markdown(self.problem or "Select a recipe.", id="recipe-body")
+
+    def _options(self) -> list[Option]:
+        return [Option(recipe.title, id=recipe.id) for recipe in self.recipes]
 
     def on_mount(self) -> None:
         if self.recipes and self.current is None:
             self.open(self.recipes[0].id)
 
+    def show(self, recipes) -> None:
+        """Put these recipes in the list (a search's result, or all of them)."""
+        self.recipes = list(recipes)
+        listing = self.query_one("#recipe-list", OptionList)
+        listing.clear_options()
+        listing.add_options(self._options())
+
     def open(self, recipe_id: str) -> bool:
+        if recipe_id not in {r.id for r in self.recipes}:
+            if recipe_id not in {r.id for r in self.all_recipes}:
+                return False
+            # A finding's recipe that the current search hides: show the whole list again.
+            self.query_one("#recipe-search", Input).value = ""
+            self.show(self.all_recipes)
         for index, recipe in enumerate(self.recipes):
             if recipe.id == recipe_id:
                 self.current = recipe.id
                 self.query_one("#recipe-list", OptionList).highlighted = index
-                self.query_one("#recipe-body", Markdown).update(recipe.body)
-                self.query_one("#recipe-scroll", VerticalScroll).scroll_home(animate=False)
+                self._draw(recipe.body)
                 return True
         return False
 
+    def action_search(self) -> None:
+        self.query_one("#recipe-search", Input).focus()
+
+    def action_leave_search(self) -> None:
+        self.query_one("#recipe-list", OptionList).focus()
+
+    def _draw(self, body: str) -> None:
+        self._wanted = body
+        if not self._drawing:
+            self._drawing = True
+            self.run_worker(self._draw_loop(), group="recipe-body")
+
+    async def _draw_loop(self) -> None:
+        try:
+            while self._shown != self._wanted:
+                body = self._wanted
+                await self.query_one("#recipe-body", Markdown).update(body)
+                self._shown = body
+                self.query_one("#recipe-scroll", VerticalScroll).scroll_home(animate=False)
+        finally:
+            self._drawing = False
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "recipe-search":
+            return
+        event.stop()
+        found = ranked(event.value, self.all_recipes)
+        self.show(found)
+        if not event.value.strip() and found:
+            # The box was cleared: the whole list, the same recipe open (or the first).
+            self.open(self.current or found[0].id)
+        elif found:
+            self.open(found[0].id)
+        else:
+            self.current = None
+            self._draw("No recipe matches that text. Clear the box to see them all.")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "recipe-search":
+            event.stop()
+            self.query_one("#recipe-list", OptionList).focus()
+
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         # A highlight queued before open() moved the list is stale: the list says what is current.
-        stale = event.option_index != event.option_list.highlighted
+        # So is one from a list a search has replaced since: the option there now differs.
+        listing = event.option_list
+        index = listing.highlighted
+        now = listing.get_option_at_index(index).id if index is not None else None
+        stale = event.option_index != index or now != event.option.id
         if event.option.id and event.option.id != self.current and not stale:
             self.open(event.option.id)
