@@ -46,3 +46,11 @@ def test_json_contract():
     assert data["ranks"][513]["state"] == "stuck"
     assert data["ranks"][0]["threads"][0]["frames"][0]["function"] == "<module>"
     assert data["verdict"] == finding["summary"]
+
+
+def test_a_working_job_is_not_told_what_to_do():
+    # Its recipe (stragglers) is offered for when it is too slow, not as a fix.
+    moving = (at("forward", 30), at("forward", 31), at("forward", 30))
+    text = render_text(snapshot({0: (moving, {}), 1: (moving, {})}, world=2), width=160)
+    assert "if it is too slow: mldebug recipes stragglers" in text
+    assert "what to do" not in text

@@ -73,7 +73,9 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
     if first.detail:
         text.append(f"\n  {printable(first.detail)}")
     if first.recipe:
-        text.append(f"\n  what to do: mldebug recipes {one_line(first.recipe)}", style="cyan")
+        # Nothing is wrong with a working job: its recipe is for when it is too slow.
+        lead = "if it is too slow" if first.severity == SEVERITY_INFO else "what to do"
+        text.append(f"\n  {lead}: mldebug recipes {one_line(first.recipe)}", style="cyan")
     return text
 
 
