@@ -4,6 +4,8 @@
     mldebug dump --pid PID          a rank, or a launcher (torchrun, srun...) and all its ranks
     mldebug dump --run DIR          the ranks of an `mldebug run` directory
     mldebug dump --json             the machine-readable report (ranks, groups, findings)
+    mldebug dump --native-all       every thread's native frames too (gdb; docs/gdb.md)
+    mldebug dump --core CORE...     crashed ranks' core files (gdb; docs/gdb.md)
 
 Every read is bounded: `--timeout` per rank, `--deadline` for the whole dump (ranks not
 read by then are reported as timed out), at most MAX_PIDS processes, each read once however
@@ -25,6 +27,8 @@ from mldebug.commands.common import (
     target_of,
     write_out,
 )
+from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
+from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -43,12 +47,13 @@ exit status:
   2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
-  5    py-spy is not installed
+  5    py-spy is not installed (gdb, for --native-all and --core)
   70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
   74   the report could not be written (standard output closed, disk full)
   130  interrupted (Ctrl-C)
   141  the reader of the output went away (`mldebug dump | head`)
 """
+EXIT_STATUS += NATIVE_EXIT_LINES
 
 DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not answer
 
@@ -99,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
     )
+    add_native_arguments(parser)
     return parser
 
 
@@ -131,6 +137,10 @@ def main(argv: list[str]) -> int:
             f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
         ) from None
     pids, run_dir = target_of(parser, args)
+    if args.core is not None:
+        return dump_cores(args, run_dir)
+    if args.native_all:
+        check_gdb()
 
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
     from mldebug.observe import observe_once
@@ -151,7 +161,20 @@ def main(argv: list[str]) -> int:
         raise PermissionDeniedError(
             f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
         )
-    if args.json:
+    if args.native_all:
+        snapshot, dumps = with_native(snapshot, readings, args.gdb_timeout, args.deadline * 4)
+
+        def rest(console) -> None:
+            from rich.text import Text
+
+            from mldebug.report.text import print_report
+
+            for note in readings.notes:
+                console.print(Text(note, style="dim"))
+            print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
+
+        emit(snapshot, dumps, args.json, args.verbose, rest)
+    elif args.json:
         from mldebug.report.jsonout import snapshot_to_json
 
         write_out(json.dumps(snapshot_to_json(snapshot), indent=1) + "\n")

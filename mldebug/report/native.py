@@ -1,0 +1,126 @@
+"""Native threads (gdb) in the report: `--json`'s `native` key and the text section.
+
+Every name and frame comes from a process or a core: shown as plain text, never markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from mldebug.analysis.native import NativeGroup, group_threads
+from mldebug.model import Frame, NativeDump, NativeThread
+from mldebug.ranges import format_ranks
+from mldebug.report.jsonout import frame_to_json
+from mldebug.textsafe import one_line
+
+SHOWN_FRAMES = 6  # innermost native frames of a group in the text report (all with -v)
+
+
+def _frames(frames: Sequence[Frame]) -> list[dict]:
+    return [frame_to_json(f) for f in frames]
+
+
+def thread_to_json(thread: NativeThread) -> dict:
+    return {
+        "lwp": thread.lwp,
+        "name": thread.name,
+        "python_name": thread.python_name or None,
+        "crashed": thread.crashed,
+        "python": bool(thread.python_frames),
+        "frames": _frames(thread.frames),
+        "python_frames": _frames(thread.python_frames),
+    }
+
+
+def dump_to_json(dump: NativeDump) -> dict:
+    return {
+        "rank": dump.rank,
+        "pid": dump.pid,
+        "core": dump.core,
+        "executable": dump.executable,
+        "signal": dump.signal,
+        "failure": dump.failure,
+        "detail": dump.failure_detail or None,
+        "python_bt": dump.python_bt,
+        "notes": list(dump.notes),
+        "seconds": round(dump.seconds, 3),
+        "threads": [thread_to_json(t) for t in dump.threads],
+    }
+
+
+def group_to_json(group: NativeGroup) -> dict:
+    return {
+        "ranks": list(group.ranks),
+        "name": group.name,
+        "python": group.python,
+        "threads": group.count,
+        "waits_in": frame_to_json(group.waits_in) if group.waits_in else None,
+        "collective": group.collective,
+        "frames": _frames(group.frames),
+    }
+
+
+def native_to_json(dumps: Sequence[NativeDump]) -> dict:
+    """`native`: each rank's threads from gdb, and the threads grouped across ranks."""
+    return {
+        "ranks": [dump_to_json(d) for d in dumps],
+        "groups": [group_to_json(g) for g in group_threads(dumps)],
+    }
+
+
+def _frame_text(frame: Frame) -> str:
+    where = frame.location if frame.line is not None else frame.file.rsplit("/", 1)[-1]
+    return f"{frame.function} ({where})" if where else frame.function
+
+
+def _group_text(group: NativeGroup, verbose: bool) -> Text:
+    per_rank = group.count // max(1, len(group.ranks))
+    text = Text(f"[{format_ranks(group.ranks)}] ", style="bold")
+    text.append(one_line(group.name or "unnamed"), style="cyan")
+    if per_rank > 1:
+        text.append(f" x{per_rank}")
+    text.append("  python" if group.python else "  native only", style="dim")
+    if group.python_frames:
+        last = group.python_frames[-1]
+        text.append(one_line(f"  in {last.function} ({last.location})"))
+    frames = group.frames
+    if not verbose and group.waits_in in frames:
+        # From where it waits outward; the futex/condvar frames inside say nothing more.
+        inner = len(frames) - 1 - frames[::-1].index(group.waits_in)
+        hidden = len(frames) - 1 - inner
+        frames = frames[max(0, inner + 1 - SHOWN_FRAMES) : inner + 1]
+        if hidden:
+            text.append(f"\n    ({hidden} runtime frames: futex, condition variable...)", "dim")
+    elif not verbose:
+        frames = frames[-SHOWN_FRAMES:]
+    for frame in reversed(frames):
+        text.append("\n    " + one_line(_frame_text(frame)), style="dim" if group.python else "")
+    return text
+
+
+def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> RenderableType:
+    """The text section: notes and failures per rank, then the threads grouped across ranks
+    (innermost frame first)."""
+    parts: list[RenderableType] = [
+        Text("Native threads (gdb), grouped across ranks; innermost frame first", style="bold")
+    ]
+    for dump in dumps:
+        head = f"rank {dump.rank}" if dump.rank is not None else f"pid {dump.pid}"
+        if dump.failure:
+            parts.append(Text(one_line(f"  {head}: not read: {dump.failure_detail}"), "yellow"))
+            continue
+        what = f"{len(dump.threads)} threads in {dump.seconds:.1f}s"
+        if dump.core:
+            crashed = next((t for t in dump.threads if t.crashed), None)
+            what += f", core {dump.core}, {dump.signal or 'signal ?'}"
+            if crashed is not None:
+                what += f", crashing thread {crashed.lwp}"
+        parts.append(Text(one_line(f"  {head}: {what}"), style="dim"))
+        for note in dump.notes:
+            parts.append(Text(one_line(f"    {note}"), style="dim"))
+    for group in group_threads(dumps):
+        parts.append(_group_text(group, verbose))
+    return Group(*parts)
