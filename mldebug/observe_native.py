@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
@@ -88,6 +89,15 @@ def native_of_snapshot(
     groups = group_threads(dumps)
     findings = snapshot.findings + thread_findings(groups)
     return replace(snapshot, findings=findings), tuple(dumps)
+
+
+def read_rank_threads(
+    target: RankTarget, rank: int, samples: Sequence[StackSample], timeout: float = 60.0
+) -> NativeDump:
+    """Every thread of one live rank (the TUI's `g`), lined up with its newest py-spy reading."""
+    dump = gdbs.read_process(gdbs.find_gdb(), target, timeout, rank)
+    good = [s for s in samples if s.failure is None and s.threads]
+    return align(dump, good[-1] if good else None)
 
 
 # ---- core files ------------------------------------------------------------------------

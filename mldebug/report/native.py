@@ -124,3 +124,38 @@ def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> Render
     for group in group_threads(dumps):
         parts.append(_group_text(group, verbose))
     return Group(*parts)
+
+
+def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
+    """One rank's threads from gdb, each with its native frames innermost first (and its
+    Python frames, where it runs Python): the TUI's all-threads screen, `dump -v`."""
+    from mldebug.analysis.native import waits_in
+
+    text = Text()
+    if dump.failure:
+        text.append(one_line(f"not read: {dump.failure_detail}"), style="yellow")
+        return text
+    head = f"{len(dump.threads)} threads, read by gdb in {dump.seconds:.1f}s"
+    if dump.signal:
+        head += f"; died of {dump.signal}"
+    text.append(one_line(head), style="dim")
+    for note in dump.notes:
+        text.append("\n" + one_line(note), style="dim")
+    for thread in dump.threads:
+        text.append(f"\n\nThread {thread.lwp}", style="bold")
+        text.append(f' "{one_line(thread.name)}"', style="bold cyan")
+        if thread.python_name:
+            text.append(one_line(f"  Python: {thread.python_name}"))
+        if thread.crashed:
+            text.append("  CRASHED HERE", style="bold red")
+        if not thread.python_frames:
+            text.append("  native only", style="dim")
+        where = waits_in(thread)
+        for frame in list(reversed(thread.frames))[:max_frames]:
+            style = "bold" if frame is where else "dim"
+            text.append("\n  " + one_line(_frame_text(frame)), style=style)
+        if len(thread.frames) > max_frames:
+            text.append(f"\n  ... {len(thread.frames) - max_frames} outer frames", style="dim")
+        for frame in reversed(thread.python_frames):
+            text.append("\n  py " + one_line(f"{frame.function}  {frame.location}"))
+    return text
