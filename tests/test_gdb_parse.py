@@ -4,14 +4,16 @@ a rank that called os.abort() in a thread), and hostile text that must stay data
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mldebug.analysis.native import collective_of, group_threads, waits_in
 from mldebug.collect import gdbparse
-from mldebug.collect.gdb import threads_of
+from mldebug.collect.gdb import demangle_names, threads_of
 from mldebug.model import NativeDump
 
 DATA = Path(__file__).parent / "data" / "gdb"
@@ -100,3 +102,14 @@ def test_native_only_threads_group_across_ranks_by_name_and_place():
     loop = next(g for g in groups if g.name == "gloo_tcp_loop")
     assert loop.ranks == (0, 1) and loop.count == 2 and not loop.python
     assert groups[0].collective is not None  # the thread in a collective comes first
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (.ci/run installs it)")
+def test_mangled_names_are_demangled_by_gdb_and_odd_ones_left_alone():
+    # gdb reads a torch rank with demangling off (the cost of libtorch's symbols); the few
+    # names in the backtraces are demangled afterwards by the real gdb.
+    names = demangle_names(
+        shutil.which("gdb"),
+        ["_ZN4c10d16ProcessGroupGloo7runLoopEi", "epoll_wait", "_Z; shell -ex 'call abort()'"],
+    )
+    assert names == {"_ZN4c10d16ProcessGroupGloo7runLoopEi": "c10d::ProcessGroupGloo::runLoop(int)"}

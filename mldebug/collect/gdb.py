@@ -15,6 +15,7 @@ nothing of the rank's data comes out).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -60,7 +61,13 @@ SETTINGS = (
     "set print thread-events off",
     "set print frame-arguments none",
     "set print entry-values no",
+    # Demangling every C++ symbol of libtorch as it loads is most of gdb's time on a torch
+    # rank (benchmarks/bench_gdb.py): names stay mangled, and the few in the backtraces are
+    # demangled afterwards (`demangle_names`).
+    "set demangle-style none",
 )
+MAX_DEMANGLED = 4096  # distinct names demangled per reading
+_MANGLED = re.compile(r"^_Z[A-Za-z0-9_.$]{1,4000}$")
 
 
 def find_gdb() -> str:
@@ -178,6 +185,51 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
     return data.decode("utf-8", errors="replace"), timed_out
 
 
+def demangle_names(gdb: str, names, timeout: float = 30.0) -> dict[str, str]:
+    """Itanium-mangled C++ names -> demangled, by gdb's own demangler, in one quick gdb run
+    (no process attached). Names that are not plainly mangled are left out."""
+    wanted = sorted({n for n in names if _MANGLED.match(n)})[:MAX_DEMANGLED]
+    if not wanted:
+        return {}
+    marker = f"@@mldebug-{secrets.token_hex(8)}"
+    command = [gdb, "--batch", "-nx", "-q", "-iex", "set debuginfod enabled off"]
+    for index, name in enumerate(wanted):
+        command += ["-ex", f"echo {marker} {index}\\n", "-ex", f"demangle -l c++ -- {name}"]
+    try:
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+    except (subprocess.TimeoutExpired, OSError):
+        return {}
+    found: dict[str, str] = {}
+    current = None
+    for line in done.stdout[:MAX_OUTPUT].decode("utf-8", "replace").splitlines():
+        if line.startswith(marker + " "):
+            index = line[len(marker) + 1 :].strip()
+            current = wanted[int(index)] if index.isdigit() and int(index) < len(wanted) else None
+        elif current is not None and line.strip() and current not in found:
+            found[current] = line.strip()[: gdbparse.MAX_LINE]
+    return found
+
+
+def demangled(gdb: str, threads: tuple[NativeThread, ...]) -> tuple[NativeThread, ...]:
+    """The threads with their mangled C++ frame names demangled (and cut to the name)."""
+    names = demangle_names(gdb, {f.function for t in threads for f in t.frames})
+    if not names:
+        return threads
+
+    def frame(f):
+        if f.function not in names:
+            return f
+        return replace(f, function=gdbparse.short_function(names[f.function]))
+
+    return tuple(replace(t, frames=tuple(frame(f) for f in t.frames)) for t in threads)
+
+
 def thread_names(pid: int) -> dict[int, str]:
     """TID -> /proc/PID/task/TID/comm (what pthread_setname_np set: pt_gloo_runloop...)."""
     names: dict[int, str] = {}
@@ -250,6 +302,7 @@ def read_process(
     if timed_out:
         return _failed(base, FAIL_TIMEOUT, f"gdb did not answer within {timeout:g}s")
     threads, python_bt = threads_of(text, marker, names)
+    threads = demangled(gdb, threads)
     if not threads:
         failure = classify_attach_error(text) or (FAIL_ERROR, _first_error(text))
         if failure[0] != FAIL_PERMISSION and proc_stat(pid) is None:
@@ -280,6 +333,7 @@ def read_core(
     if timed_out:
         return _failed(base, FAIL_TIMEOUT, f"gdb did not answer within {timeout:g}s"), text
     threads, python_bt = threads_of(text, marker)
+    threads = demangled(gdb, threads)
     prelude = gdbparse.sections(text, marker).get("", "")
     dump = NativeDump(
         rank=rank,
