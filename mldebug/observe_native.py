@@ -34,6 +34,7 @@ from mldebug.model import (
     KIND_PROGRESSING,
     KIND_STUCK,
     KIND_UNREADABLE,
+    SEVERITY_ERROR,
     STATE_EXITED,
     STATE_MISSING,
     JobReadings,
@@ -199,6 +200,13 @@ def observe_cores(
         if world is None and info.environment.get("WORLD_SIZE", "").isdigit():
             world = int(info.environment["WORLD_SIZE"])
         dump = replace(dump, pid=info.pid, signal=dump.signal or info.signal_name)
+        dump = replace(
+            dump,
+            threads=tuple(
+                replace(t, python_name="MainThread") if t.lwp == info.pid and t.python_frames else t
+                for t in dump.threads
+            ),
+        )
         if info.crashed_tid and not any(t.crashed for t in dump.threads):
             dump = replace(
                 dump,
@@ -212,7 +220,7 @@ def observe_cores(
             ThreadStack(thread_id=lwp, name=name, frames=frames, os_thread_id=lwp)
             for lwp, name, frames in python_threads(dump, pid)
         )
-        when = os.lstat(path).st_mtime
+        when = info.mtime
         if threads:
             # A dead rank's stack never moves: read twice, idle, it counts as waiting.
             samples[pid] = (
@@ -237,10 +245,17 @@ def observe_cores(
         else v
         for v in snapshot.ranks
     )
+    # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
+    # by stack lists them once, as exited, with their signal and core.
+    groups = ()
     kept = tuple(
         f
         for f in snapshot.findings
         if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
     )
-    findings = crash_findings(dumps) + kept + thread_findings(group_threads(dumps))
-    return replace(snapshot, ranks=views, findings=findings), tuple(dumps)
+    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
+    # died; the crashes follow it, then everything else.
+    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
+    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
+    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
+    return replace(snapshot, ranks=views, groups=groups, findings=findings), tuple(dumps)

@@ -40,7 +40,8 @@ def test_every_thread_of_a_live_gloo_rank_with_its_name_and_lwp():
 
 def test_a_core_says_its_signal_and_its_crashing_thread():
     text = (DATA / "core_abort_rank1.txt").read_text()
-    threads, _ = threads_of(text, MARKER)
+    assert not any(t.crashed for t in threads_of(text, MARKER)[0])  # a live read marks none
+    threads, _ = threads_of(text, MARKER, core=True)
     crashed = [t for t in threads if t.crashed]
     assert [t.lwp for t in crashed] == [14465]
     assert crashed[0].python_frames[-1].function == "save_checkpoint"

@@ -43,6 +43,7 @@ _COMM_OP = re.compile(
     r"|waitRecv|waitSend|recv|send|gather|scatter)",
     re.IGNORECASE,
 )
+_DELIVERY = re.compile(r"(pthread_kill|^__GI_raise$|^raise$|^gsignal$)")
 _TRANSFERS = frozenset({"waitrecv", "waitsend", "recv", "send"})
 MAX_GROUPS = 200
 
@@ -57,6 +58,36 @@ def waits_in(thread: NativeThread) -> Frame | None:
         if not is_runtime(frame):
             return frame
     return thread.frames[-1] if thread.frames else None
+
+
+def crash_site(thread: NativeThread) -> tuple[Frame | None, Frame | None]:
+    """Where a crashed thread was when the signal came, and its caller: the innermost frame
+    outside the signal's delivery (raise, pthread_kill) and any handler that ran on top."""
+    frames = thread.frames
+    marks = [i for i, f in enumerate(frames) if f.function == "<signal handler called>"]
+    below = frames[: marks[0]] if marks else frames
+    for index in range(len(below) - 1, -1, -1):
+        frame = below[index]
+        if not _DELIVERY.search(frame.function) and not is_runtime(frame):
+            return frame, below[index - 1] if index > 0 else None
+    return (below[-1], None) if below else (None, None)
+
+
+def entry_of(thread: NativeThread) -> str:
+    """The function a thread was started to run (its outermost frame of its own code)."""
+    for frame in thread.frames:
+        if not is_runtime(frame) and frame.function not in ("_start", "main"):
+            return frame.function
+    return ""
+
+
+def thread_label(thread: NativeThread) -> str:
+    """Its threading name, else its OS name, else (a core keeps no thread names) the
+    function it was started to run, in brackets."""
+    if thread.python_name or thread.name:
+        return thread.python_name or thread.name
+    entry = entry_of(thread)
+    return f"[{entry}]" if entry else ""
 
 
 def collective_of(thread: NativeThread) -> str | None:
@@ -106,8 +137,15 @@ class NativeGroup:
 
 def _key(thread: NativeThread) -> tuple:
     where = waits_in(thread)
-    name = thread.python_name or thread.name
-    return (name, bool(thread.python_frames), where.function if where else "", where and where.file)
+    name = thread_label(thread)
+    python = thread.python_frames[-1] if thread.python_frames else None
+    return (
+        name,
+        python is not None,
+        where.function if where else "",
+        where and where.file,
+        (python.function, python.file) if python else None,
+    )
 
 
 def group_threads(dumps: Iterable[NativeDump]) -> tuple[NativeGroup, ...]:
@@ -142,16 +180,29 @@ def _label(group: NativeGroup) -> tuple[str, str]:
     """("the pt_gloo_runloop thread", "waits") or ("2 ... threads", "wait"), per rank."""
     per_rank = group.count // max(1, len(group.ranks))
     name = group.name or "unnamed"
+    if name.startswith("["):
+        name = f"thread running {name[1:-1]}" if per_rank == 1 else f"threads running {name[1:-1]}"
+        return (f"{per_rank} {name}", "wait") if per_rank > 1 else (f"the {name}", "waits")
     if per_rank > 1:
         return f"{per_rank} {name} threads", "wait"
     return f"the {name} thread", "waits"
 
 
-def _frame_text(frame: Frame | None) -> str:
+def _short(name: str, limit: int = 80) -> str:
+    """A C++ name cut for a sentence (pybind11 instances run to thousands of characters)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _chain(frames: Sequence[Frame], count: int) -> str:
+    return " <- ".join(_short(f.function) for f in reversed(frames[-count:]))
+
+
+def _frame_text(frame: Frame | None, limit: int = 120) -> str:
     if frame is None:
         return "?"
     where = frame.location if frame.line is not None else frame.file.rsplit("/", 1)[-1]
-    return f"{frame.function} ({where})" if where else frame.function
+    name = frame.function if len(frame.function) <= limit else frame.function[: limit - 1] + "…"
+    return f"{name} ({where})" if where else name
 
 
 def thread_findings(groups: Sequence[NativeGroup]) -> tuple[Finding, ...]:
@@ -172,45 +223,64 @@ def thread_findings(groups: Sequence[NativeGroup]) -> tuple[Finding, ...]:
                 f"{verb} in {_frame_text(group.waits_in)}{via}",
                 recipe="collective-hang",
                 severity=SEVERITY_WARNING,
-                detail="a thread with no Python frames (gdb): "
-                + " <- ".join(f.function for f in reversed(group.frames[-6:])),
+                detail="a thread with no Python frames (gdb): " + _chain(group.frames, 6),
             )
         )
     return tuple(findings)
 
 
 def crash_findings(dumps: Iterable[NativeDump]) -> tuple[Finding, ...]:
-    """Each rank a core says died by a signal: the signal, the crashing thread, where."""
-    findings = []
+    """The ranks cores say died by a signal: the signal, the crashing thread, where. Ranks
+    that died the same way (signal, thread, line, native site) make one finding."""
+    found: dict[tuple, list] = {}
     for dump in dumps:
         if dump.core is None or dump.rank is None:
             continue
         crashed = next((t for t in dump.threads if t.crashed), None)
+        mine = user_frame(crashed.python_frames) if crashed else None
+        native, caller = crash_site(crashed) if crashed else (None, None)
+        key = (
+            dump.signal,
+            thread_label(crashed) if crashed else None,
+            mine,
+            native and native.function,
+            caller and caller.function,
+        )
+        entry = found.setdefault(key, [[], dump, crashed, mine, native, caller])
+        entry[0].append(dump.rank)
+    findings = []
+    for ranks, dump, crashed, mine, native, caller in found.values():
+        ranks = sorted(ranks)
+        who = f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"
         how = dump.signal or "a signal"
         if crashed is None:
-            summary = f"rank {dump.rank} died of {how} (core {dump.core})"
             findings.append(
-                Finding(KIND_NATIVE_CRASH, (dump.rank,), summary, recipe="native-crash")
+                Finding(
+                    KIND_NATIVE_CRASH,
+                    tuple(ranks),
+                    f"{who} died of {how} (core {dump.core})",
+                    recipe="native-crash",
+                )
             )
             continue
-        mine = user_frame(crashed.python_frames)
-        name = crashed.python_name or crashed.name
+        name = thread_label(crashed)
         thread = f"thread {crashed.lwp}" + (f" ({name})" if name else "")
-        native = waits_in(crashed)
+        if len(ranks) > 1:
+            thread = f"the {name} thread" if name else "a thread"
         where = f" at {mine.function} ({mine.location})" if mine else ""
-        summary = f"rank {dump.rank} died of {how} in {thread}{where}"
+        summary = f"{who} died of {how} in {thread}{where}"
         if native is not None:
             summary += f"; native: {_frame_text(native)}"
+            summary += f" called from {_short(caller.function)}" if caller is not None else ""
         findings.append(
             Finding(
                 KIND_NATIVE_CRASH,
-                (dump.rank,),
+                tuple(ranks),
                 summary,
                 location=mine.location if mine else None,
                 recipe="native-crash",
                 severity=SEVERITY_ERROR,
-                detail=f"core {dump.core}: "
-                + " <- ".join(f.function for f in reversed(crashed.frames[-8:])),
+                detail=f"core {dump.core}: " + _chain(crashed.frames, 8),
             )
         )
     return tuple(findings)

@@ -64,6 +64,7 @@ class CoreInfo:
     command: str = ""  # the first 80 bytes of the command line (NT_PRPSINFO)
     executable: str | None = None  # as the crashed process mapped it
     environment: dict[str, str] = field(default_factory=dict)  # RANK_VARIABLES found
+    mtime: float = 0.0  # when the core was written
 
     @property
     def signal_name(self) -> str | None:
@@ -168,6 +169,7 @@ def core_info(path: str | os.PathLike) -> CoreInfo:
             command=info["command"],
             executable=info["executable"],
             environment=_environment(fd, loads, info["execfn"]),
+            mtime=os.fstat(fd).st_mtime,
         )
     finally:
         os.close(fd)

@@ -249,11 +249,12 @@ def thread_names(pid: int) -> dict[int, str]:
 
 
 def threads_of(
-    text: str, marker: str, names: dict[int, str] | None = None
+    text: str, marker: str, names: dict[int, str] | None = None, core: bool = False
 ) -> tuple[tuple[NativeThread, ...], bool]:
-    """The threads in gdb's output (the crashing/current one marked), and whether py-bt ran."""
+    """The threads in gdb's output, and whether py-bt ran. In a core, gdb's current thread
+    is the one that received the fatal signal: it is marked crashed."""
     parts = gdbparse.sections(text, marker)
-    current = gdbparse.current_thread(parts.get("threads", ""))
+    current = gdbparse.current_thread(parts.get("threads", "")) if core else None
     python = gdbparse.parse_python_backtraces(parts.get("pybt", ""))
     threads = []
     for parsed in gdbparse.parse_backtraces(parts.get("bt", "")):
@@ -332,7 +333,7 @@ def read_core(
     base = NativeDump(rank=rank, pid=None, core=core, executable=executable, seconds=took)
     if timed_out:
         return _failed(base, FAIL_TIMEOUT, f"gdb did not answer within {timeout:g}s"), text
-    threads, python_bt = threads_of(text, marker)
+    threads, python_bt = threads_of(text, marker, core=True)
     threads = demangled(gdb, threads)
     prelude = gdbparse.sections(text, marker).get("", "")
     dump = NativeDump(

@@ -81,7 +81,7 @@ class CoreCatcher:
             text = (
                 f"{name}, but no core file was found (kernel.core_pattern "
                 f"{self.plan.pattern!r}, working directory {self.cwd}; "
-                f"{core_limit_note() or 'the process may have changed its limit or be setuid'})"
+                f"{core_limit_note() or 'a rank that changed directory, lowered its limit or is setuid dumps elsewhere or not at all'})"
             )
             self.found[rank] = text
             return {"path": None, "note": text}

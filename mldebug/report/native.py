@@ -71,9 +71,19 @@ def native_to_json(dumps: Sequence[NativeDump]) -> dict:
     }
 
 
+MAX_FUNCTION = 120  # a pybind11 template instance runs to thousands of characters
+
+
 def _frame_text(frame: Frame) -> str:
     where = frame.location if frame.line is not None else frame.file.rsplit("/", 1)[-1]
-    return f"{frame.function} ({where})" if where else frame.function
+    name = frame.function
+    if len(name) > MAX_FUNCTION:
+        name = name[: MAX_FUNCTION - 1] + "…"
+    return f"{name} ({where})" if where else name
+
+
+def _runtime(count: int) -> str:
+    return f"{count} runtime frame{'s' if count != 1 else ''}: futex, condition variable..."
 
 
 def _group_text(group: NativeGroup, verbose: bool) -> Text:
@@ -93,7 +103,7 @@ def _group_text(group: NativeGroup, verbose: bool) -> Text:
         hidden = len(frames) - 1 - inner
         frames = frames[max(0, inner + 1 - SHOWN_FRAMES) : inner + 1]
         if hidden:
-            text.append(f"\n    ({hidden} runtime frames: futex, condition variable...)", "dim")
+            text.append(f"\n    ({_runtime(hidden)})", "dim")
     elif not verbose:
         frames = frames[-SHOWN_FRAMES:]
     for frame in reversed(frames):
@@ -129,7 +139,7 @@ def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> Render
 def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
     """One rank's threads from gdb, each with its native frames innermost first (and its
     Python frames, where it runs Python): the TUI's all-threads screen, `dump -v`."""
-    from mldebug.analysis.native import waits_in
+    from mldebug.analysis.native import thread_label, waits_in
 
     text = Text()
     if dump.failure:
@@ -143,19 +153,24 @@ def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
         text.append("\n" + one_line(note), style="dim")
     for thread in dump.threads:
         text.append(f"\n\nThread {thread.lwp}", style="bold")
-        text.append(f' "{one_line(thread.name)}"', style="bold cyan")
+        text.append(f' "{one_line(thread_label(thread))}"', style="bold cyan")
         if thread.python_name:
             text.append(one_line(f"  Python: {thread.python_name}"))
         if thread.crashed:
             text.append("  CRASHED HERE", style="bold red")
         if not thread.python_frames:
             text.append("  native only", style="dim")
-        where = waits_in(thread)
-        for frame in list(reversed(thread.frames))[:max_frames]:
-            style = "bold" if frame is where else "dim"
-            text.append("\n  " + one_line(_frame_text(frame)), style=style)
-        if len(thread.frames) > max_frames:
-            text.append(f"\n  ... {len(thread.frames) - max_frames} outer frames", style="dim")
         for frame in reversed(thread.python_frames):
             text.append("\n  py " + one_line(f"{frame.function}  {frame.location}"))
+        # Native frames from where it waits outward; the runtime's wait frames are counted.
+        frames = list(reversed(thread.frames))
+        where = waits_in(thread)
+        inner = frames.index(where) if where in frames else 0
+        if inner:
+            text.append(f"\n  ({_runtime(inner)})", "dim")
+        for frame in frames[inner : inner + max_frames]:
+            style = "bold" if frame is where else "dim"
+            text.append("\n  " + one_line(_frame_text(frame)), style=style)
+        if len(frames) > inner + max_frames:
+            text.append(f"\n  ... {len(frames) - inner - max_frames} outer frames", style="dim")
     return text

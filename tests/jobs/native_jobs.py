@@ -4,7 +4,9 @@
     mldebug run --nproc-per-node 2 --core-dumps tests/jobs/native_jobs.py abort
 
 hang   rank 0 waits in all_reduce, rank 1 in a recv from rank 0 that never sends: both sit
-       in a gloo collective for ever, gloo's own threads waiting beside them
+       in a gloo collective for ever, gloo's own threads waiting beside them; with
+       CORE_DIRS=1 each rank first moves into its own directory cores-rank<N>/ (a core
+       pattern like `core` then keeps one core per rank)
 abort  plain Python, no torch: rank 1 calls os.abort() (SIGABRT, a core file when cores
        are on) from a thread named "saver"; rank 0 sleeps until it is stopped
 
@@ -28,6 +30,9 @@ def hang():
     import torch
     import torch.distributed as dist
 
+    if os.environ.get("CORE_DIRS"):
+        os.makedirs(f"cores-rank{RANK}", exist_ok=True)
+        os.chdir(f"cores-rank{RANK}")
     dist.init_process_group("gloo")
     tensor = torch.ones(4)
     ready()
