@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mldebug.analysis.frames import user_frame
+from mldebug.analysis.frames import is_user_frame, user_frame
 from mldebug.model import (
     KIND_NATIVE_CRASH,
     KIND_NATIVE_THREADS,
@@ -30,7 +30,10 @@ from mldebug.ranges import format_ranks
 
 # Frames of the C/C++ runtime a waiting thread sits in (futex, condition variable, epoll):
 # where it waits is the innermost frame outside them.
-_RUNTIME_FILE = re.compile(r"(^|/)(libc\.so|libstdc\+\+\.so|libpthread|ld-linux|libgcc_s)|^\./")
+_RUNTIME_FILE = re.compile(
+    r"(^|/)(libc\.so|libstdc\+\+\.so|libpthread|ld-linux|libgcc_s)"
+    r"|^(\.\.?/)+(nptl|sysdeps|stdlib|csu|misc|io|posix|signal|libio|string|malloc|time)/"
+)  # glibc's own sources, as its debug info names them: ./nptl/..., ../sysdeps/...
 _RUNTIME_FUNCTION = re.compile(
     r"^(__|_dl_|std::condition_variable::|std::this_thread|pthread_|epoll_|clone|start_thread"
     r"|do_futex_wait|futex_|syscall$|poll$|nanosleep$|raise$|abort$|\?\?$|<signal handler)"
@@ -74,7 +77,11 @@ def crash_site(thread: NativeThread) -> tuple[Frame | None, Frame | None]:
 
 
 def entry_of(thread: NativeThread) -> str:
-    """The function a thread was started to run (its outermost frame of its own code)."""
+    """The function a thread was started to run: its outermost Python frame of the user's
+    code, else its outermost native frame outside the runtime."""
+    for frame in thread.python_frames:
+        if is_user_frame(frame):
+            return frame.function
     for frame in thread.frames:
         if not is_runtime(frame) and frame.function not in ("_start", "main"):
             return frame.function
