@@ -107,6 +107,7 @@ def main() -> None:
                 + ["-ex", "thread apply all bt"]
             ),
         )
+        plain_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         native, out = best_of(
             args.repeat,
             command([str(BIN / "py-spy"), "dump", "--native", "--json", "--pid", str(pid)]),
@@ -131,7 +132,10 @@ def main() -> None:
     )
     print(f"  py-spy dump (mldebug dump's default path):   {python:6.2f} s")
     if peak > before:
-        print(f"  gdb peak memory (max RSS of a child):        {peak / 1024:6.0f} MiB")
+        print(f"  gdb peak memory, mldebug's read:             {peak / 1024:6.0f} MiB")
+    if plain_peak > peak:
+        print(f"  gdb peak memory, plain gdb:                  {plain_peak / 1024:6.0f} MiB")
+    print(f"  load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":
