@@ -83,7 +83,7 @@ def _frame_text(frame: Frame) -> str:
 
 
 def _runtime(count: int) -> str:
-    return f"{count} runtime frame{'s' if count != 1 else ''}: futex, condition variable..."
+    return f"{count} frame{'s' if count != 1 else ''} of the C runtime's wait: futex, epoll..."
 
 
 def _group_text(group: NativeGroup, verbose: bool) -> Text:
@@ -115,7 +115,8 @@ def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> Render
     """The text section: notes and failures per rank, then the threads grouped across ranks
     (innermost frame first)."""
     parts: list[RenderableType] = [
-        Text("Native threads (gdb), grouped across ranks; innermost frame first", style="bold")
+        Text(""),
+        Text("Native threads (gdb), grouped across ranks; innermost frame first", style="bold"),
     ]
     for dump in dumps:
         head = f"rank {dump.rank}" if dump.rank is not None else f"pid {dump.pid}"

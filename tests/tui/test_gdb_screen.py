@@ -48,7 +48,7 @@ async def test_g_shows_every_thread_of_the_rank_from_gdb_while_the_ui_stays_live
         await wait_for(pilot, lambda: "read by gdb" in str(body.render()))
         text = str(body.render())
         assert f"Thread {pids[0]}" in text and "Python: MainThread" in text
-        assert "pysleep" in text and "runtime frame" in text  # time.sleep in C, then libc
+        assert "pysleep" in text and "C runtime" in text  # time.sleep in C, then libc
         assert "py wait_for_peers" in text
         await pilot.press("escape")
         assert isinstance(app.screen, RankScreen)
