@@ -156,13 +156,18 @@ def _rank_of(path: str, info, pids: dict[int, int], used: set[int]) -> int:
     return rank
 
 
-def _check_match(path: str, exe: str, info, gdb_words: str) -> None:
+def _check_mapped(path: str, exe: str, info) -> None:
+    """The core names the executable it ran: another one cannot explain it."""
     mapped = info.executable
     if mapped and os.path.realpath(mapped) != os.path.realpath(exe):
         raise MldebugError(
             f"{path} does not match {exe}: the crashed process ran {mapped}",
             f"Pass the interpreter it ran: --exe {mapped}",
         )
+
+
+def _check_match(path: str, exe: str, gdb_words: str) -> None:
+    """gdb's own check (the build id): the same path, another build."""
     if "core file may not match specified executable" in gdb_words:
         raise MldebugError(
             f"{path} does not match {exe} (gdb: core file may not match specified executable)",
@@ -193,10 +198,11 @@ def observe_cores(
                 f"{path}: the executable it ran ({executable or 'unknown'}) is not here",
                 "Pass the Python interpreter the rank ran: --exe PYTHON",
             )
+        _check_mapped(path, executable, info)
         rank = _rank_of(path, info, pids, used)
         used.add(rank)
         dump, words = gdbs.read_core(gdb, path, executable, rank, timeout)
-        _check_match(path, executable, info, words)
+        _check_match(path, executable, words)
         if world is None and info.environment.get("WORLD_SIZE", "").isdigit():
             world = int(info.environment["WORLD_SIZE"])
         dump = replace(dump, pid=info.pid, signal=dump.signal or info.signal_name)
