@@ -10,6 +10,7 @@ frames py-bt finds in each core go through the same cross-rank verdict.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Sequence
@@ -191,6 +192,11 @@ def observe_cores(
         except NotACoreError as error:
             raise MldebugError(f"{path} is not a core file: {error}") from None
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise MldebugError(
+                    f"{path} is a symbolic link: mldebug does not follow links",
+                    "Give the core file itself: realpath " + path,
+                ) from None
             raise NoTargetError(f"cannot read the core file {path}: {error.strerror}") from None
         executable = exe or info.executable
         if not executable or not os.path.isfile(executable):

@@ -147,3 +147,14 @@ def test_path_patterns_name_the_file_of_one_pid():
     assert folder == "/var/crash" and name.match("core.python3.77.1700000000")
     _, plain = expected_names(core_plan("core", False), 77)
     assert plain.match("core") and not plain.match("core.77")
+
+
+@needs_gdb
+def test_a_link_to_a_core_is_not_followed(aborted, tmp_path):
+    _, run_dir = aborted
+    link = tmp_path / "core.link"
+    link.symlink_to(next((run_dir / "cores").iterdir()))
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--core", str(link)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "is a symbolic link" in done.stderr, done.stderr

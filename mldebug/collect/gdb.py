@@ -105,7 +105,8 @@ def python_extension(executable: str | None) -> tuple[str | None, str]:
     if not executable:
         return None, "py-bt: the rank's executable is unknown"
     exe = Path(os.path.realpath(executable))
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    named = re.search(r"python(\d+\.\d+)", exe.name)  # the rank's Python, not ours
+    version = named.group(1) if named else f"{sys.version_info.major}.{sys.version_info.minor}"
     names = [exe.name + "-gdb.py", f"python{version}-gdb.py"]
     places = [exe.parent / name for name in names]
     for libdir in (exe.parent.parent / "lib", Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib")):
