@@ -118,3 +118,17 @@ def test_the_traced_helper_really_is_traced():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_gdb_past_its_time_is_ended_with_its_whole_group(tmp_path):
+    # A stand-in for a gdb that hangs (a real shell and its child): the group goes.
+    pidfile = tmp_path / "child"
+    command = ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]
+    started = time.monotonic()
+    text, timed_out = gdbs.run_gdb(command, timeout=1.0)
+    assert timed_out and time.monotonic() - started < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{child}")

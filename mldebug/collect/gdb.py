@@ -161,7 +161,10 @@ def _end_group(popen: subprocess.Popen) -> None:
 
 def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple[str, bool]:
     """gdb's output (at most MAX_OUTPUT bytes, stdout and stderr together) and whether it
-    ran out of time. A live rank left stopped by a killed gdb is resumed."""
+    ran out of time. A live rank a killed gdb left stopped is resumed, unless it was
+    stopped before gdb came (someone else's SIGSTOP is theirs)."""
+    before = proc_stat(pid) if pid is not None else None
+    stopped_before = bool(before) and before[0] in ("T", "t")
     with tempfile.TemporaryFile() as out:
         popen = subprocess.Popen(
             command,
@@ -174,10 +177,13 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
         timed_out = False
         try:
             popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as error:  # out of time, or Ctrl-C: gdb never outlives the call
+            if not isinstance(error, subprocess.TimeoutExpired):
+                _end_group(popen)
+                raise
             timed_out = True
             _end_group(popen)
-            if pid is not None:
+            if pid is not None and not stopped_before:
                 fields = proc_stat(pid)
                 if fields and fields[0] in ("T", "t"):
                     os.kill(pid, signal.SIGCONT)
