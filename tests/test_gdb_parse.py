@@ -114,3 +114,21 @@ def test_mangled_names_are_demangled_by_gdb_and_odd_ones_left_alone():
         ["_ZN4c10d16ProcessGroupGloo7runLoopEi", "epoll_wait", "_Z; shell -ex 'call abort()'"],
     )
     assert names == {"_ZN4c10d16ProcessGroupGloo7runLoopEi": "c10d::ProcessGroupGloo::runLoop(int)"}
+
+
+def test_hostile_thread_names_and_frames_stay_plain_text():
+    from rich.console import Console
+
+    from mldebug.model import Frame, NativeThread
+    from mldebug.report.native import dump_text, native_section
+
+    evil = "[bold red]x\x1b]0;pwned\x07"
+    thread = NativeThread(
+        lwp=7, name=evil, frames=(Frame(evil, "/lib/[link=file:///etc]x.so", None, True),)
+    )
+    dump = NativeDump(rank=0, pid=7, threads=(thread,))
+    console = Console(record=True, width=200, force_terminal=True)
+    console.print(native_section([dump]))
+    console.print(dump_text(dump))
+    shown = console.export_text()
+    assert "[bold red]x" in shown and "\x1b]0;" not in shown and "\x07" not in shown
