@@ -56,6 +56,8 @@ KIND_NCCL_VERSION = "nccl_version"  # ranks on different NCCL / CUDA versions
 KIND_NCCL_WARNING = "nccl_warning"  # NCCL WARN lines, grouped across ranks
 KIND_CONNECTION = "connection"  # connection refused / closed by peer / store clients missing
 KIND_DIST_ERROR = "dist_error"  # gloo and c10d errors: size mismatch, monitored barrier, ...
+KIND_NATIVE_CRASH = "native_crash"  # a rank died by a signal: its core's signal and crashing thread
+KIND_NATIVE_THREADS = "native_threads"  # threads without Python frames (gdb) wait in a collective
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -386,3 +388,37 @@ class NodeFailure:
     # What mldebug.nccl makes of the run's NCCL logs, stderr tails and Flight Recorder dumps.
     nccl_findings: tuple[Finding, ...] = ()
     nccl_summary: tuple[str, ...] = ()  # a few lines per rank
+
+
+# ---- native stacks of every thread, read with gdb (mldebug.collect.gdb) ----
+
+
+@dataclass(frozen=True)
+class NativeThread:
+    """One OS thread of a process as gdb saw it: native frames, outermost first."""
+
+    lwp: int  # the kernel's thread id (py-spy's os_thread_id)
+    name: str  # /proc/PID/task/TID/comm when live, else gdb's name ("" in a core)
+    frames: tuple[Frame, ...]
+    # Python frames on this thread, outermost first: py-spy's for a live rank (matched by
+    # lwp), else CPython's gdb extension (py-bt); empty for a thread that runs no Python.
+    python_frames: tuple[Frame, ...] = ()
+    python_name: str = ""  # the threading.Thread name py-spy gives it
+    crashed: bool = False  # the thread that received the fatal signal (a core)
+
+
+@dataclass(frozen=True)
+class NativeDump:
+    """Every thread of one rank from gdb (a live process or a core file), or why not."""
+
+    rank: int | None
+    pid: int | None
+    threads: tuple[NativeThread, ...] = ()
+    failure: str | None = None  # one of FAIL_*
+    failure_detail: str = ""
+    core: str | None = None  # the core file read
+    executable: str | None = None
+    signal: str | None = None  # "SIGABRT", the signal that ended the process (a core)
+    python_bt: bool = False  # Python frames came from CPython's gdb extension
+    notes: tuple[str, ...] = ()  # what the reading could not do (no py-bt, a mismatch...)
+    seconds: float = 0.0  # how long gdb took

@@ -192,3 +192,18 @@ def test_the_nccl_readers_import_only_the_model_and_plain_helpers():
     for module in layer(edges, "mldebug.nccl"):
         outside = {m for m in edges[module] if not m.startswith("mldebug.nccl")}
         assert outside <= allowed, (module, outside)
+
+
+@pytest.mark.parametrize(
+    "module", ["mldebug.collect.gdb", "mldebug.collect.gdbparse", "mldebug.collect.cores"]
+)
+def test_the_gdb_collectors_load_without_textual_rich_or_the_analysis(module):
+    code = (
+        f"import sys, {module}\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'torch')"
+        " or m.startswith(('mldebug.analysis', 'mldebug.tui', 'mldebug.report'))]\n"
+        "print(bad)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -37,11 +37,7 @@ gil-holding-c-code tiny-model-repro node-unreachable native-crash core-dumps
 # merged it is parsed like every other. (command, option); option None: the whole command.
 # The lead empties this set after merging.
 NOT_YET_MERGED = {
-    ("dump", "--native-all"),
-    ("dump", "--core"),
-    ("dump", "--exe"),
     ("run", "--tiny-model"),
-    ("run", "--core-dumps"),
 }
 TAKES_VALUE = {"--slurm", "--hosts", "--via", "--core", "--exe"}
 # Placeholders a recipe writes in capitals, and what stands for them here.

@@ -4,6 +4,8 @@
     mldebug dump --pid PID          a rank, or a launcher (torchrun, srun...) and all its ranks
     mldebug dump --run DIR          the ranks of an `mldebug run` directory
     mldebug dump --json             the machine-readable report (ranks, groups, findings)
+    mldebug dump --native-all       every thread's native frames too (gdb; docs/gdb.md)
+    mldebug dump --core CORE...     crashed ranks' core files (gdb; docs/gdb.md)
 
 Every read is bounded: `--timeout` per rank, `--deadline` for the whole dump (ranks not
 read by then are reported as timed out), at most MAX_PIDS processes, each read once however
@@ -28,6 +30,8 @@ from mldebug.commands.common import (
     target_of,
     write_out,
 )
+from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
+from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -52,12 +56,14 @@ exit status:
   2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
-  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh)
+  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh;
+       --native-all, --core: gdb)
   70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
   74   the report could not be written (standard output closed, disk full)
   130  interrupted (Ctrl-C)
   141  the reader of the output went away (`mldebug dump | head`)
 """
+EXIT_STATUS += NATIVE_EXIT_LINES
 
 DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not answer
 
@@ -109,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
     )
+    add_native_arguments(parser)
     return parser
 
 
@@ -156,7 +163,7 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
         max_world=MAX_WORLD,
     )
     snapshot = _with_nccl(snapshot, job)
-    return snapshot, readings.notes
+    return snapshot, readings
 
 
 def main(argv: list[str]) -> int:
@@ -175,6 +182,16 @@ def main(argv: list[str]) -> int:
         ) from None
     pids, run_dir = target_of(parser, args)
     spec = cluster_spec(parser, args, args.deadline)
+    if spec is not None and (args.core is not None or args.native_all):
+        raise MldebugError(
+            "--core and --native-all read this machine's ranks and cores only",
+            "Run `mldebug dump --native-all` (or --core) on the node itself; drop --slurm/--hosts.",
+        )
+    if args.core is not None:
+        return dump_cores(args, run_dir)
+    if args.native_all:
+        check_gdb()
+    readings = None
     if spec is not None:
         from dataclasses import replace
 
@@ -185,12 +202,26 @@ def main(argv: list[str]) -> int:
         options += ["--nonblocking"] * args.nonblocking
         snapshot, notes = collect_cluster(replace(spec, collect_options=tuple(options)))
     else:
-        snapshot, notes = _observe_here(args, pids, run_dir)
+        snapshot, readings = _observe_here(args, pids, run_dir)
+        notes = readings.notes
     if _all_refused(snapshot):
         raise PermissionDeniedError(
             f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
         )
-    if args.json:
+    if args.native_all and readings is not None:
+        snapshot, dumps = with_native(snapshot, readings, args.gdb_timeout, args.deadline * 4)
+
+        def rest(console) -> None:
+            from rich.text import Text
+
+            from mldebug.report.text import print_report
+
+            for note in notes:
+                console.print(Text(note, style="dim"))
+            print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
+
+        emit(snapshot, dumps, args.json, args.verbose, rest)
+    elif args.json:
         from mldebug.report.jsonout import snapshot_to_json
 
         write_out(json.dumps(snapshot_to_json(snapshot), indent=1) + "\n")

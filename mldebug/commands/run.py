@@ -137,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="keep",
         help="after the hang report: keep the job running (default), or stop it (exit code 124)",
     )
+    watch.add_argument(
+        "--core-dumps",
+        action="store_true",
+        help="let ranks dump core (RLIMIT_CORE raised); a rank killed by SIGSEGV/SIGABRT has "
+        "its core moved to <run>/cores/ and named in the first-failure report (read it: "
+        "mldebug dump --core FILE); a core_pattern piped to systemd-coredump or apport is "
+        "explained, with the command that gets the file",
+    )
     debug = parser.add_argument_group("debugging switches (environment of the ranks)")
     debug.add_argument(
         "--cuda-launch-blocking",
@@ -299,6 +307,7 @@ def main(argv: list[str]) -> int:
         argv=["mldebug", "run", *argv],
         hang_timeout=args.hang_timeout,
         on_hang=args.on_hang,
+        core_dumps=args.core_dumps,
     )
     # A file past the size limit (ulimit -f) gives mldebug EFBIG, not death by SIGXFSZ; the
     # job's processes get the default back (Popen's restore_signals).

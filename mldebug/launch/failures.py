@@ -113,6 +113,7 @@ class Failure:
             "user_location": self.user_location,
             "traceback": self.traceback,
             "recipe": RECIPE,
+            **({"core": self.extra["core"]} if self.extra.get("core") else {}),
         }
 
 
@@ -253,6 +254,14 @@ def _indent(text: str, prefix: str = "    ") -> list[str]:
     return [prefix + line for line in text.rstrip().splitlines()]
 
 
+def with_cores(failures: list[Failure], cores: dict[int, str]) -> list[Failure]:
+    """The failures, each with what `mldebug run --core-dumps` found of its core."""
+    return [
+        replace(f, extra={**f.extra, "core": cores[f.rank]}) if f.rank in cores else f
+        for f in failures
+    ]
+
+
 def format_report(
     failures: list[Failure],
     paths: RunPaths,
@@ -296,6 +305,9 @@ def format_report(
         lines.append(f"  then rank {other.rank} ({delay:+.1f}s): {other.headline}")
     if len(failures) > 6:
         lines.append(f"  ... and {len(failures) - 6} more failed ranks")
+    if first.extra.get("core"):
+        lines.append(f"  core file: {first.extra['core']}")
+        lines.append("  what it shows: mldebug recipes native-crash")
     if stopped:
         lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
     lines.append(f"  full output: {paths.rank_dir(output_rank)}/stderr.log")

@@ -26,3 +26,4 @@ class LaunchSpec:
     argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json
     hang_timeout: float | None = None  # --hang-timeout: seconds without progress; None: off
     on_hang: str = "keep"  # --on-hang: "keep" the job after the hang report, or "stop" it
+    core_dumps: bool = False  # --core-dumps: ranks may dump core, cores go to <run>/cores/

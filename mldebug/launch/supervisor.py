@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from mldebug.collect.agentstate import read_state
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
+from mldebug.launch.coredumps import CoreCatcher
 from mldebug.launch.failures import (
     collect_failures,
     describe_exit,
     exit_code_of,
     format_report,
     job_outcome,
+    with_cores,
 )
 from mldebug.launch.guardian import GuardianLink
 from mldebug.launch.manifest import Manifest
@@ -121,6 +123,7 @@ class Supervisor:
         self.watchdog: HangWatchdog | None = None
         self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
         self._last_places: dict = {}  # rank -> timeouts.Place, read as the first rank died
+        self.cores = CoreCatcher(spec.paths.root) if spec.core_dumps else None  # --core-dumps
         error = self.manifest.error
         if error is not None and error.errno in FULL_ERRNOS:
             self.logs.filesystem_full(error)  # full from the start: say so before anything
@@ -130,6 +133,11 @@ class Supervisor:
     def start(self) -> None:
         spec = self.spec
         self._start_guardian()
+        if self.cores is not None:
+            self.manifest.update(core_dumps=self.cores.summary())
+            note = self.cores.start_note()
+            if note:
+                self._say(note)
         try:
             if spec.mode == envs.MODE_NATIVE:
                 self._start_ranks()
@@ -256,7 +264,7 @@ class Supervisor:
                 stdout=write_fds[0],
                 stderr=write_fds[-1],
                 start_new_session=True,
-                preexec_fn=procs.parent_death_signal(),
+                preexec_fn=self._preexec(),
             )
         except BaseException:
             for read, _ in pipes:
@@ -272,6 +280,10 @@ class Supervisor:
             rank_id = LAUNCHER if rank is None else rank
             self._reader.add(Stream(read, log, rank_id, stream, self._prefix(label), shown))
         return popen
+
+    def _preexec(self):
+        preexec = procs.parent_death_signal()
+        return self.cores.preexec(preexec) if self.cores is not None else preexec
 
     def _rank_dir(self, rank: int) -> None:
         """The rank's directory; a full disk only costs its files, not the rank."""
@@ -413,7 +425,13 @@ class Supervisor:
             status = STATUS_INTERRUPTED
         else:
             status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
-        self.manifest.set_rank(child.rank, exit_code=exit_code_of(child.returncode), status=status)
+        core = None
+        if self.cores is not None and not child.stopped:
+            core = self.cores.rank_ended(child.rank, child.popen.pid, child.returncode)
+        extra = {"core": core} if core is not None else {}
+        self.manifest.set_rank(
+            child.rank, exit_code=exit_code_of(child.returncode), status=status, **extra
+        )
 
     # -- ending ------------------------------------------------------------------------
 
@@ -491,6 +509,8 @@ class Supervisor:
             hosts=self.manifest.hosts(),
             vanished=self.wrapped.gone(),
         )
+        if self.cores is not None:
+            failures = with_cores(failures, self.cores.found)
         launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
         code, status, failures = job_outcome(failures, self._interrupted, launcher)
         interrupted = status == STATUS_INTERRUPTED

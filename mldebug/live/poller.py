@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from mldebug import rundir
 from mldebug.collect.crashes import with_crashes
-from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, StackSample
+from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, NativeDump, StackSample
 from mldebug.targets import manifest_exit_codes
 
 
@@ -34,6 +34,11 @@ class Poller(Protocol):
         Native reads are slow (seconds on a process that loaded libtorch), so the app asks
         for them only for the ranks on screen, in their own worker, never in the live poll.
         """
+        ...
+
+    def read_all_threads(self, rank: int) -> NativeDump | None:
+        """Every thread of one rank with gdb (native frames, lined up with the rank's last
+        py-spy reading); None for an unknown rank. Slow: asked for off the UI thread."""
         ...
 
     def focus(self, ranks: Iterable[int]) -> None:
@@ -215,6 +220,20 @@ class CollectorPoller:
         finally:
             with self._lock:
                 del self._native_reads[rank]
+
+    GDB_TIMEOUT = 60.0  # gdb loads libtorch's symbols on every attach (docs/gdb.md)
+
+    def read_all_threads(self, rank: int) -> NativeDump | None:
+        from mldebug.observe_native import read_rank_threads
+
+        job = self._targets
+        target = next((t for t in job.targets if t.rank == rank), None) if job else None
+        if target is None:
+            return None
+        observer = self._observer
+        readings = observer.readings if observer is not None else None
+        samples = readings.samples.get(target.pid, ()) if readings is not None else ()
+        return read_rank_threads(target, rank, samples, self.GDB_TIMEOUT)
 
     def _read_native(self, rank: int) -> StackSample | None:
         from mldebug.collect.pyspy import dump_stack, find_pyspy

@@ -66,3 +66,14 @@ class ReportSaved(Message):
         self.text_path = text_path
         self.json_path = json_path
         self.error = error
+
+
+class ThreadsReady(Message):
+    """Every thread of one rank from gdb (`NativeDump`), asked for by the all-threads screen;
+    None with `error` when it could not be read."""
+
+    def __init__(self, rank: int, dump, error: str | None = None) -> None:
+        super().__init__()
+        self.rank = rank
+        self.dump = dump
+        self.error = error

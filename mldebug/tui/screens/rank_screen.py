@@ -18,6 +18,7 @@ class RankScreen(NativeFrames, Screen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("n", "toggle_native", "Native frames"),
         Binding("c", "compare", "Compare with..."),
+        Binding("g", "all_threads", "All threads (gdb)"),
     ]
 
     def __init__(self, rank: int) -> None:
@@ -46,3 +47,8 @@ class RankScreen(NativeFrames, Screen):
                 self.app.push_screen(CompareScreen(self.rank, other))
 
         self.app.push_screen(RankPrompt(f"Compare rank {self.rank} with rank:"), chosen)
+
+    def action_all_threads(self) -> None:
+        from mldebug.tui.screens.all_threads import AllThreadsScreen
+
+        self.app.push_screen(AllThreadsScreen(self.rank))

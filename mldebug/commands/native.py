@@ -1,0 +1,128 @@
+"""`mldebug dump --native-all` and `mldebug dump --core CORE... [--exe PYTHON]`: the gdb
+path of `dump` (docs/gdb.md). Kept here so dump.py only hands over to it.
+
+    mldebug dump --native-all          every thread of every rank, native frames (gdb),
+                                       lined up with py-spy's Python threads
+    mldebug dump --core A B --exe PY   each core's threads, signal and crashing thread,
+                                       and the cross-rank verdict over the cores
+    mldebug dump --core --run DIR      the cores `mldebug run --core-dumps` kept in DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mldebug.commands.common import report_console, seconds, write_out
+from mldebug.errors import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    PTRACE_REMEDY,
+    MldebugError,
+    OutputError,
+    PermissionDeniedError,
+)
+from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, JobSnapshot, NativeDump
+
+EXIT_LINES = """\
+  2    also: --core given a file that is not a core, or a core that does not match --exe
+  3    also: --core found no core (one piped to systemd-coredump/apport: the command to get it)
+  4    also: gdb refused by ptrace for every rank (--native-all)
+  5    also: gdb is not installed (--native-all, --core): apt-get install gdb
+"""
+
+
+def add_native_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("native stacks (gdb; docs/gdb.md)")
+    group.add_argument(
+        "--native-all",
+        action="store_true",
+        help="also read every thread of every rank with gdb (native frames, gloo/NCCL "
+        "threads included), lined up with py-spy's Python threads; slow on torch ranks",
+    )
+    group.add_argument(
+        "--core",
+        nargs="*",
+        metavar="CORE",
+        help="read core files (one per rank) instead of live ranks: threads, signal, "
+        "crashing thread, verdict; without a file: the cores of --run DIR",
+    )
+    group.add_argument(
+        "--exe",
+        metavar="PYTHON",
+        help="the interpreter the crashed ranks ran (default: the one each core names)",
+    )
+    group.add_argument(
+        "--gdb-timeout",
+        type=seconds(0, 600, allow_low=False),
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds gdb may take for one rank or core (default 60)",
+    )
+
+
+def check_gdb() -> None:
+    """Fail before anything is read when gdb is missing."""
+    from mldebug.collect.gdb import find_gdb
+
+    find_gdb()
+
+
+def with_native(
+    snapshot: JobSnapshot, readings, timeout: float, deadline: float
+) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
+    from mldebug.observe_native import native_of_snapshot
+
+    snapshot, dumps = native_of_snapshot(snapshot, readings, timeout=timeout, deadline=deadline)
+    if dumps and all(d.failure == FAIL_PERMISSION for d in dumps):
+        raise PermissionDeniedError(
+            "gdb could not attach to any rank (ptrace refused)", PTRACE_REMEDY
+        )
+    return snapshot, dumps
+
+
+def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest) -> None:
+    """The report with the native part: `native` in JSON, a section after the text."""
+    from mldebug.report.native import native_section, native_to_json
+
+    if as_json:
+        from mldebug.report.jsonout import snapshot_to_json
+
+        data = snapshot_to_json(snapshot)
+        data["native"] = native_to_json(dumps)
+        write_out(json.dumps(data, indent=1) + "\n")
+        return
+    console = report_console()
+    try:
+        print_rest(console)
+        console.print(native_section(dumps, verbose=verbose))
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(f"could not write the report: {error}") from None
+
+
+def dump_cores(args, run_dir: str | None) -> int:
+    """`mldebug dump --core ...`."""
+    from pathlib import Path
+
+    from mldebug.observe_native import cores_of_run, observe_cores
+
+    check_gdb()
+    cores = list(args.core or [])
+    if not cores:
+        if not run_dir:
+            raise MldebugError(
+                "--core needs core files, or --run DIR of a run started with --core-dumps"
+            )
+        cores = cores_of_run(Path(run_dir))
+    snapshot, dumps = observe_cores(cores, exe=args.exe, run_dir=run_dir, timeout=args.gdb_timeout)
+
+    def rest(console) -> None:
+        from mldebug.report.text import print_report
+
+        print_report(snapshot, console, verbose=args.verbose)
+
+    emit(snapshot, dumps, args.json, args.verbose, rest)
+    has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
+    return EXIT_FINDINGS if has_errors else EXIT_OK

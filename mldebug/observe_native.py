@@ -1,0 +1,273 @@
+"""The orchestrator of the gdb path: read native threads (live ranks or core files) with
+mldebug.collect.gdb, then hand them to the analysis (mldebug.analysis.native).
+
+`native_of_snapshot` reads every live rank of a snapshot `mldebug dump` already made (py-spy
+readings included) with gdb, ranks side by side within a deadline, lines gdb's threads up
+with py-spy's and adds what the native threads say to the findings. `observe_cores` reads
+core files, one per rank, and builds a snapshot from them as from live ranks: the Python
+frames py-bt finds in each core go through the same cross-rank verdict.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
+from pathlib import Path
+
+from mldebug.analysis.native import (
+    align,
+    crash_findings,
+    group_threads,
+    python_threads,
+    thread_findings,
+)
+from mldebug.analysis.snapshot import build_snapshot
+from mldebug.collect import gdb as gdbs
+from mldebug.collect.cores import NotACoreError, core_info, core_plan, rank_from_name
+from mldebug.errors import MldebugError, NoTargetError
+from mldebug.model import (
+    FAIL_ERROR,
+    FAIL_TIMEOUT,
+    KIND_PROGRESSING,
+    KIND_STUCK,
+    KIND_UNREADABLE,
+    SEVERITY_ERROR,
+    STATE_EXITED,
+    STATE_MISSING,
+    JobReadings,
+    JobSnapshot,
+    NativeDump,
+    RankTarget,
+    StackSample,
+    ThreadStack,
+)
+from mldebug.rundir import parse_rank, read_manifest
+
+PARALLEL = 2  # gdb runs side by side: each takes ~0.7 GB and a core on a torch rank
+MAX_CORES = 1024
+
+
+def native_of_snapshot(
+    snapshot: JobSnapshot,
+    readings: JobReadings | None,
+    timeout: float = 60.0,
+    deadline: float = 120.0,
+) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
+    """Every live rank's threads from gdb, lined up with py-spy's; the snapshot with the
+    native findings added."""
+    gdb = gdbs.find_gdb()
+    views = [
+        v
+        for v in snapshot.ranks
+        if v.target is not None and v.state not in (STATE_EXITED, STATE_MISSING)
+    ]
+    ends = time.monotonic() + deadline
+    pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="mldebug-gdb")
+    futures = {
+        pool.submit(gdbs.read_process, gdb, v.target, min(timeout, deadline), v.rank): v
+        for v in views
+    }
+    done, _ = wait(futures, timeout=max(0.0, ends - time.monotonic()) + gdbs.TERM_GRACE + 1)
+    pool.shutdown(wait=False, cancel_futures=True)
+    dumps = []
+    for future, view in futures.items():
+        if future in done:
+            dump = future.result()
+        else:
+            dump = NativeDump(
+                view.rank,
+                view.target.pid,
+                failure=FAIL_TIMEOUT,
+                failure_detail="not read by the deadline",
+            )
+        samples = readings.samples.get(view.target.pid, ()) if readings else ()
+        good = [s for s in samples if s.failure is None and s.threads]
+        dumps.append(align(dump, good[-1] if good else None))
+    dumps.sort(key=lambda d: d.rank if d.rank is not None else -1)
+    groups = group_threads(dumps)
+    findings = snapshot.findings + thread_findings(groups)
+    return replace(snapshot, findings=findings), tuple(dumps)
+
+
+def read_rank_threads(
+    target: RankTarget, rank: int, samples: Sequence[StackSample], timeout: float = 60.0
+) -> NativeDump:
+    """Every thread of one live rank (the TUI's `g`), lined up with its newest py-spy reading."""
+    dump = gdbs.read_process(gdbs.find_gdb(), target, timeout, rank)
+    good = [s for s in samples if s.failure is None and s.threads]
+    return align(dump, good[-1] if good else None)
+
+
+# ---- core files ------------------------------------------------------------------------
+
+
+def _run_ranks(root: Path | None) -> tuple[dict[int, int], int | None]:
+    """pid -> rank, and the world size, from a run directory's run.json."""
+    data = read_manifest(root) if root is not None else None
+    if not data:
+        return {}, None
+    pids = {}
+    for entry in data.get("ranks") or []:
+        if isinstance(entry, dict):
+            rank, pid = parse_rank(entry.get("rank")), entry.get("pid")
+            if rank is not None and isinstance(pid, int):
+                pids[pid] = rank
+    world = data.get("world_size")
+    return pids, world if isinstance(world, int) and 0 < world < (1 << 16) else None
+
+
+def cores_of_run(root: Path) -> list[str]:
+    """The cores `mldebug run --core-dumps` kept in <run>/cores/; none there and the run's
+    cores went to a handler: an error that says which command gets them."""
+    folder = root / "cores"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".core"))
+    except OSError:
+        names = []
+    if names:
+        return [str(folder / n) for n in names[:MAX_CORES]]
+    data = read_manifest(root) or {}
+    fetches = [
+        entry["core"].get("fetch")
+        for entry in data.get("ranks") or []
+        if isinstance(entry, dict) and isinstance(entry.get("core"), dict)
+    ]
+    fetches = [f for f in fetches if isinstance(f, str)]
+    if fetches:
+        raise NoTargetError(
+            f"no core file in {folder}: the kernel piped them to a handler",
+            "\n".join(fetches[:8]),
+        )
+    plan = core_plan()
+    hint = plan.explain() if plan.piped else "rerun the job with: mldebug run --core-dumps ..."
+    raise NoTargetError(f"no core file in {folder}", hint)
+
+
+def _rank_of(path: str, info, pids: dict[int, int], used: set[int]) -> int:
+    for rank in (pids.get(info.pid), info.rank, rank_from_name(path)):
+        if rank is not None and rank not in used:
+            return rank
+    rank = 0
+    while rank in used:
+        rank += 1
+    return rank
+
+
+def _check_mapped(path: str, exe: str, info) -> None:
+    """The core names the executable it ran: another one cannot explain it."""
+    mapped = info.executable
+    if mapped and os.path.realpath(mapped) != os.path.realpath(exe):
+        raise MldebugError(
+            f"{path} does not match {exe}: the crashed process ran {mapped}",
+            f"Pass the interpreter it ran: --exe {mapped}",
+        )
+
+
+def _check_match(path: str, exe: str, gdb_words: str) -> None:
+    """gdb's own check (the build id): the same path, another build."""
+    if "core file may not match specified executable" in gdb_words:
+        raise MldebugError(
+            f"{path} does not match {exe} (gdb: core file may not match specified executable)",
+            "Pass the interpreter the crashed rank ran (--exe PYTHON), the same build.",
+        )
+
+
+def observe_cores(
+    paths: list[str], exe: str | None = None, run_dir: str | None = None, timeout: float = 120.0
+) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
+    """One snapshot from core files (one per rank), and what gdb read in each."""
+    gdb = gdbs.find_gdb()
+    root = Path(run_dir) if run_dir else None
+    if root is None and paths and Path(paths[0]).parent.name == "cores":
+        root = Path(paths[0]).parent.parent  # <run>/cores/rank1.123.core
+    pids, world = _run_ranks(root)
+    dumps, targets, samples, used = [], [], {}, set()
+    for path in paths[:MAX_CORES]:
+        try:
+            info = core_info(path)
+        except NotACoreError as error:
+            raise MldebugError(f"{path} is not a core file: {error}") from None
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise MldebugError(
+                    f"{path} is a symbolic link: mldebug does not follow links",
+                    "Give the core file itself: realpath " + path,
+                ) from None
+            raise NoTargetError(f"cannot read the core file {path}: {error.strerror}") from None
+        executable = exe or info.executable
+        if not executable or not os.path.isfile(executable):
+            raise MldebugError(
+                f"{path}: the executable it ran ({executable or 'unknown'}) is not here",
+                "Pass the Python interpreter the rank ran: --exe PYTHON",
+            )
+        _check_mapped(path, executable, info)
+        rank = _rank_of(path, info, pids, used)
+        used.add(rank)
+        dump, words = gdbs.read_core(gdb, path, executable, rank, timeout)
+        _check_match(path, executable, words)
+        if world is None and info.environment.get("WORLD_SIZE", "").isdigit():
+            world = int(info.environment["WORLD_SIZE"])
+        dump = replace(dump, pid=info.pid, signal=dump.signal or info.signal_name)
+        dump = replace(
+            dump,
+            threads=tuple(
+                replace(t, python_name="MainThread") if t.lwp == info.pid and t.python_frames else t
+                for t in dump.threads
+            ),
+        )
+        if info.crashed_tid and not any(t.crashed for t in dump.threads):
+            dump = replace(
+                dump,
+                threads=tuple(replace(t, crashed=t.lwp == info.crashed_tid) for t in dump.threads),
+            )
+        dumps.append(dump)
+        pid = info.pid or -(len(targets) + 1)
+        target = RankTarget(pid=pid, rank=rank, world_size=world, cmdline=info.command)
+        targets.append(target)
+        threads = tuple(
+            ThreadStack(thread_id=lwp, name=name, frames=frames, os_thread_id=lwp)
+            for lwp, name, frames in python_threads(dump, pid)
+        )
+        when = info.mtime
+        if threads:
+            # A dead rank's stack never moves: read twice, idle, it counts as waiting.
+            samples[pid] = (
+                StackSample(target, when, threads),
+                StackSample(target, when + 1, threads),
+            )
+        else:
+            samples[pid] = (
+                StackSample(target, when, failure=FAIL_ERROR, failure_detail="no Python frames"),
+            )
+    snapshot = build_snapshot(
+        targets, samples, world, run_dir=str(root) if root else None, partial=True
+    )
+    signals = {d.rank: d for d in dumps}
+    views = tuple(
+        replace(
+            v,
+            state=STATE_EXITED,
+            detail=f"died of {signals[v.rank].signal or 'a signal'} (core {signals[v.rank].core})",
+        )
+        if v.rank in signals
+        else v
+        for v in snapshot.ranks
+    )
+    # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
+    # by stack lists them once, as exited, with their signal and core.
+    groups = ()
+    kept = tuple(
+        f
+        for f in snapshot.findings
+        if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
+    )
+    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
+    # died; the crashes follow it, then everything else.
+    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
+    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
+    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
+    return replace(snapshot, ranks=views, groups=groups, findings=findings), tuple(dumps)
