@@ -355,6 +355,9 @@ class RunFiles:
     bad_event_lines: int = 0  # lines that were not JSON objects (skipped, counted)
     nccl: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file name, last lines)
     nccl_files_total: int = 0
+    # What mldebug.nccl makes of the run's NCCL logs, stderr tails and Flight Recorder dumps.
+    nccl_findings: tuple[Finding, ...] = ()
+    nccl_summary: tuple[str, ...] = ()  # a few lines per rank
 
 
 # ---- several nodes, each read by `mldebug collect` (mldebug.cluster) ----
@@ -385,9 +388,6 @@ class NodeFailure:
     reason: str  # "timed out after 30 s", "ssh: connect refused", ...
     ranks: tuple[int, ...] = ()  # the ranks the scheduler placed there, when it says
     scheduler_state: str = ""  # what SLURM says of the node or job (squeue/scontrol)
-    # What mldebug.nccl makes of the run's NCCL logs, stderr tails and Flight Recorder dumps.
-    nccl_findings: tuple[Finding, ...] = ()
-    nccl_summary: tuple[str, ...] = ()  # a few lines per rank
 
 
 # ---- native stacks of every thread, read with gdb (mldebug.collect.gdb) ----
