@@ -1,0 +1,182 @@
+"""What a patched `from_pretrained` does under `mldebug run --tiny-model`: the same class,
+built from the shrunken config with random weights, and one report of what it did.
+
+Called by the rank's agent (mldebug/agent/tinymodel.py) with the class the program called
+`from_pretrained` on, the original method (for fallback=load and for reading local files),
+the arguments, the spec and a `report(message, **fields)` that writes the log line and the
+event.
+"""
+
+from __future__ import annotations
+
+from .build import (
+    FullConfig,
+    TinyModelError,
+    build,
+    count_parameters,
+    full_parameter_count,
+    require_transformers,
+    resolve_config,
+)
+from .shrink import ShrinkError, shrink_config
+from .spec import FALLBACK_LOAD, TinySpec
+from .tokenizer import stand_in_tokenizer
+
+# from_pretrained's own arguments: about where and how to load, not about the model.
+LOADING = frozenset(
+    {
+        "cache_dir",
+        "force_download",
+        "local_files_only",
+        "token",
+        "use_auth_token",
+        "revision",
+        "subfolder",
+        "trust_remote_code",
+        "device_map",
+        "max_memory",
+        "offload_folder",
+        "offload_state_dict",
+        "low_cpu_mem_usage",
+        "quantization_config",
+        "variant",
+        "use_safetensors",
+        "weights_only",
+        "proxies",
+        "resume_download",
+        "output_loading_info",
+        "mirror",
+        "_fast_init",
+        "key_mapping",
+        "tp_plan",
+        "tp_size",
+        "device_mesh",
+        "gguf_file",
+        "code_revision",
+        "state_dict",
+        "from_tf",
+        "from_flax",
+        "adapter_kwargs",
+        "adapter_name",
+        "_from_auto",
+        "_from_pipeline",
+        "_commit_hash",
+        "dtype",
+        "torch_dtype",
+        "attn_implementation",
+        "distributed_config",
+    }
+)
+
+
+def call_text(owner, name, kwargs) -> str:
+    shown = ", ".join([repr(str(name))] + [f"{k}=..." for k in sorted(kwargs)][:4])
+    return f"{owner.__name__}.from_pretrained({shown})"
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and "model_type" in value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            flat[prefix + key] = value
+        elif isinstance(value, list) and key == "layer_types":
+            flat[prefix + key] = f"{len(value)} ({'/'.join(dict.fromkeys(value))})"
+    return flat
+
+
+def changes(full, small) -> dict[str, str]:
+    """field -> 'old->new' for every number (and layer_types) the shrinking changed."""
+    before, after = _flat(full.to_dict()), _flat(small.to_dict())
+    return {k: f"{before[k]}->{after[k]}" for k in before if k in after and before[k] != after[k]}
+
+
+def _apply_config_kwargs(config, kwargs: dict) -> list[str]:
+    """from_pretrained passes its other keyword arguments to the config (num_labels=3)."""
+    ignored = []
+    for key in list(kwargs):
+        if key in LOADING:
+            continue
+        value = kwargs.pop(key)
+        if key == "num_labels" or hasattr(config, key):
+            setattr(config, key, value)
+        else:
+            ignored.append(key)
+    return ignored
+
+
+def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+    """The model `owner.from_pretrained(name, *args, **kwargs)` asks for, tiny."""
+    transformers = require_transformers()
+    given = kwargs.pop("config", None)
+    kwargs = dict(kwargs)
+    auto = hasattr(owner, "_model_mapping")
+    try:
+        if isinstance(given, transformers.PretrainedConfig):
+            full = FullConfig(given, "the config given")
+        else:
+            config_class = None if auto else getattr(owner, "config_class", None)
+            full = resolve_config(name, config_class, autoconfig)
+        full.config = full.config.__class__.from_dict(full.config.to_dict())  # a copy to change
+        _apply_config_kwargs(full.config, kwargs)
+        small = shrink_config(full.config, spec)
+    except (ShrinkError, TinyModelError) as error:
+        if spec.fallback == FALLBACK_LOAD:
+            report(
+                f"{call_text(owner, name, kwargs)}: {error}; loading it normally (fallback=load)",
+                call=call_text(owner, name, kwargs),
+                fallback=True,
+            )
+            return original(name, *args, **({"config": given} if given else {}), **kwargs)
+        raise TinyModelError(
+            f"{error} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` loads "
+            "such models normally instead"
+        ) from None
+    before = full_parameter_count(owner, full.config)
+    model = build(owner, small)
+    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+    if dtype is not None and not isinstance(dtype, str):
+        model = model.to(dtype)
+    model.eval()  # as from_pretrained returns it
+    after = count_parameters(model)
+    changed = changes(full.config, small)
+    report(
+        f"{call_text(owner, name, kwargs)} -> tiny {type(model).__name__} "
+        f"({full.config.model_type}, config from {full.source}), random weights: "
+        + ", ".join(f"{k} {v}" for k, v in changed.items())
+        + f"; parameters {_count(before)} -> {after:,}",
+        call=call_text(owner, name, kwargs),
+        model_class=type(model).__name__,
+        model_type=full.config.model_type,
+        config_source=full.source,
+        changed=changed,
+        parameters_before=before,
+        parameters_after=after,
+    )
+    return model
+
+
+def _count(number) -> str:
+    return "?" if number is None else f"{number:,}"
+
+
+def load_tokenizer(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+    """The tokenizer itself when it is local or cached, else the byte-level stand-in."""
+    try:
+        return original(name, *args, **{**kwargs, "local_files_only": True})
+    except Exception as error:
+        missing = f"{type(error).__name__}"
+    full = resolve_config(name, None, autoconfig)
+    small = shrink_config(full.config, spec)
+    tokenizer = stand_in_tokenizer(small, kwargs.get("model_max_length"))
+    report(
+        f"{call_text(owner, name, kwargs)}: no local copy ({missing}); a byte-level stand-in "
+        f"tokenizer of {len(tokenizer)} tokens ({full.config.model_type}, "
+        f"special tokens {', '.join(dict.fromkeys(tokenizer.all_special_tokens))})",
+        call=call_text(owner, name, kwargs),
+        model_type=full.config.model_type,
+        tokenizer="stand-in",
+        tokens=len(tokenizer),
+    )
+    return tokenizer
