@@ -80,6 +80,12 @@ def _ints(values: dict, names) -> list[str]:
     ]
 
 
+def _multiple_of_8(size: int, old: int) -> int:
+    """`size` rounded down to a multiple of 8 when it shrinks: the grouped matmul of MoE
+    layers wants rows of 16 bytes (torch: "strides should be multiple of 16 bytes")."""
+    return size if size >= old else max(8, size - size % 8)
+
+
 def _divisor_at_most(number: int, limit: int) -> int:
     """The largest divisor of `number` not above `limit` (at least 1)."""
     for candidate in range(max(1, min(limit, number)), 0, -1):
@@ -116,7 +122,7 @@ def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
             return  # a composite config whose parts were shrunk above
         raise ShrinkError(model_type, "hidden size", f"none of {', '.join(HIDDEN)} is set")
     old_hidden = max((values[n] for n in hidden_fields), default=0)
-    hidden = min(old_hidden, spec.hidden) if old_hidden else spec.hidden
+    hidden = _multiple_of_8(min(old_hidden, spec.hidden), old_hidden) if old_hidden else spec.hidden
     for name in hidden_fields:
         values[name] = min(values[name], hidden)
     heads = _shrink_heads(values, spec, hidden, model_type)
@@ -126,7 +132,8 @@ def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
     if isinstance(values.get("rotary_dim"), int) and heads:
         values["rotary_dim"] = min(values["rotary_dim"], hidden // heads)
     for name in _ints(values, INTERMEDIATE):
-        values[name] = min(values[name], spec.intermediate or 4 * hidden)
+        old = values[name]
+        values[name] = _multiple_of_8(min(old, spec.intermediate or 4 * hidden), old)
     for name, size in LATENT.items():
         if isinstance(values.get(name), int):
             values[name] = min(values[name], size)
@@ -140,12 +147,22 @@ def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
         _shrink_vocab(values, spec.vocab, model_type)
 
 
+def _heads_for(hidden: int, limit: int) -> int:
+    """The most heads up to `limit` that divide `hidden` into heads of an even size of at
+    least 4 (rotary embeddings rotate pairs of dimensions), else any that divide it."""
+    for heads in range(max(1, min(limit, hidden)), 0, -1):
+        size = hidden // heads
+        if hidden % heads == 0 and size % 2 == 0 and size >= 4:
+            return heads
+    return _divisor_at_most(hidden, limit)
+
+
 def _shrink_heads(values: dict, spec: TinySpec, hidden: int, model_type: str) -> int:
     head_fields = _ints(values, HEADS)
     if not head_fields:
         return 0
     old_heads = max(values[n] for n in head_fields)
-    heads = _divisor_at_most(hidden, min(old_heads, spec.heads))
+    heads = _heads_for(hidden, min(old_heads, spec.heads))
     for name in head_fields:
         values[name] = heads
     for name in _ints(values, KV_HEADS):
