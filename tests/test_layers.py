@@ -93,6 +93,14 @@ def test_the_in_rank_side_imports_nothing_of_the_outside():
         assert not {"textual", "rich"} & {m.split(".")[0] for m in imports_of(source)}, module
 
 
+def test_the_tiny_models_import_nothing_else_of_mldebug():
+    # A rank loads mldebug/tiny/ by path (agent/tinymodel.py): it must stand alone.
+    edges = graph()
+    for module in layer(edges, "mldebug.tiny"):
+        outside = {m for m in edges[module] if not inside(m, "mldebug.tiny")}
+        assert not outside, (module, outside)
+
+
 def find_cycle(edges) -> list[str] | None:
     """One import cycle of `edges` (as a path that ends where it starts), or None."""
     state: dict[str, int] = {}

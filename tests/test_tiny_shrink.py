@@ -27,8 +27,22 @@ from mldebug.tiny.shrink import EXPERTS, HEADS, HIDDEN, KV_HEADS, TOP_K, ShrinkE
 # Decoder-only, MoE, sliding-window, latent attention, encoder-decoder, encoders, and a
 # composite vision-language config: 16 types.
 TYPES = [
-    "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3_moe", "gemma2", "gemma3_text",
-    "phi3", "gpt_neox", "falcon", "deepseek_v3", "t5", "bart", "bert", "distilbert",
+    "gpt2",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3_moe",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt_neox",
+    "falcon",
+    "deepseek_v3",
+    "t5",
+    "bart",
+    "bert",
+    "distilbert",
 ]
 
 

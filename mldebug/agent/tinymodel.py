@@ -4,7 +4,9 @@ architecture with random weights, offline, in the unmodified program.
 When MLDEBUG_TINY_MODEL is set, the transformers modules the program imports are patched
 right after they run (importhook): `from_pretrained` of the Auto model classes (the base
 class, before the Auto classes copy it, and each Auto class of modeling_auto), of
-`PreTrainedModel` (every concrete model class inherits it), of AutoTokenizer and of
+`PreTrainedModel` (every concrete model class inherits it), of AutoConfig and
+`PretrainedConfig` (the shrunken config, so that a program that reads its sizes or builds
+with `from_config` gets the tiny model too), of AutoTokenizer and of
 `PreTrainedTokenizerBase`. The patches load mldebug/tiny/ by path (as `_mldebug_tiny`; it
 imports only transformers) when they are first called, and hand it the call.
 
@@ -89,7 +91,7 @@ class _Patcher:
                 return load_original(pretrained_model_name_or_path, *args, **kwargs)
             package, spec = patcher.spec()
             substitute = _substitute_module(package)
-            load = substitute.load_model if kind == "model" else substitute.load_tokenizer
+            load = getattr(substitute, f"load_{kind}")
             return load(
                 cls,
                 load_original,
@@ -119,8 +121,13 @@ class _Patcher:
         return call
 
     def autoconfig(self):
+        """AutoConfig.from_pretrained as transformers has it (for local files and the cache)."""
         configuration = sys.modules.get("transformers.models.auto.configuration_auto")
-        return None if configuration is None else configuration.AutoConfig.from_pretrained
+        if configuration is None:
+            return None
+        auto = configuration.AutoConfig
+        original = self.originals.get((auto, "from_pretrained"))
+        return auto.from_pretrained if original is None else original.__get__(None, auto)
 
 
 def _substitute_module(package):
@@ -133,6 +140,13 @@ def start(environ=os.environ) -> bool:
     """Patch transformers as the program imports it, when --tiny-model asked for it."""
     spec_text = environ.get(ENV_TINY_MODEL)
     if spec_text is None:
+        return False
+    if importlib.util.find_spec("transformers") is None:
+        report(
+            "transformers is not installed in this Python, so nothing is substituted "
+            f"({sys.executable}: pip install transformers)",
+            missing="transformers",
+        )
         return False
     patcher = _Patcher(spec_text)
 
@@ -147,6 +161,12 @@ def start(environ=os.environ) -> bool:
     def modeling_utils(module):
         patcher.wrap(module.PreTrainedModel, "model")
 
+    def configuration_auto(module):
+        patcher.wrap(module.AutoConfig, "config")
+
+    def configuration_utils(module):
+        patcher.wrap(module.PretrainedConfig, "config")
+
     def tokenization_auto(module):
         patcher.wrap(module.AutoTokenizer, "tokenizer")
 
@@ -157,6 +177,8 @@ def start(environ=os.environ) -> bool:
         ("transformers.models.auto.auto_factory", auto_factory),
         ("transformers.models.auto.modeling_auto", modeling_auto),
         ("transformers.modeling_utils", modeling_utils),
+        ("transformers.models.auto.configuration_auto", configuration_auto),
+        ("transformers.configuration_utils", configuration_utils),
         ("transformers.models.auto.tokenization_auto", tokenization_auto),
         ("transformers.tokenization_utils_base", tokenization_base),
     ):

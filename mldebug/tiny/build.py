@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import names
+from .names import infer as infer_from_name
 from .shrink import ShrinkError, shrink_config
 from .spec import TinySpec
 
@@ -20,6 +20,8 @@ from .spec import TinySpec
 class TinyModelError(RuntimeError):
     """--tiny-model cannot stand in for this load (transformers missing, an unknown name, an
     architecture it cannot shrink); the message says what to do."""
+
+    __module__ = "mldebug.tiny"  # its name in a rank's traceback, where it is loaded by path
 
 
 @dataclass
@@ -33,7 +35,8 @@ def require_transformers():
         import transformers
     except ImportError as error:
         raise TinyModelError(
-            f"--tiny-model needs the transformers package, which cannot be imported ({error}); "
+            f"tiny models (--tiny-model, mldebug.tiny) need the transformers package, which "
+            f"cannot be imported ({error}); "
             "pip install transformers"
         ) from None
     return transformers
@@ -57,7 +60,7 @@ def resolve_config(name_or_config, config_class=None, original_autoconfig=None) 
             return FullConfig(load(name, local_files_only=True), "the local Hugging Face cache")
         except Exception:
             pass  # not cached: the name is all there is
-    inferred = names.infer(name)
+    inferred = infer_from_name(name)
     if inferred is not None:
         model_type, values, source = inferred
         if config_class is not None and model_type != getattr(config_class, "model_type", None):

@@ -182,8 +182,10 @@ def _shrink_heads(values: dict, spec: TinySpec, hidden: int, model_type: str) ->
 
 
 def _shrink_experts(values: dict, spec: TinySpec) -> None:
+    # DeepSeek scores each group of experts by its best two: a group holds at least two.
+    least = 2 if isinstance(values.get("n_group"), int) else 1
     for name in _ints(values, EXPERTS):
-        values[name] = min(values[name], spec.experts)
+        values[name] = min(values[name], max(spec.experts, least))
         experts = values[name]
         for top in _ints(values, TOP_K):
             values[top] = min(values[top], experts)

@@ -115,6 +115,8 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     try:
         if isinstance(given, transformers.PretrainedConfig):
             full = FullConfig(given, "the config given")
+        elif isinstance(given, (str, bytes)) or hasattr(given, "__fspath__"):
+            full = resolve_config(given, None, autoconfig)
         else:
             config_class = None if auto else getattr(owner, "config_class", None)
             full = resolve_config(name, config_class, autoconfig)
@@ -122,17 +124,21 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         _apply_config_kwargs(full.config, kwargs)
         small = shrink_config(full.config, spec)
     except (ShrinkError, TinyModelError) as error:
-        if spec.fallback == FALLBACK_LOAD:
-            report(
-                f"{call_text(owner, name, kwargs)}: {error}; loading it normally (fallback=load)",
-                call=call_text(owner, name, kwargs),
-                fallback=True,
+        failure = error
+    else:
+        failure = None
+    if failure is not None:  # outside the except: the normal load's own errors stand alone
+        if spec.fallback != FALLBACK_LOAD:
+            raise TinyModelError(
+                f"{failure} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` "
+                "loads such models normally instead"
             )
-            return original(name, *args, **({"config": given} if given else {}), **kwargs)
-        raise TinyModelError(
-            f"{error} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` loads "
-            "such models normally instead"
-        ) from None
+        report(
+            f"{call_text(owner, name, kwargs)}: {failure}; loading it normally (fallback=load)",
+            call=call_text(owner, name, kwargs),
+            fallback=True,
+        )
+        return original(name, *args, **({"config": given} if given else {}), **kwargs)
     before = full_parameter_count(owner, full.config)
     model = build(owner, small)
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
@@ -144,7 +150,7 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     report(
         f"{call_text(owner, name, kwargs)} -> tiny {type(model).__name__} "
         f"({full.config.model_type}, config from {full.source}), random weights: "
-        + ", ".join(f"{k} {v}" for k, v in changed.items())
+        + (_changes_text(changed) or "nothing to shrink, the config is tiny already")
         + f"; parameters {_count(before)} -> {after:,}",
         call=call_text(owner, name, kwargs),
         model_class=type(model).__name__,
@@ -155,6 +161,43 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         parameters_after=after,
     )
     return model
+
+
+def load_config(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+    """The config `owner.from_pretrained(name)` asks for, found offline and shrunk."""
+    kwargs = dict(kwargs)
+    unused = kwargs.pop("return_unused_kwargs", False)
+    try:
+        full = resolve_config(name, None if owner.__name__ == "AutoConfig" else owner, autoconfig)
+        full.config = full.config.__class__.from_dict(full.config.to_dict())
+        _apply_config_kwargs(full.config, kwargs)
+        small = shrink_config(full.config, spec)
+    except (ShrinkError, TinyModelError) as error:
+        failure = error
+    else:
+        failure = None
+    if failure is not None:
+        if spec.fallback != FALLBACK_LOAD:
+            raise TinyModelError(
+                f"{failure} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` "
+                "loads such models normally instead"
+            )
+        report(f"{call_text(owner, name, kwargs)}: {failure}; loading it normally", fallback=True)
+        return original(name, *args, return_unused_kwargs=unused, **kwargs)
+    changed = changes(full.config, small)
+    report(
+        f"{call_text(owner, name, kwargs)} -> the tiny config ({full.config.model_type}, from "
+        f"{full.source}): " + (_changes_text(changed) or "nothing to shrink"),
+        call=call_text(owner, name, kwargs),
+        model_type=full.config.model_type,
+        config_source=full.source,
+        changed=changed,
+    )
+    return (small, {}) if unused else small
+
+
+def _changes_text(changed: dict) -> str:
+    return ", ".join(f"{key} {value}" for key, value in changed.items())
 
 
 def _count(number) -> str:
