@@ -106,7 +106,7 @@ def main() -> None:
 
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, default SPEC")
     print()
-    print("| type | full size from | tiny class | parameters, full | tiny | layer kinds | result |")
+    print("| type | full size from | tiny class | parameters, full | tiny | block kinds | result |")
     print("|---|---|---|---|---|---|---|")
     for model_type, name in TRIED:
         print(row(model_type, name), flush=True)
