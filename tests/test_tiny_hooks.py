@@ -151,5 +151,9 @@ def test_a_config_loaded_first_is_the_tiny_one(tmp_path):
         "config (llama, from https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json)"
         ": hidden_size 4096->64"
     )
-    assert "nothing to shrink, the config is tiny already" in lines[1]
+    # The model built from that tiny config reports the full model it stands for.
+    assert (
+        "AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', config=...)" in lines[1]
+    )
+    assert lines[1].endswith("; parameters 6,738,415,616 -> 4,227,392")
     assert "LlamaConfig.from_pretrained('x/llama') -> the tiny config" in lines[2]

@@ -188,9 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="tiny_model",
         action="store_const",
         const="",
-        help="from_pretrained builds a tiny model of the same architecture with random "
-        "weights, offline; --tiny-model=hidden=64,layers=2,heads=4,kv_heads=N,"
-        "intermediate=N,experts=4,vocab=N|keep,fallback=error|load (docs/tiny-model.md)",
+        help="every Hugging Face from_pretrained builds a tiny model of the same architecture "
+        "with random weights, offline; --tiny-model=SPEC sets it: hidden=64,layers=2,heads=4,"
+        "kv_heads=N,intermediate=N,experts=4,vocab=N|keep,fallback=error|load "
+        "(docs/tiny-model.md)",
     )
     parser.add_argument(
         "-m", dest="module", metavar="MODULE", help="run a module as a script (as python -m)"

@@ -69,8 +69,13 @@ LOADING = frozenset(
 )
 
 
+SHOWN = frozenset({"dtype", "torch_dtype", "device_map", "config", "attn_implementation"})
+
+
 def call_text(owner, name, kwargs) -> str:
-    shown = ", ".join([repr(str(name))] + [f"{k}=..." for k in sorted(kwargs)][:4])
+    """The call as the program made it, with the keyword arguments that matter here."""
+    names = sorted(k for k in kwargs if k in SHOWN or (k not in LOADING and not k.startswith("_")))
+    shown = ", ".join([repr(str(name))] + [f"{k}=..." for k in names][:4])
     return f"{owner.__name__}.from_pretrained({shown})"
 
 
@@ -109,8 +114,9 @@ def _apply_config_kwargs(config, kwargs: dict) -> list[str]:
 def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
     """The model `owner.from_pretrained(name, *args, **kwargs)` asks for, tiny."""
     transformers = require_transformers()
-    given = kwargs.pop("config", None)
+    call = call_text(owner, name, kwargs)
     kwargs = dict(kwargs)
+    given = kwargs.pop("config", None)
     auto = hasattr(owner, "_model_mapping")
     try:
         if isinstance(given, transformers.PretrainedConfig):
@@ -127,15 +133,17 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         failure = error
     else:
         failure = None
+        # A tiny config AutoConfig handed out: the full one it came from is the "before".
+        full = _shrunk_from.get(id(given), full)
     if failure is not None:  # outside the except: the normal load's own errors stand alone
         if spec.fallback != FALLBACK_LOAD:
             raise TinyModelError(
-                f"{failure} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` "
+                f"{failure} (in {call}); `--tiny-model=fallback=load` "
                 "loads such models normally instead"
             )
         report(
-            f"{call_text(owner, name, kwargs)}: {failure}; loading it normally (fallback=load)",
-            call=call_text(owner, name, kwargs),
+            f"{call}: {failure}; loading it normally (fallback=load)",
+            call=call,
             fallback=True,
         )
         return original(name, *args, **({"config": given} if given else {}), **kwargs)
@@ -148,11 +156,11 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     after = count_parameters(model)
     changed = changes(full.config, small)
     report(
-        f"{call_text(owner, name, kwargs)} -> tiny {type(model).__name__} "
+        f"{call} -> tiny {type(model).__name__} "
         f"({full.config.model_type}, config from {full.source}), random weights: "
         + (_changes_text(changed) or "nothing to shrink, the config is tiny already")
         + f"; parameters {_count(before)} -> {after:,}",
-        call=call_text(owner, name, kwargs),
+        call=call,
         model_class=type(model).__name__,
         model_type=full.config.model_type,
         config_source=full.source,
@@ -163,8 +171,22 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     return model
 
 
+# Configs handed out tiny (AutoConfig.from_pretrained) -> the full config they came from, for
+# the model load they are then given to: its log says what the full model was.
+_shrunk_from: dict[int, FullConfig] = {}
+
+
+def _remember(small, full: FullConfig) -> None:
+    import weakref
+
+    key = id(small)
+    _shrunk_from[key] = full
+    weakref.finalize(small, _shrunk_from.pop, key, None)
+
+
 def load_config(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
     """The config `owner.from_pretrained(name)` asks for, found offline and shrunk."""
+    call = call_text(owner, name, kwargs)
     kwargs = dict(kwargs)
     unused = kwargs.pop("return_unused_kwargs", False)
     try:
@@ -179,20 +201,21 @@ def load_config(owner, original, name, args, kwargs, spec: TinySpec, report, aut
     if failure is not None:
         if spec.fallback != FALLBACK_LOAD:
             raise TinyModelError(
-                f"{failure} (in {call_text(owner, name, {})}); `--tiny-model=fallback=load` "
+                f"{failure} (in {call}); `--tiny-model=fallback=load` "
                 "loads such models normally instead"
             )
-        report(f"{call_text(owner, name, kwargs)}: {failure}; loading it normally", fallback=True)
+        report(f"{call}: {failure}; loading it normally", fallback=True)
         return original(name, *args, return_unused_kwargs=unused, **kwargs)
     changed = changes(full.config, small)
     report(
-        f"{call_text(owner, name, kwargs)} -> the tiny config ({full.config.model_type}, from "
+        f"{call} -> the tiny config ({full.config.model_type}, from "
         f"{full.source}): " + (_changes_text(changed) or "nothing to shrink"),
-        call=call_text(owner, name, kwargs),
+        call=call,
         model_type=full.config.model_type,
         config_source=full.source,
         changed=changed,
     )
+    _remember(small, full)
     return (small, {}) if unused else small
 
 
