@@ -233,9 +233,14 @@ def load_tokenizer(owner, original, name, args, kwargs, spec: TinySpec, report, 
         return original(name, *args, **{**kwargs, "local_files_only": True})
     except Exception as error:
         missing = f"{type(error).__name__}"
-    full = resolve_config(name, None, autoconfig)
-    small = shrink_config(full.config, spec)
-    tokenizer = stand_in_tokenizer(small, kwargs.get("model_max_length"))
+    try:
+        full = resolve_config(name, None, autoconfig)
+        small = shrink_config(full.config, spec)
+        tokenizer = stand_in_tokenizer(small, kwargs.get("model_max_length"))
+    except (ShrinkError, TinyModelError, ValueError) as error:
+        raise TinyModelError(
+            f"no tokenizer for {name!r} on this machine, and no stand-in: {error}"
+        ) from None
     report(
         f"{call_text(owner, name, kwargs)}: no local copy ({missing}); a byte-level stand-in "
         f"tokenizer of {len(tokenizer)} tokens ({full.config.model_type}, "

@@ -76,11 +76,19 @@ def stand_in_tokenizer(config, model_max_length: int | None = None):
         if token is not None and token not in vocab and 0 <= token_id < vocab_size:
             if token_id not in vocab.values():
                 vocab[token] = token_id
-    free = (i for i in range(vocab_size) if i not in set(vocab.values()))
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    needed = len(alphabet) + len(set(roles.values()))
+    if vocab_size < needed:
+        raise ValueError(
+            f"a vocabulary of {vocab_size} tokens cannot hold a byte-level stand-in tokenizer "
+            f"({needed} tokens)"
+        )
+    taken = set(vocab.values())
+    free = (i for i in range(vocab_size) if i not in taken)
     for token in dict.fromkeys(roles.values()):
         if token not in vocab:
             vocab[token] = next(free)
-    for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
+    for char in alphabet:
         vocab[char] = next(free)
     model = models.BPE(vocab=dict(vocab), merges=[], unk_token=roles.get("unk_token"))
     tokenizer = Tokenizer(model)
