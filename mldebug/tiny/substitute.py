@@ -115,8 +115,8 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     """The model `owner.from_pretrained(name, *args, **kwargs)` asks for, tiny."""
     transformers = require_transformers()
     call = call_text(owner, name, kwargs)
-    kwargs = dict(kwargs)
-    given = kwargs.pop("config", None)
+    given = kwargs.get("config")
+    rest = {k: v for k, v in kwargs.items() if k != "config"}  # those left go to the model
     auto = hasattr(owner, "_model_mapping")
     try:
         if isinstance(given, transformers.PretrainedConfig):
@@ -127,7 +127,7 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
             config_class = None if auto else getattr(owner, "config_class", None)
             full = resolve_config(name, config_class, autoconfig)
         full.config = full.config.__class__.from_dict(full.config.to_dict())  # a copy to change
-        _apply_config_kwargs(full.config, kwargs)
+        ignored = _apply_config_kwargs(full.config, rest)
         small = shrink_config(full.config, spec)
     except (ShrinkError, TinyModelError) as error:
         failure = error
@@ -146,11 +146,11 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
             call=call,
             fallback=True,
         )
-        return original(name, *args, **({"config": given} if given else {}), **kwargs)
+        return original(name, *args, **kwargs)
     before = full_parameter_count(owner, full.config)
     model = build(owner, small)
-    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-    if dtype is not None and not isinstance(dtype, str):
+    dtype = _dtype(rest.get("dtype", rest.get("torch_dtype")))
+    if dtype is not None:
         model = model.to(dtype)
     model.eval()  # as from_pretrained returns it
     after = count_parameters(model)
@@ -159,7 +159,8 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         f"{call} -> tiny {type(model).__name__} "
         f"({full.config.model_type}, config from {full.source}), random weights: "
         + (_changes_text(changed) or "nothing to shrink, the config is tiny already")
-        + f"; parameters {_count(before)} -> {after:,}",
+        + f"; parameters {_count(before)} -> {after:,}"
+        + (f"; ignored: {', '.join(ignored)}" if ignored else ""),
         call=call,
         model_class=type(model).__name__,
         model_type=full.config.model_type,
@@ -168,7 +169,23 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         parameters_before=before,
         parameters_after=after,
     )
+    if rest.get("output_loading_info"):
+        return model, {
+            "missing_keys": [],
+            "unexpected_keys": [],
+            "mismatched_keys": [],
+            "error_msgs": [],
+        }
     return model
+
+
+def _dtype(value):
+    """A torch dtype from from_pretrained's `dtype` (a dtype, its name, or "auto": None)."""
+    import torch
+
+    if isinstance(value, str):
+        value = getattr(torch, value, None)
+    return value if isinstance(value, torch.dtype) else None
 
 
 # Configs handed out tiny (AutoConfig.from_pretrained) -> the full config they came from, for
