@@ -12,7 +12,7 @@ script prints how long it took from the line that loads the model to the end of 
 step; the whole command is timed from outside (Python, torch and transformers imports, and
 for the tiny run mldebug's launcher, included).
 
-    python benchmarks/bench_tiny.py [--batch 4] [--seq 256] [--repeats 1]
+    python benchmarks/bench_tiny.py [--batch 4] [--seq 256] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder, "train.py")

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 
-from .events import emit, fail
+from .events import emit
 from .importhook import when_imported
 
 PART = "tiny-model"
@@ -184,6 +184,3 @@ def start(environ=os.environ) -> bool:
     ):
         when_imported(name, hook, PART)
     return True
-
-
-__all__ = ["start", "fail"]
