@@ -6,11 +6,14 @@ The same training script runs twice, in fresh processes:
     config with random weights (nothing downloaded), as a plain Python process;
   * tiny: `mldebug run --tiny-model train.py`, where the script's own
     `AutoModelForCausalLM.from_pretrained("openai-community/gpt2")` builds the tiny GPT-2,
-    offline (HF_HUB_OFFLINE=1, an empty HF_HOME).
+    offline (HF_HUB_OFFLINE=1, an empty HF_HOME), its 50,257-token vocabulary kept;
+  * tiny, vocab=4096: the same with `--tiny-model=vocab=4096`: at hidden 64 the kept
+    vocabulary is most of the tiny model and of its step (the logits).
 Each run trains one step (forward, backward, AdamW step) on a batch of token ids. The
 script prints how long it took from the line that loads the model to the end of the first
-step; the whole command is timed from outside (Python, torch and transformers imports, and
-for the tiny run mldebug's launcher, included).
+step (GPT-2's modelling code is imported before, the same in every run); the whole command
+is timed from outside (Python, torch and transformers imports, and for the tiny runs
+mldebug's launcher, included).
 
     python benchmarks/bench_tiny.py [--batch 4] [--seq 256] [--repeats 3]
 """
@@ -31,6 +34,7 @@ TRAIN = """\
 import sys, time
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config
+import transformers.models.gpt2.modeling_gpt2  # GPT-2's code: imported the same either way
 
 batch, seq = int(sys.argv[1]), int(sys.argv[2])
 start = time.perf_counter()
@@ -73,42 +77,46 @@ def main() -> None:
         Path(folder, "hf-home").mkdir()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(Path(folder, "hf-home"))}
         shape = [str(args.batch), str(args.seq)]
+        mldebug_run = [
+            sys.executable,
+            "-m",
+            "mldebug",
+            "run",
+            "--run-dir",
+            str(Path(folder, "run")),
+        ]
         commands = {
             "full GPT-2 small, plain python": [sys.executable, str(script), *shape, "--full"],
-            "mldebug run --tiny-model": [
-                sys.executable,
-                "-m",
-                "mldebug",
-                "run",
-                "--run-dir",
-                str(Path(folder, "run")),
-                "--tiny-model",
+            "mldebug run --tiny-model": [*mldebug_run, "--tiny-model", str(script), *shape],
+            "mldebug run --tiny-model=vocab=4096": [
+                *mldebug_run,
+                "--tiny-model=vocab=4096",
                 str(script),
                 *shape,
             ],
         }
         results = {}
-        for repeat in range(args.repeats):
+        for _ in range(args.repeats):
             for name, command in commands.items():
-                if repeat:
-                    subprocess.run(["rm", "-rf", str(Path(folder, "run"))], check=True)
+                subprocess.run(["rm", "-rf", str(Path(folder, "run"))], check=True)
                 results.setdefault(name, []).append(run(command, env))
     print(
         f"GPT-2 small, one training step on {args.batch} x {args.seq} tokens, "
         f"median of {args.repeats} run(s), {os.cpu_count()} CPUs"
     )
-    print(f"{'':34} {'parameters':>12} {'load + first step':>18} {'whole command':>14}")
+    print(f"{'':38} {'parameters':>12} {'load + first step':>18} {'whole command':>14}")
     medians = {}
     for name, rows in results.items():
         whole = statistics.median(r[0] for r in rows)
         step = statistics.median(r[1] for r in rows)
         medians[name] = (whole, step)
-        print(f"{name:34} {rows[0][2]:>12,} {step:>16.2f} s {whole:>12.2f} s")
-    (full_whole, full_step), (tiny_whole, tiny_step) = medians.values()
-    print(
-        f"tiny is {full_step / tiny_step:.0f}x faster from load to first step, "
-        f"{full_whole / tiny_whole:.1f}x for the whole command"
-    )
+        print(f"{name:38} {rows[0][2]:>12,} {step:>16.2f} s {whole:>12.2f} s")
+    full_whole, full_step = medians.pop(next(iter(medians)))
+    for name, (whole, step) in medians.items():
+        print(
+            f"{name}: {full_step / step:.1f}x faster from load to first step, "
+            f"{full_whole / whole:.1f}x for the whole command"
+        )
 
 
 if __name__ == "__main__":

@@ -158,6 +158,7 @@ def test_no_import_cycles_in_the_launcher():
         "mldebug.agent",
         "mldebug.rundir",
         "mldebug.rankrules",
+        "mldebug.tiny",
     ],
 )
 def test_the_in_rank_modules_load_without_textual_rich_or_the_analysis(module):
