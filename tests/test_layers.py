@@ -104,6 +104,14 @@ def test_the_doctor_and_the_recipes_import_only_the_basics():
         assert not {"textual", "rich", "torch"} & {m.split(".")[0] for m in imports_of(source)}
 
 
+def test_the_tiny_models_import_nothing_else_of_mldebug():
+    # A rank loads mldebug/tiny/ by path (agent/tinymodel.py): it must stand alone.
+    edges = graph()
+    for module in layer(edges, "mldebug.tiny"):
+        outside = {m for m in edges[module] if not inside(m, "mldebug.tiny")}
+        assert not outside, (module, outside)
+
+
 def find_cycle(edges) -> list[str] | None:
     """One import cycle of `edges` (as a path that ends where it starts), or None."""
     state: dict[str, int] = {}
@@ -161,6 +169,7 @@ def test_no_import_cycles_in_the_launcher():
         "mldebug.agent",
         "mldebug.rundir",
         "mldebug.rankrules",
+        "mldebug.tiny",
     ],
 )
 def test_the_in_rank_modules_load_without_textual_rich_or_the_analysis(module):

@@ -32,14 +32,6 @@ d-state-frozen-fs disk-full-checkpoint slurm-preemption stragglers dataloader-wo
 gil-holding-c-code tiny-model-repro node-unreachable native-crash core-dumps
 """.split()
 
-# Commands and options that recipes cite and that other branches add (CONTRACT.md "CLI
-# surface"). Each is tolerated only while this checkout's parser does not know it; once
-# merged it is parsed like every other. (command, option); option None: the whole command.
-# The lead empties this set after merging.
-NOT_YET_MERGED = {
-    ("run", "--tiny-model"),
-}
-TAKES_VALUE = {"--slurm", "--hosts", "--via", "--core", "--exe"}
 # Placeholders a recipe writes in capitals, and what stands for them here.
 PLACEHOLDERS = {"PID": "4242", "RUN": "/tmp/run"}
 
@@ -91,31 +83,15 @@ def cited_commands(body: str) -> list[str]:
     return [text for text in found if text.startswith("mldebug ")]
 
 
-def without_unmerged(command: str, argv: list[str], parser) -> list[str]:
-    known = parser._option_string_actions
-    kept, skip = [], False
-    for token in argv:
-        option = token.split("=", 1)[0]
-        if skip:
-            skip = False
-        elif (command, option) in NOT_YET_MERGED and option not in known:
-            skip = option in TAKES_VALUE and "=" not in token
-        else:
-            kept.append(token)
-    return kept
-
-
 def parse_cited(text: str) -> None:
     argv = [PLACEHOLDERS.get(t, t) for t in shlex.split(text)]
     for name, value in PLACEHOLDERS.items():
         argv = [t.replace(f"{name}/", f"{value}/") for t in argv]
     command, rest = argv[1], argv[2:]
     if command not in COMMANDS:
-        assert (command, None) in NOT_YET_MERGED, f"no command `mldebug {command}`: {text}"
-        return
+        pytest.fail(f"no command `mldebug {command}`: {text}")
     module = importlib.import_module(COMMANDS[command][0])
     parser = module.build_parser()
-    rest = without_unmerged(command, rest, parser)
     if not rest and command == "run":
         return  # `mldebug run` named in prose, not a command line
     parse = getattr(module, "parse_args", parser.parse_args)
@@ -138,9 +114,9 @@ def test_every_command_a_recipe_cites_parses(recipe, capsys):
 def test_a_command_with_a_wrong_option_is_caught(capsys):
     with pytest.raises(pytest.fail.Exception):
         parse_cited("mldebug dump --no-such-option")
-    with pytest.raises(AssertionError):
+    with pytest.raises(pytest.fail.Exception):
         parse_cited("mldebug frobnicate --json")
-    parse_cited("mldebug dump --slurm 123456")  # tolerated until merged
+    parse_cited("mldebug dump --slurm 123456")
 
 
 def test_front_matter_is_optional_and_tolerant():

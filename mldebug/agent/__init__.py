@@ -313,6 +313,12 @@ def _start_anomaly(runtime: _Runtime) -> None:
     anomaly.start(runtime)
 
 
+def _start_tiny_model(runtime: _Runtime) -> None:
+    from . import tinymodel
+
+    tinymodel.start()
+
+
 def _start_heartbeat(runtime: _Runtime) -> None:
     runtime.heartbeat.start()
     atexit.register(runtime.heartbeat.stop)
@@ -335,6 +341,7 @@ def _start_parts(rank, paths, rundir, rankrules) -> None:
         ("steps", _start_steps),
         ("memory", _start_memory),
         ("anomaly", _start_anomaly),  # NaN/Inf origin hooks (agent/anomaly.py)
+        ("tiny-model", _start_tiny_model),  # --tiny-model (agent/tinymodel.py)
         ("heartbeat", _start_heartbeat),
     ]
     for name, start in PARTS:

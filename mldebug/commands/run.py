@@ -190,6 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
             const=mode,
             help=argparse.SUPPRESS,
         )
+    # --tiny-model[=SPEC]: the SPEC only after `=` (see _tiny_model_spec), so that
+    # `--tiny-model train.py` never takes the script for it.
+    debug.add_argument(
+        "--tiny-model",
+        dest="tiny_model",
+        action="store_const",
+        const="",
+        help="every Hugging Face from_pretrained builds a tiny model of the same architecture "
+        "with random weights, offline; --tiny-model=SPEC sets it: hidden=64,layers=2,heads=4,"
+        "kv_heads=N,intermediate=N,experts=4,vocab=N|keep,fallback=error|load "
+        "(docs/tiny-model.md)",
+    )
     parser.add_argument(
         "-m", dest="module", metavar="MODULE", help="run a module as a script (as python -m)"
     )
@@ -201,17 +213,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TINY_MODEL_EQ = "--tiny-model="
+
+
+def _tiny_model_spec(args, argv: list[str]) -> None:
+    """args.tiny_model from `--tiny-model=SPEC` among mldebug's own options (before the
+    script), checked here: a bad SPEC is one line and exit 2."""
+    own = argv[: len(argv) - len(args.command)]
+    for token in own:
+        if token.startswith(TINY_MODEL_EQ):
+            args.tiny_model = token[len(TINY_MODEL_EQ) :]
+    args.command = argv[len(own) :]
+    if args.tiny_model is None:
+        return
+    from mldebug.tiny.spec import parse_spec
+
+    try:
+        args.tiny_model = parse_spec(args.tiny_model).to_text()
+    except ValueError as error:
+        raise MldebugError(f"--tiny-model: {error}") from None
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     """Options, mode and the command to start. Arguments after the script are the script's."""
     parser = build_parser()
+    # argparse takes `--tiny-model=SPEC` only as `--tiny-model`; the SPEC is read back after.
+    original, argv = argv, ["--tiny-model" if t.startswith(TINY_MODEL_EQ) else t for t in argv]
     # `-m MODULE` ends mldebug's options like a script name does: the rest is the module's.
     for index, token in enumerate(argv):
         if token == "-m" and index + 1 < len(argv):
             args = parser.parse_args(argv[:index])
             if not args.command:
-                return args, envs.MODE_NATIVE, [sys.executable, "-m", *argv[index + 1 :]]
+                _tiny_model_spec(args, original[:index])
+                return args, envs.MODE_NATIVE, [sys.executable, "-m", *original[index + 1 :]]
             break
     args = parser.parse_args(argv)
+    _tiny_model_spec(args, original)
     command = list(args.command)
     if args.module:
         return args, envs.MODE_NATIVE, [sys.executable, "-m", args.module, *command]
@@ -256,6 +293,7 @@ def main(argv: list[str]) -> int:
         distributed_debug=args.distributed_debug,
         flight_recorder=args.flight_recorder,
         detect_anomaly=args.detect_anomaly,
+        tiny_model=args.tiny_model,
     )
     if args.run_dir and os.path.exists(os.path.join(args.run_dir, MANIFEST)):
         raise MldebugError(

@@ -35,11 +35,15 @@ class DebugOptions:
     distributed_debug: bool = False
     flight_recorder: bool = False
     detect_anomaly: str | None = None  # ANOMALY_MODES: NaN/Inf origin hooks in the agent
+    tiny_model: str | None = None  # --tiny-model[=SPEC]: the SPEC text ("" for the defaults)
 
 
 # --detect-anomaly[=MODE] -> MLDEBUG_DETECT_ANOMALY (docs/agent.md, mldebug/agent/anomaly.py)
 ENV_DETECT_ANOMALY = "MLDEBUG_DETECT_ANOMALY"
 ANOMALY_MODES = {"on": "1", "torch": "torch", "stop": "stop"}
+
+# --tiny-model[=SPEC] -> MLDEBUG_TINY_MODEL (docs/tiny-model.md, mldebug/agent/tinymodel.py)
+ENV_TINY_MODEL = "MLDEBUG_TINY_MODEL"
 
 
 def package_dir() -> Path:
@@ -120,6 +124,8 @@ def debug_env(options: DebugOptions, run_dir: Path) -> dict[str, str]:
         env.update(flight_recorder_env(run_dir, torch_has_fr_names()))
     if options.detect_anomaly:
         env[ENV_DETECT_ANOMALY] = ANOMALY_MODES[options.detect_anomaly]
+    if options.tiny_model is not None:
+        env[ENV_TINY_MODEL] = options.tiny_model
     return env
 
 
