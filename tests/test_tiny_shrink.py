@@ -117,6 +117,17 @@ def test_the_vocabulary_is_kept_unless_asked():
     assert small.eos_token_id == 999 and small.bos_token_id == 999  # 50256 fits again
 
 
+def test_a_large_kept_vocabulary_narrows_the_default_hidden_size(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    qwen = resolve_config("Qwen/Qwen2.5-7B").config  # 152,064 tokens, output layer untied
+    small = shrink_config(qwen)
+    assert small.vocab_size == 152_064 and small.hidden_size == 16
+    assert count_parameters(tiny_model(qwen)) < 5_000_000
+    assert shrink_config(qwen, hidden=64).hidden_size == 64  # asked for: as asked
+    assert shrink_config(full_config("llama")).hidden_size == 64  # 32,000 tokens fit at 64
+
+
 def test_every_kind_of_layer_stays_when_layers_are_cut():
     full = full_config("gemma3_text")  # five sliding-window layers, then a full one
     assert full.layer_types[:2] == ["sliding_attention"] * 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .spec import TinySpec
+from .spec import DEFAULT_HIDDEN, EMBEDDING_BUDGET, MIN_AUTO_HIDDEN, TinySpec
 
 HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "word_embed_proj_dim")
 INTERMEDIATE = (
@@ -122,7 +122,8 @@ def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
             return  # a composite config whose parts were shrunk above
         raise ShrinkError(model_type, "hidden size", f"none of {', '.join(HIDDEN)} is set")
     old_hidden = max((values[n] for n in hidden_fields), default=0)
-    hidden = _multiple_of_8(min(old_hidden, spec.hidden), old_hidden) if old_hidden else spec.hidden
+    limit = spec.hidden if spec.hidden is not None else _default_hidden(values, spec)
+    hidden = _multiple_of_8(min(old_hidden, limit), old_hidden) if old_hidden else limit
     for name in hidden_fields:
         values[name] = min(values[name], hidden)
     heads = _shrink_heads(values, spec, hidden, model_type)
@@ -145,6 +146,17 @@ def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
     _shrink_layers(values, spec, model_type)
     if spec.vocab is not None:
         _shrink_vocab(values, spec.vocab, model_type)
+
+
+def _default_hidden(values: dict, spec: TinySpec) -> int:
+    """DEFAULT_HIDDEN, or the largest multiple of 8 (at least MIN_AUTO_HIDDEN) that keeps the
+    token embeddings, and the output layer when it is not tied to them, in EMBEDDING_BUDGET."""
+    vocab = spec.vocab or values.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= 0:
+        return DEFAULT_HIDDEN
+    tables = 1 if values.get("tie_word_embeddings", True) else 2
+    fits = EMBEDDING_BUDGET // (vocab * tables)
+    return max(MIN_AUTO_HIDDEN, min(DEFAULT_HIDDEN, fits - fits % 8))
 
 
 def _heads_for(hidden: int, limit: int) -> int:

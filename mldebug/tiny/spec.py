@@ -14,14 +14,23 @@ ENV_TINY_MODEL = "MLDEBUG_TINY_MODEL"  # the SPEC, as given ("" for the defaults
 FALLBACK_ERROR = "error"  # an architecture it cannot shrink: the program gets the error
 FALLBACK_LOAD = "load"  # ... the model is loaded as without --tiny-model, said so in the log
 
+DEFAULT_HIDDEN = 64
+# With no hidden= given, the embedding and output tables of a kept vocabulary get at most this
+# many parameters (hidden shrinks, not below MIN_AUTO_HIDDEN): a tiny model stays under 5 M
+# parameters with a 150k-token vocabulary (Qwen2), instead of 20 M at hidden 64.
+EMBEDDING_BUDGET = 4_900_000
+MIN_AUTO_HIDDEN = 16
+
 
 @dataclass(frozen=True)
 class TinySpec:
     """Upper bounds for the tiny model. A field of the real config that is already smaller
-    stays as it is; None: derived (kv_heads keeps the model's ratio of heads to kv heads,
-    intermediate is 4 * hidden, vocab is kept so the program's token ids still fit)."""
+    stays as it is; None: derived (hidden is DEFAULT_HIDDEN, or less where a large kept
+    vocabulary would make the embeddings most of the model; kv_heads keeps the model's ratio
+    of heads to kv heads, intermediate is 4 * hidden, vocab is kept so the program's token
+    ids still fit)."""
 
-    hidden: int = 64
+    hidden: int | None = None
     layers: int = 2
     heads: int = 4
     kv_heads: int | None = None
