@@ -62,7 +62,8 @@ def test_a_mix_of_files_and_directories_with_flight_recorder_dumps():
         str(DATA / "gpu" / "nccl_ok"),
     )
     assert done.returncode == 1, done.stderr
-    assert "4 log files" in done.stdout.splitlines()[0]  # the .json there is passed over
+    # The .json there is passed over, and so is the empty stdout.rank0.txt.
+    assert "3 log files" in done.stdout.splitlines()[0]
     assert "2 Flight Recorder dumps" in done.stdout.splitlines()[0]
     assert "Flight Recorder\n  rank 0: Flight Recorder" in done.stdout
 
@@ -104,3 +105,13 @@ def test_what_a_log_says_reaches_the_terminal_as_plain_text(tmp_path):
     done = mldebug(str(tmp_path))
     assert "[red]boom[/red]" in done.stdout
     assert "\x1b" not in done.stdout and "\x9b" not in done.stdout and "\x07" not in done.stdout
+
+
+def test_a_run_s_flight_recorder_directory_reads_as_dumps_only(tmp_path):
+    # <run>/fr/ holds the ranks' dumps and the empty `request` file that asks for them.
+    for dump in (DATA / "flight" / "behind").glob("comm_lib_trace_rank_*"):
+        (tmp_path / dump.name).write_bytes(dump.read_bytes())
+    (tmp_path / "request").touch()
+    done = mldebug(str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("mldebug nccl: 3 Flight Recorder dumps"), done.stdout[:200]

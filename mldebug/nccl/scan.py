@@ -99,6 +99,9 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
     if flight.looks_like_flight_dump(str(path), head):
         _read_dump(path, scan)
         return
+    if not named and not head:  # an empty file in a directory, e.g. <run>/fr/request
+        scan.skipped += 1
+        return
     if dumps_only or (not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head)):
         scan.skipped += 1
         return

@@ -48,12 +48,16 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
     size = sum(log.bytes_read for log in logs)
     ranks = [log for log in scan.ranks if log.said_anything]
     known = [log.rank for log in ranks if log.rank is not None]
-    out = [
-        f"mldebug nccl: {len(logs)} log {'file' if len(logs) == 1 else 'files'} ({_size(size)})"
-        + (f", {len(scan.dumps)} Flight Recorder dumps" if scan.dumps else "")
-        + f"; {len(ranks)} {'rank' if len(ranks) == 1 else 'ranks'} or processes"
-        + (f" (ranks {format_ranks(known)})" if known else "")
-    ]
+    read = []
+    if logs or not scan.dumps:
+        read.append(f"{len(logs)} log {'file' if len(logs) == 1 else 'files'} ({_size(size)})")
+    if scan.dumps:
+        read.append(f"{len(scan.dumps)} Flight Recorder dump{'s' if len(scan.dumps) > 1 else ''}")
+    head = "mldebug nccl: " + ", ".join(read)
+    if logs:
+        head += f"; {len(ranks)} {'rank' if len(ranks) == 1 else 'ranks'} or processes"
+        head += f" (ranks {format_ranks(known)})" if known else ""
+    out = [head]
     for problem in scan.problems[:20]:
         out.append(f"  not read: {one_line(problem)}")
     if len(scan.problems) > 20:
