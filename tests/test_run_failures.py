@@ -213,3 +213,23 @@ def test_a_rank_that_ran_out_of_cuda_memory_points_at_what_its_agent_saved(tmp_p
     assert "OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB" in report
     assert f"CUDA memory when it ran out: {folder / 'memory_summary.txt'}" in report
     assert f"allocator snapshot (drag it into https://pytorch.org/memory_viz): {folder}" in report
+
+
+@pytest.mark.parametrize(
+    ("failure", "recipe"),
+    [
+        (dict(exc_type="RuntimeError", message="boom"), "rank-crash"),
+        (dict(exc_type="torch.OutOfMemoryError", message="CUDA out of memory."), "cuda-oom"),
+        (dict(exc_type="mldebug.tiny.TinyModelError", message="gpt9"), "tiny-model-repro"),
+        (dict(exit_code=128 + signal.SIGSEGV, how="segmentation fault"), "native-crash"),
+        (dict(exit_code=128 + signal.SIGABRT, how="aborted"), "native-crash"),
+        (dict(exit_code=128 + signal.SIGKILL, how="killed"), "rank-crash"),  # OOM killer, kill -9
+    ],
+)
+def test_the_first_failure_names_the_recipe_for_how_the_rank_failed(tmp_path, failure, recipe):
+    from mldebug.launch.failures import Failure
+
+    first = Failure(rank=1, time=0.0, **failure)
+    report = format_report([first], RunPaths(tmp_path / "run"))
+    assert report.splitlines()[-1] == f"  what to do next: mldebug recipes {recipe}"
+    assert first.to_json()["recipe"] == recipe

@@ -28,6 +28,13 @@ from mldebug.rundir import (
 
 RECIPE = "rank-crash"
 RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains
+# Ways a rank fails that have their own recipe; everything else is RECIPE.
+RECIPE_NATIVE = "native-crash"  # killed by a signal of its own making: C/C++/CUDA code
+NATIVE_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+RECIPE_BY_EXCEPTION = (
+    ("TinyModelError", "tiny-model-repro"),  # --tiny-model could not build the model
+    ("OutOfMemoryError", "cuda-oom"),
+)
 
 _SIGNAL_MEANINGS = {
     signal.SIGKILL: "killed (SIGKILL): OOM killer? (check `dmesg` or the job's memory limit)",
@@ -91,6 +98,15 @@ class Failure:
     extra: dict = field(default_factory=dict)
 
     @property
+    def recipe(self) -> str:
+        """The recipe for the way this rank failed."""
+        for name, recipe in RECIPE_BY_EXCEPTION:
+            if self.exc_type.rsplit(".", 1)[-1] == name:
+                return recipe
+        crashed = self.exit_code is not None and signal_of(self.exit_code) in NATIVE_SIGNALS
+        return RECIPE_NATIVE if crashed and not self.exc_type else RECIPE
+
+    @property
     def headline(self) -> str:
         """One line: a long message (a state_dict's missing keys) is in the traceback."""
         if not self.exc_type:
@@ -112,7 +128,7 @@ class Failure:
             "location": self.location,
             "user_location": self.user_location,
             "traceback": self.traceback,
-            "recipe": RECIPE,
+            "recipe": self.recipe,
             **({"core": self.extra["core"]} if self.extra.get("core") else {}),
         }
 
@@ -280,7 +296,7 @@ def format_report(
         return ""
     first = failures[0]
     where = f" on {first.host}" if first.host else ""
-    recipe, output_rank = RECIPE, first.rank
+    recipe, output_rank = first.recipe, first.rank
     if explanation is not None:
         lines = _timeout_head(first, where, explanation)
         cause = explanation.cause
@@ -307,7 +323,8 @@ def format_report(
         lines.append(f"  ... and {len(failures) - 6} more failed ranks")
     if first.extra.get("core"):
         lines.append(f"  core file: {first.extra['core']}")
-        lines.append("  what it shows: mldebug recipes native-crash")
+        if recipe != RECIPE_NATIVE:
+            lines.append(f"  what it shows: mldebug recipes {RECIPE_NATIVE}")
     if stopped:
         lines.append(f"  mldebug stopped the other ranks: {format_ranks(stopped)}")
     lines.append(f"  full output: {paths.rank_dir(output_rank)}/stderr.log")
