@@ -411,7 +411,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     return JobTargets(ordered, world, str(root), str(root), exit_codes, notes=tuple(notes))
 
 
-def _describe_job(targets: list[RankTarget]) -> str:
+def describe_job(targets: list[RankTarget]) -> str:
     ranks = sorted(t.rank for t in targets if t.rank is not None)
     pids = " ".join(str(t.pid) for t in targets[:4]) + (" ..." if len(targets) > 4 else "")
     label = targets[0].job or "(no job variables)"
@@ -432,7 +432,7 @@ def _from_discovery() -> JobTargets:
         target = target_from_process(proc, environ, host)
         jobs.setdefault(target.job, []).append(target)
     if len(jobs) > 1:
-        listing = "\n".join(_describe_job(sorted(t, key=_order)) for t in jobs.values())
+        listing = "\n".join(describe_job(sorted(t, key=_order)) for t in jobs.values())
         raise NoTargetError(
             f"found {len(jobs)} jobs; say which one to look at:\n{listing}",
             "Pick one with --pid (any of its pids, or its launcher's) or --run DIR.",

@@ -14,7 +14,7 @@ import os
 from mldebug import rundir
 from mldebug.errors import NoTargetError
 from mldebug.model import JobTargets
-from mldebug.targets import _describe_job, discover_rank_processes, target_from_process
+from mldebug.targets import describe_job, discover_rank_processes, target_from_process
 
 
 def _order(target) -> tuple:
@@ -60,7 +60,7 @@ def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTar
     sizes = [t.world_size for t in targets if t.world_size]
     jobs = sorted({t.job for t in targets})
     if len(jobs) > 1:
-        listing = "\n".join(_describe_job([t for t in targets if t.job == job]) for job in jobs)
+        listing = "\n".join(describe_job([t for t in targets if t.job == job]) for job in jobs)
         raise NoTargetError(
             f"{len(jobs)} jobs on this node:\n{listing}",
             "Say which: --slurm-job JOBID or --run DIR (dump: --slurm JOBID, --run).",
