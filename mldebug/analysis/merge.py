@@ -29,6 +29,15 @@ def group_stacks(
             first_frames[key] = frames
         else:
             bucket.append(rank)
+    return _groups(buckets, first_frames, states)
+
+
+def _groups(
+    buckets: Mapping[tuple[FrameKey, ...], list[int]],
+    first_frames: Mapping[tuple[FrameKey, ...], Sequence[Frame]],
+    states: Mapping[int, str] | None,
+) -> tuple[StackGroup, ...]:
+    """One StackGroup per distinct stack, biggest first (ties: lowest rank first)."""
     groups = []
     for key, ranks in buckets.items():
         ranks.sort()
@@ -101,18 +110,4 @@ def merge_groups(
                 key = keys[id(group.frames)] = stack_key(group.frames)
                 first_frames.setdefault(key, group.frames)
             buckets.setdefault(key, []).extend(group.ranks)
-    merged = []
-    for key, ranks in buckets.items():
-        ranks.sort()
-        frames = tuple(first_frames[key])
-        merged.append(
-            StackGroup(
-                ranks=tuple(ranks),
-                frames=frames,
-                user_frame=user_frame(frames),
-                collective=collective_op(frames),
-                state=_group_state(ranks, states),
-            )
-        )
-    merged.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
-    return tuple(merged)
+    return _groups(buckets, first_frames, states)

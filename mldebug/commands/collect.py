@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import Parser, count, seconds, write_out
+from mldebug.commands.common import Parser, count, observe_job, seconds, write_out
 
 DEFAULT_DEADLINE = 20.0
 
@@ -60,23 +60,11 @@ def main(argv: list[str]) -> int:
     from mldebug import rundir
     from mldebug.cluster.document import node_document
     from mldebug.cluster.nodetargets import node_targets
-    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
-    from mldebug.observe import observe_once
 
     if args.native and args.nonblocking:
         raise_usage("--native and --nonblocking cannot be used together")
     job = node_targets(args.slurm_job, args.run)
-    snapshot, readings = observe_once(
-        job,
-        native=args.native,
-        nonblocking=args.nonblocking,
-        samples=args.samples,
-        interval=args.interval,
-        timeout_per_rank=args.timeout,
-        deadline=args.deadline,
-        max_pids=MAX_PIDS,
-        max_world=MAX_WORLD,
-    )
+    snapshot, readings = observe_job(job, args)
     host = args.host or rundir.hostname()
     document = node_document(
         snapshot, host, readings.notes, args.slurm_job, readings.job.crashes, readings.events

@@ -198,6 +198,25 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
     )
 
 
+def observe_job(job, args: argparse.Namespace):
+    """`observe_once` of a job with the reading options of `dump` and `collect` (--native,
+    --nonblocking, --samples, --interval, --timeout, --deadline): (snapshot, readings)."""
+    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
+    from mldebug.observe import observe_once
+
+    return observe_once(
+        job,
+        native=args.native,
+        nonblocking=args.nonblocking,
+        samples=args.samples,
+        interval=args.interval,
+        timeout_per_rank=args.timeout,
+        deadline=args.deadline,
+        max_pids=MAX_PIDS,
+        max_world=MAX_WORLD,
+    )
+
+
 def stdout_closed() -> bool:
     """True when there is no standard output to write to (`mldebug dump >&-`)."""
     if sys.stdout is None:

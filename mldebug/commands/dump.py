@@ -25,6 +25,7 @@ from mldebug.commands.common import (
     add_target_arguments,
     cluster_spec,
     count,
+    observe_job,
     report_console,
     seconds,
     target_of,
@@ -147,21 +148,8 @@ def _with_nccl(snapshot: JobSnapshot, job: JobTargets) -> JobSnapshot:
 
 def _observe_here(args, pids: list[int], run_dir: str | None):
     """The job on this machine, read once: its snapshot and the notes reading left."""
-    from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
-    from mldebug.observe import observe_once
-
     job = _targets_from_args(pids, run_dir)
-    snapshot, readings = observe_once(
-        job,
-        native=args.native,
-        nonblocking=args.nonblocking,
-        samples=args.samples,
-        interval=args.interval,
-        timeout_per_rank=args.timeout,
-        deadline=args.deadline,
-        max_pids=MAX_PIDS,
-        max_world=MAX_WORLD,
-    )
+    snapshot, readings = observe_job(job, args)
     snapshot = _with_nccl(snapshot, job)
     return snapshot, readings
 
