@@ -233,3 +233,19 @@ def test_the_first_failure_names_the_recipe_for_how_the_rank_failed(tmp_path, fa
     report = format_report([first], RunPaths(tmp_path / "run"))
     assert report.splitlines()[-1] == f"  what to do next: mldebug recipes {recipe}"
     assert first.to_json()["recipe"] == recipe
+
+
+def test_the_jobs_code_is_never_the_signal_mldebug_sent_a_rank_that_was_ending(tmp_path):
+    # Both ranks timed out; rank 0 raised first but was still ending when rank 1 exited
+    # with 1, and mldebug's SIGTERM ended it (143): the job's code is 1, not 143.
+    paths = RunPaths(tmp_path / "run")
+    for rank, when in ((0, 100.0), (1, 100.1)):
+        write_error_file(
+            paths, rank, {"type": "RuntimeError", "message": "timed out", "time": when}
+        )
+    exits = {0: (-signal.SIGTERM, 101.0), 1: (1, 100.2)}
+    failures = collect_failures(paths, exits, stopped={0})
+    assert [f.rank for f in failures] == [0, 1]
+    assert job_outcome(failures, None, None)[0] == 1
+    alone = collect_failures(paths, {0: (-signal.SIGTERM, 101.0)}, stopped={0})
+    assert job_outcome(alone, None, None)[0] == 1

@@ -96,6 +96,9 @@ class Failure:
     traceback: str = ""
     fault_log: str = ""  # Python stacks faulthandler wrote on a fatal signal
     extra: dict = field(default_factory=dict)
+    # mldebug stopped it while it was still ending after its exception: its exit code is
+    # mldebug's signal, not the job's.
+    stopped: bool = False
 
     @property
     def recipe(self) -> str:
@@ -218,6 +221,7 @@ def collect_failures(
                     exit_code=exit_code,
                     host=failure.host or hosts.get(rank, ""),
                     how=describe_exit(returncode) if returncode else failure.how,
+                    stopped=rank in stopped,
                 )
             )
         elif returncode and rank not in stopped:
@@ -262,7 +266,10 @@ def job_outcome(
         # With code 0 the launcher recovered (an elastic restart) or chose to ignore them.
         return code, STATUS_FAILED if code else STATUS_SUCCEEDED, failures if code else []
     if failures:
-        return failures[0].exit_code or 1, STATUS_FAILED, failures
+        # The first failure's own code: not the SIGTERM mldebug sent a rank that was still
+        # ending after its exception (1, the code of an uncaught exception, if all were).
+        own = [f.exit_code for f in failures if f.exit_code and not f.stopped]
+        return own[0] if own else 1, STATUS_FAILED, failures
     return 0, STATUS_SUCCEEDED, []
 
 
