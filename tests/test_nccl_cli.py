@@ -111,7 +111,7 @@ def test_a_run_s_flight_recorder_directory_reads_as_dumps_only(tmp_path):
     # <run>/fr/ holds the ranks' dumps and the empty `request` file that asks for them.
     for dump in (DATA / "flight" / "behind").glob("comm_lib_trace_rank_*"):
         (tmp_path / dump.name).write_bytes(dump.read_bytes())
-    (tmp_path / "request").touch()
+    (tmp_path / "request").write_text("1796097531.343\n")  # when the watchdog asked
     done = mldebug(str(tmp_path))
     assert done.returncode == 1, done.stderr
     assert done.stdout.startswith("mldebug nccl: 3 Flight Recorder dumps"), done.stdout[:200]

@@ -24,6 +24,7 @@ from mldebug.nccl.logparse import FileLog, parse_file
 
 MAX_FILES = 20_000  # files looked at under the paths given
 MAX_DEPTH = 8
+FR_REQUEST = "request"  # <run>/fr/request: asks the ranks for dumps (launch/flight.py)
 HEAD_BYTES = 4096  # what decides whether a file is a Flight Recorder dump
 SKIP_SUFFIXES = (".json", ".jsonl", ".py", ".pyc", ".md", ".pt", ".pth", ".npy", ".so", ".svg")
 # A run directory, read by `dump --run` and the live view: bounded per file and in all.
@@ -99,8 +100,8 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
     if flight.looks_like_flight_dump(str(path), head):
         _read_dump(path, scan)
         return
-    if not named and not head:  # an empty file in a directory, e.g. <run>/fr/request
-        scan.skipped += 1
+    if not named and (not head or path.name == FR_REQUEST):
+        scan.skipped += 1  # an empty file, or the run's request for Flight Recorder dumps
         return
     if dumps_only or (not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head)):
         scan.skipped += 1
