@@ -111,6 +111,7 @@ class RankCrash:
     exc_type: str = ""
     message: str = ""
     location: str | None = None  # file:line, the user's own frame when known
+    recipe: str = ""  # the launcher's recipe for how it failed (run.json), when it said
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ def strings_of(expr: ast.AST, constants: dict[str, str], function: ast.AST | Non
         return strings_of(expr.body, constants, function) | strings_of(
             expr.orelse, constants, function
         )
+    if isinstance(expr, (ast.Call, ast.Subscript)):  # computed: its arguments are not ids
+        return set()
     found = set()
     for node in ast.walk(expr):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -249,3 +249,25 @@ def test_the_jobs_code_is_never_the_signal_mldebug_sent_a_rank_that_was_ending(t
     assert job_outcome(failures, None, None)[0] == 1
     alone = collect_failures(paths, {0: (-signal.SIGTERM, 101.0)}, stopped={0})
     assert job_outcome(alone, None, None)[0] == 1
+
+
+def test_a_rank_killed_by_a_signal_comes_before_the_peer_it_left_with_a_closed_connection(
+    tmp_path,
+):
+    # Rank 1 aborted; rank 0's barrier raised "Connection closed by peer" at once, while the
+    # supervisor saw rank 1 dead a moment later. The root cause is rank 1.
+    paths = RunPaths(tmp_path / "run")
+    closed = (
+        "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:25813. This "
+        "is typically caused by a remote worker crashing."
+    )
+    write_error_file(paths, 0, {"type": "RuntimeError", "message": closed, "time": 100.0})
+    exits = {0: (1, 100.1), 1: (-signal.SIGABRT, 100.3)}
+    failures = collect_failures(paths, exits)
+    assert [f.rank for f in failures] == [1, 0]
+    assert format_report(failures, paths).startswith(
+        "mldebug: root cause (first failure): rank 1: aborted (SIGABRT)"
+    )
+    # An error long before the other failure stays first.
+    failures = collect_failures(paths, {0: (1, 100.1), 1: (-signal.SIGABRT, 130.0)})
+    assert [f.rank for f in failures] == [0, 1]

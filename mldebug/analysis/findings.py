@@ -184,7 +184,7 @@ def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Find
             (first.rank,),
             summary,
             location=first.location,
-            recipe="rank-crash",
+            recipe=first.recipe or "rank-crash",
             detail=first.how if first.exc_type and first.how else "",
         )
     ]

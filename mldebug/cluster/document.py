@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mldebug.collect.agentstate import parse_state
+from mldebug.collect.crashes import recipe_id
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -220,6 +221,7 @@ def node_document(
                 "exc_type": c.exc_type,
                 "message": c.message[:MAX_TEXT],
                 "location": c.location,
+                "recipe": c.recipe,
             }
             for c in crashes[:MAX_RANKS]
         ],
@@ -414,6 +416,7 @@ def _crashes(value: object):
                 _text(entry.get("exc_type")),
                 _text(entry.get("message")),
                 _text(entry.get("location")) or None,
+                recipe_id(entry.get("recipe")),
             )
 
 

@@ -2,7 +2,7 @@
 
 The in-rank hook writes `ranks/<rank>/error.json` when an exception reaches the top; the
 launcher writes `first_failure` into run.json when the job ends (it also covers signals,
-which leave no error file). Both are read here for the verdict (`with_crashes` puts them on
+which leave no error file), and that one leads. Both are read here for the verdict (`with_crashes` puts them on
 a job's targets); nothing is trusted beyond plain JSON values, and what is read is bounded:
 each file, the number of ranks, the bytes of all error files together, and each string kept.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +23,16 @@ MAX_ERROR_BYTES = rundir.MAX_JSON_BYTES  # one error.json
 MAX_TOTAL_BYTES = 64 << 20  # all error.json files of a run together
 MAX_MESSAGE_CHARS = 64 << 10  # the whole message stays in the rank's stderr.log
 MAX_FIELD_CHARS = 4096  # exception type, how, location
+RECIPE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 
 def _text(value: object, limit: int = MAX_FIELD_CHARS) -> str:
     return str(value)[:limit] if isinstance(value, (str, int, float)) else ""
+
+
+def recipe_id(value: object) -> str:
+    """A recipe id as the launcher writes one (`native-crash`), else nothing."""
+    return value if isinstance(value, str) and RECIPE_ID.fullmatch(value) else ""
 
 
 def _crash(data: dict, rank: int, how: str = "") -> RankCrash | None:
@@ -46,6 +53,7 @@ def _crash(data: dict, rank: int, how: str = "") -> RankCrash | None:
         exc_type=_text(data.get("type") or ""),
         message=_text(data.get("message") or "", MAX_MESSAGE_CHARS),
         location=_text(location) or None,
+        recipe=recipe_id(data.get("recipe")),
     )
 
 
@@ -55,9 +63,9 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
     manifest = manifest if manifest is not None else rundir.read_manifest(paths.root) or {}
     crashes: dict[int, RankCrash] = {}
     first = manifest.get("first_failure")
-    rank = rundir.parse_rank(first.get("rank")) if isinstance(first, dict) else None
-    if rank is not None:
-        crash = _crash(first, rank)
+    lead = rundir.parse_rank(first.get("rank")) if isinstance(first, dict) else None
+    if lead is not None:
+        crash = _crash(first, lead)
         if crash is not None:
             crashes[crash.rank] = crash
     budget = MAX_TOTAL_BYTES
@@ -77,7 +85,10 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
             crash = _crash(data, rank, how="uncaught exception")
             if crash is not None:
                 crashes[rank] = crash
-    return tuple(sorted(crashes.values(), key=lambda crash: (crash.time, crash.rank)))
+    # The launcher's first failure leads: it has ordered the failures already, knowing what
+    # the files alone do not (a rank it saw die by a signal after its peers' errors about it).
+    first_crash = [crashes.pop(lead)] if lead in crashes else []
+    return tuple(first_crash + sorted(crashes.values(), key=lambda c: (c.time, c.rank)))
 
 
 def with_crashes(job: JobTargets, manifest: dict | None = None) -> JobTargets:

@@ -167,9 +167,30 @@ def failure_from_error_file(data: dict, rank: int, fallback_time: float = 0.0) -
     )
 
 
+# Errors a rank raises because a peer went away: the peer's end is the cause. A rank killed
+# by a signal is seen dead only at the supervisor's next look, while its peers' errors carry
+# the moment they were raised; such errors count PEER_LAG seconds later than they say.
+PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "remote process exited",
+)
+PEER_LAG = 2.0
+
+
+def _peer_went_away(failure: Failure) -> bool:
+    return any(text in failure.message for text in PEER_GONE)
+
+
 def order_failures(failures: list[Failure]) -> list[Failure]:
-    """Earliest first; ties broken by rank so the report is stable."""
-    return sorted(failures, key=lambda failure: (failure.time, failure.rank))
+    """Earliest first (an error about a peer that went away: PEER_LAG later); ties broken
+    by rank so the report is stable."""
+
+    def when(failure: Failure) -> tuple[float, int]:
+        return failure.time + (PEER_LAG if _peer_went_away(failure) else 0.0), failure.rank
+
+    return sorted(failures, key=when)
 
 
 def read_fault_log(paths: RunPaths, rank: int, limit: int = 4000) -> str:
