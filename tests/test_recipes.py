@@ -206,6 +206,9 @@ def best(text: str) -> str:
         ("gpu/device_assert/stderr.rank0.txt", "cuda-async-error"),
         ("gpu/nccl_duplicate_gpu/stderr.rank0.txt", "nccl-init-failure"),
         ("gpu/nccl_duplicate_gpu/stdout.rank0.txt", "nccl-init-failure"),
+        # gloo jobs on torch 2.13 (tests/data/nccl/README.md)
+        ("nccl/gloo/recv_timeout/stderr.rank0.txt", "collective-hang"),
+        ("nccl/gloo/peer_closed/stderr.rank0.txt", "connection-refused"),
         # py-spy's own refusal, recorded from the real py-spy
         ("pyspy_error_permission.txt", "ptrace-permission"),
     ],
