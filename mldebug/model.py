@@ -48,6 +48,7 @@ KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug col
 KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
 KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
 KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
+KIND_FR_UNREAD = "fr_unread"  # Flight Recorder dumps of a run left unread for time (`dump`)
 # From NCCL debug logs and torch.distributed's error text (mldebug.nccl, `mldebug nccl`).
 KIND_NCCL_TIMEOUT = "nccl_timeout"  # a watchdog timeout; the rank that never enqueued the work
 KIND_NCCL_INIT = "nccl_init"  # a communicator init that never reached Init COMPLETE

@@ -395,3 +395,20 @@ def test_members_by_pg_config_that_left_no_dump_are_named(tmp_path):
     (finding,) = compare_flight_dumps([read_flight_dump(str(path))])
     assert finding.kind == KIND_FR_INCOMPLETE
     assert finding.detail.endswith("; no dump from ranks 1-2 of this group (by its pg_config)")
+
+
+def test_dump_reads_a_runs_dumps_for_a_bounded_time_and_says_what_it_left(tmp_path, monkeypatch):
+    from mldebug.model import KIND_FR_UNREAD
+    from mldebug.nccl import scan
+
+    run = tmp_path / "run"
+    (run / "fr").mkdir(parents=True)
+    for dump in (FLIGHT / "behind").glob("comm_lib_trace_rank_*"):
+        (run / "fr" / dump.name).write_bytes(dump.read_bytes())
+    kinds = [f.kind for f in scan.run_findings(run)]
+    assert KIND_FR_BEHIND in kinds and KIND_FR_UNREAD not in kinds
+    monkeypatch.setattr(scan, "RUN_FR_SECONDS", -1.0)  # out of time before the first
+    (left,) = scan.run_findings(run)
+    assert left.kind == KIND_FR_UNREAD and left.recipe == "rank-behind"
+    assert left.summary.startswith("3 of 3 Flight Recorder dumps were not read within -1 s")
+    assert f"mldebug nccl {run / 'fr'}" in left.summary

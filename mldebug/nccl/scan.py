@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug import rundir
-from mldebug.model import Finding
+from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
 from mldebug.nccl import compare, flight, ranklog
 from mldebug.nccl.logparse import FileLog, parse_file
 
@@ -34,6 +35,9 @@ RUN_NCCL_TOTAL = 256 << 20  # all NCCL logs together: a second or two of reading
 RUN_STDERR_TAIL = 256 << 10  # the end of one rank's stderr (the errors), the head of stdout
 RUN_STDERR_TOTAL = 64 << 20  # all ranks' stderr tails together, and stdout heads
 RUN_RANKS = 4096
+# Reading a run's Flight Recorder dumps for `dump` and the hang report stops after this
+# long (2,000 entries take about 0.05 s): `mldebug nccl RUN/fr` reads them all.
+RUN_FR_SECONDS = 10.0
 
 
 @dataclass
@@ -196,10 +200,26 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
         dumps = sorted(n for n in os.listdir(paths.root / "fr") if not n.startswith("."))
     except OSError:
         dumps = []
+    started, unread = time.monotonic(), 0
     for name in dumps[:RUN_RANKS]:
+        if time.monotonic() - started > RUN_FR_SECONDS:
+            unread += 1
+            continue
         _one(paths.root / "fr" / name, scan, named=False, dumps_only=True)
     join_pids(scan, paths)
-    return finish(scan)
+    finish(scan)
+    if unread:
+        scan.findings.append(
+            Finding(
+                KIND_FR_UNREAD,
+                (),
+                f"{unread} of {min(len(dumps), RUN_RANKS)} Flight Recorder dumps were not read "
+                f"within {RUN_FR_SECONDS:g} s; `mldebug nccl {paths.root / 'fr'}` reads them all",
+                recipe="rank-behind",
+                severity=SEVERITY_INFO,
+            )
+        )
+    return scan
 
 
 def join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
