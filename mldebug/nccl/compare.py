@@ -92,12 +92,19 @@ def _stuck_in(log: RankLog) -> list[str]:
 # ---- Network -----------------------------------------------------------------------------
 
 
+def _by(logs: list[RankLog], value_of) -> dict[str, list[RankLog]]:
+    """The ranks grouped by one fact of theirs (ranks without it left out)."""
+    groups: dict[str, list[RankLog]] = {}
+    for log in logs:
+        value = value_of(log)
+        if value:
+            groups.setdefault(value, []).append(log)
+    return groups
+
+
 def _network(logs: list[RankLog]) -> list[Finding]:
     found = []
-    nets: dict[str, list[RankLog]] = {}
-    for log in logs:
-        if log.network:
-            nets.setdefault(log.network, []).append(log)
+    nets = _by(logs, lambda log: log.network)
     ib_found = [log for log in logs if log.first("ib_devices")]
     if len(nets) > 1:
         ordered, text = sides(nets)
@@ -137,10 +144,7 @@ def _network(logs: list[RankLog]) -> list[Finding]:
             )
         )
     for net, side in nets.items():
-        ifaces: dict[str, list[RankLog]] = {}
-        for log in side:
-            if log.interface:
-                ifaces.setdefault(log.interface, []).append(log)
+        ifaces = _by(side, lambda log: log.interface)
         if len(ifaces) > 1:
             ordered, text = sides(ifaces)
             odd = [log for _, s in ordered[1:] for log in s]
@@ -168,11 +172,7 @@ def _versions(logs: list[RankLog]) -> list[Finding]:
         ("cuda_runtime", "CUDA runtime", SEVERITY_WARNING),
         ("cuda_driver", "CUDA driver", SEVERITY_WARNING),
     ):
-        values: dict[str, list[RankLog]] = {}
-        for log in logs:
-            value = log.first(attr)
-            if value:
-                values.setdefault(value, []).append(log)
+        values = _by(logs, lambda log, attr=attr: log.first(attr))
         if len(values) > 1:
             ordered, text = sides(values)
             odd = [log for _, side in ordered[1:] for log in side]
