@@ -73,7 +73,15 @@ def test_the_analysis_imports_only_the_model_and_itself():
         others = {
             m for m in edges[module] if not m.startswith(("mldebug.analysis", "mldebug.model"))
         }
-        assert others <= {"mldebug.ranges", "mldebug.rankrules"}, (module, others)
+        assert others <= {
+            "mldebug.ranges",
+            "mldebug.rankrules",
+            "mldebug.ledger",
+            "mldebug.ledgerrules",
+        }, (
+            module,
+            others,
+        )
 
 
 def test_views_never_import_collectors_internals():
@@ -169,6 +177,7 @@ def test_no_import_cycles_in_the_launcher():
         "mldebug.agent",
         "mldebug.rundir",
         "mldebug.rankrules",
+        "mldebug.ledgerrules",
         "mldebug.tiny",
     ],
 )
@@ -198,6 +207,7 @@ def test_the_nccl_readers_import_only_the_model_and_plain_helpers():
     # mldebug.nccl reads files and compares ranks: no views, no collectors, no launcher.
     edges = graph()
     allowed = {"mldebug", "mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
+    allowed |= {"mldebug.ledger", "mldebug.ledgerrules"}  # the collective ledger
     for module in layer(edges, "mldebug.nccl"):
         outside = {m for m in edges[module] if not m.startswith("mldebug.nccl")}
         assert outside <= allowed, (module, outside)

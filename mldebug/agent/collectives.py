@@ -41,6 +41,7 @@ import weakref
 from collections import deque
 
 from .events import fail, fault_point
+from .siblings import sibling as _sibling
 
 PART = "collectives"
 TRACE_LEN = 64
@@ -48,8 +49,13 @@ MAX_TENSORS = 16
 MAX_PENDING = 4096
 INLINE_POLL = 8  # pending calls a synchronous call looks at when it returns
 MAX_STACK = 64
-MAX_GROUP_NAME = 200
-DEFAULT_GROUP = "default_pg"
+
+
+# The collective ledger's contract (mldebug/ledgerrules.py, loaded by path as rankrules is):
+# the group names the outside parses.
+_rules = _sibling("ledgerrules")
+DEFAULT_GROUP = _rules.DEFAULT_GROUP
+MAX_GROUP_NAME = _rules.MAX_GROUP_NAME
 
 ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
 PEER_ARGUMENTS = ("dst", "src", "group_dst", "group_src")
@@ -162,21 +168,7 @@ class Group:
 
 def format_ranks(ranks) -> str:
     """`ranks:0-3,8,10-11` for a group's global ranks; a digest for very long lists."""
-    ranks = sorted(ranks)
-    parts, start = [], None
-    for i, rank in enumerate(ranks):
-        if start is None:
-            start = rank
-        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
-            parts.append(str(start) if start == rank else f"{start}-{rank}")
-            start = None
-    name = "ranks:" + ",".join(parts)
-    if len(name) > MAX_GROUP_NAME:
-        import hashlib
-
-        digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:16]
-        name = f"ranks:{len(ranks)}#{digest}"
-    return name
+    return _rules.ranks_group_name(ranks)
 
 
 class _Local(threading.local):

@@ -24,6 +24,7 @@ import sys
 import time
 
 from .events import fail, fault_point
+from .siblings import sibling as _sibling
 
 PART = "flight_recorder"
 PENDING_INTERVALS = 2
@@ -33,7 +34,10 @@ MAX_DUMP = 16 << 20  # bytes of JSON parsed at most
 MAX_ENTRIES = 4096
 MAX_GROUPS = 64
 MAX_TEXT = 200
-DEFAULT_GROUP = "default_pg"
+
+
+_rules = _sibling("ledgerrules")  # the collective ledger's contract: group names
+DEFAULT_GROUP = _rules.DEFAULT_GROUP
 
 
 def _dumper():
@@ -57,13 +61,7 @@ def group_name(process_group) -> str | None:
     if not isinstance(process_group, (list, tuple)) or len(process_group) != 2:
         return None
     name, desc = (str(part)[:MAX_TEXT] for part in process_group)
-    if desc == DEFAULT_GROUP:
-        return DEFAULT_GROUP
-    if name.isdigit():
-        return name
-    if desc and desc != "undefined":
-        return desc
-    return name or None
+    return _rules.group_of_entry(name, desc) or None
 
 
 def _ints(value) -> list:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import mldebug.ledger as ledger
+import mldebug.ledgerrules as rules
 from mldebug.model import (
     KIND_FROZEN,
     KIND_HANG,
@@ -43,40 +45,14 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 
-DEFAULT_INTERVAL = 1.0  # MLDEBUG_HEARTBEAT's default, for a state that does not say
-FROZEN_MIN_SECONDS = 10.0  # a heartbeat this old (or 5 intervals) while the process lives
-FROZEN_INTERVALS = 5
 WAIT_SEEN_INTERVALS = 1  # a wait shorter than a heartbeat is a call in transit
 WAIT_ERROR_INTERVALS = 2  # "a couple of heartbeats": the wait is no accident
-DEFAULT_GROUP = "default_pg"
+DEFAULT_GROUP = rules.DEFAULT_GROUP
+DEFAULT_INTERVAL = rules.DEFAULT_INTERVAL
 AGENT_THREAD = "mldebug-heartbeat"  # the agent's thread that writes state.json
 MAX_BEHIND_FINDINGS = 4  # per group: places the ranks that are behind are at
 MAX_GROUPS = 64  # process groups compared per snapshot (the first named by the ranks)
-P2P_OPS = frozenset(
-    {
-        "send",
-        "recv",
-        "isend",
-        "irecv",
-        "batch_isend_irecv",
-        "send_object_list",
-        "recv_object_list",
-    }
-)
-# Ops whose tensors have the same shape and dtype on every rank (others legitimately differ:
-# gather/scatter lists exist on one rank only, object collectives pickle to any size).
-SAME_SHAPE_OPS = frozenset(
-    {
-        "all_reduce",
-        "broadcast",
-        "reduce",
-        "all_gather_into_tensor",
-        "reduce_scatter_tensor",
-        "_all_gather_base",
-        "_reduce_scatter_base",
-        "all_reduce_coalesced",
-    }
-)
+P2P_OPS = rules.P2P_OPS
 
 
 def interval_of(state: AgentState) -> float:
@@ -84,8 +60,9 @@ def interval_of(state: AgentState) -> float:
 
 
 def frozen_after(state: AgentState) -> float:
-    """How old a heartbeat may be before a living process counts as frozen."""
-    return max(FROZEN_MIN_SECONDS, FROZEN_INTERVALS * interval_of(state))
+    """How old a heartbeat may be before a living process counts as frozen (the one
+    freshness rule, ledgerrules.stale_after)."""
+    return rules.stale_after(state.interval)
 
 
 def alive(view: RankView) -> bool:
@@ -120,17 +97,14 @@ def _fresh(view: RankView) -> bool:
 
 def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
     """The ranks (with a state) that belong to `group`: every rank for the world's group,
-    the listed ones for `ranks:0,1`, else those that called on it."""
+    the listed ones for `ranks:0-3,8` (a member that never called on it included), else
+    those that called on it."""
     with_state = [v for v in views if v.agent is not None and alive(v)]
     if group == DEFAULT_GROUP:
         return with_state
-    if group.startswith("ranks:"):
-        try:
-            listed = {int(r) for r in group[len("ranks:") :].split(",")}
-        except ValueError:
-            listed = None
-        if listed is not None:
-            return [v for v in with_state if v.rank in listed]
+    listed = rules.ranks_of_group(group)
+    if listed is not None:
+        return [v for v in with_state if v.rank in listed]
     return [v for v in with_state if any(g.group == group for g in v.agent.groups)]
 
 
@@ -155,7 +129,7 @@ def _calls(view: RankView, group: str) -> dict[int, CollectiveCall]:
 
 
 def _signature(call: CollectiveCall) -> tuple:
-    if call.op in SAME_SHAPE_OPS and call.shapes:
+    if rules.same_shape_expected(call.op) and call.shapes:
         return (call.op, call.shapes, call.dtypes)
     return (call.op,)
 
@@ -163,12 +137,20 @@ def _signature(call: CollectiveCall) -> tuple:
 def _describe(call: CollectiveCall) -> str:
     if len(_signature(call)) == 1:
         return call.op
-    dtypes = list(call.dtypes[: len(call.shapes)])
-    dtypes += ["?"] * (len(call.shapes) - len(dtypes))
-    tensors = ", ".join(
-        f"{dtype}{list(shape)}" for dtype, shape in zip(dtypes, call.shapes, strict=True)
+    return f"{call.op} of {ledger.tensors_text(_ledger_call(call))}"
+
+
+def _ledger_call(call: CollectiveCall) -> ledger.Call:
+    """The agent's record of a call in the ledger's form."""
+    return ledger.Call(
+        call.seq,
+        rules.op_name(call.op),
+        call.shapes,
+        tuple(rules.dtype_name(d) for d in call.dtypes),
+        site=call.site,
+        entered=call.enqueued,
+        ended=call.completed,
     )
-    return f"{call.op} of {tensors}"
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -226,72 +208,49 @@ def _severity(seconds: float, interval: float) -> str | None:
     return None
 
 
-def _first_mismatch(group: str, members: Sequence[RankView]) -> Finding | None:
-    """The lowest call number of `group` that ranks made differently (op, or shapes and
-    dtypes of an op that needs the same on every rank)."""
-    calls = {v.rank: _calls(v, group) for v in members}
-    # One pass over every call the states name (at most 65 per rank): by number, who made what.
-    by_seq: dict[int, list[tuple[int, CollectiveCall]]] = {}
-    for rank, made_by_rank in calls.items():
-        for seq, call in made_by_rank.items():
-            by_seq.setdefault(seq, []).append((rank, call))
+def _mismatch_finding(
+    group: str, mismatch: ledger.Mismatch, members: Sequence[RankView]
+) -> Finding:
+    """A mismatch the ledger found, with its severity: an error once ranks have waited in
+    it for two heartbeats; a past one (or one not waited in), a warning."""
     views = {v.rank: v for v in members}
-    for seq in sorted(s for s, made_at in by_seq.items() if len(made_at) > 1):
-        sides: dict[tuple, list[int]] = {}
-        made: dict[tuple, CollectiveCall] = {}
-        for rank, call in by_seq[seq]:
-            key = _signature(call)
-            sides.setdefault(key, []).append(rank)
-            made.setdefault(key, call)
-        if len(sides) < 2:
-            continue
-        if len({key[0] for key in sides}) == 1 and any(len(key) == 1 for key in sides):
-            continue  # one op, shapes known on some ranks only: nothing to compare
-        ordered = sorted(sides.items(), key=lambda item: (-len(item[1]), item[1][0]))
-        ops = len({key[0] for key in sides}) > 1
-        texts = [
-            f"{_ranks_text(ranks)} {_verb(ranks, 'calls', 'call')} "
-            + (made[key].op if ops else _describe(made[key]))
-            + (f" ({made[key].site})" if made[key].site else "")
-            for key, ranks in ordered[:4]
-        ]
-        ranks = sorted(r for _, group_ranks in ordered for r in group_ranks)
-        waits = [
-            _waited(views[r], calls[r][seq])
-            for r in ranks
-            if (p := _progress(views[r], group)) is not None
-            and _seq(p.enqueued) == seq
-            and _seq(p.completed) < seq
-        ]
-        interval = max(interval_of(views[r].agent) for r in ranks)
-        # Hanging at it: an error once seen for two heartbeats; a past one, a warning.
-        severity = _severity(max(waits), interval) if waits else None
-        on = "" if group == DEFAULT_GROUP else f" on group {group}"
-        why = "different collectives" if ops else "different tensors"
-        smallest = ordered[-1]
-        return Finding(
-            KIND_MISMATCH,
-            tuple(ranks),
-            f"ranks make {why} as call #{seq}{on}, which never match: " + "; ".join(texts),
-            location=made[smallest[0]].site,
-            recipe="mismatched-collectives",
-            severity=severity or SEVERITY_WARNING,
-            parts=tuple(
-                FindingPart(tuple(rs), f"{made[key].op} #{seq}", made[key].site)
-                for key, rs in ordered
-            ),
-        )
-    return None
+    seq = mismatch.seq
+    ranks = sorted(r for side in mismatch.sides for r in side.ranks)
+    waits = [
+        _waited(views[r], call)
+        for r in ranks
+        if (p := _progress(views[r], group)) is not None
+        and _seq(p.enqueued) == seq
+        and _seq(p.completed) < seq
+        and (call := _calls(views[r], group).get(seq)) is not None
+    ]
+    interval = max(interval_of(views[r].agent) for r in ranks)
+    severity = _severity(max(waits), interval) if waits else None
+    odd = mismatch.sides[-1].call
+    return Finding(
+        KIND_MISMATCH,
+        tuple(ranks),
+        mismatch.text,
+        location=odd.site if odd is not None else None,
+        recipe="mismatched-collectives",
+        severity=severity or SEVERITY_WARNING,
+        parts=tuple(
+            FindingPart(side.ranks, f"{side.call.op} #{seq}", side.call.site)
+            for side in mismatch.sides
+            if side.call is not None
+        ),
+    )
 
 
 def _behind_findings(
-    group: str,
+    verdict: ledger.GroupVerdict,
     call: CollectiveCall,
     waiting: Sequence[RankView],
     behind: Sequence[RankView],
     waits: Mapping[int, Wait],
 ) -> list[Finding]:
     """One finding per place the ranks that never made call #M are at."""
+    group = verdict.group
     waiting_ranks = [v.rank for v in waiting]
     started = min((w.call.enqueued for w in waits.values() if w.call.enqueued), default=None)
     longest = max(waits[r].seconds for r in waiting_ranks)
@@ -307,22 +266,17 @@ def _behind_findings(
         head = bucket[0]
         progress = _progress(head, group)
         last = progress.enqueued if progress else None
-        count = call.seq - _seq(last)
         # Known behind while the others waited: its state was written after the first of
         # them made the call. How long that was, by the agents' clocks, sets the severity.
         lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
-        summary = f"{_ranks_text(ranks)} never called {_call_text(call, group)}"
+        worded = ledger.Behind(tuple(ranks), _seq(last), _ledger_call(last) if last else None, "")
+        summary = ledger.behind_sentence(worded, verdict)
         if lag < 0:  # its last state predates the call: what it says may be old news
+            head_text, colon, tail = summary.partition(": ")
             age = max(v.heartbeat_age or 0.0 for v in bucket)
-            summary += f" as far as {_verb(ranks, 'its agent', 'their agents')} last wrote"
-            summary += f", {age:.0f} s ago" if age >= 1 else ""
-        if last is None:
-            summary += f": {_verb(ranks, 'it has', 'they have')} made no call on it yet"
-        elif count > 1:
-            summary += (
-                f": {count} calls behind, {_verb(ranks, 'its', 'their')} last was "
-                f"{_call_text(last, group)}"
-            )
+            head_text += f" as far as {_verb(ranks, 'its agent', 'their agents')} last wrote"
+            head_text += f", {age:.0f} s ago" if age >= 1 else ""
+            summary = head_text + colon + tail
         summary += (
             f"; {_verb(ranks, 'it is', 'they are')} {_current(head)}, while "
             f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
@@ -364,7 +318,7 @@ def _behind_findings(
     return findings
 
 
-def _hang(group: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
+def _hang(text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
     ranks = [v.rank for v in waiting]
     interval = max(interval_of(v.agent) for v in waiting)
     severity = _severity(seconds, interval)
@@ -373,8 +327,7 @@ def _hang(group: str, call: CollectiveCall, waiting: Sequence[RankView], seconds
     return Finding(
         KIND_HANG,
         tuple(ranks),
-        f"all {len(ranks)} ranks made {_call_text(call, group)} and none has seen it "
-        "complete, and none is behind: the collective itself does not complete",
+        text,
         location=call.site,
         recipe="collective-hang",
         severity=severity,
@@ -397,6 +350,14 @@ def _done(view: RankView, group: str) -> int:
     return _seq(progress.completed) if progress is not None else 0
 
 
+def _rank_progress(view: RankView, group: str) -> ledger.RankProgress:
+    """The rank's place in `group` in the ledger's form (made 0: no call on it yet)."""
+    calls = {seq: _ledger_call(call) for seq, call in _calls(view, group).items()}
+    return ledger.RankProgress(
+        view.rank, _made(view, group), _done(view, group), calls, fresh=_fresh(view)
+    )
+
+
 def _group_verdict(
     group: str, views: Sequence[RankView]
 ) -> tuple[dict[int, Wait], list[Finding], set[int]]:
@@ -408,17 +369,19 @@ def _group_verdict(
         return {}, [], set()
     if any(c.op in P2P_OPS for v in members for c in _calls(v, group).values()):
         return {}, [], set()
-    findings: list[Finding] = []
-    covered: set[int] = set()
-    mismatch = _first_mismatch(group, members)
-    if mismatch is not None:
-        findings.append(mismatch)
-        covered.update(mismatch.ranks)
-    top = max(_made(v, group) for v in fresh)
-    # Call #top completed somewhere: every rank joined it; nobody waits for anyone.
-    if top == 0 or any(_done(v, group) >= top for v in members):
+    if group == DEFAULT_GROUP:
+        size: int | None = len(views)  # a hang is said when every rank of the job has a state
+    else:
+        size = next((p.size for v in members if (p := _progress(v, group)) and p.size), None)
+    verdict = ledger.compare_group(
+        group, {v.rank: _rank_progress(v, group) for v in members}, size=size
+    )
+    findings = [_mismatch_finding(group, m, members) for m in verdict.mismatches]
+    covered = {r for f in findings for r in f.ranks}
+    if not verdict.waiting:
         return {}, findings, covered
-    waiting = [v for v in fresh if _made(v, group) == top]
+    by_rank = {v.rank: v for v in members}
+    waiting = [by_rank[r] for r in verdict.waiting]
     waits = {}
     for view in waiting:
         call = _progress(view, group).enqueued
@@ -426,22 +389,13 @@ def _group_verdict(
     interval = max(interval_of(v.agent) for v in waiting)
     if _severity(max(w.seconds for w in waits.values()), interval) is None:
         return {}, findings, covered  # a call in transit
-    if mismatch is not None and any(p.label.endswith(f"#{top}") for p in mismatch.parts):
-        return waits, findings, covered  # they wait in a call the others made differently
     call = waits[waiting[0].rank].call
-    behind = [v for v in members if _made(v, group) < top]
-    if behind:
-        findings += _behind_findings(group, call, waiting, behind, waits)
+    if verdict.behind:
+        behind = [by_rank[r] for r in verdict.ranks_behind]
+        findings += _behind_findings(verdict, call, waiting, behind, waits)
         covered.update(v.rank for v in (*waiting, *behind))
-        return waits, findings, covered
-    # Everyone made the call: a hang below Python, when every rank of the group is here.
-    if group == DEFAULT_GROUP:
-        complete = len(members) == len(views)  # every rank of the job has a state
-    else:
-        size = _progress(waiting[0], group).size
-        complete = size is not None and len(members) >= size
-    if complete:
-        hang = _hang(group, call, waiting, min(w.seconds for w in waits.values()))
+    elif verdict.hang is not None:
+        hang = _hang(verdict.hang, call, waiting, min(w.seconds for w in waits.values()))
         if hang is not None:
             findings.append(hang)
             covered.update(v.rank for v in waiting)

@@ -1,0 +1,482 @@
+"""The collective ledger: who is behind, who is mismatched, by sequence number, per group.
+
+Every member of a process group numbers its collectives on that group 1, 2, 3...; call #N
+must be the same op, with the same shapes and dtypes where the op needs them, on every
+member. Every source says where each rank is in that count: the live agent's state.json
+(analysis/sequence.py), the last states at exit (launch/timeouts.py), torch's Flight
+Recorder dumps (nccl/flight_compare.py), NCCL's watchdog lines (nccl/compare_errors.py)
+and NCCL's RAS launch counts (`from_ras_counts` here). Each adapter turns its source into
+`RankProgress` per rank and group; `compare_group` judges them, the same way and in the
+same words whatever the source:
+
+- a **mismatch**: ranks whose call #N differs (op, shapes, dtypes, an all_to_all whose
+  totals differ, a state one rank never reached). The culprit is decided by majority, never
+  by "the first rank is right"; with sides of one size, the side whose #N repeats its own
+  #N-1 (op and line) made one call more (a loop ran once more); else both sides are named.
+  Every mismatch of a group is reported, up to MAX_MISMATCHES; an op mismatch that only
+  repeats an earlier one's culprits (the count shifted by a skipped call) is not news.
+- **behind**: members whose last call is before #M, the call the most advanced members
+  wait in (M, the highest call any fresh member made, completed nowhere);
+- a **hang**: every member made #M and none has seen it complete;
+- **point-to-point**: each send matched with its receive, pair by pair, in the order of
+  the ops' numbers (Flight Recorder's p2p_seq_id): a send nobody receives, or sizes that
+  differ between the two ends.
+
+`RankProgress.calls` carry entry and completion times (`Call.entered`, `Call.ended`) where a
+source has them, for a later "who arrives last" verdict; nothing here uses them yet.
+Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import mldebug.ledgerrules as rules
+from mldebug.ranges import format_ranks
+
+MAX_MISMATCHES = 4  # per group
+MAX_SIDES = 4  # sides of one mismatch named in its text
+WINDOW = 64  # calls before the lowest member's last that are compared
+
+KIND_OP = "op"
+KIND_SHAPES = "shapes"
+KIND_DTYPES = "dtypes"
+KIND_TOTALS = "totals"  # all_to_all: the members' input and output totals differ
+KIND_STATE = "state"  # Flight Recorder: some members started #N, others never did
+# How far an entry got, by the Flight Recorder's states (an unknown state: not compared).
+_STATES = {"scheduled": 0, "started": 1, "completed": 2}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call as one rank recorded it. `op` is torch.distributed's name (op_name)."""
+
+    seq: int
+    op: str
+    shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+    out_shapes: tuple[tuple[int, ...], ...] = ()  # all_to_all totals, p2p receive sizes
+    site: str | None = None  # file:line of the user's code
+    state: str | None = None  # "scheduled" / "started" / "completed", where a source says
+    entered: float | None = None  # when the rank made the call (its own clock, epoch s)
+    ended: float | None = None  # when it completed there (None: not seen)
+    peer: int | None = None  # point-to-point: the other end (a rank of the group)
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """Where one rank is in one group's count of collectives."""
+
+    rank: int
+    made: int  # the last call number it made (0: none)
+    done: int | None = None  # the last it saw complete (None: the source does not say)
+    calls: Mapping[int, Call] = field(default_factory=dict)  # the calls known, by number
+    fresh: bool = True  # its source is current (a live heartbeat); stale ones set no M
+    p2p: tuple[Call, ...] = ()  # its point-to-point ops on the group, in their order
+
+
+@dataclass(frozen=True)
+class Side:
+    ranks: tuple[int, ...]
+    call: Call | None  # what they made as #N (None: never made it)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    seq: int
+    kind: str  # KIND_*
+    sides: tuple[Side, ...]  # the most ranks first
+    culprits: tuple[int, ...]  # () when no side can be told the odd one
+    extra: bool  # the culprits made one call more (a loop ran once more)
+    text: str
+
+
+@dataclass(frozen=True)
+class Behind:
+    ranks: tuple[int, ...]
+    last: int  # their last call (0: none on this group)
+    last_call: Call | None
+    text: str
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    group: str
+    top: int  # M: the highest call a fresh member made (0: none)
+    call: Call | None  # call #M as the waiting ranks made it
+    waiting: tuple[int, ...]  # members that made #M and have not seen it complete
+    behind: tuple[Behind, ...]  # by their last call, the most ranks first
+    mismatches: tuple[Mismatch, ...]
+    hang: str | None  # every member waits in #M: the sentence, else None
+    p2p: tuple[Mismatch, ...] = ()  # sends never received, ends of another size
+
+    @property
+    def ranks_behind(self) -> tuple[int, ...]:
+        return tuple(sorted(r for b in self.behind for r in b.ranks))
+
+
+# ---- Words -------------------------------------------------------------------------------
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    ordered = sorted(ranks)
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
+
+
+def _verb(ranks: Sequence[int], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
+def on_group(group: str) -> str:
+    return "" if group == rules.DEFAULT_GROUP else f" on group {group}"
+
+
+def call_text(op: str, seq: int, group: str) -> str:
+    """`all_reduce #6`, `all_reduce #6 on group 1`."""
+    return f"{op} #{seq}{on_group(group)}"
+
+
+def tensors_text(call: Call) -> str:
+    """`float32[4]`, `float32[4], int64[2]`; `?` for a dtype not recorded."""
+    dtypes = list(call.dtypes[: len(call.shapes)]) + ["?"] * (len(call.shapes) - len(call.dtypes))
+    return ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes, call.shapes, strict=True))
+
+
+def behind_text(ranks: Sequence[int], op: str, seq: int, group: str) -> str:
+    """The behind verdict's words: `rank 2 never called all_reduce #6 on group 1`."""
+    return f"{ranks_text(ranks)} never called {call_text(op, seq, group)}"
+
+
+def behind_count_text(
+    ranks: Sequence[int], top: int, last: int, last_call: Call | None, group: str
+) -> str:
+    """`: 3 calls behind, its last was all_reduce #35 (a.py:9)`, `: it has made no call on
+    it yet`; nothing when it is one call behind."""
+    if last == 0:
+        return f": {_verb(ranks, 'it has', 'they have')} made no call on it yet"
+    if top - last > 1:
+        what = call_text(last_call.op, last, group) if last_call else f"#{last}"
+        at = f" ({last_call.site})" if last_call is not None and last_call.site else ""
+        return f": {top - last} calls behind, {_verb(ranks, 'its', 'their')} last was {what}{at}"
+    return ""
+
+
+def behind_sentence(behind: Behind, verdict: GroupVerdict) -> str:
+    """The behind verdict as every source says it: `rank 2 never called all_reduce #38
+    (a.py:9): 3 calls behind, its last was all_reduce #35 (a.py:9)`."""
+    call = verdict.call
+    op = call.op if call is not None else "a collective"
+    at = f" ({call.site})" if call is not None and call.site else ""
+    return (
+        behind_text(behind.ranks, op, verdict.top, verdict.group)
+        + at
+        + behind_count_text(behind.ranks, verdict.top, behind.last, behind.last_call, verdict.group)
+    )
+
+
+def hang_text(count: int, op: str, seq: int, group: str) -> str:
+    return (
+        f"all {count} ranks made {call_text(op, seq, group)} and none has seen it complete, "
+        "and none is behind: the collective itself does not complete"
+    )
+
+
+def _side_text(side: Side, kind: str) -> str:
+    call = side.call
+    verb = _verb(side.ranks, "calls", "call")
+    if call is None:
+        return f"{ranks_text(side.ranks)} {_verb(side.ranks, 'makes', 'make')} no call #N"
+    what = call.op
+    if kind in (KIND_SHAPES, KIND_DTYPES) and call.shapes:
+        what = f"{call.op} of {tensors_text(call)}"
+    elif kind == KIND_TOTALS:
+        sent = sum(_numel(s) for s in call.shapes)
+        got = sum(_numel(s) for s in call.out_shapes)
+        what = f"{call.op} sending {sent} and receiving {got} elements"
+    elif kind == KIND_STATE:
+        what = f"{call.op} ({call.state})"
+    at = f" ({call.site})" if call.site else ""
+    return f"{ranks_text(side.ranks)} {verb} {what}{at}"
+
+
+_WHY = {
+    KIND_OP: "different collectives",
+    KIND_SHAPES: "different tensors",
+    KIND_DTYPES: "different dtypes",
+    KIND_TOTALS: "all_to_all calls whose totals differ",
+    KIND_STATE: "one collective that only some started",
+}
+
+
+def mismatch_text(
+    seq: int, kind: str, sides: Sequence[Side], culprits: Sequence[int], extra: bool, group: str
+) -> str:
+    """`ranks make different collectives as call #4, which never match: ranks 0-2 call
+    all_reduce (a.py:3); rank 3 calls broadcast (a.py:9): rank 3 is the odd one out`."""
+    texts = "; ".join(_side_text(s, kind).replace("#N", f"#{seq}") for s in sides[:MAX_SIDES])
+    if len(sides) > MAX_SIDES:
+        texts += f"; and {len(sides) - MAX_SIDES} more"
+    text = f"ranks make {_WHY[kind]} as call #{seq}{on_group(group)}, which never match: {texts}"
+    if culprits and extra:
+        op = next(s.call.op for s in sides if s.call is not None and s.ranks[0] in culprits)
+        text += (
+            f": {ranks_text(culprits)} made one {op} more than the others (a loop ran once more)"
+        )
+    elif culprits:
+        text += f": {ranks_text(culprits)} {_verb(culprits, 'is', 'are')} the odd one out"
+    return text
+
+
+# ---- The comparison ----------------------------------------------------------------------
+
+
+def _numel(shape: Sequence[int]) -> int:
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total
+
+
+def _repeats(progress: RankProgress, seq: int) -> bool:
+    """Call #seq is the call before it again (same op, same line): a loop ran once more."""
+    this, before = progress.calls.get(seq), progress.calls.get(seq - 1)
+    return (
+        this is not None
+        and before is not None
+        and this.op == before.op
+        and this.site is not None
+        and this.site == before.site
+    )
+
+
+def _culprits(
+    sides: Sequence[Side], members: Mapping[int, RankProgress], seq: int
+) -> tuple[tuple[int, ...], bool]:
+    """The side with fewest ranks, when only one is that small (the majority is right);
+    among equal sides, the one whose call repeats its previous one."""
+    smallest = min(len(s.ranks) for s in sides)
+    small = [s for s in sides if len(s.ranks) == smallest]
+    if len(small) == 1 and len(sides) > 1:
+        return small[0].ranks, False
+    repeating = [s for s in small if all(_repeats(members[r], seq) for r in s.ranks)]
+    if len(repeating) == 1:
+        return repeating[0].ranks, True
+    return (), False
+
+
+def _key(call: Call, kind: str) -> tuple:
+    if kind == KIND_OP:
+        return (call.op,)
+    if kind == KIND_SHAPES:
+        return (call.shapes,)
+    if kind == KIND_DTYPES:
+        return (tuple(dict.fromkeys(call.dtypes)),)
+    return (call.state,)
+
+
+def _kind(calls: Sequence[Call], members: int) -> str | None:
+    """How the calls (one per rank, of one number) differ, if they do."""
+    if len({c.op for c in calls}) > 1:
+        return KIND_OP
+    op = calls[0].op
+    shaped = [c for c in calls if c.shapes]
+    if rules.same_shape_expected(op) and len(shaped) == len(calls):
+        if len({c.shapes for c in calls}) > 1:
+            return KIND_SHAPES
+    if (rules.same_shape_expected(op) or op in rules.ALL_TO_ALL_OPS) and all(
+        c.dtypes for c in calls
+    ):
+        if len({tuple(dict.fromkeys(c.dtypes)) for c in calls}) > 1:
+            return KIND_DTYPES
+    if op in rules.ALL_TO_ALL_OPS and len(calls) == members and all(c.out_shapes for c in calls):
+        sent = sum(_numel(s) for c in calls for s in c.shapes)
+        got = sum(_numel(s) for c in calls for s in c.out_shapes)
+        if sent != got:
+            return KIND_TOTALS
+    states = {_STATES.get(c.state or "", -1) for c in calls}
+    if -1 not in states and 2 not in states and len(states) > 1:
+        return KIND_STATE  # started on some, only scheduled on others; completed nowhere
+    return None
+
+
+def _totals_sides(calls: Mapping[int, Call]) -> list[Side]:
+    """all_to_all: the ranks whose input total is not their output total are the odd ones."""
+    even = tuple(r for r, c in calls.items() if _balanced(c))
+    odd = tuple(r for r, c in calls.items() if not _balanced(c))
+    sides = [Side(even, calls[even[0]])] if even else []
+    return sides + ([Side(odd, calls[odd[0]])] if odd else [])
+
+
+def _balanced(call: Call) -> bool:
+    return sum(_numel(s) for s in call.shapes) == sum(_numel(s) for s in call.out_shapes)
+
+
+def _mismatches(group: str, members: Mapping[int, RankProgress]) -> list[Mismatch]:
+    by_seq: dict[int, dict[int, Call]] = {}
+    low = min((p.made for p in members.values()), default=0)
+    for rank, progress in members.items():
+        for seq, call in progress.calls.items():
+            if seq > low - WINDOW:
+                by_seq.setdefault(seq, {})[rank] = call
+    found: list[Mismatch] = []
+    seen: set[tuple[int, ...]] = set()
+    for seq in sorted(by_seq):
+        calls = by_seq[seq]
+        if len(calls) < 2 or any(rules.is_p2p(c.op) for c in calls.values()):
+            continue
+        kind = _kind(list(calls.values()), len(members))
+        if kind is None:
+            continue
+        if kind == KIND_TOTALS:
+            sides = _totals_sides(calls)
+        else:
+            grouped: dict[tuple, list[int]] = {}
+            for rank in sorted(calls):
+                grouped.setdefault(_key(calls[rank], kind), []).append(rank)
+            sides = [Side(tuple(rs), calls[rs[0]]) for rs in grouped.values()]
+        sides.sort(key=lambda s: (-len(s.ranks), s.ranks[0]))
+        if kind == KIND_STATE:  # the ranks that never started it hold the others
+            least = min(_STATES[c.state or ""] for c in calls.values())
+            culprits = tuple(sorted(r for r, c in calls.items() if _STATES[c.state or ""] == least))
+            extra = False
+        elif kind == KIND_TOTALS:
+            culprits, extra = sides[-1].ranks if len(sides) > 1 else (), False
+        else:
+            culprits, extra = _culprits(sides, members, seq)
+        if kind == KIND_OP and culprits in seen:
+            continue  # the count shifted after this side's first mismatch: no news
+        if kind == KIND_OP:
+            seen.add(culprits)
+        text = mismatch_text(seq, kind, sides, culprits, extra, group)
+        found.append(Mismatch(seq, kind, tuple(sides), culprits, extra, text))
+        if len(found) >= MAX_MISMATCHES:
+            break
+    return found
+
+
+def _p2p(group: str, members: Mapping[int, RankProgress]) -> list[Mismatch]:
+    """Each send matched with the receive at the other end, pair by pair, in order."""
+    found: list[Mismatch] = []
+    for rank, progress in sorted(members.items()):
+        sends: dict[int, list[Call]] = {}
+        for call in progress.p2p:
+            if call.op in ("send", "isend") and call.peer is not None:
+                sends.setdefault(call.peer, []).append(call)
+        for peer, mine in sorted(sends.items()):
+            other = members.get(peer)
+            if other is None:
+                continue
+            theirs = [c for c in other.p2p if c.op in ("recv", "irecv") and c.peer == rank]
+            for index, send in enumerate(mine):
+                recv = theirs[index] if index < len(theirs) else None
+                where = f" ({send.site})" if send.site else ""
+                if recv is None:
+                    if send.ended is not None or send.state == "completed":
+                        continue  # received: the receiver's record rolled over
+                    text = (
+                        f"{ranks_text([peer])} never received send #{send.seq}{on_group(group)} "
+                        f"of {ranks_text([rank])}{where}, which waits for it"
+                    )
+                    sides = (Side((rank,), send), Side((peer,), None))
+                    found.append(Mismatch(send.seq, KIND_OP, sides, (peer,), False, text))
+                elif send.shapes and recv.out_shapes and send.shapes != recv.out_shapes:
+                    text = (
+                        f"send #{send.seq}{on_group(group)} of {ranks_text([rank])} sends "
+                        f"{tensors_text(send)} but {ranks_text([peer])} receives "
+                        f"{tensors_text(Call(recv.seq, recv.op, recv.out_shapes, recv.dtypes))}"
+                    )
+                    sides = (Side((rank,), send), Side((peer,), recv))
+                    found.append(Mismatch(send.seq, KIND_SHAPES, sides, (), False, text))
+                if len(found) >= MAX_MISMATCHES:
+                    return found
+    return found
+
+
+def compare_group(
+    group: str,
+    progress: Mapping[int, RankProgress],
+    members: Iterable[int] | None = None,
+    size: int | None = None,
+) -> GroupVerdict:
+    """The verdict on one group. `progress`: rank -> where it is (the ranks a source has);
+    `members`: the group's ranks where known (a listed member without progress made no
+    call on it); `size`: how many members the group has, where only that is known."""
+    known = dict(progress)
+    listed = set(members) if members is not None else None
+    if listed is not None:
+        known = {r: p for r, p in known.items() if r in listed}
+        for rank in listed - set(known):
+            known[rank] = RankProgress(rank, 0, fresh=False)
+    p2p = _p2p(group, known)
+    collective = {
+        r: p for r, p in known.items() if not any(rules.is_p2p(c.op) for c in p.calls.values())
+    }
+    mismatches = _mismatches(group, collective)
+    fresh = [p for p in collective.values() if p.fresh]
+    top = max((p.made for p in fresh), default=0)
+    empty = GroupVerdict(group, top, None, (), (), tuple(mismatches), None, tuple(p2p))
+    if top == 0 or any((p.done or 0) >= top for p in collective.values()):
+        return empty  # #M completed somewhere: every member joined it
+    waiting = tuple(sorted(p.rank for p in fresh if p.made == top))
+    call = next(
+        (collective[r].calls[top] for r in waiting if top in collective[r].calls),
+        None,
+    )
+    op = call.op if call is not None else "a collective"
+    first_mismatch = min((m.seq for m in mismatches), default=None)
+    lagging = [p for p in collective.values() if p.made < top]
+    behind: list[Behind] = []
+    if lagging and (first_mismatch is None or min(p.made for p in lagging) < first_mismatch):
+        by_last: dict[int, list[int]] = {}
+        for p in lagging:
+            by_last.setdefault(p.made, []).append(p.rank)
+        for last, ranks in sorted(by_last.items(), key=lambda i: (-len(i[1]), min(i[1]))):
+            ranks.sort()
+            last_call = collective[ranks[0]].calls.get(last)
+            behind.append(Behind(tuple(ranks), last, last_call, ""))
+    hang = None
+    complete = (listed is not None or size is not None) and len(collective) >= (
+        len(listed) if listed is not None else size or 0
+    )
+    at_top = any(m.seq == top for m in mismatches)
+    if not lagging and not at_top and complete and len(waiting) == len(collective):
+        hang = hang_text(len(waiting), op, top, group)
+    verdict = GroupVerdict(group, top, call, waiting, (), tuple(mismatches), hang, tuple(p2p))
+    # The words need the verdict (call #M as the waiting ranks made it).
+    worded = tuple(
+        Behind(b.ranks, b.last, b.last_call, behind_sentence(b, verdict)) for b in behind
+    )
+    return GroupVerdict(group, top, call, waiting, worded, tuple(mismatches), hang, tuple(p2p))
+
+
+# ---- NCCL RAS ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RasCount:
+    """One rank's launch count of one op type on one communicator, as NCCL's RAS reports
+    it (`ncclras`: per communicator, per rank, "collective operations launched" per type).
+    The RAS reader's records map onto this in a line each: communicator -> group (its
+    hash, or the group name where the job says), rank -> the rank's index in it, op ->
+    NCCL's type name (AllReduce, Broadcast...), count -> the launches."""
+
+    group: str
+    rank: int
+    op: str
+    count: int
+
+
+def from_ras_counts(counts: Iterable[RasCount]) -> dict[str, dict[int, RankProgress]]:
+    """group -> rank -> progress, from RAS launch counts. NCCL counts per op type, not one
+    sequence: each op type is its own group `<communicator>:<op>` whose call number is the
+    count of launches. A count is a launch, never a completion: `done` stays unknown, so
+    these feed "behind" (fewer launches) and never a hang."""
+    out: dict[str, dict[int, RankProgress]] = {}
+    for entry in counts:
+        op = rules.op_name(entry.op)
+        name = f"{entry.group}:{op}"
+        out.setdefault(name, {})[entry.rank] = RankProgress(
+            entry.rank, max(0, entry.count), None, {entry.count: Call(entry.count, op)}
+        )
+    return out
