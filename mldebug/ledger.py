@@ -275,18 +275,16 @@ def _key(call: Call, kind: str) -> tuple:
     return (call.state,)
 
 
-def _kind(calls: Sequence[Call], members: int) -> str | None:
+def _kind(calls: Sequence[Call], members: int, inputs: bool) -> str | None:
     """How the calls (one per rank, of one number) differ, if they do."""
     if len({c.op for c in calls}) > 1:
         return KIND_OP
     op = calls[0].op
-    shaped = [c for c in calls if c.shapes]
-    if rules.same_shape_expected(op) and len(shaped) == len(calls):
+    same = rules.same_shape_expected(op, inputs)
+    if same and all(c.shapes for c in calls):
         if len({c.shapes for c in calls}) > 1:
             return KIND_SHAPES
-    if (rules.same_shape_expected(op) or op in rules.ALL_TO_ALL_OPS) and all(
-        c.dtypes for c in calls
-    ):
+    if (same or op in rules.ALL_TO_ALL_OPS) and all(c.dtypes for c in calls):
         if len({tuple(dict.fromkeys(c.dtypes)) for c in calls}) > 1:
             return KIND_DTYPES
     if op in rules.ALL_TO_ALL_OPS and len(calls) == members and all(c.out_shapes for c in calls):
@@ -312,7 +310,7 @@ def _balanced(call: Call) -> bool:
     return sum(_numel(s) for s in call.shapes) == sum(_numel(s) for s in call.out_shapes)
 
 
-def _mismatches(group: str, members: Mapping[int, RankProgress]) -> list[Mismatch]:
+def _mismatches(group: str, members: Mapping[int, RankProgress], inputs: bool) -> list[Mismatch]:
     by_seq: dict[int, dict[int, Call]] = {}
     low = min((p.made for p in members.values()), default=0)
     for rank, progress in members.items():
@@ -325,7 +323,7 @@ def _mismatches(group: str, members: Mapping[int, RankProgress]) -> list[Mismatc
         calls = by_seq[seq]
         if len(calls) < 2 or any(rules.is_p2p(c.op) for c in calls.values()):
             continue
-        kind = _kind(list(calls.values()), len(members))
+        kind = _kind(list(calls.values()), len(members), inputs)
         if kind is None:
             continue
         if kind == KIND_TOTALS:
@@ -398,10 +396,12 @@ def compare_group(
     progress: Mapping[int, RankProgress],
     members: Iterable[int] | None = None,
     size: int | None = None,
+    inputs: bool = False,
 ) -> GroupVerdict:
     """The verdict on one group. `progress`: rank -> where it is (the ranks a source has);
     `members`: the group's ranks where known (a listed member without progress made no
-    call on it); `size`: how many members the group has, where only that is known."""
+    call on it); `size`: how many members the group has, where only that is known;
+    `inputs`: the calls' shapes are their inputs alone (ledgerrules.same_shape_expected)."""
     known = dict(progress)
     listed = set(members) if members is not None else None
     if listed is not None:
@@ -412,7 +412,7 @@ def compare_group(
     collective = {
         r: p for r, p in known.items() if not any(rules.is_p2p(c.op) for c in p.calls.values())
     }
-    mismatches = _mismatches(group, collective)
+    mismatches = _mismatches(group, collective, inputs)
     fresh = [p for p in collective.values() if p.fresh]
     top = max((p.made for p in fresh), default=0)
     empty = GroupVerdict(group, top, None, (), (), tuple(mismatches), None, tuple(p2p))

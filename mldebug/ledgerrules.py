@@ -100,6 +100,21 @@ SAME_SHAPE_OPS = frozenset(
         "barrier",
     }
 )
+# Where a source records the inputs alone (the Flight Recorder's input_sizes), more ops must
+# match: every member passes the same input to these; only their outputs (the root's list)
+# differ. The agent records every tensor argument, outputs included, so not these.
+SAME_INPUT_OPS = SAME_SHAPE_OPS | frozenset(
+    {
+        "all_gather",
+        "all_gather_coalesced",
+        "all_gather_single",
+        "reduce_scatter",
+        "reduce_scatter_single",
+        "gather",
+        "_broadcast_oop",
+        "_reduce_oop",
+    }
+)
 # all_to_all: the members' input totals equal their output totals (torch's analyser checks it).
 ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single"})
 
@@ -162,8 +177,10 @@ def is_p2p(op: str) -> bool:
     return op_name(op) in P2P_OPS
 
 
-def same_shape_expected(op: str) -> bool:
-    return op_name(op) in SAME_SHAPE_OPS
+def same_shape_expected(op: str, inputs_only: bool = False) -> bool:
+    """Must every member pass tensors of the same shapes to `op`? `inputs_only`: the shapes
+    are the op's inputs alone (the Flight Recorder), not every tensor argument."""
+    return op_name(op) in (SAME_INPUT_OPS if inputs_only else SAME_SHAPE_OPS)
 
 
 # c10 ScalarType names (Flight Recorder, `Float`) to torch's dtype names (the agent, `float32`).

@@ -50,7 +50,7 @@ def test_the_nccl_tab_shows_the_findings_and_each_ranks_summary(tmp_path):
 
     report, note, tail = asyncio.run(drive())
     # The watchdog's timeouts, compared by SeqNum, name rank 2; the transport, rank 3.
-    assert "✖ rank 2 never enqueued ALLREDUCE SeqNum 57 of PG 0" in report
+    assert "✖ rank 2 never called all_reduce #57; ranks 0-1,3 timed out in it" in report
     assert "recipe: nccl-watchdog-timeout" in report
     assert "✖ rank 3 uses another NCCL network than the rest" in report
     assert "network Socket via eth0" in report  # rank 3's summary

@@ -8,13 +8,15 @@ says which collective of which group it had made and was waiting in, and the cal
 it; the last stacks taken (a hang report, or a reading taken as the first rank died) say
 where a rank that was in no collective stood.
 
-`explain(...)` lines the ranks up by sequence number, per group, and finds the first call
+`explain(...)` lines the ranks up by sequence number, per group, through the collective
+ledger (mldebug/ledger.py, the same judge as the live verdict's), and takes the first call
 where they part:
   * some ranks made call #N and wait in it, others never made it: those are the cause
-    ("rank 1 never made all_reduce #6 of default_pg, which ranks 0,2-3 wait in");
+    ("rank 1 never called all_reduce #6 (train.py:9); ranks 0,2-3 wait in it");
   * ranks made different calls #N: they disagree. The cause is the side with fewer ranks;
     with sides of one size, the side whose #N repeats its own #N-1 (op and line) made one
     call more than the others (a loop that ran once more on it); else both are named.
+The agent counts a call that raised as ended, so completions are not used to part them.
 Without agent states (or for collectives the agent does not see, such as DDP's from C++),
 each rank's own error says where it waited (NCCL names the op and its SeqNum), and a rank
 the last stacks show outside any collective while the others timed out is named.
@@ -27,13 +29,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import mldebug.ledger as ledger
+import mldebug.ledgerrules as rules
 from mldebug.model import AgentState, CollectiveCall
 from mldebug.ranges import format_ranks
 
 RECIPE_MISMATCH = "mismatched-collectives"
 RECIPE_MISSING = "rank-outside-collective"
 RECIPE_HANG = "collective-hang"
-DEFAULT_GROUP = "default_pg"
+DEFAULT_GROUP = rules.DEFAULT_GROUP
 MAX_LINES = 8  # per-rank lines in the report; ranks doing the same thing share one
 
 _TIMEOUTS = [
@@ -163,100 +167,60 @@ def _groups(states: Mapping[int, AgentState]) -> list[str]:
 
 
 def _members(states: Mapping[int, AgentState], group: str) -> dict[int, AgentState]:
-    """The ranks of `group`: those that called on it; every rank for the default group."""
+    """The ranks of `group`: every rank for the default group, the listed ones for a
+    `ranks:0-3,8` name (a member that never called on it included), else those that
+    called on it."""
     if group == DEFAULT_GROUP:
         return dict(states)
+    listed = rules.ranks_of_group(group)
+    if listed is not None:
+        return {r: s for r, s in states.items() if r in listed}
     return {r: s for r, s in states.items() if any(g.group == group for g in s.groups)}
 
 
-def _parting(states: Mapping[int, AgentState], group: str) -> int | None:
-    """The first sequence number of `group` at which its ranks part, if they do."""
+def _progress(state: AgentState, group: str) -> ledger.RankProgress:
+    """A rank's last state in the ledger's form; `done` unknown (a call that raised counts
+    as ended, so a completion says nothing about who joined)."""
+    calls = {
+        seq: ledger.Call(
+            seq,
+            rules.op_name(call.op),
+            call.shapes,
+            tuple(rules.dtype_name(d) for d in call.dtypes),
+            site=call.site,
+            entered=call.enqueued,
+            ended=call.completed,
+        )
+        for (name, seq), call in _calls(state).items()
+        if name == group
+    }
+    return ledger.RankProgress(state.rank, _made(state, group), None, calls)
+
+
+def _cause(states: Mapping[int, AgentState], group: str) -> Cause | None:
+    """The ledger's first verdict on `group`, as the cause: a mismatch, else ranks behind."""
     members = _members(states, group)
     if len(members) < 2:
         return None
-    made = {rank: _made(state, group) for rank, state in members.items()}
-    calls = {rank: _calls(state) for rank, state in members.items()}
-    top = max(made.values())
-    start = max(1, min(made.values()) - 63)
-    for seq in range(start, top + 1):
-        if any(m < seq for m in made.values()):
-            return seq
-        ops = {calls[r][(group, seq)].op for r in members if (group, seq) in calls[r]}
-        if len(ops) > 1:
-            return seq
-    return None
-
-
-def _repeats(calls: dict, group: str, seq: int) -> bool:
-    """Call #seq is the call before it again (same op, same line): a loop ran once more."""
-    this, before = calls.get((group, seq)), calls.get((group, seq - 1))
-    return (
-        this is not None
-        and before is not None
-        and this.op == before.op
-        and this.site is not None
-        and this.site == before.site
-    )
-
-
-def _cause(states: Mapping[int, AgentState], group: str, seq: int) -> Cause:
-    members = _members(states, group)
-    calls = {rank: _calls(state) for rank, state in members.items()}
-    lacking = sorted(r for r, s in members.items() if _made(s, group) < seq)
-    sides: dict[str, list[int]] = {}
-    for rank in sorted(members):
-        call = calls[rank].get((group, seq))
-        if rank not in lacking:
-            sides.setdefault(call.op if call is not None else "?", []).append(rank)
-    if lacking and len(sides) <= 1:
-        waiting = [r for side in sides.values() for r in side]
-        op = next(iter(sides), "?")
-        sample = calls[waiting[0]].get((group, seq)) if waiting else None
-        who = "rank" if len(lacking) == 1 else "ranks"
-        summary = (
-            f"{who} {format_ranks(lacking)} never made {op} #{seq} of {group}, which "
-            f"{'rank' if len(waiting) == 1 else 'ranks'} {format_ranks(waiting)} "
-            f"{'waits' if len(waiting) == 1 else 'wait'} in"
-            + (f" ({sample.site})" if sample is not None and sample.site else "")
-        )
-        return Cause(tuple(lacking), summary, group, seq, None, RECIPE_MISSING)
-    ordered = sorted(sides.items(), key=lambda item: (len(item[1]), item[1]))
-    smallest = [side for side in ordered if len(side[1]) == len(ordered[0][1])]
-    culprit, extra = None, False
-    if len(smallest) == 1:
-        culprit = smallest[0]
-    else:
-        repeating = [
-            side for side in smallest if all(_repeats(calls[r], group, seq) for r in side[1])
-        ]
-        if len(repeating) == 1:
-            culprit, extra = repeating[0], True
-    parts = []
-    for op, ranks in ordered:
-        call = calls[ranks[0]].get((group, seq))
-        where = f" at {call.site}" if call is not None and call.site else ""
-        parts.append(
-            f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)} in {op} #{seq}{where}"
-        )
-    if lacking:
-        parts.append(
-            f"{'rank' if len(lacking) == 1 else 'ranks'} {format_ranks(lacking)} never made #{seq}"
-        )
-    disagree = f"the ranks disagree at collective #{seq} of {group}"
-    if culprit is None:
-        return Cause((), f"{disagree}: " + "; ".join(parts), group, seq, None, RECIPE_MISMATCH)
-    op, ranks = culprit
-    call = calls[ranks[0]].get((group, seq))
-    site = call.site if call is not None else None
-    who = f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}"
-    others = "; ".join(p for p in parts if not p.startswith(who + " in"))
-    what = f"one {op} more than the others" if extra else "a different call than the others"
+    verdict = ledger.compare_group(group, {r: _progress(s, group) for r, s in members.items()})
+    behind = verdict.behind[0] if verdict.behind else None
+    mismatch = verdict.mismatches[0] if verdict.mismatches else None
+    if mismatch is not None and (behind is None or mismatch.seq <= behind.last + 1):
+        odd = next((s for s in mismatch.sides if s.ranks == mismatch.culprits), None)
+        site = odd.call.site if odd is not None and odd.call is not None else None
+        return Cause(mismatch.culprits, mismatch.text, group, mismatch.seq, site, RECIPE_MISMATCH)
+    if behind is None:
+        return None
+    waiting = verdict.waiting
     summary = (
-        f"{disagree}: {who} made {what}: {op} #{seq}"
-        + (f" at {site}" if site else "")
-        + f" ({others})"
+        f"{behind.text}; {ledger.ranks_text(waiting)} "
+        f"{'waits' if len(waiting) == 1 else 'wait'} in it"
     )
-    return Cause(tuple(ranks), summary, group, seq, site, RECIPE_MISMATCH)
+    rest = [r for b in verdict.behind[1:] for r in b.ranks]
+    if rest:
+        summary += f" (also behind: {ledger.ranks_text(rest)})"
+    culprits = tuple(sorted(r for b in verdict.behind for r in b.ranks))
+    return Cause(culprits, summary, group, verdict.top, None, RECIPE_MISSING)
 
 
 def _last_call(state: AgentState) -> CollectiveCall | None:
@@ -341,9 +305,8 @@ def explain(
     known = {rank: state for rank, state in states.items() if state is not None}
     cause = None
     for group in _groups(known):
-        seq = _parting(known, group)
-        if seq is not None:
-            cause = _cause(known, group, seq)
+        cause = _cause(known, group)
+        if cause is not None:
             break
     waits = _together(
         {
@@ -355,14 +318,16 @@ def explain(
     )
     waited = [_waited_in(state, rank in timeouts) for rank, state in known.items()]
     if cause is None and known and all(call is not None for call in waited):
-        calls = {_label(call) for call in waited}
+        calls = {(c.group, c.seq, c.op, c.site) for c in waited if c is not None}
         if len(calls) == 1 and len(known) == len(states):
+            group, seq, op, site = calls.pop()
+            at = f"; it was called at {site}" if site else ""
             cause = Cause(
                 (),
-                f"every rank waits in {calls.pop()}: none is missing from it, the collective "
-                "itself does not complete (the network, a GPU, a peer on another node?)",
-                DEFAULT_GROUP,
-                0,
+                ledger.hang_text(len(known), rules.op_name(op), seq, group)
+                + f" (the network, a GPU, a peer on another node?){at}",
+                group,
+                seq,
                 None,
                 RECIPE_HANG,
             )

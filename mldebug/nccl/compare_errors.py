@@ -6,6 +6,8 @@ errors, and the NCCL errors torch raised. Pure functions over `RankLog`s.
 
 from __future__ import annotations
 
+import mldebug.ledger as ledger
+import mldebug.ledgerrules as rules
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -32,6 +34,33 @@ def _work(fact: lp.TimeoutFact) -> str:
     size = f", {fact.numel_in} elements" if fact.numel_in is not None else ""
     seq = f" SeqNum {fact.seq}" if fact.seq is not None else ""
     return f"{fact.op or 'a collective'}{seq} of PG {fact.pg}{size}"
+
+
+def _group(pg: str) -> str:
+    """The ledger's name of a watchdog's PG: PG ID 0 is the default group (torch numbers
+    its process groups from 0 in creation order, init_process_group's first)."""
+    return rules.DEFAULT_GROUP if pg == "0" else pg
+
+
+def _behind_words(
+    pg: str, seq: int, fact: lp.TimeoutFact, waiting: list[RankLog], late: list[RankLog]
+) -> str | None:
+    """The ledger's verdict on the ranks that never enqueued work `seq`, in its words;
+    None when a log has no rank (the ledger speaks of ranks)."""
+    if any(log.rank is None for log in (*waiting, *late)):
+        return None
+    progress = {}
+    for log in waiting:
+        call = ledger.Call(seq, rules.op_name(fact.op or "?"))
+        progress[log.rank] = ledger.RankProgress(log.rank, seq, log.last_completed(pg), {seq: call})
+    for log in late:
+        progress[log.rank] = ledger.RankProgress(
+            log.rank, log.last_enqueued(pg) or 0, log.last_completed(pg)
+        )
+    verdict = ledger.compare_group(_group(pg), progress)
+    if not verdict.behind:
+        return None
+    return "; ".join(b.text for b in verdict.behind)
 
 
 def timeouts(logs: list[RankLog]) -> list[Finding]:
@@ -64,12 +93,22 @@ def timeouts(logs: list[RankLog]) -> list[Finding]:
         if behind:
             late = [log for log, _ in behind]
             lasts = sorted({enqueued for _, enqueued in behind})
+            words = _behind_words(pg, seq, fact, waiting, late) if seq is not None else None
             summary = (
-                f"{name_ranks(late)} never enqueued {_work(fact)} (last enqueued: "
-                f"{', '.join(map(str, lasts))}), which {name_ranks(waiting)} timed out in"
-                f"{' (' + limit.strip() + ')' if limit else ''}: "
-                f"{'that rank' if len(late) == 1 else 'those ranks'} did not reach the "
-                "collective (stuck earlier, skipped it, or crashed)"
+                (
+                    f"{words}; {name_ranks(waiting)} timed out in it ({_work(fact)}{limit}; "
+                    f"last enqueued: {', '.join(map(str, lasts))}): "
+                    f"{'that rank' if len(late) == 1 else 'those ranks'} did not reach the "
+                    "collective (stuck earlier, skipped it, or crashed)"
+                )
+                if words is not None
+                else (
+                    f"{name_ranks(late)} never enqueued {_work(fact)} (last enqueued: "
+                    f"{', '.join(map(str, lasts))}), which {name_ranks(waiting)} timed out in"
+                    f"{' (' + limit.strip() + ')' if limit else ''}: "
+                    f"{'that rank' if len(late) == 1 else 'those ranks'} did not reach the "
+                    "collective (stuck earlier, skipped it, or crashed)"
+                )
             )
             culprits = late
         else:

@@ -7,15 +7,21 @@ N-th must be the same op with the same sizes and dtypes on every member. So, per
 - members whose last N is lower than the collective the others wait in (a rank behind:
   it never joined, it is elsewhere);
 - a collective every member entered that never completed (all wait: the transport, a
-  timeout, a rank outside this group holding them).
-Point-to-point ops are numbered separately per pair and not compared here.
+  timeout, a rank outside this group holding them);
+- point-to-point ops: each send matched with the receive at the other end (NCCL names both
+  ends in the entry: `nccl:send 0->1`, `nccl:recv 1<-0`).
+The judging is the collective ledger's (mldebug/ledger.py), the same as for the agents'
+states and the watchdog's lines: the majority decides the culprit (never "the first rank
+is right"), and every mismatch of a group is reported, up to the ledger's cap.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import replace
 
+import mldebug.ledger as ledger
+import mldebug.ledgerrules as rules
 from mldebug.model import (
     KIND_FR_BEHIND,
     KIND_FR_INCOMPLETE,
@@ -28,9 +34,15 @@ from mldebug.ranges import format_ranks
 
 from .flight_model import FlightDump, FlightEntry, FlightGroup
 
-DEFAULT_GROUP = "default_pg"
-MAX_FINDINGS_PER_GROUP = 3
-DIFFER = {"op": "the op differs", "sizes": "the sizes differ", "dtypes": "the dtypes differ"}
+DEFAULT_GROUP = rules.DEFAULT_GROUP
+MAX_FINDINGS_PER_GROUP = 6
+DIFFER = {
+    ledger.KIND_OP: "the op differs",
+    ledger.KIND_SHAPES: "the sizes differ",
+    ledger.KIND_DTYPES: "the dtypes differ",
+    ledger.KIND_TOTALS: "the all_to_all totals differ",
+    ledger.KIND_STATE: "the state differs",
+}
 
 
 def _group_text(name: str, desc: str) -> str:
@@ -70,19 +82,32 @@ class _Group:
         self.name = name
         self.desc = ""
         self.by_rank: dict[int, dict[int, FlightEntry]] = {}
+        self.p2p: dict[int, list[FlightEntry]] = {}
         self.last: dict[int, int] = {}
+        self.done: dict[int, int | None] = {}
         self.config_ranks: tuple[int, ...] | None = None
         self.backend = ""
 
-    def add(self, rank: int, entries: dict[int, FlightEntry], group: FlightGroup | None) -> None:
+    def add(
+        self,
+        rank: int,
+        entries: dict[int, FlightEntry],
+        group: FlightGroup | None,
+        p2p: list[FlightEntry] | None = None,
+    ) -> None:
         """One rank's collectives on this group (by seq) and its own view of the group."""
         self.by_rank[rank] = entries
+        self.p2p[rank] = p2p or []
         last = max(entries, default=0)
+        done = max((seq for seq, e in entries.items() if e.completed), default=None)
         if group is not None:
             self.desc = self.desc or group.desc
             self.config_ranks = self.config_ranks or group.ranks
             if group.last_enqueued is not None:
                 last = max(last, group.last_enqueued)
+            if group.last_completed is not None:
+                done = max(done or 0, group.last_completed)
+        self.done[rank] = done
         for entry in entries.values():
             self.desc = self.desc or entry.group_desc
             self.backend = self.backend or entry.backend
@@ -107,129 +132,144 @@ def _groups(dumps: list[FlightDump]) -> list[_Group]:
     default |= {g.name for d in ranked.values() for g in d.groups if g.desc == DEFAULT_GROUP}
     for rank, dump in sorted(ranked.items()):
         collectives: dict[str, dict[int, FlightEntry]] = defaultdict(dict)
+        p2p: dict[str, list[FlightEntry]] = defaultdict(list)
         for entry in dump.entries:  # one pass per dump: a dump may hold thousands of groups
-            if not entry.p2p:
+            if entry.p2p or rules.is_p2p(entry.op):
+                p2p[entry.group].append(entry)
+            else:
                 collectives[entry.group][entry.seq] = entry
         configs = {g.name: g for g in dump.groups}
         mine = {e.group for e in dump.entries} | set(configs)
         for name in sorted(mine | default):
             names.setdefault(name, _Group(name)).add(
-                rank, collectives.get(name, {}), configs.get(name)
+                rank, collectives.get(name, {}), configs.get(name), p2p.get(name)
             )
     return list(names.values())
 
 
-def _mismatch(group: _Group) -> tuple[int, Finding] | None:
-    """The first collective number whose op, sizes or dtypes differ between members."""
-    ranks = sorted(group.by_rank)
-    if len(ranks) < 2:
-        return None
-    common = set.intersection(*(set(group.by_rank[r]) for r in ranks))
-    where = _group_text(group.name, group.desc)
-    for seq in sorted(common):
-        calls = {r: group.by_rank[r][seq] for r in ranks}
-        ops = Counter(c.op for c in calls.values())
-        if len(ops) > 1:
-            what = "op"
-        elif (
-            _same_sizes_expected(calls[ranks[0]].op)
-            and len({c.input_sizes for c in calls.values()}) > 1
-        ):
-            what = "sizes"
-        elif len({c.input_dtypes for c in calls.values() if c.input_dtypes}) > 1:
-            what = "dtypes"
-        else:
-            continue
-        sides: dict[tuple, list[int]] = defaultdict(list)
-        for rank, call in calls.items():
-            sides[(call.op, call.input_sizes, call.input_dtypes)].append(rank)
-        # The most ranks (the lowest rank on a tie) set what the collective should be.
-        order = sorted(sides.values(), key=lambda rs: (-len(rs), rs[0]))
-        most, odd = order[0], sorted(r for rs in order[1:] for r in rs)
-        usual = calls[most[0]]
-        odd_call = calls[odd[0]]
-        if what == "op":
-            summary = (
-                f"{_ranks_text(odd)} did not join {usual.op} #{seq} of {where} that "
-                f"{_ranks_text(most)} called: {'its' if len(odd) == 1 else 'their'} "
-                f"#{seq} is {odd_call.op} (a collective skipped, or called in another order)"
-            )
-        else:
-            summary = (
-                f"{usual.op} #{seq} of {where} has {what} {_shape_text(odd_call)} on "
-                f"{_ranks_text(odd)} but {_shape_text(usual)} on {_ranks_text(most)}"
-            )
+def _call(entry: FlightEntry, rank: int) -> ledger.Call:
+    """One entry in the ledger's form (a p2p entry's peer: the other end, group ranks)."""
+    peers = rules.p2p_peers(entry.op)
+    peer = None
+    if peers is not None:
+        peer = peers[1] if peers[0] == rank else peers[0]
+    return ledger.Call(
+        entry.seq,
+        rules.op_name(entry.op),
+        entry.input_sizes,
+        tuple(rules.dtype_name(d) for d in entry.input_dtypes),
+        out_shapes=entry.output_sizes,
+        site=entry.location,
+        state=entry.state or None,
+        entered=entry.created,
+        ended=entry.created if entry.completed else None,
+        peer=peer,
+    )
+
+
+def _progress(group: _Group) -> dict[int, ledger.RankProgress]:
+    return {
+        rank: ledger.RankProgress(
+            rank,
+            group.last[rank],
+            group.done.get(rank),
+            {seq: _call(e, rank) for seq, e in entries.items()},
+            p2p=tuple(_call(e, rank) for e in sorted(group.p2p.get(rank, []), key=_p2p_order)),
+        )
+        for rank, entries in group.by_rank.items()
+    }
+
+
+def _p2p_order(entry: FlightEntry) -> tuple[int, int]:
+    return (entry.seq, entry.record_id or 0)
+
+
+def _verdict(group: _Group) -> ledger.GroupVerdict:
+    # A member by pg_config that left no dump is not known to be behind: only counted.
+    # gloo's dumps list no members: the default group's are the ranks that dumped.
+    size = len(group.config_ranks) if group.config_ranks else None
+    if size is None and group.desc == DEFAULT_GROUP:
+        size = len(group.by_rank)
+    return ledger.compare_group(_name(group), _progress(group), size=size, inputs=True)
+
+
+def _name(group: _Group) -> str:
+    return rules.group_of_entry(group.name, group.desc)
+
+
+def _mismatch_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Finding]:
+    entries = {r: e for r, e in group.by_rank.items()}
+    found = []
+    for mismatch in (*verdict.mismatches, *verdict.p2p):
+        sides = [s for s in mismatch.sides if s.call is not None]
         parts = tuple(
-            FindingPart(tuple(rs), _call_text(calls[rs[0]]), calls[rs[0]].location) for rs in order
-        )
-        return seq, Finding(
-            kind=KIND_FR_MISMATCH,
-            ranks=tuple(odd),
-            summary=summary,
-            location=odd_call.location,
-            recipe="mismatched-collectives",
-            detail=f"from torch's Flight Recorder dumps: {DIFFER[what]} at collective #{seq}",
-            parts=parts,
-        )
-    return None
-
-
-def _behind(group: _Group, before: int | None = None) -> Finding | None:
-    """Members that never reached the collective the most advanced members wait in (only
-    when that is collective `before` or earlier, where given)."""
-    top = max(group.last.values(), default=0)
-    leaders = sorted(r for r, last in group.last.items() if last == top)
-    behind = sorted(r for r, last in group.last.items() if last < top)
-    if not behind or top == 0:
-        return None
-    first = min(group.last[r] for r in behind) + 1
-    if before is not None and first > before:
-        return None
-    waiting = [group.by_rank[r].get(top) for r in leaders]
-    if any(entry is not None and entry.completed for entry in waiting):
-        return None  # the leaders finished it: the dumps were taken at different moments
-    where = _group_text(group.name, group.desc)
-    missed = group.entry(first)
-    op = f"{missed.op} #{first}" if missed else f"collective #{first}"
-    lasts = sorted({group.last[r] for r in behind})
-    stopped = " or ".join(f"#{n}" for n in lasts) if len(lasts) <= 3 else f"#{lasts[0]}..."
-    summary = (
-        f"{_ranks_text(behind)} never joined {op} of {where} that "
-        f"{_ranks_text(leaders)} entered; {'its' if len(behind) == 1 else 'their'} "
-        f"last is {stopped}"
-    )
-    parts = [
-        FindingPart(
-            tuple(r for r in behind if group.last[r] == n),
-            f"last collective #{n}"
-            + (f": {_call_text(e)}" if (e := group.entry(n)) is not None else ""),
-            e.location if e is not None else None,
-        )
-        for n in lasts
-    ]
-    waiting_entry = next((e for e in waiting if e is not None), None)
-    if waiting_entry is not None:
-        parts.insert(
-            0,
             FindingPart(
-                tuple(leaders),
-                f"waiting in {_call_text(waiting_entry)}",
-                waiting_entry.location,
-            ),
+                s.ranks,
+                _call_text(entries[s.ranks[0]][mismatch.seq])
+                if mismatch.seq in entries.get(s.ranks[0], {})
+                else f"{s.call.op} #{mismatch.seq}",
+                s.call.site,
+            )
+            for s in sides
         )
-    return Finding(
-        kind=KIND_FR_BEHIND,
-        ranks=tuple(behind),
-        summary=summary,
-        location=missed.location if missed else None,
-        recipe="rank-behind",
-        detail="from torch's Flight Recorder dumps: the others wait for these ranks",
-        parts=tuple(parts),
-    )
+        odd = mismatch.culprits or sides[-1].ranks
+        located = next((s.call.site for s in sides if s.ranks == odd), None)
+        found.append(
+            Finding(
+                kind=KIND_FR_MISMATCH,
+                ranks=tuple(odd),
+                summary=mismatch.text,
+                location=located,
+                recipe="mismatched-collectives",
+                detail=(
+                    f"from torch's Flight Recorder dumps: {DIFFER[mismatch.kind]} at "
+                    f"collective #{mismatch.seq}"
+                    + ("" if mismatch.culprits else "; no side has fewer ranks")
+                ),
+                parts=parts,
+            )
+        )
+    return found
 
 
-def _incomplete(group: _Group) -> Finding | None:
-    """The last collective, entered by every member, that none has seen complete."""
+def _behind_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Finding]:
+    found = []
+    waiting = verdict.waiting
+    top = verdict.top
+    entry = next((group.by_rank[r][top] for r in waiting if top in group.by_rank[r]), None)
+    for behind in verdict.behind:
+        lasts = sorted({group.last.get(r, 0) for r in behind.ranks})
+        parts = [
+            FindingPart(
+                tuple(r for r in behind.ranks if group.last.get(r, 0) == n),
+                f"last collective #{n}"
+                + (f": {_call_text(e)}" if (e := group.entry(n)) is not None else ""),
+                e.location if e is not None else None,
+            )
+            for n in lasts
+        ]
+        if entry is not None:
+            parts.insert(
+                0, FindingPart(tuple(waiting), f"waiting in {_call_text(entry)}", entry.location)
+            )
+        found.append(
+            Finding(
+                kind=KIND_FR_BEHIND,
+                ranks=behind.ranks,
+                summary=f"{behind.text}; {_ranks_text(waiting)} "
+                f"{'waits' if len(waiting) == 1 else 'wait'} in it",
+                location=entry.location if entry is not None else None,
+                recipe="rank-behind",
+                detail="from torch's Flight Recorder dumps: the others wait for these ranks",
+                parts=tuple(parts),
+            )
+        )
+    return found
+
+
+def _incomplete(group: _Group, verdict: ledger.GroupVerdict) -> Finding | None:
+    """The last collective, entered by every member, that none has seen complete (in the
+    ledger's words when every member of the group left a dump)."""
     lasts = set(group.last.values())
     if len(lasts) != 1:
         return None
@@ -242,14 +282,17 @@ def _incomplete(group: _Group) -> Finding | None:
     where = _group_text(group.name, group.desc)
     nccl = group.backend == "nccl"
     timeout = f"; its timeout is {entry.timeout_ms / 1000:g} s" if entry.timeout_ms else ""
+    when = f"when {'its dump was' if len(group.by_rank) == 1 else 'their dumps were'} written"
+    summary = (
+        f"{verdict.hang} ({when}{timeout})"
+        if verdict.hang is not None and len(group.by_rank) > 1
+        else f"{entry.op} #{seq} of {where} had not completed on {_ranks_text(pending)} "
+        f"{when}{timeout}"
+    )
     return Finding(
         kind=KIND_FR_INCOMPLETE,
         ranks=tuple(pending),
-        summary=(
-            f"{entry.op} #{seq} of {where} had not completed on {_ranks_text(pending)} "
-            f"when {'its dump was' if len(group.by_rank) == 1 else 'their dumps were'} "
-            f"written{timeout}"
-        ),
+        summary=summary,
         location=entry.location,
         recipe="nccl-watchdog-timeout" if nccl else "collective-hang",
         detail=f"from torch's Flight Recorder dumps: {_call_text(entry)} on {group.backend}",
@@ -262,12 +305,10 @@ def compare_flight_dumps(dumps: list[FlightDump]) -> list[Finding]:
     """Cross-rank findings from the dumps of one job (one per rank; unranked ones unused)."""
     findings: list[Finding] = []
     for group in _groups(dumps):
-        mismatch = _mismatch(group)
-        # After a mismatch at #N the counts part ways: only a rank behind before N is news.
-        behind = _behind(group, before=mismatch[0] if mismatch else None)
-        found = [f for f in (mismatch and mismatch[1], behind) if f]
+        verdict = _verdict(group)
+        found = _mismatch_findings(group, verdict) + _behind_findings(group, verdict)
         if not found:
-            found = [f for f in (_incomplete(group),) if f is not None]
+            found = [f for f in (_incomplete(group, verdict),) if f is not None]
         absent = sorted(set(group.config_ranks or ()) - set(group.by_rank))
         if absent:  # members by torch's pg_config (NCCL) that left no dump: say so
             note = f"; no dump from {_ranks_text(absent)} of this group (by its pg_config)"
