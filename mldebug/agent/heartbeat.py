@@ -24,7 +24,7 @@ ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
 DEFAULT_INTERVAL = 1.0
 POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
-VERSION = 1
+VERSION = 1  # ledgerrules.STATE_VERSION: state.json's schema (open to added sections)
 
 
 def interval_from(env) -> float:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import mldebug.ledgerrules as rules
 from mldebug.model import AgentState
 
-# A heartbeat older than this (seconds) says the agent stopped writing: the rank is frozen
-# (C code holding the GIL) or gone; what its file says is not news any more.
-STALE_HEARTBEAT = 5.0
 
-
-def fresh(state: AgentState | None, now: float, stale: float = STALE_HEARTBEAT) -> bool:
-    """The agent wrote its file lately."""
-    return state is not None and now - state.time <= stale
+def fresh(state: AgentState | None, now: float, stale: float | None = None) -> bool:
+    """The agent wrote its file lately: by the one freshness rule (ledgerrules.stale_after,
+    from its interval), or within `stale` seconds where given."""
+    if state is None:
+        return False
+    limit = stale if stale is not None else rules.stale_after(state.interval)
+    return now - state.time <= limit
 
 
 def moved(before: AgentState | None, after: AgentState | None) -> bool:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import mldebug.ledgerrules as rules
 from mldebug.collect.events import parse_time
 from mldebug.model import (
     AgentState,
@@ -179,7 +180,7 @@ def _interval(value: object) -> float | None:
 
 def parse_state(data: dict, rank: int) -> AgentState | None:
     """state.json's content, checked; None when it is not a state of this rank."""
-    if data.get("version") != 1 or data.get("rank") != rank:
+    if not rules.is_state(data, rank):  # keys it does not know are ignored (an open schema)
         return None
     when = parse_time(data.get("time"))
     if when is None:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
+import mldebug.ledgerrules as rules
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
@@ -64,10 +65,6 @@ SLOW_ROTATION = 10.0
 # ...but all moving ranks together cost at most about this many rotation reads a second (128
 # moving ranks: each every 16 s; 1,024: every 128 s).
 ROTATION_READS = 8.0
-# A heartbeat older than this many intervals (at least FRESH_MIN_SECONDS) is not fresh: the
-# agent stopped writing, and what its file says is not news.
-FRESH_INTERVALS = 3
-FRESH_MIN_SECONDS = 3.0
 
 
 class JobCollector:
@@ -293,8 +290,9 @@ class JobCollector:
         else:
             moved = seen[2]
         self._moves[target.pid] = (state.time, state.progress, moved)
-        interval = state.interval or 1.0
-        return moved and wall - state.time <= max(FRESH_MIN_SECONDS, FRESH_INTERVALS * interval)
+        # A stale heartbeat (the one rule, ledgerrules.stale_after): the agent stopped
+        # writing, and what its file says is not news.
+        return moved and rules.is_fresh(wall - state.time, state.interval)
 
     def _skip(self, target: RankTarget, now: float, period: float) -> bool:
         """Not read this poll: it moves, and was read less than `period` ago while it moved."""

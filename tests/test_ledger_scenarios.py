@@ -1,0 +1,325 @@
+"""One scenario table, every source of collective counts, one verdict in the same words.
+
+Each scenario says what each rank called on a group; each source's input is built in its
+real format from it:
+- agent: state.json written by the agent's own writer (its Tracer's Group/Call records and
+  Heartbeat.state(), through rundir's atomic writer), read back by collect/agentstate.py,
+  judged live (analysis/sequence.py) and at exit (launch/timeouts.py);
+- flight: torch's Flight Recorder dump in its pickle format (the fields torch 2.13 writes,
+  as in the recorded dumps of tests/data/flight), read by nccl/flight_read.py;
+- watchdog: ProcessGroupNCCL's lines in torch's wording (as in tests/data/nccl/watchdog_2.4),
+  for the scenarios a watchdog can tell (who enqueued how far);
+- ras: launch counts per op type as NCCL's RAS reports them (assembled from the documented
+  `ncclras` output: per communicator, per rank, collective operations launched).
+No call sites are recorded, so every source's sentence is word for word the same.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import mldebug.ledger as ledger
+from mldebug import rundir
+from mldebug.agent import collectives as agent_collectives
+from mldebug.agent.heartbeat import Heartbeat
+from mldebug.analysis.sequence import sequence_verdict
+from mldebug.collect.agentstate import read_state
+from mldebug.launch.timeouts import explain
+from mldebug.model import STATE_RUNNING, RankView
+from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
+from mldebug.nccl.scan import scan_paths
+
+NOW = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    calls: dict[int, list[tuple[str, int]]]  # rank -> [(op, elements)] on `group`, in order
+    verdict: str  # the sentence every source says
+    group: str = "default_pg"
+    world: int = 3
+    sources: tuple[str, ...] = ("agent", "exit", "flight", "watchdog", "ras")
+
+
+AR = ("all_reduce", 4)
+SCENARIOS = [
+    Scenario(
+        "rank behind",
+        {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 2},
+        "rank 2 never called all_reduce #3",
+    ),
+    Scenario(
+        "rank several calls behind",
+        {0: [AR] * 5, 1: [AR] * 5, 2: [AR] * 2},
+        # the watchdog does not say which op the last was: the words stop before it
+        "rank 2 never called all_reduce #5: 3 calls behind, its last was ",
+    ),
+    Scenario(
+        "op mismatch",
+        {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 2 + [("broadcast", 4)]},
+        "ranks make different collectives as call #3, which never match: ranks 0-1 call "
+        "all_reduce; rank 2 calls broadcast: rank 2 is the odd one out",
+        sources=("agent", "exit", "flight"),
+    ),
+    Scenario(
+        "rank 0 is the culprit",
+        {0: [AR] * 2 + [("all_reduce", 5)], 1: [AR] * 3, 2: [AR] * 3},
+        "ranks make different tensors as call #3, which never match: ranks 1-2 call "
+        "all_reduce of float32[4]; rank 0 calls all_reduce of float32[5]: rank 0 is the odd "
+        "one out",
+        sources=("agent", "flight"),
+    ),
+    Scenario(
+        "all in #M",
+        {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 3},
+        "all 3 ranks made all_reduce #3 and none has seen it complete, and none is behind: "
+        "the collective itself does not complete",
+        sources=("agent", "exit", "flight"),
+    ),
+    Scenario(
+        "subgroup member that never called",
+        {0: [AR] * 2, 1: [AR] * 2},
+        "rank 2 never called all_reduce #2 on group ranks:0-2: it has made no call on it yet",
+        group="ranks:0-2",
+        world=4,
+        sources=("agent", "exit"),
+    ),
+]
+LOOP = Scenario(
+    "loop ran once more",
+    {0: [AR] * 4, 1: [AR] * 3 + [("barrier", 0)]},
+    "ranks make different collectives as call #4, which never match: rank 0 calls "
+    "all_reduce (train.py:9); rank 1 calls barrier (train.py:12): rank 0 made one all_reduce "
+    "more than the others (a loop ran once more)",
+    world=2,
+    sources=("agent", "exit"),
+)
+
+
+# ---- the agent's own writer ----------------------------------------------------------------
+
+
+def agent_states(tmp_path: Path, scenario: Scenario, sites: dict[str, str] | None = None):
+    """Each rank's state.json, written by the agent's Heartbeat from its Tracer's records;
+    the last call of each rank pending (made 1 s apart, the last 20 s before the state)."""
+    paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
+    rundir.make_private_dir(paths.ranks_dir)
+    states = {}
+    for rank in range(scenario.world):
+        tracer = agent_collectives.Tracer(_rules())
+        calls = scenario.calls.get(rank, [])
+        if calls:
+            group = agent_collectives.Group(scenario.group, scenario.world)
+            tracer.groups[scenario.group] = group
+            for seq, (op, size) in enumerate(calls, 1):
+                when = NOW - 20 - (len(calls) - seq)
+                site = (sites or {}).get(op)
+                shapes = [[size]] if size else []
+                call = agent_collectives.Call(
+                    group, seq, op, site, when, False, shapes, ["float32"] * len(shapes), None
+                )
+                group.seq = seq
+                group.enqueued = call
+                if seq < len(calls):
+                    call.completed = when + 0.1
+                    group.done(call)
+                tracer.trace.append(call)
+        elif scenario.group != "default_pg":
+            pass  # a member that never called on the group: its agent knows no such group
+        rundir.make_private_dir(paths.rank_dir(rank))
+        beat = Heartbeat(
+            paths.state_file(rank),
+            rundir.write_json_atomic,
+            rank,
+            NOW - 100,
+            tracer,
+            None,
+            None,
+            interval=1.0,
+            clock=lambda: NOW,
+        )
+        assert beat.write_once()
+        states[rank] = read_state(paths.root, rank)
+        assert states[rank] is not None
+    return states
+
+
+def _rules():
+    from mldebug import rankrules
+
+    return rankrules
+
+
+def live_summaries(states) -> list[str]:
+    views = [
+        RankView(rank, None, STATE_RUNNING, heartbeat_age=0.5, agent=state)
+        for rank, state in states.items()
+    ]
+    return [f.summary for f in sequence_verdict(views).findings]
+
+
+# ---- torch's Flight Recorder dump ------------------------------------------------------------
+
+
+def flight_dumps(tmp_path: Path, scenario: Scenario):
+    """One pickle per rank in torch 2.13's dump format (gloo: every entry `scheduled`, the
+    group's progress in pg_status)."""
+    paths = []
+    for rank in range(scenario.world):
+        calls = scenario.calls.get(rank, [])
+        entries = [
+            {
+                "record_id": seq,
+                "pg_id": 0,
+                "process_group": ("0", "default_pg"),
+                "collective_seq_id": seq,
+                "p2p_seq_id": 0,
+                "op_id": seq,
+                "profiling_name": f"gloo:{op}",
+                "time_created_ns": int((NOW - 20 + seq) * 1e9),
+                "input_sizes": [[size]] if size else [],
+                "input_dtypes": ["Float"] if size else [],
+                "output_sizes": [[size]] if size else [],
+                "output_dtypes": ["Float"] if size else [],
+                "state": "scheduled",
+                "time_discovered_started_ns": None,
+                "time_discovered_completed_ns": None,
+                "retired": False,
+                "timeout_ms": 5000,
+                "is_p2p": False,
+            }
+            for seq, (op, size) in enumerate(calls, 1)
+        ]
+        dump = {
+            "version": "2.10",
+            "comm_lib_version": "",
+            "pg_config": {"": {"name": "", "desc": "", "ranks": ""}},
+            "pg_status": {
+                "0": {
+                    "last_enqueued_collective": len(calls),
+                    "last_started_collective": len(calls),
+                    "last_completed_collective": max(0, len(calls) - 1),
+                }
+            },
+            "entries": entries,
+        }
+        path = tmp_path / "fr" / f"comm_lib_trace_rank_{rank}"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(pickle.dumps(dump, protocol=2))
+        paths.append(path)
+    return [read_flight_dump(str(p)) for p in paths]
+
+
+# ---- NCCL's watchdog lines -------------------------------------------------------------------
+
+
+def watchdog_logs(tmp_path: Path, scenario: Scenario) -> Path:
+    """ranks/<r>/stderr.log with ProcessGroupNCCL's words: the ranks at the top count time
+    out in it; the others print the dump signal's line with how far they got."""
+    top = max(len(c) for c in scenario.calls.values())
+    root = tmp_path / "nccl"
+    for rank, calls in scenario.calls.items():
+        made = len(calls)
+        tag = f"[rank{rank}]:[E1201 09:14:0{rank}.120551093 ProcessGroupNCCL.cpp"
+        pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+        if made == top:
+            lines = [
+                f"{tag}:616] [Rank {rank}] Watchdog caught collective operation timeout: "
+                f"WorkNCCL(SeqNum={top}, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, "
+                "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",
+                f"{tag}:1834] {pg} Timeout at NCCL work: {top}, last enqueued NCCL work: "
+                f"{top}, last completed NCCL work: {top - 1}.",
+            ]
+        else:
+            lines = [
+                f"{tag}:1595] {pg} Received a dump signal due to a collective timeout from  "
+                f"rank 0 and we will try our best to dump the debug info. Last enqueued NCCL "
+                f"work: {made}, last completed NCCL work: {made}.This is most likely caused "
+                "by incorrect usages of collectives, e.g., wrong sizes used across ranks, "
+                "the order of collectives is not same for all ranks or the scheduled "
+                "collective, for some reason, didn't run. Additionally, this can be caused by "
+                "GIL deadlock or other reasons such as network errors or bugs in the "
+                "communications library (e.g. NCCL), etc."
+            ]
+        folder = root / "ranks" / str(rank)
+        folder.mkdir(parents=True)
+        (folder / "stderr.log").write_text("\n".join(lines) + "\n")
+    return root
+
+
+# ---- NCCL's RAS counts -----------------------------------------------------------------------
+
+
+def ras_counts(scenario: Scenario) -> list[ledger.RasCount]:
+    """What `ncclras` reports per rank of a communicator: its AllReduce launch count."""
+    return [
+        ledger.RasCount("0x7f3a9c2e41d05b66", rank, "AllReduce", len(calls))
+        for rank, calls in scenario.calls.items()
+    ]
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+
+def says(scenario: Scenario, source: str, tmp_path: Path) -> list[str]:
+    if source == "agent":
+        return live_summaries(agent_states(tmp_path, scenario))
+    if source == "exit":
+        cause = explain(agent_states(tmp_path, scenario)).cause
+        return [cause.summary] if cause is not None else []
+    if source == "flight":
+        return [f.summary for f in compare_flight_dumps(flight_dumps(tmp_path, scenario))]
+    if source == "watchdog":
+        scan = scan_paths([str(watchdog_logs(tmp_path, scenario))])
+        return [f.summary for f in scan.findings]
+    assert source == "ras"
+    (group,) = ledger.from_ras_counts(ras_counts(scenario)).values()
+    verdict = ledger.compare_group("default_pg", group)
+    return [b.text for b in verdict.behind]
+
+
+CASES = [
+    pytest.param(s, source, id=f"{s.name}-{source}") for s in SCENARIOS for source in s.sources
+]
+
+
+@pytest.mark.parametrize("scenario, source", CASES)
+def test_every_source_gives_the_same_verdict_in_the_same_words(scenario, source, tmp_path):
+    summaries = says(scenario, source, tmp_path)
+    assert any(s.startswith(scenario.verdict) for s in summaries), summaries
+
+
+@pytest.mark.parametrize("source", LOOP.sources)
+def test_the_loop_that_ran_once_more_is_named_by_every_source_that_knows_lines(source, tmp_path):
+    sites = {"all_reduce": "train.py:9", "barrier": "train.py:12"}
+    states = agent_states(tmp_path, LOOP, sites)
+    if source == "agent":
+        summaries = live_summaries(states)
+    else:
+        summaries = [explain(states).cause.summary]
+    assert LOOP.verdict in summaries, summaries
+
+
+def test_a_healthy_group_says_nothing_in_any_source(tmp_path):
+    # every rank made #3 and saw #2 complete; #3 completed too on one: nobody waits
+    healthy = Scenario("healthy", {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 3}, "")
+    states = agent_states(tmp_path, healthy)
+    done = {r: s for r, s in states.items()}
+    views = [RankView(r, None, STATE_RUNNING, heartbeat_age=0.5, agent=s) for r, s in done.items()]
+    # calls 20 s old and pending are a hang; made 0.2 s ago they are calls in transit
+    fresh = [
+        RankView(v.rank, None, STATE_RUNNING, heartbeat_age=0.5, agent=_shifted(v.agent, 19.8))
+        for v in views
+    ]
+    assert sequence_verdict(fresh).findings == ()
+
+
+def _shifted(state, seconds):
+    from dataclasses import replace
+
+    return replace(state, time=state.time - seconds)
