@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-from mldebug.model import KIND_FR_BEHIND, KIND_FR_MISMATCH
+from mldebug.model import KIND_FR_MISMATCH
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
 
 FLIGHT = Path(__file__).resolve().parent / "data" / "flight"

@@ -308,7 +308,7 @@ def test_a_rank_waiting_in_ddps_all_reduce_names_the_rank_elsewhere(tmp_path):
         f"Recorder); it is at {TRAIN}:31 in load_batch"
     )
     assert "DDP's gradient all-reduce" in first.detail
-    assert "Flight Recorder shows all_reduce #9 of Float[36] not complete" in first.detail
+    assert "Flight Recorder shows all_reduce #9 of float32[36] not complete" in first.detail
     assert [p.ranks for p in first.parts] == [(2,), (0, 1, 3)]
     states = {v.rank: v.state for v in snap.ranks}
     assert [states[r] for r in (0, 1, 3)] == [STATE_WAITING] * 3

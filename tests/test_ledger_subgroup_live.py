@@ -1,0 +1,94 @@
+"""A real `ranks:` subgroup: 3 gloo ranks under `mldebug run`; ranks 0 and 1 make a group
+with `new_group(..., use_local_synchronization=True)` (torch then names it by a hash, so
+the agent names it by its ranks: `ranks:0-1`). Rank 0 all-reduces on it; rank 1, a member,
+never calls on it and loops elsewhere; rank 2 is no member. Rank 1's agent has never heard
+of the group, so only the name says it is a member: `dump` must name rank 1 behind.
+
+The job starts once per module (importing torch in 3 ranks takes a while).
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+from mldebug_jobs import dump_json, start, stop, wait_ready
+
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+
+JOB = textwrap.dedent(
+    """\
+    import time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)
+    pair = dist.new_group([0, 1], use_local_synchronization=True) if rank < 2 else None
+
+
+    def load_batch():
+        total = 0
+        while True:
+            total += sum(range(100))  # ELSEWHERE_LINE
+
+
+    def serve():
+        while True:
+            time.sleep(0.05)
+
+
+    print(f"READY {rank}", flush=True)
+    if rank == 0:
+        work = dist.all_reduce(tensor, group=pair, async_op=True)  # PAIR_LINE
+        while not work.is_completed():
+            pass
+    elif rank == 1:
+        load_batch()
+    else:
+        serve()
+    """
+)
+
+
+def line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("subgroup")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc, run_dir = start(tmp_path, script, 3)
+    try:
+        wait_ready(proc, run_dir, 3)
+        yield script, run_dir
+    finally:
+        stop(proc)
+
+
+def test_a_member_of_a_ranks_subgroup_that_never_called_on_it_is_named_behind(job):
+    script, run_dir = job
+    deadline = time.monotonic() + 90
+    while True:
+        code, report = dump_json(run_dir)
+        behind = [f for f in report["findings"] if f["kind"] == "outlier" and f["ranks"] == [1]]
+        if (behind and behind[0]["severity"] == "error") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert behind, report["findings"]
+    (finding,) = behind
+    assert finding["summary"].startswith(
+        f"rank 1 never called all_reduce #1 on group ranks:0-1 ({script}:{line_of('PAIR_LINE')})"
+        ": it has made no call on it yet; it is at "
+        f"{script}:{line_of('ELSEWHERE_LINE')} in load_batch, while rank 0 waits for it"
+    ), finding["summary"]
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert "ranks:0-1" in ranks[0]["collectives"]["groups"]
+    assert "ranks:0-1" not in ranks[1]["collectives"]["groups"]
+    # rank 2 is no member of the pair: nothing is said of it
+    assert not any(2 in f["ranks"] for f in report["findings"] if f["kind"] == "outlier")
