@@ -10,6 +10,7 @@ an op's name or a heartbeat's age means the same on both sides.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 
@@ -147,6 +148,7 @@ _OP_NAMES = {
 _BACKENDS = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:", "fake:")
 
 
+@functools.lru_cache(maxsize=4096)  # a few spellings, asked for in every entry of a dump
 def op_name(name: str) -> str:
     """The torch.distributed name of an op as any source spells it: `nccl:all_reduce`,
     `ALLREDUCE`, `AllReduce`, `_allgather_base`, `all_reduce` -> `all_reduce`; a p2p FR name

@@ -104,7 +104,9 @@ LOOP = Scenario(
 # ---- the agent's own writer ----------------------------------------------------------------
 
 
-def agent_states(tmp_path: Path, scenario: Scenario, sites: dict[str, str] | None = None):
+def agent_states(
+    tmp_path: Path, scenario: Scenario, sites: dict[str, str] | None = None, pending: bool = True
+):
     """Each rank's state.json, written by the agent's Heartbeat from its Tracer's records;
     the last call of each rank pending (made 1 s apart, the last 20 s before the state)."""
     paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
@@ -125,7 +127,7 @@ def agent_states(tmp_path: Path, scenario: Scenario, sites: dict[str, str] | Non
                 )
                 group.seq = seq
                 group.enqueued = call
-                if seq < len(calls):
+                if seq < len(calls) or not pending:
                     call.completed = when + 0.1
                     group.done(call)
                 tracer.trace.append(call)
@@ -166,7 +168,7 @@ def live_summaries(states) -> list[str]:
 # ---- torch's Flight Recorder dump ------------------------------------------------------------
 
 
-def flight_dumps(tmp_path: Path, scenario: Scenario):
+def flight_dumps(tmp_path: Path, scenario: Scenario, pending: bool = True):
     """One pickle per rank in torch 2.13's dump format (gloo: every entry `scheduled`, the
     group's progress in pg_status)."""
     paths = []
@@ -203,7 +205,7 @@ def flight_dumps(tmp_path: Path, scenario: Scenario):
                 "0": {
                     "last_enqueued_collective": len(calls),
                     "last_started_collective": len(calls),
-                    "last_completed_collective": max(0, len(calls) - 1),
+                    "last_completed_collective": max(0, len(calls) - pending),
                 }
             },
             "entries": entries,
@@ -306,20 +308,47 @@ def test_the_loop_that_ran_once_more_is_named_by_every_source_that_knows_lines(s
 
 
 def test_a_healthy_group_says_nothing_in_any_source(tmp_path):
-    # every rank made #3 and saw #2 complete; #3 completed too on one: nobody waits
+    # every rank made all_reduce #3 and saw it complete
     healthy = Scenario("healthy", {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 3}, "")
-    states = agent_states(tmp_path, healthy)
-    done = {r: s for r, s in states.items()}
-    views = [RankView(r, None, STATE_RUNNING, heartbeat_age=0.5, agent=s) for r, s in done.items()]
-    # calls 20 s old and pending are a hang; made 0.2 s ago they are calls in transit
-    fresh = [
-        RankView(v.rank, None, STATE_RUNNING, heartbeat_age=0.5, agent=_shifted(v.agent, 19.8))
-        for v in views
+    states = agent_states(tmp_path / "agent", healthy, pending=False)
+    assert live_summaries(states) == []
+    assert explain(states).cause is None
+    assert compare_flight_dumps(flight_dumps(tmp_path, healthy, pending=False)) == []
+    ((group, progress),) = ledger.from_ras_counts(ras_counts(healthy)).items()
+    verdict = ledger.compare_group(group, progress)
+    assert verdict.behind == () and verdict.mismatches == () and verdict.hang is None
+
+
+def test_ras_counts_name_the_many_ranks_behind_not_the_few_ahead():
+    # NCCL RAS's report in NVIDIA/nccl#1911 (NCCL 2.26.2, 32 ranks, 4 nodes x 8 GPUs):
+    #   #0-0 (fa93daea854b060b) MISMATCH
+    #     Communicator ranks have different AllGather operation counts
+    #     30 ranks have launched up to operation 640
+    #     2 ranks have launched up to operation 641
+    #     Rank 12 -- GPU 4 managed by process ... ; Rank 13 -- GPU 5 ...
+    # RAS lists the two: the minority, which are ahead. The 30 others never launched #641.
+    counts = [
+        ledger.RasCount("fa93daea854b060b", rank, "AllGather", 641 if rank in (12, 13) else 640)
+        for rank in range(32)
     ]
-    assert sequence_verdict(fresh).findings == ()
+    ((group, progress),) = ledger.from_ras_counts(counts).items()
+    assert group == "fa93daea854b060b:all_gather"
+    verdict = ledger.compare_group(group, progress)
+    (behind,) = verdict.behind
+    assert behind.ranks == tuple(r for r in range(32) if r not in (12, 13))
+    assert behind.text == "ranks 0-11,14-31 never called all_gather #641 on group " + group
+    assert verdict.waiting == (12, 13) and verdict.hang is None  # launches, not completions
 
 
-def _shifted(state, seconds):
-    from dataclasses import replace
+def test_ras_counts_that_agree_say_nothing():
+    counts = [ledger.RasCount("fa93daea854b060b", r, "AllReduce", 2398578) for r in range(256)]
+    ((group, progress),) = ledger.from_ras_counts(counts).items()
+    verdict = ledger.compare_group(group, progress)
+    assert verdict.behind == () and verdict.mismatches == () and verdict.hang is None
 
-    return replace(state, time=state.time - seconds)
+
+def test_a_p2p_group_is_never_judged_by_its_counts(tmp_path):
+    # send/recv numbers differ per rank by design: rank 0 sent twice, rank 1 received once
+    pair = Scenario("p2p", {0: [("send", 4)] * 2, 1: [("recv", 4)]}, "", world=2)
+    states = agent_states(tmp_path, pair)
+    assert live_summaries(states) == []

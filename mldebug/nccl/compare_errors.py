@@ -47,13 +47,15 @@ def _behind_words(
 ) -> str | None:
     """The ledger's verdict on the ranks that never enqueued work `seq`, in its words;
     None when a log has no rank (the ledger speaks of ranks)."""
-    if any(log.rank is None for log in (*waiting, *late)):
-        return None
-    progress = {}
+    progress: dict[int, ledger.RankProgress] = {}
     for log in waiting:
+        if log.rank is None:
+            return None
         call = ledger.Call(seq, rules.op_name(fact.op or "?"))
         progress[log.rank] = ledger.RankProgress(log.rank, seq, log.last_completed(pg), {seq: call})
     for log in late:
+        if log.rank is None:
+            return None
         progress[log.rank] = ledger.RankProgress(
             log.rank, log.last_enqueued(pg) or 0, log.last_completed(pg)
         )

@@ -134,7 +134,7 @@ def _groups(dumps: list[FlightDump]) -> list[_Group]:
         collectives: dict[str, dict[int, FlightEntry]] = defaultdict(dict)
         p2p: dict[str, list[FlightEntry]] = defaultdict(list)
         for entry in dump.entries:  # one pass per dump: a dump may hold thousands of groups
-            if entry.p2p or rules.is_p2p(entry.op):
+            if entry.p2p:
                 p2p[entry.group].append(entry)
             else:
                 collectives[entry.group][entry.seq] = entry
@@ -147,23 +147,50 @@ def _groups(dumps: list[FlightDump]) -> list[_Group]:
     return list(names.values())
 
 
+# The same few calls come back in every entry (the op, its sizes and dtypes, its line): one
+# shared ledger record per distinct call, so 2,000 entries x 1,024 ranks cost a dict lookup
+# each. Shared records carry no number and no times (seq 0): the ledger keys calls by their
+# number, and no verdict uses a dump's times yet.
+MAX_SHARED = 1 << 16
+_SHARED: dict[tuple, ledger.Call] = {}
+
+
+def _shared(entry: FlightEntry) -> ledger.Call:
+    key = (
+        entry.op,
+        entry.input_sizes,
+        entry.input_dtypes,
+        entry.output_sizes,
+        entry.location,
+        entry.state,
+    )
+    call = _SHARED.get(key)
+    if call is None:
+        call = _call(entry, -1)._replace(seq=0, entered=None, ended=None)
+        if len(_SHARED) < MAX_SHARED:
+            _SHARED[key] = call
+    return call
+
+
 def _call(entry: FlightEntry, rank: int) -> ledger.Call:
     """One entry in the ledger's form (a p2p entry's peer: the other end, group ranks)."""
-    peers = rules.p2p_peers(entry.op)
+    op = rules.op_name(entry.op)
     peer = None
-    if peers is not None:
-        peer = peers[1] if peers[0] == rank else peers[0]
+    if entry.p2p or op in rules.P2P_OPS:
+        peers = rules.p2p_peers(entry.op)
+        if peers is not None:
+            peer = peers[1] if peers[0] == rank else peers[0]
     return ledger.Call(
         entry.seq,
-        rules.op_name(entry.op),
+        op,
         entry.input_sizes,
         tuple(rules.dtype_name(d) for d in entry.input_dtypes),
-        out_shapes=entry.output_sizes,
-        site=entry.location,
-        state=entry.state or None,
-        entered=entry.created,
-        ended=entry.created if entry.completed else None,
-        peer=peer,
+        entry.output_sizes,
+        entry.location,
+        entry.state or None,
+        entry.created,
+        entry.created if entry.completed else None,
+        peer,
     )
 
 
@@ -173,7 +200,7 @@ def _progress(group: _Group) -> dict[int, ledger.RankProgress]:
             rank,
             group.last[rank],
             group.done.get(rank),
-            {seq: _call(e, rank) for seq, e in entries.items()},
+            {seq: _shared(e) for seq, e in entries.items()},
             p2p=tuple(_call(e, rank) for e in sorted(group.p2p.get(rank, []), key=_p2p_order)),
         )
         for rank, entries in group.by_rank.items()
@@ -198,22 +225,16 @@ def _name(group: _Group) -> str:
 
 
 def _mismatch_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Finding]:
-    entries = {r: e for r, e in group.by_rank.items()}
     found = []
+    p2p = set(verdict.p2p)
     for mismatch in (*verdict.mismatches, *verdict.p2p):
-        sides = [s for s in mismatch.sides if s.call is not None]
+        sides = [(s.ranks, s.call) for s in mismatch.sides if s.call is not None]
         parts = tuple(
-            FindingPart(
-                s.ranks,
-                _call_text(entries[s.ranks[0]][mismatch.seq])
-                if mismatch.seq in entries.get(s.ranks[0], {})
-                else f"{s.call.op} #{mismatch.seq}",
-                s.call.site,
-            )
-            for s in sides
+            FindingPart(ranks, _side_label(group, mismatch, ranks[0], call, p2p), call.site)
+            for ranks, call in sides
         )
-        odd = mismatch.culprits or sides[-1].ranks
-        located = next((s.call.site for s in sides if s.ranks == odd), None)
+        odd = mismatch.culprits or sides[-1][0]
+        located = next((call.site for ranks, call in sides if ranks == odd), None)
         found.append(
             Finding(
                 kind=KIND_FR_MISMATCH,
@@ -230,6 +251,16 @@ def _mismatch_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Find
             )
         )
     return found
+
+
+def _side_label(
+    group: _Group, mismatch: ledger.Mismatch, rank: int, call: ledger.Call, p2p: set
+) -> str:
+    """`all_reduce #4 Float[4]` from the rank's entry; a p2p op by its own number."""
+    entry = group.by_rank.get(rank, {}).get(mismatch.seq)
+    if entry is None or mismatch in p2p:
+        return f"{call.op} #{mismatch.seq}"
+    return _call_text(entry)
 
 
 def _behind_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Finding]:
@@ -279,6 +310,8 @@ def _incomplete(group: _Group, verdict: ledger.GroupVerdict) -> Finding | None:
     if seq == 0 or not pending:
         return None
     entry = calls[pending[0]]
+    if entry is None:
+        return None
     where = _group_text(group.name, group.desc)
     nccl = group.backend == "nccl"
     timeout = f"; its timeout is {entry.timeout_ms / 1000:g} s" if entry.timeout_ms else ""
