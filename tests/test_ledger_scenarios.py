@@ -79,7 +79,7 @@ SCENARIOS = [
         {0: [AR] * 3, 1: [AR] * 3, 2: [AR] * 3},
         "all 3 ranks made all_reduce #3 and none has seen it complete, and none is behind: "
         "the collective itself does not complete",
-        sources=("agent", "exit", "flight"),
+        sources=("agent", "exit", "flight", "watchdog"),
     ),
     Scenario(
         "subgroup member that never called",

@@ -42,11 +42,11 @@ def _group(pg: str) -> str:
     return rules.DEFAULT_GROUP if pg == "0" else pg
 
 
-def _behind_words(
+def _verdict(
     pg: str, seq: int, fact: lp.TimeoutFact, waiting: list[RankLog], late: list[RankLog]
-) -> str | None:
-    """The ledger's verdict on the ranks that never enqueued work `seq`, in its words;
-    None when a log has no rank (the ledger speaks of ranks)."""
+) -> ledger.GroupVerdict | None:
+    """The ledger's verdict on the watchdog's counts (None when a log has no rank: the
+    ledger speaks of ranks). Every log is a member: the hang needs them all."""
     progress: dict[int, ledger.RankProgress] = {}
     for log in waiting:
         if log.rank is None:
@@ -59,8 +59,15 @@ def _behind_words(
         progress[log.rank] = ledger.RankProgress(
             log.rank, log.last_enqueued(pg) or 0, log.last_completed(pg)
         )
-    verdict = ledger.compare_group(_group(pg), progress)
-    if not verdict.behind:
+    return ledger.compare_group(_group(pg), progress, size=len(progress))
+
+
+def _behind_words(
+    pg: str, seq: int, fact: lp.TimeoutFact, waiting: list[RankLog], late: list[RankLog]
+) -> str | None:
+    """The ledger's verdict on the ranks that never enqueued work `seq`, in its words."""
+    verdict = _verdict(pg, seq, fact, waiting, late)
+    if verdict is None or not verdict.behind:
         return None
     return "; ".join(b.text for b in verdict.behind)
 
@@ -115,25 +122,37 @@ def timeouts(logs: list[RankLog]) -> list[Finding]:
             culprits = late
         else:
             everyone = not unknown
+            verdict = (
+                _verdict(pg, seq, fact, waiting, [])
+                if everyone and not ahead and len(waiting) > 1 and seq is not None
+                else None
+            )
             summary = (
-                f"{name_ranks(waiting)} timed out in {_work(fact)}{limit} (NCCL watchdog)"
-                + (
-                    f"; {name_ranks(ahead)} enqueued it too, so no rank is missing from it: the "
-                    "collective itself did not complete (network, GPU, a peer on another node)"
-                    if ahead and everyone
-                    else ""
+                (
+                    f"{verdict.hang} ({name_ranks(waiting)} timed out in {_work(fact)}{limit}, "
+                    "NCCL watchdog: the network, a GPU, a peer on another node)"
                 )
-                + (
-                    "; every rank timed out in it, none is missing from it: the collective "
-                    "itself did not complete (network, GPU, a peer on another node)"
-                    if not ahead and everyone and len(waiting) > 1 and seq is not None
-                    else ""
-                )
-                + (
-                    f"; no watchdog or dump line from {name_ranks(unknown)} says how far "
-                    f"{'it' if len(unknown) == 1 else 'they'} got"
-                    if unknown
-                    else ""
+                if verdict is not None and verdict.hang is not None
+                else (
+                    f"{name_ranks(waiting)} timed out in {_work(fact)}{limit} (NCCL watchdog)"
+                    + (
+                        f"; {name_ranks(ahead)} enqueued it too, so no rank is missing from it: the "
+                        "collective itself did not complete (network, GPU, a peer on another node)"
+                        if ahead and everyone
+                        else ""
+                    )
+                    + (
+                        "; every rank timed out in it, none is missing from it: the collective "
+                        "itself did not complete (network, GPU, a peer on another node)"
+                        if not ahead and everyone and len(waiting) > 1 and seq is not None
+                        else ""
+                    )
+                    + (
+                        f"; no watchdog or dump line from {name_ranks(unknown)} says how far "
+                        f"{'it' if len(unknown) == 1 else 'they'} got"
+                        if unknown
+                        else ""
+                    )
                 )
             )
             culprits = waiting
