@@ -169,7 +169,7 @@ class JobReadings:
 class CollectiveCall:
     """One collective or point-to-point call of a rank, as its agent recorded it."""
 
-    group: str  # the same name on every rank: "default_pg", a torch group name, "ranks:0,1"
+    group: str  # the same name on every rank: "default_pg", a torch group name, "ranks:0-1"
     seq: int  # counts this rank's calls on `group`, from 1
     op: str
     site: str | None = None  # file:line of the user's code that made the call

@@ -18,13 +18,15 @@ import time
 
 from .events import fail, fault_point, warn_once
 from .flight import ENV_FR_DIR, Flight, FlightDumps
+from .siblings import sibling as _sibling
 
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
 DEFAULT_INTERVAL = 1.0
 POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
-VERSION = 1  # ledgerrules.STATE_VERSION: state.json's schema (open to added sections)
+# state.json's schema version, by the collective ledger's contract (open to added sections)
+VERSION = _sibling("ledgerrules").STATE_VERSION
 
 
 def interval_from(env) -> float:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import mldebug.ledger as ledger
 from mldebug.analysis.findings import find_problems
 from mldebug.analysis.frames import (
     collective_op,
@@ -139,8 +140,7 @@ def as_waiting(view: RankView, wait: Wait | None) -> RankView:
         collective=view.collective or call.op,
         detail=(
             ("its Flight Recorder: " if wait.flight else "its agent: ")
-            + f"made {call.op} #{call.seq}"
-            + (f" on {wait.group}" if wait.group != "default_pg" else "")
+            + f"made {ledger.call_text(call.op, call.seq, wait.group)}"
             + f", not complete after {wait.seconds:.0f} s"
         ),
     )
