@@ -139,7 +139,7 @@ def test_the_dumps_read_back_name_the_rank_behind_at_its_line(hung):
     (finding,) = compare_flight_dumps(dumps)
     assert finding.kind == KIND_FR_BEHIND and finding.ranks == (1,)
     assert finding.summary == (
-        "rank 1 never joined all_reduce #5 of the default group that rank 0 entered; its last is #4"
+        f"rank 1 never called all_reduce #5 ({script}:{line_of('ALL_REDUCE')}); rank 0 waits in it"
     )
     assert finding.location == f"{script}:{line_of('ALL_REDUCE')}"  # not the agent's wrapper
     lines = summarize_flight_dump(dumps[0])
