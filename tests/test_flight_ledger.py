@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-from mldebug.model import KIND_FR_MISMATCH
+from mldebug.model import KIND_FR_BEHIND, KIND_FR_MISMATCH
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
 
 FLIGHT = Path(__file__).resolve().parent / "data" / "flight"
@@ -136,3 +136,34 @@ def test_every_mismatch_of_a_group_is_reported_not_only_the_first(tmp_path):
         "ranks make different tensors as call #4",
     ]
     assert all(f.ranks == (1,) for f in mismatches)
+
+
+def test_a_subgroup_member_whose_dump_has_the_group_but_no_call_on_it_is_behind(tmp_path):
+    # NCCL lists each group a rank belongs to in its pg_config, called on or not
+    def dump(rank: int, entries: list[dict]) -> Path:
+        raw = {
+            "version": "2.10",
+            "comm_lib_version": "2.28.9",
+            "pg_config": {
+                "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
+                "1": {"name": "1", "desc": "undefined", "ranks": "[0, 1]"},
+            }
+            if rank < 2
+            else {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}},
+            "pg_status": {},
+            "entries": entries,
+        }
+        path = tmp_path / f"nccl_trace_rank_{rank}"
+        path.write_bytes(pickle.dumps(raw, protocol=2))
+        return path
+
+    world = [_entry(1, "nccl:all_reduce", [[4]], "completed") for _ in range(3)]
+    pair = dict(_entry(1, "nccl:all_reduce", [[4]], "started"), process_group=("1", "undefined"))
+    pair["pg_id"] = 1
+    paths = [dump(0, [world[0], pair]), dump(1, [world[1]]), dump(2, [world[2]])]
+    (finding,) = compare_flight_dumps([read_flight_dump(str(p)) for p in paths])
+    assert finding.kind == KIND_FR_BEHIND and finding.ranks == (1,)
+    assert finding.summary == (
+        "rank 1 never called all_reduce #1 on group 1: it has made no call on it yet; "
+        "rank 0 waits in it"
+    )
