@@ -24,223 +24,72 @@ same words whatever the source:
 
 `RankProgress.calls` carry entry and completion times (`Call.entered`, `Call.ended`) where a
 source has them, for a later "who arrives last" verdict; nothing here uses them yet.
-Pure functions, standard library only.
+Pure functions, standard library only; the forms are in ledgerforms.py, the sentences in
+ledgerwords.py, both re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import mldebug.ledgerrules as rules
-from mldebug.ranges import format_ranks
+from mldebug.ledgerforms import (
+    KIND_DTYPES,
+    KIND_OP,
+    KIND_SHAPES,
+    KIND_STATE,
+    KIND_TOTALS,
+    Behind,
+    Call,
+    GroupVerdict,
+    Mismatch,
+    RankProgress,
+    Side,
+    numel,
+)
+from mldebug.ledgerwords import (
+    behind_sentence,
+    behind_text,
+    call_text,
+    hang_text,
+    mismatch_text,
+    on_group,
+    ranks_text,
+    tensors_text,
+)
+
+# The ledger's public names, for the adapters: `import mldebug.ledger as ledger`.
+__all__ = [
+    "KIND_DTYPES",
+    "KIND_OP",
+    "KIND_SHAPES",
+    "KIND_STATE",
+    "KIND_TOTALS",
+    "Behind",
+    "Call",
+    "GroupVerdict",
+    "Mismatch",
+    "RankProgress",
+    "RasCount",
+    "Side",
+    "behind_sentence",
+    "behind_text",
+    "call_text",
+    "compare_group",
+    "from_ras_counts",
+    "hang_text",
+    "mismatch_text",
+    "ranks_text",
+    "tensors_text",
+]
 
 MAX_MISMATCHES = 4  # per group
-MAX_SIDES = 4  # sides of one mismatch named in its text
-
-KIND_OP = "op"
-KIND_SHAPES = "shapes"
-KIND_DTYPES = "dtypes"
-KIND_TOTALS = "totals"  # all_to_all: the members' input and output totals differ
-KIND_STATE = "state"  # Flight Recorder: some members started #N, others never did
 # How far an entry got, by the Flight Recorder's states (an unknown state: not compared).
 _STATES = {"scheduled": 0, "started": 1, "completed": 2}
 
 
-class Call(NamedTuple):
-    """One call as one rank recorded it. `op` is torch.distributed's name (op_name). A
-    named tuple, not a frozen dataclass: as immutable, and made five times faster (a
-    Flight Recorder dump gives thousands per rank)."""
-
-    seq: int  # its number; 0 where a source shares one record among equal calls
-    op: str
-    shapes: tuple[tuple[int, ...], ...] = ()
-    dtypes: tuple[str, ...] = ()
-    out_shapes: tuple[tuple[int, ...], ...] = ()  # all_to_all totals, p2p receive sizes
-    site: str | None = None  # file:line of the user's code
-    state: str | None = None  # "scheduled" / "started" / "completed", where a source says
-    entered: float | None = None  # when the rank made the call (its own clock, epoch s)
-    ended: float | None = None  # when it completed there (None: not seen)
-    peer: int | None = None  # point-to-point: the other end (a rank of the group)
-
-
-@dataclass(frozen=True)
-class RankProgress:
-    """Where one rank is in one group's count of collectives."""
-
-    rank: int
-    made: int  # the last call number it made (0: none)
-    done: int | None = None  # the last it saw complete (None: the source does not say)
-    calls: Mapping[int, Call] = field(default_factory=dict)  # the calls known, by number
-    fresh: bool = True  # its source is current (a live heartbeat); stale ones set no M
-    # Its point-to-point ops on the group, in their order, where the source numbers them
-    # apart from the collectives (the Flight Recorder's p2p_seq_id). A source that counts
-    # them with the collectives (the agent) puts them in `calls`: the group is then not
-    # judged by its counts.
-    p2p: tuple[Call, ...] = ()
-
-
-@dataclass(frozen=True)
-class Side:
-    ranks: tuple[int, ...]
-    call: Call | None  # what they made as #N (None: never made it)
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    seq: int
-    kind: str  # KIND_*
-    sides: tuple[Side, ...]  # the most ranks first
-    culprits: tuple[int, ...]  # () when no side can be told the odd one
-    extra: bool  # the culprits made one call more (a loop ran once more)
-    text: str
-
-
-@dataclass(frozen=True)
-class Behind:
-    ranks: tuple[int, ...]
-    last: int  # their last call (0: none on this group)
-    last_call: Call | None
-    text: str
-
-
-@dataclass(frozen=True)
-class GroupVerdict:
-    group: str
-    top: int  # M: the highest call a fresh member made (0: none)
-    call: Call | None  # call #M as the waiting ranks made it
-    waiting: tuple[int, ...]  # members that made #M and have not seen it complete
-    behind: tuple[Behind, ...]  # by their last call, the most ranks first
-    mismatches: tuple[Mismatch, ...]
-    hang: str | None  # every member waits in #M: the sentence, else None
-    p2p: tuple[Mismatch, ...] = ()  # sends never received, ends of another size
-
-    @property
-    def ranks_behind(self) -> tuple[int, ...]:
-        return tuple(sorted(r for b in self.behind for r in b.ranks))
-
-
-# ---- Words -------------------------------------------------------------------------------
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    ordered = sorted(ranks)
-    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
-
-
-def _verb(ranks: Sequence[int], one: str, many: str) -> str:
-    return one if len(ranks) == 1 else many
-
-
-def on_group(group: str) -> str:
-    return "" if group == rules.DEFAULT_GROUP else f" on group {group}"
-
-
-def call_text(op: str, seq: int, group: str) -> str:
-    """`all_reduce #6`, `all_reduce #6 on group 1`."""
-    return f"{op} #{seq}{on_group(group)}"
-
-
-def tensors_text(call: Call) -> str:
-    """`float32[4]`, `float32[4], int64[2]`; `?` for a dtype not recorded."""
-    dtypes = list(call.dtypes[: len(call.shapes)]) + ["?"] * (len(call.shapes) - len(call.dtypes))
-    return ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes, call.shapes, strict=True))
-
-
-def behind_text(ranks: Sequence[int], op: str, seq: int, group: str) -> str:
-    """The behind verdict's words: `rank 2 never called all_reduce #6 on group 1`."""
-    return f"{ranks_text(ranks)} never called {call_text(op, seq, group)}"
-
-
-def behind_count_text(
-    ranks: Sequence[int], top: int, last: int, last_call: Call | None, group: str
-) -> str:
-    """`: 3 calls behind, its last was all_reduce #35 (a.py:9)`, `: it has made no call on
-    it yet`; nothing when it is one call behind."""
-    if last == 0:
-        return f": {_verb(ranks, 'it has', 'they have')} made no call on it yet"
-    if top - last > 1:
-        what = call_text(last_call.op, last, group) if last_call else f"#{last}"
-        at = f" ({last_call.site})" if last_call is not None and last_call.site else ""
-        return f": {top - last} calls behind, {_verb(ranks, 'its', 'their')} last was {what}{at}"
-    return ""
-
-
-def behind_sentence(behind: Behind, verdict: GroupVerdict) -> str:
-    """The behind verdict as every source says it: `rank 2 never called all_reduce #38
-    (a.py:9): 3 calls behind, its last was all_reduce #35 (a.py:9)`."""
-    call = verdict.call
-    op = call.op if call is not None else "a collective"
-    at = f" ({call.site})" if call is not None and call.site else ""
-    return (
-        behind_text(behind.ranks, op, verdict.top, verdict.group)
-        + at
-        + behind_count_text(behind.ranks, verdict.top, behind.last, behind.last_call, verdict.group)
-    )
-
-
-def hang_text(count: int, op: str, seq: int, group: str) -> str:
-    return (
-        f"all {count} ranks made {call_text(op, seq, group)} and none has seen it complete, "
-        "and none is behind: the collective itself does not complete"
-    )
-
-
-def _side_text(side: Side, kind: str) -> str:
-    call = side.call
-    verb = _verb(side.ranks, "calls", "call")
-    if call is None:
-        return f"{ranks_text(side.ranks)} {_verb(side.ranks, 'makes', 'make')} no call #N"
-    what = call.op
-    if kind in (KIND_SHAPES, KIND_DTYPES) and call.shapes:
-        what = f"{call.op} of {tensors_text(call)}"
-    elif kind == KIND_TOTALS:
-        sent = sum(_numel(s) for s in call.shapes)
-        got = sum(_numel(s) for s in call.out_shapes)
-        what = f"{call.op} sending {sent} and receiving {got} elements"
-    elif kind == KIND_STATE:
-        what = f"{call.op} ({call.state})"
-    at = f" ({call.site})" if call.site else ""
-    return f"{ranks_text(side.ranks)} {verb} {what}{at}"
-
-
-_WHY = {
-    KIND_OP: "different collectives",
-    KIND_SHAPES: "different tensors",
-    KIND_DTYPES: "different dtypes",
-    KIND_TOTALS: "all_to_all calls whose totals differ",
-    KIND_STATE: "one collective that only some started",
-}
-
-
-def mismatch_text(
-    seq: int, kind: str, sides: Sequence[Side], culprits: Sequence[int], extra: bool, group: str
-) -> str:
-    """`ranks make different collectives as call #4, which never match: ranks 0-2 call
-    all_reduce (a.py:3); rank 3 calls broadcast (a.py:9): rank 3 is the odd one out`."""
-    texts = "; ".join(_side_text(s, kind).replace("#N", f"#{seq}") for s in sides[:MAX_SIDES])
-    if len(sides) > MAX_SIDES:
-        texts += f"; and {len(sides) - MAX_SIDES} more"
-    text = f"ranks make {_WHY[kind]} as call #{seq}{on_group(group)}, which never match: {texts}"
-    if culprits and extra:
-        op = next(s.call.op for s in sides if s.call is not None and s.ranks[0] in culprits)
-        text += (
-            f": {ranks_text(culprits)} made one {op} more than the others (a loop ran once more)"
-        )
-    elif culprits:
-        text += f": {ranks_text(culprits)} {_verb(culprits, 'is', 'are')} the odd one out"
-    return text
-
-
 # ---- The comparison ----------------------------------------------------------------------
-
-
-def _numel(shape: Sequence[int]) -> int:
-    total = 1
-    for dim in shape:
-        total *= dim
-    return total
 
 
 def _repeats(progress: RankProgress, seq: int) -> bool:
@@ -293,8 +142,8 @@ def _kind(calls: Sequence[Call], members: int, inputs: bool) -> str | None:
         if len({tuple(dict.fromkeys(c.dtypes)) for c in calls}) > 1:
             return KIND_DTYPES
     if op in rules.ALL_TO_ALL_OPS and len(calls) == members and all(c.out_shapes for c in calls):
-        sent = sum(_numel(s) for c in calls for s in c.shapes)
-        got = sum(_numel(s) for c in calls for s in c.out_shapes)
+        sent = sum(numel(s) for c in calls for s in c.shapes)
+        got = sum(numel(s) for c in calls for s in c.out_shapes)
         if sent != got:
             return KIND_TOTALS
     states = {_STATES.get(c.state or "", -1) for c in calls}
@@ -312,7 +161,7 @@ def _totals_sides(calls: Mapping[int, Call]) -> list[Side]:
 
 
 def _balanced(call: Call) -> bool:
-    return sum(_numel(s) for s in call.shapes) == sum(_numel(s) for s in call.out_shapes)
+    return sum(numel(s) for s in call.shapes) == sum(numel(s) for s in call.out_shapes)
 
 
 def _mismatches(group: str, members: Mapping[int, RankProgress], inputs: bool) -> list[Mismatch]:

@@ -207,7 +207,13 @@ def test_the_nccl_readers_import_only_the_model_and_plain_helpers():
     # mldebug.nccl reads files and compares ranks: no views, no collectors, no launcher.
     edges = graph()
     allowed = {"mldebug", "mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
-    allowed |= {"mldebug.ledger", "mldebug.ledgerrules"}  # the collective ledger
+    # the collective ledger
+    allowed |= {
+        "mldebug.ledger",
+        "mldebug.ledgerforms",
+        "mldebug.ledgerrules",
+        "mldebug.ledgerwords",
+    }
     for module in layer(edges, "mldebug.nccl"):
         outside = {m for m in edges[module] if not m.startswith("mldebug.nccl")}
         assert outside <= allowed, (module, outside)
