@@ -2,8 +2,9 @@
 
 Each scenario says what each rank called on a group; each source's input is built in its
 real format from it:
-- agent: state.json written by the agent's own writer (its Tracer's Group/Call records and
-  Heartbeat.state(), through rundir's atomic writer), read back by collect/agentstate.py,
+- agent: state.json written by the agent's own writer (tests/agent_writer.py: its Tracer's
+  Group/Call records and its Heartbeat, through rundir's atomic writer), read back by
+  collect/agentstate.py,
   judged live (analysis/sequence.py) and at exit (launch/timeouts.py);
 - flight: torch's Flight Recorder dump in its pickle format (the fields torch 2.13 writes,
   as in the recorded dumps of tests/data/flight), read by nccl/flight_read.py;
@@ -21,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from agent_writer import Made, write_state
 
 import mldebug.ledger as ledger
 from mldebug import rundir
-from mldebug.agent import collectives as agent_collectives
-from mldebug.agent.heartbeat import Heartbeat
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.timeouts import explain
@@ -107,54 +107,32 @@ LOOP = Scenario(
 def agent_states(
     tmp_path: Path, scenario: Scenario, sites: dict[str, str] | None = None, pending: bool = True
 ):
-    """Each rank's state.json, written by the agent's Heartbeat from its Tracer's records;
+    """Each rank's state.json, written by the agent's own writer (tests/agent_writer.py);
     the last call of each rank pending (made 1 s apart, the last 20 s before the state)."""
     paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
-    rundir.make_private_dir(paths.ranks_dir)
     states = {}
     for rank in range(scenario.world):
-        tracer = agent_collectives.Tracer(_rules())
         calls = scenario.calls.get(rank, [])
-        if calls:
-            group = agent_collectives.Group(scenario.group, scenario.world)
-            tracer.groups[scenario.group] = group
-            for seq, (op, size) in enumerate(calls, 1):
-                when = NOW - 20 - (len(calls) - seq)
-                site = (sites or {}).get(op)
-                shapes = [[size]] if size else []
-                call = agent_collectives.Call(
-                    group, seq, op, site, when, False, shapes, ["float32"] * len(shapes), None
+        made = []
+        for seq, (op, size) in enumerate(calls, 1):
+            when = NOW - 20 - (len(calls) - seq)
+            last = seq == len(calls) and pending
+            made.append(
+                Made(
+                    op,
+                    (sites or {}).get(op),
+                    when,
+                    None if last else when + 0.1,
+                    ((size,),) if size else (),
+                    ("float32",) if size else (),
                 )
-                group.seq = seq
-                group.enqueued = call
-                if seq < len(calls) or not pending:
-                    call.completed = when + 0.1
-                    group.done(call)
-                tracer.trace.append(call)
-        elif scenario.group != "default_pg":
-            pass  # a member that never called on the group: its agent knows no such group
-        rundir.make_private_dir(paths.rank_dir(rank))
-        beat = Heartbeat(
-            paths.state_file(rank),
-            rundir.write_json_atomic,
-            rank,
-            NOW - 100,
-            tracer,
-            None,
-            None,
-            interval=1.0,
-            clock=lambda: NOW,
-        )
-        assert beat.write_once()
+            )
+        # a member that never called on the group: its agent knows no such group
+        groups = {scenario.group: made} if made else {}
+        write_state(paths, rank, groups, NOW, sizes={scenario.group: scenario.world})
         states[rank] = read_state(paths.root, rank)
         assert states[rank] is not None
     return states
-
-
-def _rules():
-    from mldebug import rankrules
-
-    return rankrules
 
 
 def live_summaries(states) -> list[str]:

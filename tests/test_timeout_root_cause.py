@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_writer import Made, write_state
 
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.failures import Failure, format_report
 from mldebug.launch.timeouts import Place, explain, timeout_of
-from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+from mldebug.rundir import RunPaths, make_private_dir
 
 GLOO = (
     "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms "
@@ -40,56 +41,19 @@ NCCL = (
 AR, BARRIER, GATHER = "/job/train.py:9", "/job/train.py:11", "/job/train.py:14"
 
 
-def call(seq, op, site, done=True):
-    return {
-        "group": "default_pg",
-        "seq": seq,
-        "op": op,
-        "site": site,
-        "enqueued": 100.0 + seq,
-        "completed": 100.5 + seq if done else None,
-        "async": False,
-        "shapes": [[4]],
-        "dtypes": ["float32"],
-    }
-
-
 def write_calls(paths: RunPaths, rank: int, calls: list[tuple[str, str]], waiting=True):
-    """The rank's state.json after making `calls` (op, site); the last one still pending
-    when `waiting`, else all complete."""
-    make_private_dir(paths.ranks_dir)
-    make_private_dir(paths.rank_dir(rank))
-    trace = [
-        call(i + 1, op, site, done=not waiting or i + 1 < len(calls))
-        for i, (op, site) in enumerate(calls)
+    """The rank's state.json, by the agent's own writer, after making `calls` (op, site);
+    the last one still pending when `waiting`, else all complete."""
+    made = [
+        Made(
+            op,
+            site,
+            100.0 + seq,
+            None if waiting and seq == len(calls) else 100.5 + seq,
+        )
+        for seq, (op, site) in enumerate(calls, 1)
     ]
-    last = trace[-1]
-    done = last if not waiting else (trace[-2] if len(trace) > 1 else None)
-    write_json_atomic(
-        paths.state_file(rank),
-        {
-            "version": 1,
-            "rank": rank,
-            "pid": 4000 + rank,
-            "time": 120.0,
-            "step": None,
-            "groups": {
-                "default_pg": {
-                    "size": 2,
-                    "enqueued": {
-                        "seq": last["seq"],
-                        "op": last["op"],
-                        "time": last["enqueued"],
-                        "site": last["site"],
-                    },
-                    "completed": {"seq": done["seq"], "op": done["op"], "time": 110.0}
-                    if done
-                    else None,
-                }
-            },
-            "trace": trace,
-        },
-    )
+    write_state(paths, rank, {"default_pg": made}, now=120.0, sizes={"default_pg": 2})
 
 
 @pytest.fixture
