@@ -35,6 +35,9 @@ MAX_JSON_DEPTH = 16
 # are not where the user called the collective.
 NOT_USER_PARTS = ("/torch/", "\\torch\\", "/mldebug/agent/", "/mldebug/hooks/")
 _RANK_AT_END = re.compile(r"(\d+)(?:\.(?:json|pickle|pkl))?$")
+# A host name in the file name (`fr_gpu-node12_rank_3`, `trace_rank_3_node12.json`): the
+# number after the last "rank" wins over the number that ends the name.
+_RANK_WORD = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
 _KEYS = (b"pg_config", b"entries", b"pg_status", b"comm_lib_version")
 
 
@@ -68,8 +71,18 @@ def looks_like_flight_dump(path: str, head: bytes) -> bool:
 
 
 def rank_from_name(path: str) -> int | None:
-    """The rank torch appends to the dump's prefix (`comm_lib_trace_rank_3` -> 3)."""
-    match = _RANK_AT_END.search(os.path.basename(path))
+    """The rank torch appends to the dump's prefix (`comm_lib_trace_rank_3` -> 3), also
+    where a host name follows it (`trace_rank_3_node12` -> 3)."""
+    name = os.path.basename(path)
+    if name.startswith(".") or name.endswith(".tmp"):
+        return None  # a dump being written (write-then-rename), not one
+    words = _RANK_WORD.findall(name)
+    match = _RANK_AT_END.search(name) if not words else None
+    if words:
+        text = words[-1]
+        if len(text) > 7:
+            return None
+        return int(text) if int(text) < MAX_RANK else None
     if match is None or len(match.group(1)) > 7:
         return None
     rank = int(match.group(1))
@@ -235,9 +248,12 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
     if not isinstance(raw, dict):
         return None
     pg = raw.get("process_group")
-    if not isinstance(pg, (list, tuple)) or len(pg) != 2:
+    if isinstance(pg, (list, tuple)) and len(pg) == 2:
+        group, desc = _text(pg[0]), _text(pg[1])
+    elif isinstance(pg, (str, int)) and not isinstance(pg, bool):
+        group, desc = _text(pg), ""  # a bare name: no description recorded
+    else:
         return None
-    group, desc = _text(pg[0]), _text(pg[1])
     p2p = raw.get("is_p2p") is True
     seq = _int(raw.get("p2p_seq_id" if p2p else "collective_seq_id"))
     if not group or seq is None:
@@ -322,12 +338,18 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     if rank is None:  # a world of one says who it is
         world = next((g.ranks for g in groups if g.desc == "default_pg"), None)
         rank = world[0] if world is not None and len(world) == 1 else None
+    if rank is not None:
+        # pg_config names subgroups this rank is not in (torch records every new_group
+        # call): a group whose ranks leave this rank out, with no entry of it, is not its own.
+        used = {e.group for e in entries}
+        groups = [g for g in groups if g.ranks is None or rank in g.ranks or g.name in used]
     return FlightDump(
         path=path,
         rank=rank,
         format=form,
         version=_text(raw.get("version")),
-        comm_lib_version=_text(raw.get("comm_lib_version")),
+        # `nccl_version` until format 2.7, `comm_lib_version` since
+        comm_lib_version=_text(raw.get("comm_lib_version") or raw.get("nccl_version")),
         groups=tuple(groups),
         entries=tuple(entries),
         repaired=repaired,
