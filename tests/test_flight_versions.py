@@ -84,3 +84,44 @@ def test_a_bare_process_group_name_is_read(tmp_path):
     path.write_bytes(pickle.dumps(raw, protocol=2))
     dump = read_flight_dump(str(path))
     assert len(dump.entries) == 3 and dump.entries[0].group == "0"
+
+
+def _all_dumps() -> list[Path]:
+    root = DATA.parent
+    gpu = root.parent / "gpu"
+    paths = [p for p in root.rglob("*") if p.is_file() and p.suffix not in (".py", ".md")]
+    paths += [gpu / "nccl_ok" / "fr_dump.pickle", gpu / "nccl_timeout" / "nccl_trace_rank_0"]
+    return sorted(p for p in paths if p.exists())
+
+
+@pytest.mark.parametrize("path", _all_dumps(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_column_reader_reads_what_the_entry_reader_reads(path, monkeypatch):
+    # GIVEN a dump read the fast way (columns) and the checked way (entry by entry)
+    fast = read_flight_dump(str(path))
+    monkeypatch.setattr("mldebug.nccl.flight_read.fast_entries", lambda *args: None)
+    slow = read_flight_dump(str(path))
+    # THEN both say the same
+    assert fast == slow
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"state": 5},
+        {"is_p2p": True, "p2p_seq_id": 1},
+        {"collective_seq_id": "7"},
+        {"process_group": ["0", "default_pg"]},
+        {"input_dtypes": [["Float"]]},
+        {"frames": "not frames"},
+        {"time_created_ns": 1 << 70},
+        {"profiling_name": None},
+    ],
+)
+def test_odd_entries_read_alike_both_ways(change, tmp_path, monkeypatch):
+    raw = pickle.loads((DATA / "v2.4" / "nccl_trace_rank_0").read_bytes())
+    raw["entries"][1].update(change)
+    path = tmp_path / "rank_0"
+    path.write_bytes(pickle.dumps(raw, protocol=2))
+    fast = read_flight_dump(str(path))
+    monkeypatch.setattr("mldebug.nccl.flight_read.fast_entries", lambda *args: None)
+    assert fast == read_flight_dump(str(path))
