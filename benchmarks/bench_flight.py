@@ -9,7 +9,9 @@ does; the last rank stops one collective early. Then, in the same run, on one co
   * mldebug: `read_flight_dump` of every file (the unpickler of plain data only, checks
     and caps, the gloo quirk repair) and `compare_flight_dumps` over all of them.
 
-    python benchmarks/bench_flight.py [--ranks 64] [--entries 2000] [--repeats 3]
+  * mldebug with workers: `read_flight_dumps` (nccl/flight_pool.py) over the same files.
+
+    python benchmarks/bench_flight.py [--ranks 64] [--entries 2000] [--repeats 3] [--workers N]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump  # noqa: E402
+from mldebug.nccl.flight_pool import read_flight_dumps, worker_count  # noqa: E402
 from mldebug.nccl.flight_read import _PlainUnpickler  # noqa: E402
 
 SOURCE = ROOT / "tests" / "data" / "flight" / "behind" / "comm_lib_trace_rank_0"
@@ -71,6 +74,9 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--workers", type=int, default=0, help="reader processes (default: by cores, at least 2)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -88,6 +94,11 @@ def main() -> int:
         def read():
             dumps[:] = [read_flight_dump(str(p)) for p in files]
 
+        workers = args.workers or max(2, worker_count(len(files)))
+
+        def pooled():
+            read_flight_dumps([str(p) for p in files], workers=workers)
+
         def compare():
             findings[:] = compare_flight_dumps(dumps)
 
@@ -95,6 +106,7 @@ def main() -> int:
         rss_plain = peak_rss_mb()
         read_s = best_of(args.repeats, read)
         compare_s = best_of(args.repeats, compare)
+        pooled_s = best_of(args.repeats, pooled)
         rss_ours = peak_rss_mb()
     mb = size / 1e6
     load = os.getloadavg()[0]
@@ -107,8 +119,10 @@ def main() -> int:
         ("mldebug compare", compare_s),
     ]
     rows.append(("mldebug read + compare", (read_s[0] + compare_s[0], read_s[1] + compare_s[1])))
+    rows.append((f"mldebug read, {workers} workers", pooled_s))
     for label, (wall, cpu) in rows:
         print(f"{label:28} {wall:8.3f} {cpu:8.3f} {mb / max(cpu, 1e-9):9.1f}")
+    print("(the workers' CPU time is theirs: the CPU column of that row is the parent's only)")
     ours = read_s[1] + compare_s[1]
     print(
         f"ratio (CPU): read {read_s[1] / plain_s[1]:.1f}x, read + compare "

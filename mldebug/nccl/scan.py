@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mldebug import rundir
 from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
-from mldebug.nccl import compare, flight, ranklog, ras_read, ras_verdict
+from mldebug.nccl import compare, flight, flight_pool, ranklog, ras_read, ras_verdict
 from mldebug.nccl.logparse import FileLog, parse_file
 
 MAX_FILES = 20_000  # files looked at under the paths given
@@ -208,12 +208,13 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
         dumps = sorted(n for n in os.listdir(paths.root / "fr") if not n.startswith("."))
     except OSError:
         dumps = []
-    started, unread = time.monotonic(), 0
-    for name in dumps[:RUN_RANKS]:
-        if time.monotonic() - started > RUN_FR_SECONDS:
-            unread += 1
-            continue
-        _one(paths.root / "fr" / name, scan, named=False, dumps_only=True)
+    started = time.monotonic()
+    fr = [paths.root / "fr" / name for name in dumps[:RUN_RANKS]]
+    found = [str(p) for p in fr if flight.looks_like_flight_dump(str(p), _head(p) or b"")]
+    scan.skipped += len(fr) - len(found)
+    read, problems, unread = flight_pool.read_flight_dumps(found, started + RUN_FR_SECONDS)
+    scan.dumps += read  # read by worker processes where there are cores (flight_pool)
+    scan.problems += problems
     join_pids(scan, paths)
     finish(scan)
     if unread:
