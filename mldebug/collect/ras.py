@@ -85,7 +85,7 @@ def _local(host: str) -> bool:
     except (OSError, UnicodeError):
         return False
     for info in infos:
-        address = info[4][0]
+        address = str(info[4][0])
         if ipaddress.ip_address(address.split("%")[0]).is_loopback or address in mine:
             continue
         return False

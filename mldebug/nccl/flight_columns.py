@@ -92,13 +92,13 @@ def fast_entries(
     shapes = {key: shape_of(items[index]) for key, index in first.items()}
     if None in shapes.values():
         return None  # an entry without a group: the slow way counts it as dropped
-    rows = list(map(shapes.__getitem__, keys))
+    rows: list[tuple] = list(map(shapes.__getitem__, keys))  # type: ignore[arg-type]
     # torch shares each distinct frame between entries (its pickle memoises them): an
     # entry's stack is keyed by the identities of its frames.
     frames = _column(items, "frames")
     kinds = set(map(type, frames))
     if kinds == {type(None)}:
-        places = list(repeat(None, len(items)))
+        places: list[str | None] = list(repeat(None, len(items)))
     elif kinds == {list}:
         stacks = list(map(tuple, map(map, repeat(id), frames)))
         known = {
@@ -116,7 +116,7 @@ def fast_entries(
         )
     ]
     get = operator.itemgetter
-    columns = (
+    columns: tuple = (
         map(get(0), rows),
         map(get(1), rows),
         pg_ids,

@@ -228,7 +228,7 @@ def _ranks(value: object) -> tuple[int, ...] | None:
     ranks = [_int(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
     if not ranks or any(r is None or not 0 <= r < MAX_RANK for r in ranks):
         return None
-    return tuple(ranks)
+    return tuple(r for r in ranks if r is not None)
 
 
 def _status(raw: dict) -> dict[str, dict]:

@@ -140,7 +140,8 @@ def _from_json(data: bytes, where: str) -> RasReport:
         else:
             comms.append(comm)
     dead = tuple((r.pid, r.host) for c in comms for r in c.missing if r.dead)
-    ras = raw.get("ras") if isinstance(raw.get("ras"), dict) else {}
+    ras = raw.get("ras")
+    ras = ras if isinstance(ras, dict) else {}
     return RasReport(
         path=where,
         format=FORMAT_JSON,

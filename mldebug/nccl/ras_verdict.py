@@ -119,7 +119,7 @@ def _pids_of(comm: RasComm, groups: Sequence[RasCountGroup], stacks) -> list[set
     """The pids of each group; in the text form the one unnamed group (NCCL names outliers
     only) gets the processes read that no group names, when they are the whole communicator."""
     pid = {r.rank: r.pid for r in comm.ranks}
-    sets = [{pid[m] for m in g.listed if pid.get(m)} for g in groups]
+    sets: list[set[int]] = [{p for m in g.listed if (p := pid.get(m))} for g in groups]
     unnamed = [i for i, g in enumerate(groups) if len(g.listed) < g.ranks]
     if len(unnamed) == 1 and comm.size and len(stacks) == comm.size:
         named = set().union(*sets)
@@ -221,8 +221,8 @@ def _all_launched(
 ) -> list[Finding]:
     """Counts agree and every rank read waits in a collective: NCCL launched it everywhere,
     and it did not complete. Said as information: the stacks' own finding is the verdict."""
-    mine = [r for r in comm.ranks if r.pid in stacks]
-    if not mine or len(mine) < len(comm.ranks) or any(stacks[r.pid] is None for r in mine):
+    mine = [r for r in comm.ranks if r.pid is not None and r.pid in stacks]
+    if not mine or len(mine) < len(comm.ranks) or any(stacks[r.pid or 0] is None for r in mine):
         return []
     last = max(mine[0].counts, key=lambda kv: kv[1], default=None)
     if last is None or last[1] == 0:
