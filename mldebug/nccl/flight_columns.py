@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from itertools import repeat
+from itertools import chain, repeat
 
 from .flight_model import FlightEntry
 
@@ -69,10 +69,11 @@ def fast_entries(
     # are not reused meanwhile), normalised once per distinct key by the checked path.
     names = _column(items, "profiling_name")
     groups, in_types, out_types = (_column(items, k) for k in _TUPLE_KEYS)
+    # As tuples, these keys are exact only when they hold strings (True == 1 otherwise).
     if not set(map(type, groups)) | set(map(type, in_types)) | set(map(type, out_types)) <= {
         tuple,
         list,
-    }:
+    } or not set(map(type, chain(*groups, *in_types, *out_types))) <= {str}:
         return None
     keys = list(
         zip(

@@ -297,19 +297,11 @@ def _shape(raw: dict) -> tuple | None:
     isz, osz = get("input_sizes"), get("output_sizes")
     idt, odt = get("input_dtypes"), get("output_dtypes")
     name = get("profiling_name")
-    try:
-        key = (
-            tuple(pg) if type(pg) is tuple or type(pg) is list else pg,
-            name,
-            tuple(map(tuple, isz)) if type(isz) is list and len(isz) <= MAX_TENSORS else None,
-            tuple(map(tuple, osz)) if type(osz) is list and len(osz) <= MAX_TENSORS else None,
-            tuple(idt) if type(idt) is list and len(idt) <= MAX_TENSORS else None,
-            tuple(odt) if type(odt) is list and len(odt) <= MAX_TENSORS else None,
-        )
-        hit = _SHAPES.get(key)
-    except TypeError:  # something unhashable, or not a list of lists: read it slowly
-        key, hit = None, None
-    if hit is not None and None not in key[2:]:  # type: ignore[index]
+    # reprs: of plain data they are equal only for equal values (True and 1 differ)
+    small = all(type(v) is list and len(v) <= MAX_TENSORS for v in (isz, osz, idt, odt))
+    key = (repr(pg), repr(name), repr(isz), repr(osz), repr(idt), repr(odt)) if small else None
+    hit = _SHAPES.get(key) if key is not None and len(key[0]) + len(key[1]) < 512 else None
+    if hit is not None:
         return hit[:-1] + (_location_of(get("frames")),)
     if isinstance(pg, (list, tuple)) and len(pg) == 2:
         group, desc = _text(pg[0]), _text(pg[1])
@@ -331,7 +323,7 @@ def _shape(raw: dict) -> tuple | None:
         _texts(odt),
         None,
     )
-    if key is not None and None not in key[2:]:
+    if key is not None and sum(map(len, key)) < 4096:
         if len(_SHAPES) >= _SHAPES_MAX:
             _SHAPES.clear()
         _SHAPES[key] = shape
@@ -351,7 +343,7 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
     if seq is None:
         return None
     state = get("state")
-    state = state if state in _STATES else _text(state)
+    state = state if type(state) is str and state in _STATES else _text(state)
     retired = get("retired") is True
     pg_id = _int(get("pg_id"))
     done = status_done[pg_id] if pg_id in status_done else _done(status, pg_id, status_done)

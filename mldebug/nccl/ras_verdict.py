@@ -137,6 +137,8 @@ def _behind(
     stacks: Mapping[int, str | None],
     rank_of: Mapping[int, int],
 ) -> Finding | None:
+    if len({g.launched for g in groups}) < 2:
+        return None  # one count only (a report cut short): nothing to compare
     top = max(g.launched for g in groups)
     pids = _pids_of(comm, groups, stacks)
     ahead = [i for i, g in enumerate(groups) if g.launched == top]
