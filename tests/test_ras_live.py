@@ -126,3 +126,14 @@ def test_text_answer_naming_the_wrong_side_is_decided_by_the_stacks(job):
     (finding,) = ras_of(dump(proc))
     assert finding["ranks"] == [2] and "outside any collective" in finding["summary"]
     fake.json_support = True
+
+
+def test_counts_that_agree_add_nothing(job):
+    # GIVEN RAS counts that agree (a healthy communicator, as RAS sees it)
+    proc, fake, pids = job
+    fake.answers["json"] = nccl_json(
+        "2.30.7", [(r, "127.0.0.1", pids[r], {"AllReduce": 8}) for r in range(NPROC)]
+    )
+    # THEN dump says nothing of RAS (the stacks' own finding stands alone)
+    report = dump(proc)
+    assert ras_of(report) == [] and report["findings"]

@@ -78,18 +78,20 @@ def addresses_of(pids: Iterable[int]) -> list[tuple[str, int]]:
 
 
 def _local(host: str) -> bool:
-    """Is `host` this machine (loopback, or one of the addresses its name resolves to)?"""
+    """Is `host` this machine (loopback, or one of the addresses its name resolves to)?
+    The machine's own name is resolved only for an address that is not loopback: a slow
+    DNS then costs only the dumps of jobs that named such an address."""
     try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        mine = {i[4][0] for i in socket.getaddrinfo(socket.gethostname(), None)}
+        found = {str(i[4][0]).split("%")[0] for i in socket.getaddrinfo(host, None)}
     except (OSError, UnicodeError):
         return False
-    for info in infos:
-        address = str(info[4][0])
-        if ipaddress.ip_address(address.split("%")[0]).is_loopback or address in mine:
-            continue
+    if found and all(ipaddress.ip_address(a).is_loopback for a in found):
+        return True
+    try:
+        mine = {str(i[4][0]) for i in socket.getaddrinfo(socket.gethostname(), None)}
+    except (OSError, UnicodeError):
         return False
-    return bool(infos)
+    return bool(found) and all(ipaddress.ip_address(a).is_loopback or a in mine for a in found)
 
 
 class _Conn:
