@@ -175,3 +175,8 @@ def test_a_remote_address_is_never_asked(monkeypatch):
     monkeypatch.setattr("mldebug.collect.ras.addresses_of", lambda pids: [("192.0.2.7", 28028)])
     asked = ask_ras([1])
     assert asked.report is None and "not an address of this machine" in asked.notes[0]
+
+
+def test_launch_counts_per_op_for_a_sequence_comparison():
+    (comm, _) = read_ras_file(str(DATA / "json_2.30_mismatch.json")).comms
+    assert comm.launches()["AllReduce"] == {0: 901, 1: 901, 2: 900, 3: 900}

@@ -62,6 +62,15 @@ class RasComm:
     count_groups: tuple[RasCountGroup, ...]  # per op whose counts differ, biggest first
     complete: bool  # every rank's counts are known (the JSON form)
 
+    def launches(self) -> dict[str, dict[int, int]]:
+        """Per collective type, each known rank's launch count: what a sequence comparison
+        takes (which ranks launched op N). The text form knows only the ranks it named."""
+        out: dict[str, dict[int, int]] = {}
+        for rank in self.ranks:
+            for op, count in rank.counts:
+                out.setdefault(op, {})[rank.rank] = count
+        return out
+
 
 @dataclass(frozen=True)
 class RasReport:
