@@ -12,8 +12,14 @@ plain alternative a person would script: group ranks by identical last stack in 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 
@@ -65,29 +71,45 @@ def synthetic(ranks: int, depth: int):
     return targets, samples
 
 
-def measure(ranks: int, depth: int, repeat: int) -> tuple[float, int, int]:
+def measure(ranks: int, depth: int, repeat: int) -> tuple[float, float, int, int]:
+    """build_snapshot's best wall and CPU seconds, its groups and findings."""
     targets, samples = synthetic(ranks, depth)
-    best = float("inf")
+    best, cpu = float("inf"), float("inf")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         snapshot = build_snapshot(targets, samples, world_size=ranks)
         best = min(best, time.perf_counter() - started)
-    return best, len(snapshot.groups), len(snapshot.findings)
+        cpu = min(cpu, time.process_time() - used)
+    return best, cpu, len(snapshot.groups), len(snapshot.findings)
 
 
-def plain_grouping(ranks: int, depth: int, repeat: int) -> float:
+def merge_only(ranks: int, depth: int, repeat: int) -> tuple[float, float]:
+    """analysis/merge.py alone: ranks grouped by stack (group_stacks) and the prefix tree."""
+    targets, samples = synthetic(ranks, depth)
+    stacks = {t.rank: samples[t.pid][-1].threads[0].frames for t in targets}
+    best, cpu = float("inf"), float("inf")
+    for _ in range(repeat):
+        started, used = time.perf_counter(), time.process_time()
+        build_tree(group_stacks(stacks))
+        best = min(best, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - used)
+    return best, cpu
+
+
+def plain_grouping(ranks: int, depth: int, repeat: int) -> tuple[float, float]:
     """Ranks grouped by their identical last main-thread stack: `{stack: [ranks]}`."""
     targets, samples = synthetic(ranks, depth)
-    best = float("inf")
+    best, cpu = float("inf"), float("inf")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         groups: dict[tuple, list[int]] = {}
         for target in targets:
             frames = samples[target.pid][-1].threads[0].frames
             key = tuple((f.function, f.file, f.line) for f in frames)
             groups.setdefault(key, []).append(target.rank)
         best = min(best, time.perf_counter() - started)
-    return best
+        cpu = min(cpu, time.process_time() - used)
+    return best, cpu
 
 
 def main() -> None:
@@ -96,13 +118,19 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'ranks':>8}  {'mldebug s':>9}  {'us/rank':>8}  groups  findings  {'plain dict s':>12}")
+    print(f"load average {os.getloadavg()[0]:.1f}; seconds as wall / CPU, best of {args.repeat}")
+    print(
+        f"{'ranks':>8}  {'plain dict':>13}  {'merge.py':>13}  {'ratio':>5}  "
+        f"{'build_snapshot':>14}  {'us/rank':>7}  groups  findings"
+    )
     for count in (int(n) for n in args.ranks.split(",")):
-        seconds, groups, findings = measure(count, args.depth, args.repeat)
         plain = plain_grouping(count, args.depth, args.repeat)
+        merged = merge_only(count, args.depth, args.repeat)
+        wall, cpu, groups, findings = measure(count, args.depth, args.repeat)
         print(
-            f"{count:>8}  {seconds:>9.3f}  {seconds / count * 1e6:>8.1f}  {groups:>6}  "
-            f"{findings:>8}  {plain:>12.3f}"
+            f"{count:>8}  {plain[0]:6.3f}/{plain[1]:6.3f}  {merged[0]:6.3f}/{merged[1]:6.3f}  "
+            f"{merged[1] / plain[1]:5.1f}  {wall:6.3f}/{cpu:7.3f}  {cpu / count * 1e6:7.1f}  "
+            f"{groups:>6}  {findings:>8}"
         )
 
 

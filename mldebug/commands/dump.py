@@ -151,7 +151,9 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     job = _targets_from_args(pids, run_dir)
     snapshot, readings = observe_job(job, args)
     snapshot = _with_nccl(snapshot, job)
-    return snapshot, readings
+    from mldebug.commands.dump_ras import with_ras  # NCCL's RAS, when an endpoint answers
+
+    return with_ras(snapshot, readings)
 
 
 def main(argv: list[str]) -> int:

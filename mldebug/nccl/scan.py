@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mldebug import rundir
 from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
-from mldebug.nccl import compare, flight, ranklog
+from mldebug.nccl import compare, flight, flight_pool, ranklog, ras_read, ras_verdict
 from mldebug.nccl.logparse import FileLog, parse_file
 
 MAX_FILES = 20_000  # files looked at under the paths given
@@ -50,15 +50,16 @@ class Scan:
     skipped: int = 0  # files in directories passed over (not logs)
     ranks: list[ranklog.RankLog] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    ras: list = field(default_factory=list)  # ras_model.RasReport: saved `ncclras` answers
 
     @property
     def files_read(self) -> int:
-        return sum(1 for log in self.logs if log.error is None) + len(self.dumps)
+        return sum(1 for log in self.logs if log.error is None) + len(self.dumps) + len(self.ras)
 
     @property
     def recognised(self) -> bool:
         """Did any file hold an NCCL, torch.distributed or Flight Recorder line?"""
-        return bool(self.dumps) or any(log.said_anything for log in self.ranks)
+        return bool(self.dumps) or bool(self.ras) or any(log.said_anything for log in self.ranks)
 
 
 def _walk(root: Path, scan: Scan, depth: int = 0):
@@ -104,6 +105,12 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
     if flight.looks_like_flight_dump(str(path), head):
         _read_dump(path, scan)
         return
+    if not dumps_only and ras_read.looks_like_ras(head):  # `ncclras` output, text or JSON
+        try:
+            scan.ras.append(ras_read.read_ras_file(str(path)))
+        except ras_read.RasError as error:
+            scan.problems.append(str(error))
+        return
     if not named and (not head or path.name == FR_REQUEST):
         scan.skipped += 1  # an empty file, or the run's request for Flight Recorder dumps
         return
@@ -122,6 +129,7 @@ def finish(scan: Scan) -> Scan:
     scan.findings = compare.compare(scan.ranks)
     if scan.dumps:
         scan.findings += flight.compare_flight_dumps(scan.dumps)
+    scan.findings += ras_verdict.ras_findings(scan.ras)
     return scan
 
 
@@ -200,12 +208,13 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
         dumps = sorted(n for n in os.listdir(paths.root / "fr") if not n.startswith("."))
     except OSError:
         dumps = []
-    started, unread = time.monotonic(), 0
-    for name in dumps[:RUN_RANKS]:
-        if time.monotonic() - started > RUN_FR_SECONDS:
-            unread += 1
-            continue
-        _one(paths.root / "fr" / name, scan, named=False, dumps_only=True)
+    started = time.monotonic()
+    fr = [paths.root / "fr" / name for name in dumps[:RUN_RANKS]]
+    found = [str(p) for p in fr if flight.looks_like_flight_dump(str(p), _head(p) or b"")]
+    scan.skipped += len(fr) - len(found)
+    read, problems, unread = flight_pool.read_flight_dumps(found, started + RUN_FR_SECONDS)
+    scan.dumps += read  # read by worker processes where there are cores (flight_pool)
+    scan.problems += problems
     join_pids(scan, paths)
     finish(scan)
     if unread:

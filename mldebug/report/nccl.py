@@ -49,10 +49,12 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
     ranks = [log for log in scan.ranks if log.said_anything]
     known = [log.rank for log in ranks if log.rank is not None]
     read = []
-    if logs or not scan.dumps:
+    if logs or not (scan.dumps or scan.ras):
         read.append(f"{len(logs)} log {'file' if len(logs) == 1 else 'files'} ({_size(size)})")
     if scan.dumps:
         read.append(f"{len(scan.dumps)} Flight Recorder dump{'s' if len(scan.dumps) > 1 else ''}")
+    if scan.ras:  # saved `ncclras` answers (nccl/ras_read.py)
+        read.append(f"{len(scan.ras)} NCCL RAS answer{'s' if len(scan.ras) > 1 else ''}")
     head = "mldebug nccl: " + ", ".join(read)
     if logs:
         head += f"; {len(ranks)} {'rank' if len(ranks) == 1 else 'ranks'} or processes"
