@@ -25,7 +25,7 @@ from mldebug.commands.common import (
     add_target_arguments,
     cluster_spec,
     count,
-    observe_job,
+    reading_options,
     report_console,
     seconds,
     target_of,
@@ -46,7 +46,6 @@ from mldebug.model import (
     SEVERITY_ERROR,
     STATE_UNREADABLE,
     JobSnapshot,
-    JobTargets,
 )
 from mldebug.ranges import parse_ranks
 
@@ -134,24 +133,12 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _with_nccl(snapshot: JobSnapshot, job: JobTargets) -> JobSnapshot:
-    """The findings of the run's NCCL logs, ranks' stderr and Flight Recorder dumps
-    (mldebug.nccl: read only when the run has such files, or a rank failed)."""
-    from dataclasses import replace
-
-    from mldebug.nccl.scan import run_findings
-
-    failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
-    found = run_findings(snapshot.run_dir or job.run_dir, failed)
-    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
-
-
 def _observe_here(args, pids: list[int], run_dir: str | None):
-    """The job on this machine, read once: its snapshot and the notes reading left."""
-    job = _targets_from_args(pids, run_dir)
-    snapshot, readings = observe_job(job, args)
-    snapshot = _with_nccl(snapshot, job)
-    return snapshot, readings
+    """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
+    its snapshot and the notes reading left."""
+    from mldebug.look import look_at_job
+
+    return look_at_job(_targets_from_args(pids, run_dir), **reading_options(args))
 
 
 def main(argv: list[str]) -> int:
