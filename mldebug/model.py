@@ -16,6 +16,7 @@ FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
 FAIL_TIMEOUT = "timeout"  # py-spy did not answer within the time given to one rank
 FAIL_NOT_PYTHON = "not_python"  # no Python interpreter found in the process
 FAIL_ERROR = "error"  # anything else py-spy reported
+FAIL_BUSY = "busy"  # another reader (py-spy, gdb, mldebug of this user) held it all the time given
 
 # What a rank is doing (RankView.state).
 STATE_RUNNING = "running"  # its stack moves, or it burns CPU: working
