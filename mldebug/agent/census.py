@@ -119,8 +119,10 @@ class Census:
             return False
         if self.current is None:
             return True  # the baseline
-        return value is not None and self._value_at_last is not None and (
-            value - self._value_at_last >= AUTO_RISE
+        return (
+            value is not None
+            and self._value_at_last is not None
+            and (value - self._value_at_last >= AUTO_RISE)
         )
 
     def maybe_take(self, now: float, value: int | None) -> None:

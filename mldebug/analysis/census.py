@@ -1,0 +1,89 @@
+"""What is growing: a rank's census of live tensors compared with the one before it
+(state.json's `memory_census`, agent/census.py). Pure functions over TensorCensus.
+
+The change that explains the growth is the group that gained the most tensors (or bytes)
+between the two censuses. Its kind says why it stays alive: a 0-d tensor with a grad_fn is a
+loss kept without .item(), which keeps its whole autograd graph; any tensor with a grad_fn
+keeps its graph (an output kept without .detach()); tensors without one are kept by a
+list or a cache that only grows.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mldebug.model import TensorCensus, TensorGroup
+
+MIN_MORE = 16  # tensors more than before, for a change worth naming
+
+
+class Change(NamedTuple):
+    group: TensorGroup
+    more: int  # tensors more than in the census before
+    more_bytes: int
+    seconds: float  # between the two censuses
+
+
+def _key(group: TensorGroup) -> tuple:
+    return (group.shape, group.dtype, group.device, group.requires_grad, group.grad_fn)
+
+
+def changes(now: TensorCensus, before: TensorCensus | None) -> list[Change]:
+    """The groups that gained tensors since `before`, most first."""
+    if before is None:
+        return []
+    earlier = {_key(g): g for g in before.groups}
+    found = []
+    for group in now.groups:
+        old = earlier.get(_key(group))
+        more = group.count - (old.count if old else 0)
+        if more >= MIN_MORE:
+            found.append(
+                Change(
+                    group, more, group.nbytes - (old.nbytes if old else 0), now.time - before.time
+                )
+            )
+    return sorted(found, key=lambda c: (-c.more, -c.more_bytes))
+
+
+def kind_text(group: TensorGroup) -> str:
+    """'0-d float32 tensors with grad_fn=MeanBackward0', '[32, 10] float32 cuda tensors'."""
+    shape = "0-d" if group.shape == "[]" else group.shape
+    device = "" if group.device == "cpu" else f" {group.device}"
+    if group.grad_fn:
+        tail = f" with grad_fn={group.grad_fn}"
+    elif group.requires_grad:
+        tail = " that require grad"
+    else:
+        tail = ""
+    return f"{shape} {group.dtype}{device} tensors{tail}"
+
+
+def why_text(group: TensorGroup) -> str:
+    if group.grad_fn and group.shape == "[]":
+        return "each keeps its autograd graph alive (a loss kept without .item())"
+    if group.grad_fn:
+        return "each keeps its autograd graph alive (an output kept without .detach())"
+    if group.requires_grad:
+        return "new leaf tensors that require grad (parameters made in the loop?)"
+    return "something keeps them (a list or a cache that only grows)"
+
+
+def change_text(rank: int, change: Change) -> str:
+    """'rank 0 holds 4,112 more 0-d float32 tensors with grad_fn=MeanBackward0 than 60 s
+    ago; each keeps its autograd graph alive (a loss kept without .item())'."""
+    return (
+        f"rank {rank} holds {change.more:,} more {kind_text(change.group)} than "
+        f"{change.seconds:.0f} s ago; {why_text(change.group)}"
+    )
+
+
+def census_text(rank: int, census: TensorCensus, top: int = 3) -> str:
+    """The largest groups of one census, for a census asked for without growth."""
+    parts = [f"{g.count:,} {kind_text(g)}" for g in census.groups[:top]]
+    partial = " (partial: stopped at its time bound)" if census.partial else ""
+    return (
+        f"rank {rank} holds {census.tensors:,} tensors{partial}; most: " + "; ".join(parts)
+        if parts
+        else f"rank {rank} holds no tensors{partial}"
+    )
