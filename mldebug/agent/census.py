@@ -53,12 +53,18 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
     partial = False
     seen = 0
     objects = gc.get_objects()
+    kinds: dict[type, bool] = {}  # type -> is a tensor type (type(), not isinstance: a lazy
+    # module attribute's __class__ may warn or import on access)
     try:
         for index, obj in enumerate(objects):
             if not index & 4095 and clock() - start > budget:
                 partial = True
                 break
-            if not isinstance(obj, tensor_type):
+            kind = type(obj)
+            is_tensor = kinds.get(kind)
+            if is_tensor is None:
+                is_tensor = kinds[kind] = issubclass(kind, tensor_type)
+            if not is_tensor:
                 continue
             try:
                 key = _key(obj)

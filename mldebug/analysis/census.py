@@ -43,7 +43,15 @@ def changes(now: TensorCensus, before: TensorCensus | None) -> list[Change]:
                     group, more, group.nbytes - (old.nbytes if old else 0), now.time - before.time
                 )
             )
-    return sorted(found, key=lambda c: (-c.more, -c.more_bytes))
+    found.sort(key=lambda c: (-c.more, -c.more_bytes))
+    # A tensor kept with its graph keeps the graph's saved tensors alive too (torch keeps
+    # their Python objects with them): as many of those as of the 0-d result. The 0-d one
+    # is what the program holds; it goes first when it grew about as much as the top one.
+    held = [c for c in found if c.group.shape == "[]" and c.group.grad_fn]
+    if held and found and held[0] is not found[0] and held[0].more * 2 >= found[0].more:
+        found.remove(held[0])
+        found.insert(0, held[0])
+    return found
 
 
 def kind_text(group: TensorGroup) -> str:
@@ -76,6 +84,24 @@ def change_text(rank: int, change: Change) -> str:
         f"rank {rank} holds {change.more:,} more {kind_text(change.group)} than "
         f"{change.seconds:.0f} s ago; {why_text(change.group)}"
     )
+
+
+def changes_text(rank: int, found: list[Change]) -> str:
+    """The change that says most, and the one that comes with it."""
+    text = change_text(rank, found[0])
+    if len(found) > 1:
+        other = found[1]
+        text += f"; with them {other.more:,} more {kind_text(other.group)}"
+        text += f" ({_size(other.more_bytes)})" if other.more_bytes > 0 else ""
+    return text
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GiB"
 
 
 def census_text(rank: int, census: TensorCensus, top: int = 3) -> str:

@@ -15,8 +15,8 @@ started: imports, the model built, the first compile) give:
     a standard deviation for normal noise).
 
 A rank grows when its rise over the window is at least MIN_RISE and NOISE_TIMES its noise,
-its slope at least MIN_RATE, its tau at least MIN_TAU, and its newest points are near its
-highest. Against its peers: a rank that grows PEER_TIMES faster than the median of the
+its slope at least MIN_RATE, its tau at least MIN_TAU, its newest half still climbs at
+half that rate (a warm-up levels off), and its newest points are near its highest. Against its peers: a rank that grows PEER_TIMES faster than the median of the
 others is the strongest signal, and MIN_SPAN seconds of points suffice; when all ranks grow
 alike (one code path for all), a longer span (MIN_SPAN_ALL) and a steadier rise
 (MIN_TAU_ALL) are asked for. The forecast says when, at this rate, the rank reaches the
@@ -138,8 +138,13 @@ def trend(rank: int, agent: AgentState) -> Trend | None:
     # Trimmed since: the newest points well below the highest are no leak (yet).
     recent = statistics.median(values[-quarter:])
     still_high = recent >= max(values) - max(rise / 4, 3 * noise)
+    # Still rising: the newest half climbs at half the rate at least (a warm-up that has
+    # levelled off does not; a leak does).
+    half = points[len(points) // 2 :]
+    still_rising = len(half) >= 4 and theil_sen(half) >= rate / 2
     grows = (
-        rise >= MIN_RISE
+        still_rising
+        and rise >= MIN_RISE
         and rise >= NOISE_TIMES * noise
         and rate >= MIN_RATE
         and tau >= MIN_TAU

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import NamedTuple
 
-from mldebug.analysis.census import census_text, change_text, changes
+from mldebug.analysis.census import census_text, changes, changes_text
 from mldebug.analysis.growth import Trend, duration_text, forecast, growing, trend
 from mldebug.model import (
     KIND_MEMORY_CENSUS,
@@ -246,18 +246,17 @@ def _census_detail(view: RankView) -> str:
     if agent is None or agent.census is None:
         return ""
     found = changes(agent.census, agent.census_before)
-    return change_text(view.rank, found[0]) + "." if found else ""
+    return changes_text(view.rank, found) + "." if found else ""
 
 
 def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int]]:
-    """Growth by time: the findings, and the ranks that had a trend to judge by (the
-    per-step rule leaves them to this one)."""
+    """Growth by time: the findings, and the ranks they name (the per-step rule, which
+    still sees a burst of growing steps that time alone calls short, leaves them out)."""
     live = [v for v in _live(views) if v.agent.timeline is not None]
     trends = [t for v in live if (t := trend(v.rank, v.agent)) is not None]
-    judged = {t.rank for t in trends}
     grown, alone = growing(trends)
     if not grown:
-        return [], judged
+        return [], set()
     by_rank = {v.rank: v for v in live}
     ranks = tuple(t.rank for t in grown)
     figure = grown[0].figure
@@ -311,7 +310,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
                 for t in grown[:MAX_PARTS]
             ),
         )
-    ], judged
+    ], set(ranks)
 
 
 def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:
@@ -324,7 +323,7 @@ def census_findings(views: Sequence[RankView], now: float | None = None) -> list
         if view.agent.time - census.time > CENSUS_FRESH:
             continue
         found = changes(census, view.agent.census_before)
-        text = change_text(view.rank, found[0]) if found else census_text(view.rank, census)
+        text = changes_text(view.rank, found) if found else census_text(view.rank, census)
         shown.append((view.rank, text))
     if not shown:
         return []
@@ -342,6 +341,6 @@ def census_findings(views: Sequence[RankView], now: float | None = None) -> list
 
 
 def memory_findings(views: Sequence[RankView]) -> list[Finding]:
-    by_time, judged = timeline_findings(views)
-    by_steps = growth_findings([v for v in views if v.rank not in judged])
+    by_time, named = timeline_findings(views)
+    by_steps = growth_findings([v for v in views if v.rank not in named])
     return by_time + by_steps + outlier_findings(views) + census_findings(views)

@@ -115,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
     )
+    parser.add_argument(
+        "--census",
+        action="store_true",
+        help="ask each rank of an `mldebug run` job for a census of its live tensors "
+        "(what is growing) and show it",
+    )
     add_native_arguments(parser)
     return parser
 
@@ -138,7 +144,24 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     its snapshot and the notes reading left."""
     from mldebug.look import look_at_job
 
-    return look_at_job(_targets_from_args(pids, run_dir), **reading_options(args))
+    job = _targets_from_args(pids, run_dir)
+    if args.census:
+        _ask_for_census(job)
+    return look_at_job(job, **reading_options(args))
+
+
+def _ask_for_census(job) -> None:
+    """--census: every rank's agent counts its live tensors before the dump reads it."""
+    from mldebug.collect.census import request_census, wait_for_census
+
+    if job.run_dir is None:
+        raise MldebugError(
+            "--census needs ranks started by `mldebug run` (their agent takes the census)",
+            "Start the job with `mldebug run`, or drop --census.",
+        )
+    since = request_census(job.run_dir)
+    ranks = [t.rank for t in job.targets if t.rank is not None]
+    wait_for_census(job.run_dir, ranks, since)
 
 
 def main(argv: list[str]) -> int:
