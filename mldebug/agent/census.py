@@ -32,16 +32,27 @@ REQUEST = os.path.join("census", "request")
 
 
 def _key(tensor) -> tuple:
-    shape = tuple(tensor.shape)
-    shown: object = list(shape) if len(shape) <= MAX_DIMS else f"{len(shape)}-d"
-    grad_fn = tensor.grad_fn
+    """The group of a tensor, from raw attributes (hashable as they are; made into text once
+    per group, not once per tensor: a census of 100k tensors is mostly this)."""
+    shape = tensor.shape
     return (
-        repr(shown),
-        str(tensor.dtype).removeprefix("torch."),
-        tensor.device.type,
-        bool(tensor.requires_grad),
-        type(grad_fn).__name__ if grad_fn is not None else None,
+        shape if len(shape) <= MAX_DIMS else len(shape),
+        tensor.dtype,
+        tensor.device,
+        tensor.requires_grad,
+        type(tensor.grad_fn),
     )
+
+
+def _shown(key: tuple) -> list:
+    shape, dtype, device, requires_grad, grad_fn = key
+    return [
+        repr(list(shape)) if not isinstance(shape, int) else f"{shape}-d",
+        str(dtype).removeprefix("torch."),
+        str(device),
+        bool(requires_grad),
+        grad_fn.__name__ if grad_fn is not type(None) else None,
+    ]
 
 
 def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
@@ -68,7 +79,7 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
                 continue
             try:
                 key = _key(obj)
-                size = obj.element_size() * obj.nelement()
+                size = obj.nbytes
             except Exception:  # a tensor subclass that refuses: left out
                 continue
             seen += 1
@@ -86,7 +97,7 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
         "seconds": round(clock() - start, 3),
         "partial": partial,
         "tensors": seen,
-        "groups": [[*key, count, size] for key, (count, size) in ranked],
+        "groups": [[*_shown(key), count, size] for key, (count, size) in ranked],
     }
 
 
