@@ -2,8 +2,8 @@
 watchdog of `mldebug run --hang-timeout` both call, so the two never drift apart.
 
 A look is `observe_once` (read every rank's stack, its agent's state and events, then the
-analysis), the analysis graded with the run's own hang threshold (its `--hang-timeout`,
-from run.json, else analysis.severity's default), then the findings of the run's files:
+analysis), the analysis graded with the run's own hang threshold (from its
+`--hang-timeout` in run.json, `hang_threshold`; else analysis.severity's default), then the findings of the run's files:
 NCCL logs, Flight Recorder dumps, and the ranks' stderr when a rank failed
 (mldebug.nccl.scan).
 """
@@ -20,8 +20,15 @@ from mldebug.observe import observe_once, snapshot_of
 from mldebug.rundir import read_manifest
 
 
+def hang_threshold(timeout: float) -> float:
+    """The wait that makes an error in a run under `--hang-timeout TIMEOUT`, for its
+    watchdog's dump and for `dump` alike: three quarters of it (the wait is counted from the
+    call, the quiet from the state written after it), never more than the default."""
+    return max(1.0, min(ERROR_AFTER, timeout * 0.75))
+
+
 def run_hang_after(run_dir: str | Path | None) -> float | None:
-    """The seconds the run's `--hang-timeout` calls a hang (run.json), None without one."""
+    """The hang threshold of the run's `--hang-timeout` (run.json), None without one."""
     if run_dir is None:
         return None
     try:
@@ -32,7 +39,7 @@ def run_hang_after(run_dir: str | Path | None) -> float | None:
     value = options.get("hang_timeout") if isinstance(options, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    return hang_threshold(float(value)) if math.isfinite(value) and value > 0 else None
 
 
 def with_run_findings(snapshot: JobSnapshot, run_dir: str | Path | None) -> JobSnapshot:
@@ -53,7 +60,7 @@ def look_at_job(
 ) -> tuple[JobSnapshot, JobReadings]:
     """(snapshot, readings) of one look at the job. `options`: the collector's (samples,
     interval, deadline, ...); `error_after`: the wait that makes a hang, else the run's
-    --hang-timeout, else the default."""
+    (from its --hang-timeout), else the default."""
     snapshot, readings = observe_once(job, **options)
     if error_after is None:
         error_after = run_hang_after(snapshot.run_dir or job.run_dir)

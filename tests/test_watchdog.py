@@ -393,7 +393,12 @@ def test_on_hang_stop_looks_once_more_and_keeps_a_job_that_moved_meanwhile(tmp_p
 #      with its graph (~150 KB a step), two 13 s evaluations without a collective, then
 #      rank 1 skips an all_reduce and waits in time.sleep: a real hang;
 #   B  no optimizer (a hand-written update, no step counted), rank 1 leaks the same way, then
-#      rank 0 skips an all_reduce: a hang nobody stops, read by 8 `mldebug dump` at once.
+#      rank 0 skips an all_reduce: a hang nobody stops, read by 8 `mldebug dump` at once;
+#   C  healthy, 45 s under `--hang-timeout 10 --on-hang stop`, dumped at every round: DataLoader
+#      workers, AdamW (start-up included), a 1.5 s checkpoint pause on rank 0 every 25 steps,
+#      a 12 s evaluation every 20 s, GC pauses, step-time jitter, warm-up allocation, the
+#      allocator growing and trimming. It must get no warning, no error, and end by itself.
+#      (benchmarks/bench_memory_growth.py runs it for 3 minutes.)
 
 JOBS = Path(__file__).parent / "jobs" / "trust_jobs.py"
 WAIT_LINE = next(i for i, line in enumerate(JOBS.read_text().splitlines(), 1) if "# WAIT" in line)
@@ -442,7 +447,17 @@ def live(tmp_path_factory):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    seen: dict = {"a": None, "b": None, "census": None, "concurrent": None}
+    job_c = subprocess.Popen(
+        [*base, "--run-dir", str(tmp / "c"), "--hang-timeout", "10", "--on-hang", "stop"]
+        + [str(JOBS), "healthy", "45"],
+        cwd=tmp,
+        env={**env, "EVAL_EVERY": "20"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    seen: dict = {"a": None, "b": None, "census": None, "concurrent": None, "c": []}
     try:
         deadline = time.monotonic() + 400
         ready: dict = {}
@@ -459,6 +474,9 @@ def live(tmp_path_factory):
                 found = _growth(report["findings"])
                 if found is not None:
                     seen[name] = (time.monotonic() - ready[name], found)
+            if job_c.poll() is None and (tmp / "c" / "ranks").exists():
+                code, report = _dump(tmp / "c")
+                seen["c"].append((code, [f for f in report["findings"] if f["severity"] != "info"]))
             time.sleep(1)
         # B: what is growing, asked for (the census)
         _code, report = _dump(tmp / "b", "--census")
@@ -471,12 +489,17 @@ def live(tmp_path_factory):
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             seen["concurrent"] = list(pool.map(lambda _: _dump(tmp / "b"), range(8)))
         seen["b_states"] = _states(tmp / "b")
+        while job_c.poll() is None and time.monotonic() < deadline:
+            code, report = _dump(tmp / "c")
+            seen["c"].append((code, [f for f in report["findings"] if f["severity"] != "info"]))
+        seen["c_exit"] = job_c.wait(timeout=60)
+        seen["c_err"] = job_c.stderr.read()
         code_a = job_a.wait(timeout=max(30, deadline - time.monotonic()))
         err_a.seek(0)
         seen["a_exit"], seen["a_err"] = code_a, err_a.read()
         yield seen, tmp
     finally:
-        for proc in (job_a, job_b):
+        for proc in (job_a, job_b, job_c):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -502,6 +525,18 @@ def test_a_long_evaluation_is_not_a_hang_and_is_learned(live):
     evaluating = [ln for ln in working if "computing in evaluate (" in ln]
     assert len(evaluating) <= 1, err  # said once; the second evaluation is learned
     assert not [ln for ln in err.splitlines() if "stopping the job" in ln][1:], err
+
+
+@pytest.mark.multirank
+def test_a_healthy_job_gets_no_warning_and_is_never_stopped(live):
+    seen, tmp = live
+    assert seen["c_exit"] == 0, seen["c_err"]
+    assert "DONE" in _log(tmp / "c", 0)
+    assert len(seen["c"]) >= 5  # dumped all along, start-up included
+    assert [found for _code, found in seen["c"] if found] == []
+    assert {code for code, _ in seen["c"]} == {0}
+    hangs = [ln for ln in seen["c_err"].splitlines() if ln.startswith("mldebug: no progress")]
+    assert hangs == [], seen["c_err"]
 
 
 @pytest.mark.multirank
@@ -589,3 +624,35 @@ def test_moving_ranks_are_those_whose_step_or_collective_count_moved(tmp_path):
     # From one reading: the newest call was made at the heartbeat (write_state's `beat`).
     assert moving_now(after[1], now=101.5)
     assert not moving_now(after[1], now=160.0)  # the agent stopped beating
+
+
+# -- the look and its threshold, shared by dump and the watchdog -------------------------------
+
+
+def test_the_runs_hang_timeout_sets_the_threshold_for_dump_and_watchdog_alike(tmp_path):
+    from mldebug.look import hang_threshold, run_hang_after
+
+    paths = RunPaths(make_private_dir(tmp_path / "run"))
+    assert run_hang_after(paths.root) is None  # no run.json
+    write_json_atomic(paths.manifest, {"options": {"hang_timeout": 8.0}})
+    assert run_hang_after(paths.root) == hang_threshold(8.0) == 6.0
+    write_json_atomic(paths.manifest, {"options": {"hang_timeout": 600}})
+    assert run_hang_after(paths.root) == 10.0  # never later than the default
+    for bad in (None, "8", True, -3, float("inf")):
+        write_json_atomic(paths.manifest, {"options": {"hang_timeout": bad}})
+        assert run_hang_after(paths.root) is None, bad
+
+
+def test_a_dump_that_read_no_rank_is_no_hang_to_stop_on():
+    from mldebug.analysis.quiet import UNSURE, judge_quiet
+    from mldebug.model import FAIL_PERMISSION
+
+    target = RankTarget(pid=100, rank=0, world_size=1)
+    refused = StackSample(target, 1000.0, failure=FAIL_PERMISSION, failure_detail="ptrace refused")
+    snapshot = build_snapshot([target], {100: (refused,)}, 1, now=1000.0)
+    assert snapshot.findings[0].severity == "error"  # nothing read: an error for dump...
+    assert judge_quiet(snapshot).kind == UNSURE  # ...but no hang for the watchdog to act on
+
+
+def test_without_an_agent_the_stacks_severity_stands():
+    assert HUNG.findings[0].severity == "error"  # no agent says how long: not graded down

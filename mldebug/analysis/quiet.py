@@ -3,9 +3,9 @@
 `mldebug run --hang-timeout SECS` sees that no step or collective moved for SECS; the dump
 it then takes says why. Three answers:
 
-  * HANG: the dump has an error finding (ranks wait for a rank that is elsewhere, a
-    collective that never completes, a frozen rank, a crash...). Only this one may stop
-    the job (`--on-hang stop`).
+  * HANG: the dump has an error finding about the job (ranks wait for a rank that is
+    elsewhere, a collective that never completes, a frozen rank, a crash...; not "no rank
+    could be read"). Only this one may stop the job (`--on-hang stop`).
   * WORKING: every live rank was read and is running (its stack moves or it uses CPU): an
     evaluation phase, a checkpoint being written, imports and the first compile at the
     start. The place is the deepest user function all ranks are in ("evaluate
@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 from mldebug.analysis.frames import is_user_frame
 from mldebug.model import (
+    KIND_FR_UNREAD,
+    KIND_NODE_UNREACHABLE,
+    KIND_UNREADABLE,
     SEVERITY_ERROR,
     STATE_EXITED,
     STATE_MISSING,
@@ -35,6 +38,8 @@ from mldebug.rankrules import frame_label
 HANG = "hang"
 WORKING = "working"
 UNSURE = "unsure"
+# Errors about the reading, not the job: a job nobody could read is not known to hang.
+NOT_ABOUT_THE_JOB = frozenset({KIND_UNREADABLE, KIND_FR_UNREAD, KIND_NODE_UNREACHABLE})
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ def common_place(views: Sequence[RankView]) -> Frame | None:
 
 
 def judge_quiet(snapshot: JobSnapshot) -> QuietVerdict:
-    if any(finding.severity == SEVERITY_ERROR for finding in snapshot.findings):
+    if any(
+        f.severity == SEVERITY_ERROR and f.kind not in NOT_ABOUT_THE_JOB for f in snapshot.findings
+    ):
         return QuietVerdict(HANG)
     live = [v for v in snapshot.ranks if v.state not in (STATE_EXITED, STATE_MISSING)]
     if not live or any(v.state != STATE_RUNNING for v in live):

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
-from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths, create_new, make_private_dir
@@ -92,13 +91,6 @@ def progress_token(paths: RunPaths) -> tuple:
     for rank in ranks:
         sizes += [_size(paths.stdout(rank)), _size(paths.stderr(rank))]
     return ("output", tuple(sizes))
-
-
-def hang_threshold(timeout: float) -> float:
-    """The wait that makes an error in the watchdog's dump: the user's own --hang-timeout
-    (less a heartbeat or two: the wait is counted from the call, the quiet from the state
-    written after it), never more than the default."""
-    return max(1.0, min(ERROR_AFTER, timeout * 0.75))
 
 
 def dump_job(root: Path, deadline: float = DUMP_DEADLINE, error_after: float | None = None):
@@ -181,6 +173,8 @@ class HangWatchdog:
         self.timeout = timeout
         self.on_hang = on_hang
         self._alive, self._say, self._stop, self._record = alive, say, stop, record
+        from mldebug.look import hang_threshold
+
         threshold = hang_threshold(timeout)
         self._dump = dump or (lambda root: dump_job(root, DUMP_DEADLINE, threshold))
         self._clock = clock

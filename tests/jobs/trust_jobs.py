@@ -14,7 +14,8 @@ Phases go by the clock (the machine may be loaded), and every rank starts a phas
 same collective. The leak is the classic one: each step's error kept as a tensor, with its
 graph: about 150 KB a step (a 64x600 float32 difference saved for abs's backward).
 Environment: LEAK_BYTES sets the leak per step (default 153,600); TRAIN_S the first
-training phase (default 30 s); the others are fixed.
+training phase (default 30 s); EVAL_EVERY the healthy job's seconds between evaluations
+(default 60); the others are fixed.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def healthy(rank: int, seconds: float) -> None:
     warm = [torch.randn(1 << 20) for _ in range(48)]  # warm-up: ~200 MB made at the start
     print("READY", flush=True)
     end = time.monotonic() + seconds
-    next_eval = time.monotonic() + 60
+    every = float(os.environ.get("EVAL_EVERY", "60"))
+    next_eval = time.monotonic() + every
     step = 0
     while True:
         for x, y in loader:
@@ -137,7 +139,8 @@ def healthy(rank: int, seconds: float) -> None:
                 return
             if flag[0].item():
                 evaluate(12.0)
-                next_eval = time.monotonic() + 60
+                every = float(os.environ.get("EVAL_EVERY", "60"))
+    next_eval = time.monotonic() + every
 
 
 def main() -> None:
