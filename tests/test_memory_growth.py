@@ -181,3 +181,30 @@ def test_the_census_of_kept_losses_names_their_kind_and_why():
     assert "each keeps its autograd graph alive (a loss kept without .item())" in text
     assert not after["partial"] and after["tensors"] >= 200
     del kept
+
+
+def test_a_census_is_taken_on_request_or_as_memory_rises_never_without_torch(tmp_path):
+    import os
+
+    from mldebug.agent.census import AUTO_EVERY, AUTO_RISE, BASELINE_AFTER, Census
+    from mldebug.collect.census import request_census
+
+    taken = []
+    fake_torch = type("torch", (), {"Tensor": type("Tensor", (), {})})
+    census = Census(str(tmp_path), torch_of=lambda: torch_now[0])
+    torch_now = [None]
+    assert not census.due(0.0, 100)  # the program has not imported torch
+    torch_now[0] = fake_torch
+    assert not census.due(1.0, 100)
+    assert census.due(1.0 + BASELINE_AFTER, 100)  # the baseline
+    census.maybe_take(1.0 + BASELINE_AFTER, 100)
+    taken.append(census.current)
+    later = census.current["time"] + AUTO_EVERY + 1
+    assert not census.due(later, 100 + AUTO_RISE - 1)  # flat: none
+    assert census.due(later, 100 + AUTO_RISE)  # risen: another
+    request_census(tmp_path)
+    assert census.due(census.current["time"] + 1, 100)  # asked for: at once
+    census.maybe_take(census.current["time"] + 1, 100)
+    assert census.current["requested"] and census.previous is taken[0]
+    assert not census.due(census.current["time"] + 2, 100)  # that request is answered
+    assert os.path.exists(tmp_path / "census" / "request")

@@ -10,8 +10,8 @@ storage counted each time: a bound, not an exact figure).
 When it runs: in the heartbeat thread, never on the program's own thread; on request (the
 file <run>/census/request, written by `mldebug dump --census` or the live view's key,
 newer than the last census) or by itself when the rank's memory rose by AUTO_RISE since
-the last one and AUTO_EVERY seconds passed (the first one, a baseline, AUTO_EVERY seconds
-after torch appeared). Bounded: it stops after BUDGET seconds of walking and says it is
+the last one and AUTO_EVERY seconds passed (the first one, a baseline, BASELINE_AFTER
+seconds after torch appeared). Bounded: it stops after BUDGET seconds of walking and says it is
 partial. Walking holds the GIL: the program waits that long (benchmarks/bench_memory_growth.py
 measures it on 100k tensors).
 """
@@ -28,6 +28,7 @@ MAX_GROUPS = 24  # groups kept, the largest by count
 MAX_DIMS = 4
 AUTO_RISE = 32 << 20  # bytes of growth since the last census that take another
 AUTO_EVERY = 30.0  # seconds between two censuses taken by themselves
+BASELINE_AFTER = 10.0  # seconds after torch appeared: the first census, to compare with
 REQUEST = os.path.join("census", "request")
 
 
@@ -131,11 +132,10 @@ class Census:
             return True
         if self._torch_seen is None:
             self._torch_seen = now
-        last = self.current["time"] if self.current else self._torch_seen
-        if now - last < AUTO_EVERY:
-            return False
         if self.current is None:
-            return True  # the baseline
+            return now - self._torch_seen >= BASELINE_AFTER  # the baseline
+        if now - self.current["time"] < AUTO_EVERY:
+            return False
         return (
             value is not None
             and self._value_at_last is not None

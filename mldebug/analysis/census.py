@@ -105,11 +105,16 @@ def _size(nbytes: float) -> str:
 
 
 def census_text(rank: int, census: TensorCensus, top: int = 3) -> str:
-    """The largest groups of one census, for a census asked for without growth."""
-    parts = [f"{g.count:,} {kind_text(g)}" for g in census.groups[:top]]
+    """The largest groups of one census (no census before it to compare with): the 0-d
+    tensors with a graph first, with why they stay alive."""
+    groups = list(census.groups[:top])
+    held = [g for g in census.groups if g.shape == "[]" and g.grad_fn]
+    if held and groups and held[0] is not groups[0] and held[0].count * 2 >= groups[0].count:
+        groups = [held[0], *[g for g in groups if g is not held[0]]][:top]
     partial = " (partial: stopped at its time bound)" if census.partial else ""
-    return (
-        f"rank {rank} holds {census.tensors:,} tensors{partial}; most: " + "; ".join(parts)
-        if parts
-        else f"rank {rank} holds no tensors{partial}"
-    )
+    if not groups:
+        return f"rank {rank} holds no tensors{partial}"
+    first = groups[0]
+    text = f"rank {rank} holds {census.tensors:,} tensors{partial}; most: {first.count:,} "
+    text += kind_text(first) + (f" ({why_text(first)})" if first.grad_fn else "")
+    return text + "".join(f"; {g.count:,} {kind_text(g)}" for g in groups[1:])
