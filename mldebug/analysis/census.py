@@ -15,6 +15,7 @@ from typing import NamedTuple
 from mldebug.model import TensorCensus, TensorGroup
 
 MIN_MORE = 16  # tensors more than before, for a change worth naming
+MANY = 100  # tensors of one kind in one census that are worth explaining without a change
 
 
 class Change(NamedTuple):
@@ -116,5 +117,8 @@ def census_text(rank: int, census: TensorCensus, top: int = 3) -> str:
         return f"rank {rank} holds no tensors{partial}"
     first = groups[0]
     text = f"rank {rank} holds {census.tensors:,} tensors{partial}; most: {first.count:,} "
-    text += kind_text(first) + (f" ({why_text(first)})" if first.grad_fn else "")
-    return text + "".join(f"; {g.count:,} {kind_text(g)}" for g in groups[1:])
+    text += kind_text(first)
+    text += "".join(f"; {g.count:,} {kind_text(g)}" for g in groups[1:])
+    if first.grad_fn and first.count >= MANY:
+        text += f". The first: {why_text(first)}"
+    return text

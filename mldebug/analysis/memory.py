@@ -290,7 +290,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
         )
     named = [text for t in grown[:MAX_PARTS] if (text := _census_detail(by_rank[t.rank]))]
     advice = (
-        "something kept from each step stays alive: a loss or an output kept with its graph "
+        "Something kept from each step stays alive: a loss or an output kept with its graph "
         "(use .item() or .detach()), a list that only grows, a cache without a bound"
     )
     return [
@@ -300,7 +300,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
             summary,
             recipe="memory-growth",
             severity=SEVERITY_WARNING,
-            detail=" ".join([*named, advice]) if named else advice,
+            detail=" ".join([*named, advice]),
             parts=tuple(
                 FindingPart(
                     (t.rank,),
@@ -324,10 +324,12 @@ def census_findings(views: Sequence[RankView], now: float | None = None) -> list
             continue
         found = changes(census, view.agent.census_before)
         text = changes_text(view.rank, found) if found else census_text(view.rank, census)
-        shown.append((view.rank, text))
+        shown.append((found[0].more if found else 0, view.rank, text))
     if not shown:
         return []
-    ranks = tuple(rank for rank, _ in shown)
+    # The rank whose census changed most first; then by rank.
+    shown = [(rank, text) for _, rank, text in sorted(shown, key=lambda s: (-s[0], s[1]))]
+    ranks = tuple(sorted(rank for rank, _ in shown))
     return [
         Finding(
             KIND_MEMORY_CENSUS,
