@@ -12,8 +12,9 @@ file <run>/census/request, written by `mldebug dump --census` or the live view's
 newer than the last census) or by itself when the rank's memory rose by AUTO_RISE since
 the last one and AUTO_EVERY seconds passed (the first one, a baseline, BASELINE_AFTER
 seconds after torch appeared). Bounded: it stops after BUDGET seconds of walking and says it is
-partial. Walking holds the GIL: the program waits that long (benchmarks/bench_memory_growth.py
-measures it on 100k tensors).
+partial. It gives the GIL back every YIELD_EVERY objects, so the program is held up for a few
+milliseconds at a time, not for the whole walk (benchmarks/bench_memory_growth.py measures
+the walk on 100k tensors).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import os
 import sys
 import time
 
-BUDGET = 1.0  # seconds of walking the objects at most
+BUDGET = 3.0  # seconds of walking the objects at most
+YIELD_EVERY = 4096  # objects walked between two moments the program's thread gets the GIL
 MAX_GROUPS = 24  # groups kept, the largest by count
 MAX_DIMS = 4
 AUTO_RISE = 32 << 20  # bytes of growth since the last census that take another
@@ -69,9 +71,11 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
     # module attribute's __class__ may warn or import on access)
     try:
         for index, obj in enumerate(objects):
-            if not index & 4095 and clock() - start > budget:
-                partial = True
-                break
+            if not index % YIELD_EVERY:
+                if clock() - start > budget:
+                    partial = True
+                    break
+                time.sleep(0)  # let the program's thread run: the walk never holds it long
             kind = type(obj)
             is_tensor = kinds.get(kind)
             if is_tensor is None:
