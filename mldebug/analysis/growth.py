@@ -114,14 +114,14 @@ def trend(rank: int, agent: AgentState) -> Trend | None:
     if len(rows) < MIN_POINTS or rows[-1][0] - rows[0][0] < MIN_SPAN:
         return None
     rows = _thin(rows, MAX_PAIRS_POINTS)
-    points = [(p[0], p[column]) for p in rows]
+    points: list[tuple[float, int]] = [(p[0], int(p[column] or 0)) for p in rows]
     figure = "CUDA allocated" if cuda else "RSS"
     values = [v for _, v in points]
     if max(values) - min(values) < MIN_RISE:  # flat: no fit needed (1,024 ranks a refresh)
         quarter = max(1, len(values) // 4)
         span = points[-1][0] - points[0][0]
         rough = (statistics.median(values[-quarter:]) - statistics.median(values[:quarter])) / span
-        return Trend(rank, figure, rough, None, 0.0, 0.0, span, values[0], values[-1], False)
+        return Trend(rank, figure, rough, None, 0.0, 0.0, span, float(values[0]), values[-1], False)
     rate = theil_sen(points)
     tau = kendall_tau([v for _, v in points])
     t0 = points[0][0]
@@ -129,7 +129,7 @@ def trend(rank: int, agent: AgentState) -> Trend | None:
     noise = 1.4826 * statistics.median(abs(v - intercept - rate * (t - t0)) for t, v in points)
     span = points[-1][0] - t0
     rise = rate * span
-    steps = [(p[0], p[3]) for p in rows if p[3] is not None]
+    steps = [(p[0], p[3]) for p in rows if p[3] is not None]  # type: ignore[misc]
     per_step = None
     if len(steps) >= 2 and steps[-1][1] > steps[0][1]:
         per_second = (steps[-1][1] - steps[0][1]) / max(steps[-1][0] - steps[0][0], 1e-9)

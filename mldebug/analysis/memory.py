@@ -252,15 +252,16 @@ def _census_detail(view: RankView) -> str:
 def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int]]:
     """Growth by time: the findings, and the ranks they name (the per-step rule, which
     still sees a burst of growing steps that time alone calls short, leaves them out)."""
-    live = [v for v in _live(views) if v.agent.timeline is not None]
-    trends = [t for v in live if (t := trend(v.rank, v.agent)) is not None]
+    agents = {v.rank: v.agent for v in _live(views) if v.agent and v.agent.timeline}
+    trends = [t for rank, agent in agents.items() if (t := trend(rank, agent)) is not None]
     grown, alone = growing(trends)
     if not grown:
         return [], set()
-    by_rank = {v.rank: v for v in live}
+    by_rank = {v.rank: v for v in views if v.rank in agents}
+    timelines = {rank: agent.timeline for rank, agent in agents.items() if agent.timeline}
     ranks = tuple(t.rank for t in grown)
     figure = grown[0].figure
-    forecasts = [(t, forecast(t, by_rank[t.rank].agent.timeline)) for t in grown]
+    forecasts = [(t, forecast(t, timelines[t.rank])) for t in grown]
     soonest = min(
         ((t, f) for t, f in forecasts if f is not None), key=lambda tf: tf[1].seconds, default=None
     )
@@ -315,20 +316,21 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
 
 def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:
     """The censuses asked for (dump --census, the live view's key): info, while fresh."""
-    shown = []
+    found_by: list[tuple[int, int, str]] = []
     for view in _live(views):
-        census = view.agent.census
-        if census is None or not census.requested:
+        agent = view.agent
+        census = agent.census if agent is not None else None
+        if agent is None or census is None or not census.requested:
             continue
-        if view.agent.time - census.time > CENSUS_FRESH:
+        if agent.time - census.time > CENSUS_FRESH:
             continue
-        found = changes(census, view.agent.census_before)
+        found = changes(census, agent.census_before)
         text = changes_text(view.rank, found) if found else census_text(view.rank, census)
-        shown.append((found[0].more if found else 0, view.rank, text))
-    if not shown:
+        found_by.append((found[0].more if found else 0, view.rank, text))
+    if not found_by:
         return []
     # The rank whose census changed most first; then by rank.
-    shown = [(rank, text) for _, rank, text in sorted(shown, key=lambda s: (-s[0], s[1]))]
+    shown = [(rank, text) for _, rank, text in sorted(found_by, key=lambda s: (-s[0], s[1]))]
     ranks = tuple(sorted(rank for rank, _ in shown))
     return [
         Finding(

@@ -28,7 +28,7 @@ def parse_timeline(data: object) -> MemoryTimeline | None:
     if not isinstance(data, dict) or data.get("version") != 1:
         return None
     raw = data.get("points")
-    points = []
+    points: list[tuple[float, int | None, int | None, int | None, int | None]] = []
     for row in raw[-MAX_POINTS:] if isinstance(raw, list) else ():
         if not isinstance(row, list) or len(row) != 5:
             continue
@@ -36,7 +36,8 @@ def parse_timeline(data: object) -> MemoryTimeline | None:
         if when is None or (points and when <= points[-1][0]):
             continue
         points.append((when, _int(row[1]), _int(row[2]), _int(row[3]), _int(row[4])))
-    limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+    found = data.get("limits")
+    limits: dict = found if isinstance(found, dict) else {}
     return MemoryTimeline(
         points=tuple(points),
         host_total=_int(limits.get("host_total")),
@@ -52,7 +53,9 @@ def _group(row: object) -> TensorGroup | None:
         return None
     shape, dtype, device = _text(row[0]), _text(row[1]), _text(row[2])
     count, nbytes = _int(row[5]), _int(row[6])
-    if None in (shape, dtype, device, count, nbytes) or not isinstance(row[3], bool):
+    if shape is None or dtype is None or device is None or count is None or nbytes is None:
+        return None
+    if not isinstance(row[3], bool):
         return None
     grad_fn = _text(row[4]) if row[4] is not None else None
     return TensorGroup(shape, dtype, device, row[3], grad_fn, count, nbytes)

@@ -242,7 +242,7 @@ class HangWatchdog:
         except Exception as error:
             verdict = f"no dump ({printable(str(error)).splitlines()[0][:300]})"
             body = f"mldebug: no progress for {quiet:.0f}s; the dump failed: {verdict}\n"
-            data = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
+            data: dict = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
             return None, verdict, body, data
         body, data = render_reports(snapshot, notes)
         return snapshot, verdict_of(snapshot), body, data
@@ -300,7 +300,7 @@ class HangWatchdog:
         self._say(
             f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n  {then}"
         )
-        if stopping:
+        if stopping and self._stop is not None:
             self._stop()
         return report
 
