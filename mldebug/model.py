@@ -16,6 +16,7 @@ FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
 FAIL_TIMEOUT = "timeout"  # py-spy did not answer within the time given to one rank
 FAIL_NOT_PYTHON = "not_python"  # no Python interpreter found in the process
 FAIL_ERROR = "error"  # anything else py-spy reported
+FAIL_BUSY = "busy"  # another reader (py-spy, gdb, mldebug of this user) held it all the time given
 
 # What a rank is doing (RankView.state).
 STATE_RUNNING = "running"  # its stack moves, or it burns CPU: working
@@ -44,6 +45,7 @@ KIND_FROZEN = "frozen"  # the process lives but its agent's heartbeat stopped: C
 KIND_NONFINITE = "nonfinite"  # --detect-anomaly: the first NaN/Inf's rank, step and module
 KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last steps
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
+KIND_MEMORY_CENSUS = "memory_census"  # informational: a census of live tensors asked for
 KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug collect`
 KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
 KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
@@ -221,6 +223,45 @@ class MemoryReading:
 
 
 @dataclass(frozen=True)
+class MemoryTimeline:
+    """A rank's memory over its whole life, downsampled (state.json's `memory_timeline`),
+    and what it can grow into."""
+
+    # (time, rss, cuda allocated, step, collectives made), oldest first
+    points: tuple[tuple[float, int | None, int | None, int | None, int | None], ...] = ()
+    host_total: int | None = None
+    host_available: int | None = None
+    cgroup_max: int | None = None
+    cgroup_current: int | None = None
+    gpu_total: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Live tensors of a rank alike in shape, dtype, device, requires_grad and grad_fn."""
+
+    shape: str  # "[]" for 0-d, "[32, 10]", or "5-d"
+    dtype: str  # "float32"
+    device: str  # "cpu", "cuda"
+    requires_grad: bool
+    grad_fn: str | None  # "MeanBackward0"
+    count: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TensorCensus:
+    """One census of a rank's live tensors (state.json's `memory_census`)."""
+
+    time: float
+    seconds: float  # how long it took
+    partial: bool  # stopped at its time bound
+    tensors: int
+    groups: tuple[TensorGroup, ...] = ()
+    requested: bool = False
+
+
+@dataclass(frozen=True)
 class AgentState:
     """A rank's ranks/<rank>/state.json (docs/agent.md), as read: the in-rank view."""
 
@@ -236,6 +277,9 @@ class AgentState:
     memory: MemoryReading | None = None
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
     flight: tuple[FlightGroup, ...] = ()  # torch's Flight Recorder, while the rank looked stuck
+    timeline: MemoryTimeline | None = None  # memory over time (collect/memstate.py)
+    census: TensorCensus | None = None  # the newest census of its live tensors
+    census_before: TensorCensus | None = None  # the one before it
 
     @property
     def progress(self) -> tuple[int, int, int]:

@@ -82,8 +82,8 @@ class JobObserver:
         return snapshot_of(readings)
 
 
-def snapshot_of(readings: JobReadings) -> JobSnapshot:
-    """The analysis of what a poll read."""
+def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
+    """The analysis of what a poll read (`analysis`: build_snapshot's options, error_after)."""
     job = readings.job
     return build_snapshot(
         job.targets,
@@ -96,6 +96,7 @@ def snapshot_of(readings: JobReadings) -> JobSnapshot:
         crashes=job.crashes,
         agents=readings.agents,
         events=readings.events,
+        **analysis,
     )
 
 

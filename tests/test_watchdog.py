@@ -2,28 +2,74 @@
 what it writes and says, and keep/stop.
 
 The unit tests give the watchdog a run directory with ranks/<rank>/state.json files written
-as docs/agent.md says the in-rank agent writes them (the real agent, mldebug/agent/, was not
-writing them yet when these were written), a clock the test moves, and a dump that returns a
-fixed snapshot; the reports are rendered by the real `dump` renderers. The last test runs a
-real hung 2-rank gloo job under `mldebug run` that nobody dumps.
+as docs/agent.md says the in-rank agent writes them, a clock the test moves, and a dump whose
+collector is a double: stack samples assembled as py-spy reports them (frames of a job at
+/job/t.py), judged by the real analysis (`build_snapshot`); the reports are rendered by the
+real `dump` renderers. The last tests run real gloo jobs under `mldebug run`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
+from mldebug.analysis.snapshot import build_snapshot
 from mldebug.launch.watchdog import ON_HANG_KEEP, ON_HANG_STOP, HangWatchdog, progress_token
-from mldebug.model import Finding, JobSnapshot
+from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
 
-VERDICT = "rank 1 is not in the all_reduce that ranks 0,2-3 wait in"
+TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
+MAIN = Frame("<module>", "/job/t.py", 40)
+IN_ALL_REDUCE = (MAIN, Frame("train", "/job/t.py", 9), Frame("all_reduce", TORCH, 2500))
+IN_SLEEP = (MAIN, Frame("wait_for_checkpoint", "/job/t.py", 30))
+EVALUATING = (MAIN, Frame("evaluate", "/job/t.py", 12))
+
+
+def stacks_snapshot(stacks: dict, busy: set[int] = frozenset(), now: float = 1000.0):
+    """The real analysis of 3 readings a rank, 0.4 s apart: `stacks` rank -> frames; a rank
+    in `busy` computes (its line moves, its main thread uses CPU), the others sit idle."""
+    targets = [RankTarget(pid=100 + rank, rank=rank, world_size=len(stacks)) for rank in stacks]
+    samples = {}
+    for target in targets:
+        frames = stacks[target.rank]
+        moving = target.rank in busy
+        samples[target.pid] = tuple(
+            StackSample(
+                target,
+                now - 0.8 + 0.4 * i,
+                threads=(
+                    ThreadStack(
+                        1,
+                        "MainThread",
+                        frames[:-1]
+                        + (
+                            Frame(
+                                frames[-1].function,
+                                frames[-1].file,
+                                frames[-1].line + (i if moving else 0),
+                            ),
+                        ),
+                    ),
+                ),
+                cpu_seconds=10.0 + (0.35 * i if moving else 0.0),
+                main_cpu_seconds=9.0 + (0.35 * i if moving else 0.0),
+            )
+            for i in range(3)
+        )
+    return build_snapshot(targets, samples, len(stacks), now=now)
+
+
+HUNG = stacks_snapshot({0: IN_ALL_REDUCE, 1: IN_SLEEP})
+VERDICT = HUNG.findings[0].summary
+WORKING = stacks_snapshot({0: EVALUATING, 1: EVALUATING}, busy={0, 1})
 
 
 def write_state(paths: RunPaths, rank: int, step=None, made=0, done=0, beat=100.0) -> None:
@@ -78,10 +124,11 @@ class Job:
         self.alive = True
         self.dumps = 0
 
+        self.snapshot = HUNG  # what the next dump sees
+
         def fixed_dump(root):
             self.dumps += 1
-            finding = Finding("outlier", (1,), VERDICT, location="/job/t.py:30")
-            return JobSnapshot(time=1.0, ranks=(), findings=(finding,), run_dir=str(root)), ()
+            return self.snapshot, ()
 
         self.watchdog = HangWatchdog(
             self.paths,
@@ -160,12 +207,12 @@ def test_no_progress_for_the_timeout_writes_the_report_and_says_the_verdict(tmp_
     assert len(names) == 2 and names[0].startswith("hang-")
     assert {n.rsplit(".", 1)[1] for n in names} == {"json", "txt"}
     text = report.text_path.read_text()
-    assert f"Verdict: {VERDICT}" in text  # dump's own text report
+    assert "Verdict: rank 1 never reached all_reduce" in text  # dump's own text report
     data = json.loads(report.json_path.read_text())
     assert data["verdict"] == VERDICT and data["findings"][0]["ranks"] == [1]
-    assert data["no_progress_for"] == 61.0
+    assert data["no_progress_for"] == 61.0 and data["watchdog"] == "hang"
     (message,) = job.said
-    assert message.startswith(f"mldebug: no progress for 60s; verdict: {VERDICT} (/job/t.py:30)")
+    assert message.startswith(f"mldebug: no progress for 60s; verdict: {VERDICT}")
     assert f"report: {report.text_path}" in message
     assert "keeps running" in message and job.stops == 0
     assert job.recorded[-1][0]["report"] == str(report.text_path)  # run.json's "hangs"
@@ -209,7 +256,8 @@ def test_a_dump_that_fails_still_leaves_a_report_and_a_line(tmp_path):
     job = Job(tmp_path, dump=broken)
     write_state(job.paths, 0, step=1, made=1)
     job.look(0)
-    report = job.look(61)
+    assert job.look(61) is None  # no dump is no hang verdict: nothing is stopped on it
+    (report,) = job.watchdog.quiet_reports
     assert "py-spy is not installed" in report.text_path.read_text()
     assert json.loads(report.json_path.read_text())["verdict"] is None
     assert "no dump (py-spy is not installed)" in job.said[0]
@@ -223,93 +271,337 @@ def test_reports_of_two_hangs_in_one_second_do_not_overwrite_each_other(tmp_path
     assert first.text_path.exists() and second.text_path.exists()
 
 
-# -- a real hung job nobody dumped ------------------------------------------------------------
+# -- the dump decides: working is no hang, a short wait is not one yet ------------------------
 
-HUNG_JOB = textwrap.dedent(
-    """\
-    import time
-    import torch
-    import torch.distributed as dist
 
-    def wait_for_checkpoint():
-        while True:
-            time.sleep(0.2)  # WAIT
+def agent_state(rank: int, made: int, done: int, waited: float, now: float = 1000.0) -> dict:
+    """A state.json whose rank made call #made `waited` seconds before its heartbeat."""
+    call = {"seq": made, "op": "barrier", "time": now - waited, "site": "/job/t.py:9"}
+    return {
+        "version": 1,
+        "rank": rank,
+        "pid": 100 + rank,
+        "time": now,
+        "step": 7,
+        "groups": {
+            "default_pg": {
+                "size": 2,
+                "enqueued": call,
+                "completed": {**call, "seq": done} if done else None,
+            }
+        },
+        "trace": [],
+    }
 
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    for step in range(5):
-        if rank == 1 and step == 3:
-            continue  # rank 1 skips one all_reduce
-        tensor = torch.ones(4)
-        dist.all_reduce(tensor)  # ALL_REDUCE
-        print(f"step {step}", flush=True)
-    wait_for_checkpoint()
-    """
-)
-WAIT_LINE = HUNG_JOB.splitlines().index("        time.sleep(0.2)  # WAIT") + 1
+
+def test_every_rank_computing_is_reported_as_no_hang_and_never_stopped(tmp_path):
+    job = Job(tmp_path, on_hang=ON_HANG_STOP, timeout=10)
+    job.snapshot = WORKING
+    write_state(job.paths, 0, step=5, made=9, done=9)
+    job.look(0)
+    assert job.look(11) is None  # no hang report...
+    assert job.stops == 0 and job.watchdog.reports == []
+    (message,) = job.said
+    assert message.startswith(
+        "mldebug: no step or collective for 11s, but every rank is computing in "
+        "evaluate (/job/t.py:"
+    )
+    assert message.split("\n")[0].endswith("): not a hang")
+    (report,) = job.watchdog.quiet_reports  # ...but the look is kept, as info
+    assert json.loads(report.json_path.read_text())["watchdog"] == "working"
+
+
+def test_a_quiet_phase_that_recurs_at_the_same_place_is_learned(tmp_path):
+    job = Job(tmp_path, on_hang=ON_HANG_STOP, timeout=10)
+    job.snapshot = WORKING
+    write_state(job.paths, 0, step=5, made=9, done=9)
+    job.look(0)
+    job.look(11)  # the first evaluation: said once
+    write_state(job.paths, 0, step=30, made=40, done=40)  # training again...
+    job.look(1)
+    job.look(11)  # ...the next evaluation, at the same place: nothing said
+    job.look(10)
+    assert len(job.said) == 1 and job.stops == 0 and job.dumps == 3
+    assert len(job.reports()) == 2  # one report: the first look
+    job.snapshot = HUNG  # then a real hang in the same job
+    write_state(job.paths, 0, step=31, made=41, done=40)
+    job.look(1)
+    assert job.look(11) is not None and job.stops == 1
+    assert "stopping the job" in job.said[-1] and VERDICT in job.said[-1]
+
+
+def test_a_short_wait_is_info_a_longer_one_a_warning_then_an_error(tmp_path):
+    # Rank 0 sits in time.sleep (saving a checkpoint) while rank 1 waits in barrier: how
+    # long rank 1 has waited, by its agent, grades the verdict (analysis.severity).
+    from mldebug.collect.agentstate import parse_state
+
+    def graded(waited: float):
+        snapshot = stacks_snapshot({0: IN_SLEEP, 1: IN_ALL_REDUCE})
+        agents = {101: parse_state(agent_state(1, 5, 4, waited), 1)}
+        agents[100] = parse_state(agent_state(0, 4, 4, 0.0), 0)
+        targets = [view.target for view in snapshot.ranks]
+        samples = {
+            t.pid: tuple(
+                StackSample(
+                    t, 999.2 + 0.4 * i, threads=view.threads, cpu_seconds=1.0, main_cpu_seconds=1.0
+                )
+                for i in range(3)
+            )
+            for t, view in zip(targets, snapshot.ranks, strict=True)
+        }
+        return build_snapshot(targets, samples, 2, now=1000.0, agents=agents).findings[0]
+
+    short, longer, long = graded(1.2), graded(7.0), graded(30.0)
+    assert short.severity == "info" and "rank 0" in short.summary
+    assert short.summary.endswith("(for 1.2 s so far: a pause that short is not a hang)")
+    assert longer.severity == "warning" and "for 7.0 s so far" in longer.summary
+    assert long.severity == "error" and "30 s" in long.detail
+
+
+def test_a_wait_too_short_for_a_hang_is_looked_at_again_later(tmp_path):
+    job = Job(tmp_path, on_hang=ON_HANG_STOP, timeout=10)
+    job.snapshot = stacks_snapshot({0: IN_SLEEP, 1: IN_SLEEP})  # stuck, no collective: warning
+    write_state(job.paths, 0, step=5, made=9, done=9)
+    job.look(0)
+    assert job.look(11) is None and job.stops == 0
+    assert "not a hang yet" in job.said[0] and "looking again in 10s" in job.said[0]
+    assert job.look(5) is None and job.dumps == 1  # not before another timeout
+    job.snapshot = HUNG  # the wait grew: now it is a hang
+    assert job.look(6) is not None and job.stops == 1
+
+
+def test_on_hang_stop_looks_once_more_and_keeps_a_job_that_moved_meanwhile(tmp_path):
+    job = Job(tmp_path, on_hang=ON_HANG_STOP, timeout=10)
+    write_state(job.paths, 0, step=5, made=9, done=8)
+
+    def moving_dump(root):  # the job moves on while the dump reads it
+        write_state(job.paths, 0, step=6, made=10, done=10)
+        return HUNG, ()
+
+    job.watchdog._dump = moving_dump
+    job.look(0)
+    job.look(11)
+    assert job.stops == 0
+    assert "moved again before it was stopped: it keeps running" in job.said[0]
+
+
+# -- real jobs: a long evaluation is no hang, a real hang is; leaks; readers that meet ------
+#
+# Two gloo jobs (tests/jobs/trust_jobs.py) start together, once for the module (importing torch
+# in four ranks is the slow part), and the fixture watches both while they run:
+#   A  `mldebug run --hang-timeout 10 --on-hang stop`: AdamW, rank 0 keeps each step's error
+#      with its graph (~150 KB a step), two 13 s evaluations without a collective, then
+#      rank 1 skips an all_reduce and waits in time.sleep: a real hang;
+#   B  no optimizer (a hand-written update, no step counted), rank 1 leaks the same way, then
+#      rank 0 skips an all_reduce: a hang nobody stops, read by 8 `mldebug dump` at once;
+#   C  healthy, 45 s under `--hang-timeout 10 --on-hang stop`, dumped at every round: DataLoader
+#      workers, AdamW (start-up included), a 1.5 s checkpoint pause on rank 0 every 25 steps,
+#      a 12 s evaluation every 20 s, GC pauses, step-time jitter, warm-up allocation, the
+#      allocator growing and trimming. It must get no warning, no error, and end by itself.
+#      (benchmarks/bench_memory_growth.py runs it for 3 minutes.)
+
+JOBS = Path(__file__).parent / "jobs" / "trust_jobs.py"
+WAIT_LINE = next(i for i, line in enumerate(JOBS.read_text().splitlines(), 1) if "# WAIT" in line)
+
+
+def _dump(run_dir: Path, *options: str) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json", *options],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def _log(run_dir: Path, rank: int) -> str:
+    path = run_dir / "ranks" / str(rank) / "stdout.log"
+    return path.read_text() if path.exists() else ""
+
+
+def _growth(findings: list[dict]) -> dict | None:
+    return next((f for f in findings if f["kind"] == "memory_growth"), None)
 
 
 @pytest.fixture(scope="module")
-def hung_job(tmp_path_factory):
-    """`mldebug run --hang-timeout 8 --on-hang stop` on a job that hangs after a few steps."""
-    tmp = tmp_path_factory.mktemp("hung")
-    (tmp / "job.py").write_text(HUNG_JOB)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mldebug",
-            "run",
-            "--run-dir",
-            str(tmp / "run"),
-            "--nproc-per-node",
-            "2",
-            "--hang-timeout",
-            "8",
-            "--on-hang",
-            "stop",
-            "job.py",
-        ],
+def live(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("trust")
+    env = {**os.environ, "TRAIN_S": "40", "NO_COLOR": "1"}
+    base = [sys.executable, "-m", "mldebug", "run", "--nproc-per-node", "2"]
+    err_a = open(tmp / "a.err", "w+")  # noqa: SIM115 (read after the job ended)
+    job_a = subprocess.Popen(
+        [*base, "--run-dir", str(tmp / "a"), "--hang-timeout", "10", "--on-hang", "stop"]
+        + [str(JOBS), "evaluate"],
         cwd=tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err_a,
         start_new_session=True,
     )
+    job_b = subprocess.Popen(
+        [*base, "--run-dir", str(tmp / "b"), str(JOBS), "bare"],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    job_c = subprocess.Popen(
+        [*base, "--run-dir", str(tmp / "c"), "--hang-timeout", "10", "--on-hang", "stop"]
+        + [str(JOBS), "healthy", "45"],
+        cwd=tmp,
+        env={**env, "EVAL_EVERY": "20"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    seen: dict = {"a": None, "b": None, "census": None, "concurrent": None, "c": []}
     try:
-        out, err = proc.communicate(timeout=240)
+        deadline = time.monotonic() + 400
+        ready: dict = {}
+        # While they train: `dump` until the leak is named, on each job.
+        while time.monotonic() < deadline and not (seen["a"] and seen["b"]):
+            for name, run_dir, rank in (("a", tmp / "a", 0), ("b", tmp / "b", 1)):
+                if seen[name] or "READY" not in _log(run_dir, rank):
+                    continue
+                ready.setdefault(name, time.monotonic())
+                if "EVAL 1 DONE" in _log(run_dir, 0) or "HANGING" in _log(run_dir, 0):
+                    seen[name] = ("late", None)  # the first training phase is over: missed
+                    continue
+                _code, report = _dump(run_dir)
+                found = _growth(report["findings"])
+                if found is not None:
+                    seen[name] = (time.monotonic() - ready[name], found)
+            if job_c.poll() is None and (tmp / "c" / "ranks").exists():
+                code, report = _dump(tmp / "c")
+                seen["c"].append((code, [f for f in report["findings"] if f["severity"] != "info"]))
+            time.sleep(1)
+        # B: what is growing, asked for (the census)
+        _code, report = _dump(tmp / "b", "--census")
+        seen["census"] = report
+        # B hangs: eight dumps at once, as a user's watch, attach and a watchdog would.
+        hang_by = time.monotonic() + 120
+        while "HANGING" not in _log(tmp / "b", 0) and time.monotonic() < hang_by:
+            time.sleep(0.5)
+        time.sleep(12)  # the others have waited longer than a hang needs (analysis.severity)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            seen["concurrent"] = list(pool.map(lambda _: _dump(tmp / "b"), range(8)))
+        seen["b_states"] = _states(tmp / "b")
+        while job_c.poll() is None and time.monotonic() < deadline:
+            code, report = _dump(tmp / "c")
+            seen["c"].append((code, [f for f in report["findings"] if f["severity"] != "info"]))
+        seen["c_exit"] = job_c.wait(timeout=60)
+        seen["c_err"] = job_c.stderr.read()
+        code_a = job_a.wait(timeout=max(30, deadline - time.monotonic()))
+        err_a.seek(0)
+        seen["a_exit"], seen["a_err"] = code_a, err_a.read()
+        yield seen, tmp
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, out.decode(), err.decode(), RunPaths(tmp / "run"), tmp / "job.py"
+        for proc in (job_a, job_b, job_c):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        err_a.close()
+
+
+def _states(run_dir: Path) -> list[str]:
+    """The process state of each rank (R, S, T...), from /proc, by the pids in proc.json."""
+    states = []
+    for rank in (0, 1):
+        pid = json.loads((run_dir / "ranks" / str(rank) / "proc.json").read_text())["pid"]
+        with open(f"/proc/{pid}/status") as status:
+            states.append(next(ln for ln in status if ln.startswith("State:")).split()[1])
+    return states
 
 
 @pytest.mark.multirank
-def test_a_hung_job_nobody_dumped_gets_a_report_and_a_verdict_on_the_console(hung_job):
-    code, _out, err, paths, script = hung_job
-    lines = [line for line in err.splitlines() if line.startswith("mldebug: no progress for 8s")]
+def test_a_long_evaluation_is_not_a_hang_and_is_learned(live):
+    seen, tmp = live
+    err = seen["a_err"]
+    assert "EVAL 2 DONE" in _log(tmp / "a", 0), err  # both evaluations ran: nothing stopped it
+    working = [ln for ln in err.splitlines() if "not a hang" in ln and "computing in" in ln]
+    evaluating = [ln for ln in working if "computing in evaluate (" in ln]
+    assert len(evaluating) <= 1, err  # said once; the second evaluation is learned
+    assert not [ln for ln in err.splitlines() if "stopping the job" in ln][1:], err
+
+
+@pytest.mark.multirank
+def test_a_healthy_job_gets_no_warning_and_is_never_stopped(live):
+    seen, tmp = live
+    assert seen["c_exit"] == 0, seen["c_err"]
+    assert "DONE" in _log(tmp / "c", 0)
+    assert len(seen["c"]) >= 5  # dumped all along, start-up included
+    assert [found for _code, found in seen["c"] if found] == []
+    assert {code for code, _ in seen["c"]} == {0}
+    hangs = [ln for ln in seen["c_err"].splitlines() if ln.startswith("mldebug: no progress")]
+    assert hangs == [], seen["c_err"]
+
+
+@pytest.mark.multirank
+def test_a_real_hang_in_the_same_job_is_reported_and_stopped(live):
+    seen, tmp = live
+    err = seen["a_err"]
+    lines = [ln for ln in err.splitlines() if ln.startswith("mldebug: no progress for 10s")]
     assert len(lines) == 1, err
     assert "verdict:" in lines[0] and "rank 1" in lines[0], err
-    reports = sorted(os.listdir(paths.reports_dir))
-    assert [name.rsplit(".", 1)[1] for name in reports] == ["json", "txt"], reports
-    text = (paths.reports_dir / reports[1]).read_text()
-    assert text.split("\n")[1].startswith("Verdict:")
-    assert f"{script}:{WAIT_LINE}" in text  # where rank 1 is: the culprit's own line
-    data = json.loads((paths.reports_dir / reports[0]).read_text())
-    assert 1 in data["findings"][0]["ranks"]
-    assert f"report: {paths.reports_dir / reports[1]}" in err
+    assert seen["a_exit"] == 124, err
+    assert "mldebug: job stopped: no progress for 10s (--on-hang stop)" in err
+    manifest = json.loads((tmp / "a" / "run.json").read_text())
+    (hang,) = manifest["hangs"]
+    assert "rank 1" in hang["verdict"]
+    text = Path(hang["report"]).read_text()
+    assert f"{JOBS}:{WAIT_LINE}" in text  # where rank 1 is: the culprit's own line
 
 
 @pytest.mark.multirank
-def test_on_hang_stop_ends_the_job_with_code_124_and_run_json_says_why(hung_job):
-    code, _out, err, paths, _script = hung_job
-    assert code == 124, err
-    assert "mldebug: job stopped: no progress for 8s (--on-hang stop)" in err
-    manifest = json.loads(paths.manifest.read_text())
-    assert manifest["status"] == "failed" and manifest["exit_code"] == 124
-    assert manifest["options"]["hang_timeout"] == 8.0
-    (hang,) = manifest["hangs"]
-    assert hang["report"].endswith(".txt") and "rank 1" in hang["verdict"]
+@pytest.mark.parametrize("name, rank", [("a", 0), ("b", 1)], ids=["adamw", "no-optimizer"])
+def test_a_150_kb_a_step_leak_on_one_rank_is_named_within_60_s_with_rate_and_forecast(
+    live, name, rank
+):
+    seen, _tmp = live
+    assert seen[name] is not None and seen[name][0] != "late", seen[name]
+    after, found = seen[name]
+    assert after <= 60, (after, found)
+    assert found["ranks"] == [rank] and found["severity"] == "warning", found
+    summary = found["summary"]
+    assert summary.startswith(f"rank {rank}: memory (RSS) grows "), summary
+    assert "/s" in summary and f"while rank {1 - rank} stays flat" in summary, summary
+    assert "at this rate it reaches" in summary and " in " in summary.split("reaches")[1]
+    if name == "a":
+        assert "a step)" in summary  # AdamW counts steps: the rate per step too
+
+
+@pytest.mark.multirank
+def test_the_census_names_the_leaking_tensors_kind(live):
+    seen, _tmp = live
+    findings = seen["census"]["findings"]
+    texts = [f["summary"] for f in findings] + [f.get("detail", "") for f in findings]
+    texts += [p["label"] for f in findings for p in f.get("parts", [])]
+    named = [t for t in texts if "rank 1 holds" in t and "0-d float32 tensors" in t]
+    assert named, findings
+    assert "grad_fn=MeanBackward0" in named[0] and "a loss kept without .item()" in named[0]
+
+
+@pytest.mark.multirank
+def test_eight_dumps_at_once_agree_and_leave_no_rank_stopped(live):
+    seen, _tmp = live
+    results = seen["concurrent"]
+    codes = {code for code, _ in results}
+    # The same finding first, for the same ranks, at the same severity (its text may say a
+    # second more of waiting from one to the next).
+    verdicts = {
+        (f["kind"], tuple(f["ranks"]), f["severity"], f.get("location"))
+        for f in (report["findings"][0] for _, report in results)
+    }
+    assert codes == {1}, [(c, r["findings"][:1]) for c, r in results]
+    assert len(verdicts) == 1, verdicts
+    assert verdicts.pop()[1] == (0,)
+    for _, report in results:
+        for finding in report["findings"]:
+            assert "refused" not in finding["summary"] and "stopped" not in finding["summary"]
+    assert all(state in ("R", "S") for state in seen["b_states"]), seen["b_states"]
 
 
 # -- analysis.progress: which ranks move, by their agents' states ----------------------------
@@ -332,3 +624,35 @@ def test_moving_ranks_are_those_whose_step_or_collective_count_moved(tmp_path):
     # From one reading: the newest call was made at the heartbeat (write_state's `beat`).
     assert moving_now(after[1], now=101.5)
     assert not moving_now(after[1], now=160.0)  # the agent stopped beating
+
+
+# -- the look and its threshold, shared by dump and the watchdog -------------------------------
+
+
+def test_the_runs_hang_timeout_sets_the_threshold_for_dump_and_watchdog_alike(tmp_path):
+    from mldebug.look import hang_threshold, run_hang_after
+
+    paths = RunPaths(make_private_dir(tmp_path / "run"))
+    assert run_hang_after(paths.root) is None  # no run.json
+    write_json_atomic(paths.manifest, {"options": {"hang_timeout": 8.0}})
+    assert run_hang_after(paths.root) == hang_threshold(8.0) == 6.0
+    write_json_atomic(paths.manifest, {"options": {"hang_timeout": 600}})
+    assert run_hang_after(paths.root) == 10.0  # never later than the default
+    for bad in (None, "8", True, -3, float("inf")):
+        write_json_atomic(paths.manifest, {"options": {"hang_timeout": bad}})
+        assert run_hang_after(paths.root) is None, bad
+
+
+def test_a_dump_that_read_no_rank_is_no_hang_to_stop_on():
+    from mldebug.analysis.quiet import UNSURE, judge_quiet
+    from mldebug.model import FAIL_PERMISSION
+
+    target = RankTarget(pid=100, rank=0, world_size=1)
+    refused = StackSample(target, 1000.0, failure=FAIL_PERMISSION, failure_detail="ptrace refused")
+    snapshot = build_snapshot([target], {100: (refused,)}, 1, now=1000.0)
+    assert snapshot.findings[0].severity == "error"  # nothing read: an error for dump...
+    assert judge_quiet(snapshot).kind == UNSURE  # ...but no hang for the watchdog to act on
+
+
+def test_without_an_agent_the_stacks_severity_stands():
+    assert HUNG.findings[0].severity == "error"  # no agent says how long: not graded down

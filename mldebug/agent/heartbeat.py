@@ -90,6 +90,9 @@ class Heartbeat:
             "memory": memory.reading() if memory is not None else None,
             "memory_history": memory.history_rows() if memory is not None else [],
         }
+        if memory is not None and hasattr(memory, "tick"):  # timeline, census (agent/memory.py)
+            calls = sum(g["enqueued"]["seq"] for g in groups.values() if g.get("enqueued"))
+            state.update(memory.tick(state["time"], state["memory"] or {}, state["step"], calls))
         # Not at exit: torch may be half torn down by then.
         flight = None if self._stopping else self.flight.summary(groups, state["step_time"])
         if flight is not None:

@@ -29,7 +29,9 @@ import threading
 import time
 from collections import deque
 
+from .census import Census
 from .events import emit, fail, fault_point
+from .memory_timeline import Timeline
 
 PART = "memory"
 HISTORY_LEN = 64
@@ -101,6 +103,9 @@ class Memory:
         self.device: int | None = None  # the rank's GPU, once known
         self._oom_files: list[str] | None = None
         self._lock = threading.Lock()
+        self.timeline = Timeline()  # hours of points, by time (agent/memory_timeline.py)
+        run_root = os.path.dirname(os.path.dirname(rank_dir)) if rank_dir else None
+        self.census = Census(run_root, torch_of)  # live tensors (agent/census.py)
 
     # ------------------------------------------------------------------ readings
     def _cuda(self):
@@ -196,6 +201,37 @@ class Memory:
         except Exception as error:
             self._stop(error)
         return reading
+
+    # ------------------------------------------------------------------ over time
+    def tick(self, when: float, reading: dict, step, calls: int) -> dict:
+        """The heartbeat's round (its own thread): a timeline point, the limits now and
+        then, a census when one is due. state.json's sections that come of it."""
+        sections: dict = {}
+        if self.off:
+            return sections
+        try:
+            fault_point(PART)
+            cuda = reading.get("cuda") or {}
+            nvml = reading.get("nvml") or {}
+            allocated = cuda.get("allocated") if cuda else None
+            self.timeline.add(when, reading.get("rss"), allocated, step, calls)
+            self.timeline.read_limits(when, nvml.get("total") or self._gpu_total())
+            sections["memory_timeline"] = self.timeline.section()
+            value = allocated if allocated else reading.get("rss")
+            self.census.maybe_take(when, value)
+            census = self.census.section()
+            if census is not None:
+                sections["memory_census"] = census
+        except Exception as error:
+            self._stop(error)
+        return sections
+
+    def _gpu_total(self) -> int | None:
+        cuda = self._cuda()
+        if cuda is None:
+            return None
+        index = self.device if self.device is not None else 0
+        return int(cuda.get_device_properties(index).total_memory)
 
     # ------------------------------------------------------------------ per step
     def on_step(self, step: int, when: float) -> None:

@@ -14,6 +14,11 @@
     median of the other ranks, and OUTLIER_BYTES more.
 
 The figure is CUDA allocated memory for ranks that use CUDA, else the process's RSS.
+
+Ranks whose agent keeps a memory timeline are judged by time first (analysis.growth: a
+robust trend in bytes a second, with or without steps, against the rank's noise and its
+peers, with a forecast to the nearest limit), and what is growing is named from their
+census of live tensors (analysis.census); the per-step rules above judge the others.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import NamedTuple
 
+from mldebug.analysis.census import census_text, changes, changes_text
+from mldebug.analysis.growth import Trend, duration_text, forecast, growing, trend
 from mldebug.model import (
+    KIND_MEMORY_CENSUS,
     KIND_MEMORY_GROWTH,
     KIND_MEMORY_OUTLIER,
+    SEVERITY_INFO,
     SEVERITY_WARNING,
     STATE_EXITED,
     STATE_MISSING,
@@ -222,5 +231,120 @@ def outlier_findings(views: Sequence[RankView]) -> list[Finding]:
     ]
 
 
+CENSUS_FRESH = 120.0  # seconds a census asked for is shown by dumps after it
+
+
+def _rate_text(found: Trend) -> str:
+    text = f"{human(found.rate)}/s"
+    if found.per_step is not None:
+        text += f" ({human(found.per_step)} a step)"
+    return text
+
+
+def _census_detail(view: RankView) -> str:
+    agent = view.agent
+    if agent is None or agent.census is None:
+        return ""
+    found = changes(agent.census, agent.census_before)
+    return changes_text(view.rank, found) + "." if found else ""
+
+
+def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int]]:
+    """Growth by time: the findings, and the ranks they name (the per-step rule, which
+    still sees a burst of growing steps that time alone calls short, leaves them out)."""
+    agents = {v.rank: v.agent for v in _live(views) if v.agent and v.agent.timeline}
+    trends = [t for rank, agent in agents.items() if (t := trend(rank, agent)) is not None]
+    grown, alone = growing(trends)
+    if not grown:
+        return [], set()
+    by_rank = {v.rank: v for v in views if v.rank in agents}
+    timelines = {rank: agent.timeline for rank, agent in agents.items() if agent.timeline}
+    ranks = tuple(t.rank for t in grown)
+    figure = grown[0].figure
+    forecasts = [(t, forecast(t, timelines[t.rank])) for t in grown]
+    soonest = min(
+        ((t, f) for t, f in forecasts if f is not None), key=lambda tf: tf[1].seconds, default=None
+    )
+    others = sorted(t.rank for t in trends if t.rank not in ranks)
+    if len(grown) == 1:
+        found = grown[0]
+        summary = (
+            f"rank {found.rank}: memory ({figure}) grows {_rate_text(found)} over its last "
+            f"{found.span:.0f} s"
+        )
+    else:
+        low, high = min(t.rate for t in grown), max(t.rate for t in grown)
+        rate = human(low) if human(low) == human(high) else f"{human(low)}-{human(high)}"
+        summary = (
+            f"ranks {format_ranks(ranks)}: memory ({figure}) grows {rate}/s each, "
+            f"steadily, over their last {min(t.span for t in grown):.0f} s"
+        )
+    if alone and others:
+        summary += f", while {'rank' if len(others) == 1 else 'ranks'} {format_ranks(others)} "
+        summary += "stays flat" if len(others) == 1 else "stay flat"
+    if soonest is not None:
+        found, when = soonest
+        who = "it" if len(grown) == 1 else f"rank {found.rank}"
+        summary += (
+            f"; at this rate {who} reaches {when.limit} ({human(when.room)} left) in "
+            f"{duration_text(when.seconds)}"
+        )
+    named = [text for t in grown[:MAX_PARTS] if (text := _census_detail(by_rank[t.rank]))]
+    advice = (
+        "Something kept from each step stays alive: a loss or an output kept with its graph "
+        "(use .item() or .detach()), a list that only grows, a cache without a bound"
+    )
+    return [
+        Finding(
+            KIND_MEMORY_GROWTH,
+            ranks,
+            summary,
+            recipe="memory-growth",
+            severity=SEVERITY_WARNING,
+            detail=" ".join([*named, advice]),
+            parts=tuple(
+                FindingPart(
+                    (t.rank,),
+                    f"{_rate_text(t)} ({t.figure}, steady: tau {t.tau:.2f}, noise "
+                    f"{human(t.noise)})",
+                )
+                for t in grown[:MAX_PARTS]
+            ),
+        )
+    ], set(ranks)
+
+
+def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:
+    """The censuses asked for (dump --census, the live view's key): info, while fresh."""
+    found_by: list[tuple[int, int, str]] = []
+    for view in _live(views):
+        agent = view.agent
+        census = agent.census if agent is not None else None
+        if agent is None or census is None or not census.requested:
+            continue
+        if agent.time - census.time > CENSUS_FRESH:
+            continue
+        found = changes(census, agent.census_before)
+        text = changes_text(view.rank, found) if found else census_text(view.rank, census)
+        found_by.append((found[0].more if found else 0, view.rank, text))
+    if not found_by:
+        return []
+    # The rank whose census changed most first; then by rank.
+    shown = [(rank, text) for _, rank, text in sorted(found_by, key=lambda s: (-s[0], s[1]))]
+    ranks = tuple(sorted(rank for rank, _ in shown))
+    return [
+        Finding(
+            KIND_MEMORY_CENSUS,
+            ranks,
+            shown[0][1] if len(shown) == 1 else f"census of live tensors: {shown[0][1]}",
+            recipe="memory-leak",
+            severity=SEVERITY_INFO,
+            parts=tuple(FindingPart((rank,), text) for rank, text in shown[:MAX_PARTS]),
+        )
+    ]
+
+
 def memory_findings(views: Sequence[RankView]) -> list[Finding]:
-    return growth_findings(views) + outlier_findings(views)
+    by_time, named = timeline_findings(views)
+    by_steps = growth_findings([v for v in views if v.rank not in named])
+    return by_time + by_steps + outlier_findings(views) + census_findings(views)

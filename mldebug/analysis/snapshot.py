@@ -18,6 +18,7 @@ from mldebug.analysis.frames import (
 from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.progress import moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
+from mldebug.analysis.severity import ERROR_AFTER, grade
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
     STATE_EXITED,
@@ -158,13 +159,15 @@ def build_snapshot(
     crashes: Sequence[RankCrash] = (),
     agents: Mapping[int, AgentState] | None = None,
     events: Sequence[RankEvent] = (),
+    error_after: float = ERROR_AFTER,
 ) -> JobSnapshot:
     """Everything about a job at one moment. `samples` maps a target's pid to its samples,
     `agents` to its agent's state.json (ranks started by `mldebug run`); `events`: what
     the agents wrote in events.jsonl.
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
-    not among them are not reported as missing.
+    not among them are not reported as missing. `error_after`: seconds a wait must last to
+    be an error (analysis.severity; a run's --hang-timeout may set it).
     """
     exit_codes = exit_codes or {}
     agents = agents or {}
@@ -207,13 +210,17 @@ def build_snapshot(
         ranks=tuple(views),
         groups=groups,
         tree=build_tree(groups),
-        findings=find_problems(
+        findings=grade(
+            find_problems(
+                views,
+                None if partial else world_size,
+                failures,
+                crashes,
+                sequence=sequence,
+                events=events,
+            ),
             views,
-            None if partial else world_size,
-            failures,
-            crashes,
-            sequence=sequence,
-            events=events,
+            error_after,
         ),
         world_size=world_size,
         job=job,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import mldebug.ledgerrules as rules
 from mldebug.collect.events import parse_time
+from mldebug.collect.memstate import parse_census, parse_timeline
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -187,6 +188,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         return None
     trace = data.get("trace")
     calls = [parse_call(c) for c in trace[-MAX_TRACE:]] if isinstance(trace, list) else []
+    census = parse_census(data.get("memory_census"))
     return AgentState(
         rank=rank,
         pid=_int(data.get("pid"), 1, 1 << 22),
@@ -200,6 +202,9 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         memory_history=_history(data.get("memory_history")),
         interval=_interval(data.get("interval")),
         flight=_flight(data.get("flight_recorder")),
+        timeline=parse_timeline(data.get("memory_timeline")),
+        census=census[0],
+        census_before=census[1],
     )
 
 

@@ -14,13 +14,16 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from functools import lru_cache
 
 import psutil
 
 from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
+from mldebug.collect.readers import POLL, busy_detail, reader_of, wait_for_readers
 from mldebug.errors import PYSPY_REMEDY, ToolMissingError
 from mldebug.model import (
+    FAIL_BUSY,
     FAIL_ERROR,
     FAIL_EXITED,
     FAIL_NOT_PYTHON,
@@ -33,6 +36,8 @@ from mldebug.model import (
 )
 
 _HEX_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+BUSY_SHARE = 0.5  # of a rank's time limit, spent waiting for another reader to let go
+RETRIES = 4  # reads tried again after a refusal another reader may explain
 
 
 def find_pyspy() -> str:
@@ -169,7 +174,33 @@ def dump_stack(
     nonblocking: bool = False,
     timeout: float = 10.0,
 ) -> StackSample:
-    """One reading of one rank. Never raises for the rank's own trouble."""
+    """One reading of one rank. Never raises for the rank's own trouble.
+
+    Another reader (py-spy, gdb, mldebug of this user: collect.readers) holding the rank is
+    waited for, within half the time limit, and the read tried again; a rank still held at
+    the end is FAIL_BUSY, "busy: being read by PID N (py-spy)", never refused or stopped."""
+    end = time.monotonic() + timeout
+    seen = None  # a reader seen holding the rank at some point of this reading
+    for attempt in range(RETRIES + 1):
+        held = wait_for_readers(target.pid, max(0.0, end - time.monotonic()) * BUSY_SHARE)
+        seen = held or seen
+        sample = _dump_once(pyspy, target, native, nonblocking, max(end - time.monotonic(), 0.5))
+        if sample.failure in (None, FAIL_EXITED, FAIL_TIMEOUT, FAIL_NOT_PYTHON):
+            return sample
+        # EPERM or "stopped" may be another reader that attached between the look and the
+        # read and let go since: look again, and try again while there is time.
+        seen = reader_of(target.pid) or seen
+        if end - time.monotonic() <= 0.1 or attempt == RETRIES:
+            break
+        time.sleep(POLL * (attempt + 1))
+    if seen is None:
+        return sample
+    return replace(sample, failure=FAIL_BUSY, failure_detail=busy_detail(seen))
+
+
+def _dump_once(
+    pyspy: str, target: RankTarget, native: bool, nonblocking: bool, timeout: float
+) -> StackSample:
     now = time.time()
     cpu, rss = cpu_and_rss(target.pid)
     main_cpu = thread_cpu_seconds(target.pid)

@@ -198,23 +198,29 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
     )
 
 
-def observe_job(job, args: argparse.Namespace):
-    """`observe_once` of a job with the reading options of `dump` and `collect` (--native,
-    --nonblocking, --samples, --interval, --timeout, --deadline): (snapshot, readings)."""
+def reading_options(args: argparse.Namespace) -> dict:
+    """The collector's options from the reading options of `dump` and `collect` (--native,
+    --nonblocking, --samples, --interval, --timeout, --deadline)."""
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
+
+    return {
+        "native": args.native,
+        "nonblocking": args.nonblocking,
+        "samples": args.samples,
+        "interval": args.interval,
+        "timeout_per_rank": args.timeout,
+        "deadline": args.deadline,
+        "max_pids": MAX_PIDS,
+        "max_world": MAX_WORLD,
+    }
+
+
+def observe_job(job, args: argparse.Namespace):
+    """`observe_once` of a job with the reading options of `dump` and `collect`:
+    (snapshot, readings)."""
     from mldebug.observe import observe_once
 
-    return observe_once(
-        job,
-        native=args.native,
-        nonblocking=args.nonblocking,
-        samples=args.samples,
-        interval=args.interval,
-        timeout_per_rank=args.timeout,
-        deadline=args.deadline,
-        max_pids=MAX_PIDS,
-        max_world=MAX_WORLD,
-    )
+    return observe_once(job, **reading_options(args))
 
 
 def stdout_closed() -> bool:

@@ -25,7 +25,7 @@ from mldebug.commands.common import (
     add_target_arguments,
     cluster_spec,
     count,
-    observe_job,
+    reading_options,
     report_console,
     seconds,
     target_of,
@@ -46,7 +46,6 @@ from mldebug.model import (
     SEVERITY_ERROR,
     STATE_UNREADABLE,
     JobSnapshot,
-    JobTargets,
 )
 from mldebug.ranges import parse_ranks
 
@@ -116,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
     )
+    parser.add_argument(
+        "--census",
+        action="store_true",
+        help="ask each rank of an `mldebug run` job for a census of its live tensors "
+        "(what is growing) and show it",
+    )
     add_native_arguments(parser)
     return parser
 
@@ -134,26 +139,32 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _with_nccl(snapshot: JobSnapshot, job: JobTargets) -> JobSnapshot:
-    """The findings of the run's NCCL logs, ranks' stderr and Flight Recorder dumps
-    (mldebug.nccl: read only when the run has such files, or a rank failed)."""
-    from dataclasses import replace
-
-    from mldebug.nccl.scan import run_findings
-
-    failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
-    found = run_findings(snapshot.run_dir or job.run_dir, failed)
-    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
-
-
 def _observe_here(args, pids: list[int], run_dir: str | None):
-    """The job on this machine, read once: its snapshot and the notes reading left."""
+    """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
+    its snapshot and the notes reading left."""
+    from mldebug.look import look_at_job
+
     job = _targets_from_args(pids, run_dir)
-    snapshot, readings = observe_job(job, args)
-    snapshot = _with_nccl(snapshot, job)
+    if args.census:
+        _ask_for_census(job)
+    snapshot, readings = look_at_job(job, **reading_options(args))
     from mldebug.commands.dump_ras import with_ras  # NCCL's RAS, when an endpoint answers
 
     return with_ras(snapshot, readings)
+
+
+def _ask_for_census(job) -> None:
+    """--census: every rank's agent counts its live tensors before the dump reads it."""
+    from mldebug.collect.census import request_census, wait_for_census
+
+    if job.run_dir is None:
+        raise MldebugError(
+            "--census needs ranks started by `mldebug run` (their agent takes the census)",
+            "Start the job with `mldebug run`, or drop --census.",
+        )
+    since = request_census(job.run_dir)
+    ranks = [t.rank for t in job.targets if t.rank is not None]
+    wait_for_census(job.run_dir, ranks, since)
 
 
 def main(argv: list[str]) -> int:

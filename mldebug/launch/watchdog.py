@@ -10,11 +10,20 @@ Once a second a thread of its own looks at what moves while the job works:
     ranks without an agent (a job whose ranks are not Python), progress is output: a byte
     more in any rank's log or in the launcher's.
 
-When nothing moved for SECS while a process of the job lives, it takes the full dump
-(`observe_once`, what `mldebug dump` does, bounded by DUMP_DEADLINE), writes it as
-reports/hang-<time>.txt and .json (the renderers of `dump`), says the verdict and where the
-report is on the console, notes it in run.json (`hangs`), and then keeps the job or stops it,
-as asked. Once per hang: it fires again only after something moved.
+When nothing moved for SECS while a process of the job lives, it looks at the job as
+`mldebug dump --run` does (`mldebug.look`, bounded by DUMP_DEADLINE), and the dump decides
+(analysis.quiet):
+
+  * a hang (an error finding: a wait longer than the hang threshold, a frozen rank...): the
+    report is written as reports/hang-<time>.txt and .json, the verdict and where the report
+    is are said on the console and noted in run.json (`hangs`); with `--on-hang stop` the
+    job is stopped, once a last look at its progress says it still has not moved. Once per
+    hang: it fires again only after something moved;
+  * every rank computing (an evaluation, a checkpoint written, imports and the first
+    compile): an info line and report, "not a hang". The place is learned: a quiet phase
+    that comes back there (evaluation every N steps) is not reported again;
+  * anything else (a wait still too short to call a hang): a line and a report, and another
+    look SECS later: the severity grows with the wait (analysis.severity).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths, create_new, make_private_dir
@@ -83,27 +93,11 @@ def progress_token(paths: RunPaths) -> tuple:
     return ("output", tuple(sizes))
 
 
-def dump_job(root: Path, deadline: float = DUMP_DEADLINE):
+def dump_job(root: Path, deadline: float = DUMP_DEADLINE, error_after: float | None = None):
     """(snapshot, notes) of the job, as `mldebug dump --run ROOT` reads it."""
-    from mldebug.observe import observe_once
-    from mldebug.targets import resolve_targets
+    from mldebug.look import look_at_run
 
-    snapshot, readings = observe_once(resolve_targets(run_dir=root), deadline=deadline)
-    return _with_run_files(snapshot, root), readings.notes
-
-
-def _with_run_files(snapshot, root: Path):
-    """The findings of the run's NCCL logs and Flight Recorder dumps added, as `mldebug
-    dump --run` adds them (mldebug.nccl)."""
-    from dataclasses import replace
-
-    from mldebug.nccl.scan import run_findings
-
-    try:
-        found = run_findings(root)
-    except Exception:  # the stacks' report stands without them
-        return snapshot
-    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
+    return look_at_run(root, deadline, error_after)
 
 
 def render_reports(snapshot, notes=()) -> tuple[str, dict]:
@@ -171,7 +165,7 @@ class HangWatchdog:
         say: Callable[[str], None],
         stop: Callable[[], None] | None = None,
         record: Callable[[list[dict]], None] | None = None,
-        dump: Callable = dump_job,
+        dump: Callable | None = None,
         clock: Callable[[], float] = time.monotonic,
         check_every: float = CHECK_EVERY,
     ):
@@ -179,13 +173,19 @@ class HangWatchdog:
         self.timeout = timeout
         self.on_hang = on_hang
         self._alive, self._say, self._stop, self._record = alive, say, stop, record
-        self._dump = dump
+        from mldebug.look import hang_threshold
+
+        threshold = hang_threshold(timeout)
+        self._dump = dump or (lambda root: dump_job(root, DUMP_DEADLINE, threshold))
         self._clock = clock
         self.check_every = check_every
-        self.reports: list[HangReport] = []
+        self.reports: list[HangReport] = []  # the hangs
+        self.quiet_reports: list[HangReport] = []  # looks that found no hang
+        self.learned: set[tuple[str, str]] = set()  # places of quiet phases the job has
         self._token: tuple | None = None
         self._since = clock()  # the last progress (the start counts as progress)
         self._fired = False  # reported this hang already; re-armed by progress
+        self._next_look = timeout  # quiet seconds at which the next look is due
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mldebug-watchdog", daemon=True)
 
@@ -216,36 +216,39 @@ class HangWatchdog:
                 )
                 return
 
+    def _moved(self) -> bool:
+        """Progress since the last look (and the clock of the quiet restarted if so)."""
+        token = progress_token(self.paths)
+        if token == self._token:
+            return False
+        self._token, self._since, self._fired = token, self._clock(), False
+        self._next_look = self.timeout
+        return True
+
     def check(self) -> HangReport | None:
         """One look at the job: the report when this look found a hang and reported it."""
-        token = progress_token(self.paths)
-        now = self._clock()
-        if token != self._token:
-            self._token, self._since, self._fired = token, now, False
+        if self._moved():
             return None
-        quiet = now - self._since
-        if self._fired or quiet < self.timeout or not self._alive():
+        quiet = self._clock() - self._since
+        if self._fired or quiet < self._next_look or not self._alive():
             return None
-        self._fired = True
+        self._next_look = quiet + self.timeout  # a look that finds no hang: again later
         return self.fire(quiet)
 
-    def fire(self, quiet: float) -> HangReport:
-        when = time.time()
-        flight = _request_flight_dumps(self.paths)
-        if flight is not None:  # the ranks dump from their heartbeat: a second or so
-            wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
+    def _look(self, quiet: float):
+        """(snapshot or None, verdict text, report body, report data) of one dump."""
         try:
             snapshot, notes = self._dump(self.paths.root)
         except Exception as error:
-            snapshot, verdict = None, f"no dump ({printable(str(error)).splitlines()[0][:300]})"
+            verdict = f"no dump ({printable(str(error)).splitlines()[0][:300]})"
             body = f"mldebug: no progress for {quiet:.0f}s; the dump failed: {verdict}\n"
-            data = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
-        else:
-            verdict = verdict_of(snapshot)
-            body, data = render_reports(snapshot, notes)
-        data["no_progress_for"] = round(quiet, 1)
+            data: dict = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
+            return None, verdict, body, data
+        body, data = render_reports(snapshot, notes)
+        return snapshot, verdict_of(snapshot), body, data
+
+    def _write(self, when: float, body: str, data: dict, flight) -> tuple:
         text_path = json_path = None
-        where = ""
         try:
             text_path, json_path = write_reports(self.paths, when, body, data)
             where = f"\n  report: {text_path} (and .json)"
@@ -253,13 +256,42 @@ class HangWatchdog:
             where = f"\n  the report could not be written ({error}): the verdict above is all"
         if flight is not None:
             where += f"\n  Flight Recorder: each rank writes {flight}/rank_<rank>"
+        return text_path, json_path, where
+
+    def fire(self, quiet: float) -> HangReport | None:
+        """Look at the quiet job; the report when the look found a hang."""
+        when = time.time()
+        flight = _request_flight_dumps(self.paths)
+        if flight is not None:  # the ranks dump from their heartbeat: a second or so
+            wait_for_dumps(flight, self.paths.rank_ids(), when - 1.0)
+        snapshot, verdict, body, data = self._look(quiet)
+        judged = judge_quiet(snapshot) if snapshot is not None else QuietVerdict("failed")
+        if judged.kind == WORKING and judged.place is not None and judged.place in self.learned:
+            return None  # a quiet phase this job has had before, at the same place
+        data["no_progress_for"] = round(quiet, 1)
+        data["watchdog"] = judged.kind
+        text_path, json_path, where = self._write(when, body, data, flight)
         report = HangReport(when, quiet, verdict, text_path, json_path, snapshot)
+        if judged.kind != HANG:
+            self.quiet_reports.append(report)
+            if judged.place is not None:
+                self.learned.add(judged.place)
+            if not self._closed.is_set():
+                self._say(self._not_a_hang(quiet, judged, verdict, where))
+            return None
+        self._fired = True
         self.reports.append(report)
         if self._record is not None:
             self._record([r.to_json() for r in self.reports])
         if self._closed.is_set():
             return report  # the job ended meanwhile: its own summary is what counts now
         stopping = self.on_hang == ON_HANG_STOP and self._stop is not None
+        if stopping and self._moved():  # the last look before stopping: it moved after all
+            self._say(
+                f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n"
+                "  the job moved again before it was stopped: it keeps running"
+            )
+            return report
         then = (
             "stopping the job (--on-hang stop)"
             if stopping
@@ -268,6 +300,17 @@ class HangWatchdog:
         self._say(
             f"mldebug: no progress for {self.timeout:g}s; verdict: {verdict}{where}\n  {then}"
         )
-        if stopping:
+        if stopping and self._stop is not None:
             self._stop()
         return report
+
+    def _not_a_hang(self, quiet: float, judged: QuietVerdict, verdict: str, where: str) -> str:
+        if judged.kind == WORKING:
+            return (
+                f"mldebug: no step or collective for {quiet:.0f}s, but every rank is computing "
+                f"in {judged.where}: not a hang{where}"
+            )
+        return (
+            f"mldebug: no step or collective for {quiet:.0f}s; not a hang yet: {verdict}{where}"
+            f"\n  looking again in {self.timeout:g}s"
+        )

@@ -244,6 +244,20 @@ class CollectorPoller:
             return None
         return dump_stack(find_pyspy(), target, native=True, timeout=self.NATIVE_TIMEOUT)
 
+    def request_census(self) -> str:
+        """Ask the ranks' agents for a census of their live tensors (collect/census.py); what
+        to tell the user."""
+        from mldebug.collect.census import request_census
+
+        run_dir = self._targets.run_dir if self._targets is not None else None
+        if run_dir is None:
+            return "no census: only ranks started by `mldebug run` have an agent to take one"
+        try:
+            request_census(run_dir)
+        except OSError as error:
+            return f"no census: {error}"
+        return "census asked for: the Memory tab shows it within a few seconds"
+
     def close(self) -> None:
         with self._lock:
             if self._observer is not None:

@@ -32,7 +32,7 @@ from mldebug.tui.status import status_text
 from mldebug.tui.widgets.anomalies_view import AnomaliesView
 from mldebug.tui.widgets.findings_banner import FindingsBanner
 from mldebug.tui.widgets.logs_view import LogsView
-from mldebug.tui.widgets.memory_view import MemoryView
+from mldebug.tui.widgets.memory_view import CensusAsked, MemoryView
 from mldebug.tui.widgets.nccl_view import NcclView
 from mldebug.tui.widgets.rank_table import RankTable
 from mldebug.tui.widgets.recipes_view import RecipesView
@@ -202,6 +202,10 @@ class AttachApp(App[int]):
         return status_text(self)
 
     # ---- events from widgets ----
+
+    def on_census_asked(self, message: CensusAsked) -> None:
+        ask = getattr(self.poller, "request_census", None)  # the agents' census (live/poller)
+        self.notify(ask() if ask is not None else "no census: the ranks have no agent")
 
     def on_show_rank(self, message: ShowRank) -> None:
         self.push_screen(RankScreen(message.rank))

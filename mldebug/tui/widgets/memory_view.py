@@ -1,4 +1,7 @@
-"""Memory per rank: host RSS now, read from /proc, with a short history."""
+"""Memory per rank: host RSS now, read from /proc, with a short history; what grows (the
+memory findings: a trend by time from the agents' timelines, with its forecast, and the
+census of live tensors that names what is growing). `c` asks the ranks' agents for a
+census (a file in the run directory, through the app's poller)."""
 
 from __future__ import annotations
 
@@ -6,10 +9,17 @@ from collections import deque
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import DataTable, Sparkline, Static
 
-from mldebug.model import JobSnapshot
+from mldebug.model import (
+    KIND_MEMORY_CENSUS,
+    KIND_MEMORY_GROWTH,
+    KIND_MEMORY_OUTLIER,
+    JobSnapshot,
+)
 from mldebug.tui.cells import NONE, ColumnWidths, human_bytes
 
 MEMORY_COLUMNS = (
@@ -20,7 +30,33 @@ MEMORY_COLUMNS = (
 HISTORY = 120  # polls kept (two minutes at the default interval)
 
 
+MEMORY_KINDS = (KIND_MEMORY_GROWTH, KIND_MEMORY_OUTLIER, KIND_MEMORY_CENSUS)
+
+
+class CensusAsked(Message):
+    """The user asked for a census of the ranks' live tensors (the `c` key)."""
+
+
+def growth_text(snapshot: JobSnapshot) -> Text:
+    """The memory findings as lines: what grows, how fast, until when, and what it is."""
+    text = Text()
+    for finding in snapshot.findings:
+        if finding.kind not in MEMORY_KINDS:
+            continue
+        if text:
+            text.append("\n")
+        style = "bold yellow" if finding.severity == "warning" else "bold"
+        text.append(finding.summary, style=style)  # rank-derived text: plain, never markup
+        if finding.detail and finding.kind == KIND_MEMORY_GROWTH:
+            text.append("\n  " + finding.detail, style="dim")
+        for part in finding.parts if finding.kind == KIND_MEMORY_CENSUS else ():
+            text.append("\n  " + part.label)
+    return text
+
+
 class MemoryView(Vertical):
+    BINDINGS = [Binding("c", "census", "Census of tensors")]
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.total_history: deque[float] = deque(maxlen=HISTORY)
@@ -41,6 +77,7 @@ class MemoryView(Vertical):
             id="memory-note",
         )
         yield DataTable(id="memory-table", cursor_type="row")
+        yield Static(id="memory-growth")
 
     def on_mount(self) -> None:
         table = self.query_one("#memory-table", DataTable)
@@ -60,6 +97,13 @@ class MemoryView(Vertical):
         summary.append(f"   history: last {len(self.total_history)} polls", style="dim")
         self.query_one("#memory-summary", Static).update(summary)
         self._update_table(snapshot)
+        growth = self.query_one("#memory-growth", Static)
+        text = growth_text(snapshot)
+        growth.update(text)
+        growth.display = bool(text)  # no empty line while nothing grows
+
+    def action_census(self) -> None:
+        self.post_message(CensusAsked())
 
     def _update_table(self, snapshot: JobSnapshot) -> None:
         table = self.query_one("#memory-table", DataTable)

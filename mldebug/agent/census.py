@@ -1,0 +1,164 @@
+"""A census of the rank's live tensors: what is growing (state.json's `memory_census`).
+
+The gc-tracked `torch.Tensor` objects (parameters, activations, kept losses...) grouped by
+shape (exact up to MAX_DIMS dimensions), dtype, device, requires_grad and the name of their
+grad_fn: a loss kept with its graph is a 0-d float tensor with grad_fn=MeanBackward0, and
+4,000 more of them than a minute ago says what leaks. torch records no creating site for a
+tensor, so none is given. Each group has a count and the bytes of its elements (views of one
+storage counted each time: a bound, not an exact figure).
+
+When it runs: in the heartbeat thread, never on the program's own thread; on request (the
+file <run>/census/request, written by `mldebug dump --census` or the live view's key,
+newer than the last census) or by itself when the rank's memory rose by AUTO_RISE since
+the last one and AUTO_EVERY seconds passed (the first one, a baseline, BASELINE_AFTER
+seconds after torch appeared). Bounded: it stops after BUDGET seconds of walking and says it is
+partial. It gives the GIL back every YIELD_EVERY objects, so the program is held up for a few
+milliseconds at a time, not for the whole walk (benchmarks/bench_memory_growth.py measures
+the walk on 100k tensors).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+
+BUDGET = 3.0  # seconds of walking the objects at most
+YIELD_EVERY = 4096  # objects walked between two moments the program's thread gets the GIL
+MAX_GROUPS = 24  # groups kept, the largest by count
+MAX_DIMS = 4
+AUTO_RISE = 32 << 20  # bytes of growth since the last census that take another
+AUTO_EVERY = 30.0  # seconds between two censuses taken by themselves
+BASELINE_AFTER = 10.0  # seconds after torch appeared: the first census, to compare with
+REQUEST = os.path.join("census", "request")
+
+
+def _key(tensor) -> tuple:
+    """The group of a tensor, from raw attributes (hashable as they are; made into text once
+    per group, not once per tensor: a census of 100k tensors is mostly this)."""
+    shape = tensor.shape
+    return (
+        shape if len(shape) <= MAX_DIMS else len(shape),
+        tensor.dtype,
+        tensor.device,
+        tensor.requires_grad,
+        type(tensor.grad_fn),
+    )
+
+
+def _shown(key: tuple) -> list:
+    shape, dtype, device, requires_grad, grad_fn = key
+    return [
+        repr(list(shape)) if not isinstance(shape, int) else f"{shape}-d",
+        str(dtype).removeprefix("torch."),
+        str(device),
+        bool(requires_grad),
+        grad_fn.__name__ if grad_fn is not type(None) else None,
+    ]
+
+
+def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
+    """One census: {"time", "seconds", "partial", "tensors", "groups": [[shape, dtype,
+    device, requires_grad, grad_fn, count, bytes], ...]} largest groups first."""
+    start = clock()
+    tensor_type = torch.Tensor
+    counts: dict[tuple, list[int]] = {}
+    partial = False
+    seen = 0
+    objects = gc.get_objects()
+    kinds: dict[type, bool] = {}  # type -> is a tensor type (type(), not isinstance: a lazy
+    # module attribute's __class__ may warn or import on access)
+    try:
+        for index, obj in enumerate(objects):
+            if not index % YIELD_EVERY:
+                if clock() - start > budget:
+                    partial = True
+                    break
+                time.sleep(0)  # let the program's thread run: the walk never holds it long
+            kind = type(obj)
+            is_tensor = kinds.get(kind)
+            if is_tensor is None:
+                is_tensor = kinds[kind] = issubclass(kind, tensor_type)
+            if not is_tensor:
+                continue
+            try:
+                key = _key(obj)
+                size = obj.nbytes
+            except Exception:  # a tensor subclass that refuses: left out
+                continue
+            seen += 1
+            entry = counts.get(key)
+            if entry is None:
+                counts[key] = [1, size]
+            else:
+                entry[0] += 1
+                entry[1] += size
+    finally:
+        del objects
+    ranked = sorted(counts.items(), key=lambda item: -item[1][0])[:MAX_GROUPS]
+    return {
+        "time": round(time.time(), 2),
+        "seconds": round(clock() - start, 3),
+        "partial": partial,
+        "tensors": seen,
+        "groups": [[*_shown(key), count, size] for key, (count, size) in ranked],
+    }
+
+
+class Census:
+    """The last two censuses of the rank, and when to take the next."""
+
+    def __init__(self, run_dir: str | None, torch_of=lambda: sys.modules.get("torch")) -> None:
+        self.request_path = os.path.join(run_dir, REQUEST) if run_dir else None
+        self._torch_of = torch_of
+        self.current: dict | None = None
+        self.previous: dict | None = None
+        self.off = False
+        self._answered = 0.0  # mtime of the request answered last
+        self._torch_seen: float | None = None
+        self._value_at_last: int | None = None
+
+    def _requested(self) -> float | None:
+        if self.request_path is None:
+            return None
+        try:
+            mtime = os.lstat(self.request_path).st_mtime
+        except OSError:
+            return None
+        return mtime if mtime > self._answered else None
+
+    def due(self, now: float, value: int | None) -> bool:
+        """Take one now? (a request, or growth since the last)."""
+        if self._torch_of() is None or self.off:
+            return False
+        if self._requested() is not None:
+            return True
+        if self._torch_seen is None:
+            self._torch_seen = now
+        if self.current is None:
+            return now - self._torch_seen >= BASELINE_AFTER  # the baseline
+        if now - self.current["time"] < AUTO_EVERY:
+            return False
+        return (
+            value is not None
+            and self._value_at_last is not None
+            and (value - self._value_at_last >= AUTO_RISE)
+        )
+
+    def maybe_take(self, now: float, value: int | None) -> None:
+        if not self.due(now, value):
+            return
+        requested = self._requested()
+        census = take(self._torch_of())
+        if requested is not None:
+            self._answered = requested
+            census["requested"] = True
+        self.previous, self.current = self.current, census
+        self._value_at_last = value
+
+    def section(self) -> dict | None:
+        """state.json's `memory_census`, once there is one."""
+        if self.current is None:
+            return None
+        return {"version": 1, "current": self.current, "previous": self.previous}

@@ -1,0 +1,123 @@
+"""Severity that grows with time: a wait is graded by how long it has lasted.
+
+One snapshot of a healthy job can look like a hang: rank 0 saves a checkpoint while the
+others wait a second in a barrier; every rank is in a collective that is still in transit.
+What tells a pause from a hang is how long the waiting ranks have waited, which their
+agents know (the call they made and when, in state.json; torch's Flight Recorder entry when
+the agent read one). This step runs after the findings are made and grades the ones that
+say "someone waits" (outlier, hang) by that wait:
+
+  * shorter than SHORT_WAIT: info at most, and the summary says how long ("... for 1.2 s so
+    far: a pause that short is not a hang");
+  * shorter than the hang threshold (`error_after`, ERROR_AFTER unless the run says its own
+    `--hang-timeout`): a warning at most;
+  * longer: the finding keeps its severity, and its detail says the wait.
+
+A finding whose waiting ranks have no agent (a job not started by `mldebug run`) keeps its
+severity: the samples' span (a second) proves nothing either way. Mismatches are left
+alone: ranks in different collectives never meet, however short the wait so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from mldebug.model import (
+    KIND_HANG,
+    KIND_OUTLIER,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    STATE_EXITED,
+    STATE_MISSING,
+    AgentState,
+    Finding,
+    RankView,
+)
+
+SHORT_WAIT = 5.0  # seconds: below this a wait is a pause (checkpoint, a slow batch), info
+ERROR_AFTER = 10.0  # seconds: a wait this long is a hang (the run's --hang-timeout may say)
+GRADED_KINDS = frozenset({KIND_OUTLIER, KIND_HANG})
+_RANK = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+
+
+def agent_wait(agent: AgentState) -> float | None:
+    """How long the rank has waited in a collective it made and that has not completed, by
+    its agent's own clock (None: it waits in none, as far as its agent knows)."""
+    longest = None
+    for group in agent.groups:
+        made, done = group.enqueued, group.completed
+        if made is None or made.enqueued is None:
+            continue
+        if done is not None and done.seq >= made.seq:
+            continue
+        seconds = max(0.0, agent.time - made.enqueued)
+        longest = seconds if longest is None else max(longest, seconds)
+    for flight in agent.flight:
+        if flight.retired or flight.created is None:
+            continue
+        seconds = max(0.0, agent.time - flight.created)
+        longest = seconds if longest is None else max(longest, seconds)
+    return longest
+
+
+def waits_of(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> seconds it has waited in a collective, for the live ranks whose agent says."""
+    found = {}
+    for view in views:
+        if view.agent is None or view.state in (STATE_EXITED, STATE_MISSING):
+            continue
+        seconds = agent_wait(view.agent)
+        if seconds is not None:
+            found[view.rank] = seconds
+    return found
+
+
+def _waiting_ranks(finding: Finding, waits: Mapping[int, float]) -> list[int]:
+    """The ranks the finding says wait: a hang's own ranks; an outlier's other parts."""
+    if finding.kind == KIND_HANG:
+        return [r for r in finding.ranks if r in waits]
+    culprits = set(finding.ranks)
+    named = {r for part in finding.parts for r in part.ranks} - culprits
+    pool = named or (set(waits) - culprits)
+    return sorted(r for r in pool if r in waits)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def grade_finding(finding: Finding, waits: Mapping[int, float], error_after: float) -> Finding:
+    if finding.kind not in GRADED_KINDS or finding.severity == SEVERITY_INFO:
+        return finding
+    ranks = _waiting_ranks(finding, waits)
+    if not ranks:
+        return finding  # no agent says how long: the finding stands as the stacks made it
+    waited = max(waits[r] for r in ranks)
+    if waited >= error_after:
+        note = f"The waiting ranks have waited {_seconds(waited)}."
+        detail = f"{finding.detail} {note}" if finding.detail else note
+        return replace(finding, detail=detail)
+    if waited < min(SHORT_WAIT, error_after):
+        severity = SEVERITY_INFO
+        clause = f"for {_seconds(waited)} so far: a pause that short is not a hang"
+    else:
+        severity = SEVERITY_WARNING
+        clause = f"for {_seconds(waited)} so far (a hang once it passes {_seconds(error_after)})"
+    if _RANK[severity] < _RANK.get(finding.severity, 0):
+        severity = finding.severity  # grading only ever lowers
+    return replace(finding, severity=severity, summary=f"{finding.summary} ({clause})")
+
+
+def grade(
+    findings: Sequence[Finding], views: Sequence[RankView], error_after: float = ERROR_AFTER
+) -> tuple[Finding, ...]:
+    """The findings, the waits among them graded by how long they have lasted, in the
+    order they came (errors first: a graded one moves after the others of its severity)."""
+    waits = waits_of(views)
+    if not waits:
+        return tuple(findings)
+    graded = [grade_finding(f, waits, error_after) for f in findings]
+    order = {id(f): i for i, f in enumerate(graded)}
+    return tuple(sorted(graded, key=lambda f: (_RANK.get(f.severity, 3), order[id(f)])))

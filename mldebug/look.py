@@ -1,0 +1,80 @@
+"""One look at a job, as `mldebug dump` takes it: the one function `dump` and the hang
+watchdog of `mldebug run --hang-timeout` both call, so the two never drift apart.
+
+A look is `observe_once` (read every rank's stack, its agent's state and events, then the
+analysis), the analysis graded with the run's own hang threshold (from its
+`--hang-timeout` in run.json, `hang_threshold`; else analysis.severity's default), then the findings of the run's files:
+NCCL logs, Flight Recorder dumps, and the ranks' stderr when a rank failed
+(mldebug.nccl.scan).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from mldebug.analysis.severity import ERROR_AFTER
+from mldebug.model import JobReadings, JobSnapshot, JobTargets
+from mldebug.observe import observe_once, snapshot_of
+from mldebug.rundir import read_manifest
+
+
+def hang_threshold(timeout: float) -> float:
+    """The wait that makes an error in a run under `--hang-timeout TIMEOUT`, for its
+    watchdog's dump and for `dump` alike: three quarters of it (the wait is counted from the
+    call, the quiet from the state written after it), never more than the default."""
+    return max(1.0, min(ERROR_AFTER, timeout * 0.75))
+
+
+def run_hang_after(run_dir: str | Path | None) -> float | None:
+    """The hang threshold of the run's `--hang-timeout` (run.json), None without one."""
+    if run_dir is None:
+        return None
+    try:
+        manifest = read_manifest(run_dir)
+    except OSError:
+        return None
+    options = manifest.get("options") if isinstance(manifest, dict) else None
+    value = options.get("hang_timeout") if isinstance(options, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return hang_threshold(float(value)) if math.isfinite(value) and value > 0 else None
+
+
+def with_run_findings(snapshot: JobSnapshot, run_dir: str | Path | None) -> JobSnapshot:
+    """The snapshot with the findings of the run's NCCL logs, Flight Recorder dumps and,
+    when a rank failed, its stderr (read only when the run has such files)."""
+    from mldebug.nccl.scan import run_findings
+
+    root = snapshot.run_dir or run_dir
+    if root is None:
+        return snapshot
+    failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
+    found = run_findings(root, failed)
+    return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
+
+
+def look_at_job(
+    job: JobTargets, error_after: float | None = None, **options
+) -> tuple[JobSnapshot, JobReadings]:
+    """(snapshot, readings) of one look at the job. `options`: the collector's (samples,
+    interval, deadline, ...); `error_after`: the wait that makes a hang, else the run's
+    (from its --hang-timeout), else the default."""
+    snapshot, readings = observe_once(job, **options)
+    if error_after is None:
+        error_after = run_hang_after(snapshot.run_dir or job.run_dir)
+    if error_after is not None and error_after != ERROR_AFTER:
+        snapshot = snapshot_of(readings, error_after=error_after)
+    return with_run_findings(snapshot, job.run_dir), readings
+
+
+def look_at_run(
+    root: str | Path, deadline: float, error_after: float | None = None
+) -> tuple[JobSnapshot, tuple[str, ...]]:
+    """(snapshot, notes) of the run directory's ranks, as `mldebug dump --run ROOT`."""
+    from mldebug.targets import resolve_targets
+
+    job = resolve_targets(run_dir=str(root))
+    snapshot, readings = look_at_job(job, error_after, deadline=deadline)
+    return snapshot, tuple(readings.notes)

@@ -1,0 +1,210 @@
+"""Memory growth by time, and what is growing: the agent's own writers (agent/memory_timeline.py,
+agent/census.py) make the state.json sections, the real reader parses them
+(collect/agentstate.py) and the real analysis judges them (analysis/growth.py, memory.py,
+census.py). The memory figures are shapes a rank's RSS takes (a leak, a warm-up, an allocator
+growing and trimming, GC pauses), fed at one point a second as the heartbeat does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from mldebug.agent.census import take
+from mldebug.agent.memory_timeline import Timeline
+from mldebug.analysis.census import changes, changes_text
+from mldebug.analysis.growth import duration_text
+from mldebug.analysis.memory import memory_findings
+from mldebug.collect.agentstate import parse_state
+from mldebug.model import STATE_RUNNING, RankTarget, RankView
+
+MB = 1_000_000
+START = 1_700_000_000.0
+
+
+def state_of(rank: int, values, steps: bool = True, limits: dict | None = None, cuda=False):
+    """A rank's state.json as its agent writes it, from one memory figure a second."""
+    timeline = Timeline()
+    for i, value in enumerate(values):
+        rss, allocated = (50 * MB, value) if cuda else (value, None)
+        timeline.add(
+            START + i, int(rss), allocated and int(allocated), i * 15 if steps else None, i * 16
+        )
+    section = timeline.section()
+    section["limits"] = limits or {"host_total": 24 << 30, "host_available": 18 << 30}
+    data = {
+        "version": 1,
+        "rank": rank,
+        "pid": 100 + rank,
+        "time": START + len(values),
+        "started": START - 5,
+        "memory_timeline": section,
+    }
+    return parse_state(json.loads(json.dumps(data)), rank)
+
+
+def views(*states):
+    return [
+        RankView(s.rank, RankTarget(pid=s.pid, rank=s.rank), STATE_RUNNING, agent=s) for s in states
+    ]
+
+
+def series(seconds: int, rate: float = 0.0, noise: float = 1.5 * MB, seed: int = 0, base=400 * MB):
+    rng = random.Random(seed)
+    return [base + rate * i + rng.gauss(0, noise) for i in range(seconds)]
+
+
+def growth(findings):
+    return [f for f in findings if f.kind == "memory_growth"]
+
+
+def test_a_leak_on_one_rank_is_named_with_its_rate_per_second_and_step_and_a_forecast():
+    leak = state_of(0, series(60, rate=2.4 * MB, seed=1))
+    flat = [state_of(r, series(60, seed=r + 2)) for r in (1, 2, 3)]
+    (found,) = growth(memory_findings(views(leak, *flat)))
+    assert found.ranks == (0,) and found.severity == "warning"
+    # 2.4 MB a second at 15 steps a second: 2.3 MiB/s, 156 KiB a step
+    assert found.summary.startswith("rank 0: memory (RSS) grows 2.3 MiB/s (156.")
+    assert "KiB a step) over its last" in found.summary
+    assert ", while ranks 1-3 stay flat; at this rate it reaches the host's available memory" in (
+        found.summary
+    )
+    assert found.summary.endswith("(18.0 GiB left) in about 2 h 14 min")  # 18 GiB / 2.4 MB/s
+
+
+def test_a_loop_without_steps_is_judged_by_time_alone():
+    leak = state_of(1, series(60, rate=2.4 * MB, seed=1), steps=False)
+    (found,) = growth(memory_findings(views(state_of(0, series(60), steps=False), leak)))
+    assert found.ranks == (1,) and "a step" not in found.summary
+    assert "while rank 0 stays flat" in found.summary
+
+
+def sawtooth(seconds: int) -> list[float]:
+    # The allocator grows by 64 MB over 8 s, then hands it back, again and again.
+    return [
+        400 * MB + (i % 10) * 8 * MB * (i % 10 < 8) + random.gauss(0, MB) for i in range(seconds)
+    ]
+
+
+def warmup(seconds: int) -> list[float]:
+    # 300 MB made in the first 20 s (model, optimizer state, caches), then flat.
+    return [400 * MB + min(i, 20) * 15 * MB + random.gauss(0, MB) for i in range(seconds)]
+
+
+def gc_pauses(seconds: int) -> list[float]:
+    # Garbage piles up for 9 s and a collection hands it back.
+    return [400 * MB + (i % 9) * 4 * MB + random.gauss(0, MB) for i in range(seconds)]
+
+
+@pytest.mark.parametrize(
+    "shape", [series, sawtooth, warmup, gc_pauses], ids=["noise", "allocator", "warmup", "gc"]
+)
+@pytest.mark.parametrize("seconds", [30, 90, 400])
+def test_healthy_shapes_give_no_growth(shape, seconds):
+    random.seed(seconds)
+    states = [state_of(r, shape(seconds)) for r in range(4)]
+    assert growth(memory_findings(views(*states))) == []
+    # ...nor when one rank alone has the shape and the others are quiet
+    alone = [state_of(0, shape(seconds))] + [state_of(r, series(seconds, seed=r)) for r in (1, 2)]
+    assert growth(memory_findings(views(*alone))) == []
+
+
+def test_all_ranks_growing_alike_needs_a_longer_steadier_rise():
+    early = [state_of(r, series(35, rate=2.4 * MB, seed=r)) for r in range(4)]
+    assert growth(memory_findings(views(*early))) == []  # 30 s of points: not yet
+    later = [state_of(r, series(90, rate=2.4 * MB, seed=r)) for r in range(4)]
+    (found,) = growth(memory_findings(views(*later)))
+    assert found.ranks == (0, 1, 2, 3) and "each, steadily" in found.summary
+    assert "stay flat" not in found.summary
+
+
+def test_the_forecast_takes_the_nearest_limit():
+    cgroup = {"host_available": 18 << 30, "cgroup_max": 8 << 30, "cgroup_current": 6 << 30}
+    leak = state_of(0, series(60, rate=2.4 * MB, seed=1), limits=cgroup)
+    (found,) = growth(memory_findings(views(leak, state_of(1, series(60)))))
+    assert "reaches the cgroup's limit (2.0 GiB left) in about 15 min" in found.summary
+    gpu = {"gpu_total": 80 << 30}
+    leak = state_of(0, series(60, rate=2.4 * MB, seed=1), limits=gpu, cuda=True)
+    (found,) = growth(memory_findings(views(leak, state_of(1, series(60), cuda=True))))
+    assert found.summary.startswith("rank 0: memory (CUDA allocated) grows")
+    assert "reaches the GPU's memory" in found.summary
+
+
+def test_durations_read_as_a_person_says_them():
+    assert duration_text(30) == "under a minute"
+    assert duration_text(45 * 60) == "about 45 min"
+    assert duration_text(2 * 3600 + 10 * 60) == "about 2 h 10 min"
+    assert duration_text(3 * 3600) == "about 3 h"
+    assert duration_text(5 * 86400) == "about 5 days"
+
+
+def test_the_timeline_holds_hours_in_a_bounded_section():
+    timeline = Timeline()
+    for i in range(4 * 3600):
+        timeline.add(START + i, 400 * MB + i, None, i, i)
+    section = timeline.section()
+    points = section["points"]
+    assert points[0][0] == START and points[-1][0] == START + 4 * 3600 - 1  # all 4 hours
+    assert len(points) <= 241 and len(json.dumps(section)) < 16_000
+    assert points[-2][0] == points[-1][0] - 1  # the last two minutes at full resolution
+
+
+def test_a_state_without_the_new_sections_reads_as_before():
+    state = parse_state({"version": 1, "rank": 0, "pid": 5, "time": START}, 0)
+    assert state.timeline is None and state.census is None
+    bad = {"version": 1, "rank": 0, "pid": 5, "time": START, "memory_timeline": {"points": 7}}
+    assert parse_state(bad, 0).timeline is None
+
+
+def test_the_census_of_kept_losses_names_their_kind_and_why():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(16, 32)
+    kept = []
+    before = take(torch)
+    for _ in range(200):
+        out = model(torch.randn(8, 16))
+        kept.append((out - 1).abs().mean())  # the leak: no .item()
+    after = take(torch)
+    data = {
+        "version": 1,
+        "rank": 0,
+        "pid": 5,
+        "time": START,
+        "memory_census": {"version": 1, "current": after, "previous": before},
+    }
+    state = parse_state(json.loads(json.dumps(data)), 0)
+    found = changes(state.census, state.census_before)
+    text = changes_text(0, found)
+    assert text.startswith("rank 0 holds 200 more 0-d float32 tensors with grad_fn=MeanBackward0")
+    assert "each keeps its autograd graph alive (a loss kept without .item())" in text
+    assert not after["partial"] and after["tensors"] >= 200
+    del kept
+
+
+def test_a_census_is_taken_on_request_or_as_memory_rises_never_without_torch(tmp_path):
+    import os
+
+    from mldebug.agent.census import AUTO_EVERY, AUTO_RISE, BASELINE_AFTER, Census
+    from mldebug.collect.census import request_census
+
+    taken = []
+    fake_torch = type("torch", (), {"Tensor": type("Tensor", (), {})})
+    census = Census(str(tmp_path), torch_of=lambda: torch_now[0])
+    torch_now = [None]
+    assert not census.due(0.0, 100)  # the program has not imported torch
+    torch_now[0] = fake_torch
+    assert not census.due(1.0, 100)
+    assert census.due(1.0 + BASELINE_AFTER, 100)  # the baseline
+    census.maybe_take(1.0 + BASELINE_AFTER, 100)
+    taken.append(census.current)
+    later = census.current["time"] + AUTO_EVERY + 1
+    assert not census.due(later, 100 + AUTO_RISE - 1)  # flat: none
+    assert census.due(later, 100 + AUTO_RISE)  # risen: another
+    request_census(tmp_path)
+    assert census.due(census.current["time"] + 1, 100)  # asked for: at once
+    census.maybe_take(census.current["time"] + 1, 100)
+    assert census.current["requested"] and census.previous is taken[0]
+    assert not census.due(census.current["time"] + 2, 100)  # that request is answered
+    assert os.path.exists(tmp_path / "census" / "request")
