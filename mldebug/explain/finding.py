@@ -47,7 +47,7 @@ class Explained:
     location: str | None = None  # file:line in the user's code, where known
 
     def cited(self, lines) -> Explained:
-        return replace(self, lines=tuple(dict.fromkeys(l.where for l in lines))[:MAX_CITED])
+        return replace(self, lines=tuple(dict.fromkeys(line.where for line in lines))[:MAX_CITED])
 
     def as_finding(self) -> Finding:
         return Finding(

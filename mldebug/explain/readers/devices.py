@@ -122,7 +122,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
     if len(pids) < 2:
         return []
     on = {}
-    for gpu, pid, mem, line in procs:
+    for gpu, pid, mem, _line in procs:
         on.setdefault(pid, {})[gpu] = mem
     if all(set(where) == {0} for where in on.values()) and len(gpus) > 1:
         return [
