@@ -8,13 +8,17 @@ dropped, and the rest are sorted: most sure first.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from mldebug import rundir
 from mldebug.explain.finding import (
+    KIND_CHILD_FAILED,
     KIND_DUPLICATE_GPU,
     KIND_NCCL_CUDA_OOM,
     KIND_NCCL_ERROR,
+    KIND_PYTHON_ERROR,
     KIND_SEQ_SPREAD,
     KIND_TIMEOUT_SUSPECT,
     Explained,
@@ -30,7 +34,7 @@ from mldebug.explain.readers import (
     timeouts,
     tracebacks,
 )
-from mldebug.explain.text import Line, ranks_seen, split_lines
+from mldebug.explain.text import Line, normalised, ranks_seen, split_lines
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -165,9 +169,36 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     mine += timeouts.read(lines, scan.ranks)
     theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
     claimed = {where for f in mine + theirs for where in f.lines}
-    found = mine + theirs
-    found += tracebacks.read(lines, claimed)
+    found = _root_causes(mine + theirs + tracebacks.read(lines, claimed))
     return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
+
+
+WAITERS = (KIND_DIST_ERROR, KIND_NCCL_TIMEOUT, KIND_TIMEOUT_SUSPECT, KIND_CONNECTION)
+
+
+def _root_causes(found: list[Explained]) -> list[Explained]:
+    """A traceback of the rank the others waited for, or of the rank torchelastic says
+    failed first, is the cause: it goes above the waiting and the summary."""
+    suspects = {r for f in found if f.kind in WAITERS for r in f.ranks}
+    failed = [f for f in found if f.kind == KIND_CHILD_FAILED and f.recipe == "rank-crash"]
+    out = []
+    for f in found:
+        if f.kind == KIND_PYTHON_ERROR and (
+            (f.ranks and set(f.ranks) <= suspects) or (failed and not f.ranks)
+        ):
+            f = replace(
+                f,
+                confidence=max(f.confidence, 0.9 if suspects else 0.7),
+                recipe="rank-crash" if f.recipe in (None, "rank-crash") else f.recipe,
+                summary=f.summary
+                + (
+                    "; the other ranks then waited for it"
+                    if suspects
+                    else "; the launcher's failure follows it"
+                ),
+            )
+        out.append(f)
+    return out
 
 
 def _read_text(path: str) -> tuple[bytes, bool]:
@@ -175,14 +206,22 @@ def _read_text(path: str) -> tuple[bytes, bool]:
     return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
 
 
+def _parsed(lines: list[Line], source: str, rank: int | None = None) -> FileLog:
+    """`mldebug.nccl`'s parse of the lines as explain cleaned them (prefixes it alone
+    knows, torch's `[Rank N]` on lines of one file, progress bars split off)."""
+    data = normalised(lines)
+    return FileLog(source, parse_bytes(data, source, rank), len(data), len(lines))
+
+
 def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     """What `paths` (files, directories, run directories) and a paste on stdin say."""
     result = Explanation()
     files = [p for p in paths if p != "-"]
-    scan = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
-    result.problems += scan.problems
+    found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
+    result.problems += found.problems
+    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems)
     total = 0
-    for log in scan.logs:
+    for log in found.logs:
         if log.error is not None:
             continue
         if total >= MAX_TOTAL_BYTES:
@@ -194,19 +233,26 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
             result.problems.append(f"{log.path}: {error.strerror or error}")
             continue
         total += len(data)
-        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank_of_path(log.path))
+        rank = rank_of_path(log.path)
+        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank)
+        scan.logs.append(_parsed(lines, log.path, rank))
         result.lines += lines
         result.sources.append(Source(log.path, data.count(b"\n"), len(data), cut))
     if stdin is not None:
         data = stdin[:MAX_SOURCE_BYTES]
         if data.strip():
-            procs = parse_bytes(data, STDIN)
-            scan.logs.append(FileLog(STDIN, procs, len(data), data.count(b"\n")))
-            nccl_scan.finish(scan)
-            result.lines += split_lines(data.decode("utf-8", "replace"), STDIN)
+            lines = split_lines(data.decode("utf-8", "replace"), STDIN)
+            scan.logs.append(_parsed(lines, STDIN))
+            result.lines += lines
             result.sources.append(
                 Source(STDIN, data.count(b"\n"), len(data), len(stdin) > len(data))
             )
+    nccl_scan.finish(scan)
+    for name in files:
+        if os.path.isdir(os.path.join(name, "ranks")):  # a run directory: ranks by pid
+            nccl_scan.join_pids(scan, rundir.RunPaths(Path(name)))
+    if any(p.rank is not None for log in scan.logs for p in log.procs):
+        nccl_scan.finish(scan)
     result.scan = scan
     result.ranks = ranks_seen(result.lines) | {r.rank for r in scan.ranks if r.rank is not None}
     result.findings = run_readers(result.lines, scan)
@@ -215,7 +261,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
 
 def explain_text(text: str, source: str = STDIN) -> list[Explained]:
     """The findings of one text (the TUI's search box, tests, the benchmark)."""
-    data = text.encode("utf-8", "replace")
-    scan = nccl_scan.Scan(logs=[FileLog(source, parse_bytes(data, source), len(data))])
+    lines = split_lines(text, source)
+    scan = nccl_scan.Scan(logs=[_parsed(lines, source)])
     nccl_scan.finish(scan)
-    return run_readers(split_lines(text, source), scan)
+    return run_readers(lines, scan)

@@ -26,6 +26,7 @@ PROGRESS = re.compile(
     r"(?P<label>[^|\r\n]{0,80}?)\s*(?P<pct>\d{1,3})%\|[^|\n]{0,120}\|\s*"
     r"(?P<done>\d+)/(?P<total>\d+)\s*(?:\[[^\]\n]{0,100}\])?"
 )
+_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \S+ |\(\w+\) )?)?Rank (\d+)\]")
 _EXTRA = re.compile(
     r"\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) "  # Ray: (TrainWorker pid=123, ip=10.0.0.2)
     r"|[\w.-]+ \[std(?:out|err)\] "  # some launchers: host [stderr]
@@ -101,6 +102,10 @@ def split_lines(data: str, source: str, rank: int | None = None) -> list[Line]:
             text = part[pos:].rstrip()
             if not text:
                 continue
+            if prefix_rank is None and "Rank " in text:
+                tag = _RANK_TAG.search(text)  # torch's own "[Rank 3]", "[PG 0 Rank 3]"
+                if tag and len(tag.group(1)) < 6:
+                    prefix_rank = int(tag.group(1))
             lines.append(
                 Line(
                     source,
@@ -112,6 +117,16 @@ def split_lines(data: str, source: str, rank: int | None = None) -> list[Line]:
                 )
             )
     return lines
+
+
+def normalised(lines: list[Line]) -> bytes:
+    """The lines as `mldebug.nccl`'s parser reads them best: one line per segment, every
+    rank this module found written as torch's own `[rankN]:` prefix."""
+    out = []
+    for line in lines:
+        head = f"[rank{line.rank}]:" if line.rank is not None else ""
+        out.append(head + line.text)
+    return ("\n".join(out) + "\n").encode("utf-8", "replace")
 
 
 def ranks_seen(lines: list[Line]) -> set[int]:

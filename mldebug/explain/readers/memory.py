@@ -22,7 +22,8 @@ from mldebug.explain.text import Line, window
 from mldebug.ranges import format_ranks
 
 _SIZE = r"([\d.]+) ([KMGTE]i?B)"
-_TRIED = re.compile(r"Tried to allocate (?:more than )?" + _SIZE)
+_TRIED = re.compile(r"Tried to allocate (?:more than )?([\d.]+) ?([KMGTE]i?B)")
+FRAGMENTED = 256 << 20  # reserved-but-unallocated below this is the allocator's slack
 _GPU = re.compile(r"GPU (\d+)(?: has a total capacity of " + _SIZE + r")?")
 _FREE = re.compile(r"of which " + _SIZE + r" is free|" + _SIZE + r" free")
 _RESERVED_FREE = re.compile(_SIZE + r" is reserved by PyTorch but unallocated")
@@ -121,7 +122,7 @@ def _oom(lines: list[Line], index: int) -> Explained:
             "stage3_gather_16bit_weights_on_model_save=false and zero_to_fp32.py offline",
             ranks=ranks,
         ).cited(around[:1])
-    if want and reserved_free >= want:
+    if want and reserved_free >= max(want, FRAGMENTED):
         return Explained(
             KIND_CUDA_OOM,
             f"{on} ran out of memory{gpu_text}{asked} while {_gib(reserved_free)} was reserved "

@@ -26,6 +26,7 @@ RECIPE_WARNINGS = "nccl-warnings"
 RECIPE_IFACE = "network-interface"
 RECIPE_P2P = "broken-p2p"
 RECIPE_CONNECTION = "connection-refused"
+RECIPE_INIT = "nccl-init-failure"
 
 _DUPLICATE = re.compile(
     r"Duplicate GPU detected ?: rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device (?P<dev>\w+)"
@@ -59,8 +60,8 @@ _CAUSES = (
     ("ncclSocketInit", RECIPE_IFACE, "NCCL had no usable socket interface"),
     ("no socket interface", RECIPE_IFACE, "NCCL had no usable socket interface"),
     ("Bootstrap", RECIPE_IFACE, "the bootstrap between ranks failed"),
-    ("shared memory", RECIPE_WARNINGS, "/dev/shm is too small (a container's default 64 MB)"),
-    ("/dev/shm", RECIPE_WARNINGS, "/dev/shm is too small (a container's default 64 MB)"),
+    ("shared memory", RECIPE_INIT, "/dev/shm is too small (a container's default 64 MB)"),
+    ("/dev/shm", RECIPE_INIT, "/dev/shm is too small (a container's default 64 MB)"),
     ("peer access", RECIPE_P2P, "GPU peer-to-peer access failed"),
     ("cudaIpc", RECIPE_P2P, "GPU peer-to-peer (CUDA IPC) failed"),
     ("P2P", RECIPE_P2P, "GPU peer-to-peer failed"),

@@ -160,6 +160,8 @@ def _bad(name: str, addr: str) -> str | None:
         return f"{name} (loopback)"
     if name.startswith(BAD_PREFIXES):
         return f"{name} (a container bridge or tunnel)"
+    if addr.startswith("169.254."):
+        return f"{name} {addr} (link-local IPv4)"
     if addr.lower().startswith("fe80"):
         return f"{name} {addr.split('%')[0]} (link-local IPv6)"
     return None

@@ -72,6 +72,13 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
         if len(seqs) > 1 and max(seqs) - min(seqs) >= SPREAD:
             low = min(seqs)
             behind = [log.rank for log in seqs[low] if log.rank is not None]
+            sizes = {
+                fact.numel_in
+                for (g, _), entries in timed.items()
+                if g == pg
+                for _, fact in entries
+                if fact.numel_in is not None
+            }
             ahead = sorted(
                 {
                     log.rank
@@ -90,7 +97,7 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
                     "collective; the ranks issued different numbers of collectives (a rank "
                     "skipped or added some: a data-dependent branch, uneven batches, a "
                     "rank-only evaluation or logging call)",
-                    0.8,
+                    0.9 if len(sizes) > 1 else 0.8,
                     RECIPE_MISMATCH,
                     fix="find the collective some ranks call and others do not: "
                     "TORCH_DISTRIBUTED_DEBUG=DETAIL names it at the first mismatch; the Flight "
@@ -127,8 +134,13 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
     (pg, seq), entries = max(timed.items(), key=lambda item: len(item[1]))
     waiting = sorted({log.rank for log, _ in entries if log.rank is not None})
     fact = entries[0][1]
-    if not waiting:
+    if not waiting or any(f.kind == KIND_SEQ_SPREAD for f in found):
         return found
+    # A rank that timed out in another SeqNum of the group is not missing from it.
+    waiting = sorted(
+        set(waiting)
+        | {log.rank for log in logs for t in log.timeouts if t.pg == pg and log.rank is not None}
+    )
     said = {log.rank: log for log in logs if log.rank is not None}
     enqueued_behind = [
         r
@@ -179,7 +191,7 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
         Explained(
             KIND_TIMEOUT_SUSPECT,
             summary + "; " + "; ".join(parts),
-            0.86 if (bars or present) else 0.8,
+            (0.86 if (bars or present) else 0.8) if len(absent) <= max(1, len(waiting)) else 0.55,
             RECIPE_TIMEOUT,
             fix="look at what the missing rank was doing at that time (its own log, mldebug "
             "dump while it hangs); work done by one rank only (tokenizing, saving, evaluating) "

@@ -46,8 +46,8 @@ def read(lines: list[Line], claimed: set[str]) -> list[Explained]:
         seen.add(key)
         user = next((f for f in frames if not any(w in f.group("file") for w in _LIBRARY)), None)
         location = f"{user.group('file')}:{user.group('line')}" if user else None
-        hits = search(f"{kind}: {message}", limit=1)
-        recipe = hits[0].recipe.id if hits else "rank-crash"
+        hits = [hit for hit in search(f"{kind}: {message}", limit=1) if hit.matched]
+        recipe = hits[0].recipe.id if hits else "rank-crash"  # only what its words name
         found.append(
             Explained(
                 KIND_PYTHON_ERROR,
