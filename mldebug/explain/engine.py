@@ -69,11 +69,17 @@ NCCL_SURE = {
 FR_SURE = 0.85
 # The words of the lines a finding of mldebug.nccl rests on, by kind.
 NCCL_WORDS = {
-    KIND_NCCL_TIMEOUT: ("Watchdog caught", "timed out", "last enqueued", "watchdog got stuck"),
+    KIND_NCCL_TIMEOUT: (
+        "Watchdog caught",
+        "timed out",
+        "last enqueued",
+        "watchdog got stuck",
+        "Heartbeat monitor",
+    ),
     KIND_NCCL_INIT: ("Init START", "Init COMPLETE"),
     KIND_NCCL_NETWORK: ("Using network", "NET/IB", "NET/Socket"),
-    KIND_NCCL_VERSION: ("NCCL version",),
-    KIND_CONNECTION: ("onnection", "onnect to", "clients joined"),
+    KIND_NCCL_VERSION: ("NCCL version", "cudaDriverVersion"),
+    KIND_CONNECTION: ("onnection", "onnect", "clients joined"),
     KIND_DIST_ERROR: ("Timed out waiting", "enforce fail", "monitoredBarrier", "NCCL error"),
     KIND_NCCL_WARNING: ("NCCL WARN",),
 }
@@ -111,7 +117,7 @@ def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
     mine = [line for line in hits if line.rank in ranks]
-    return (mine or hits)[:4]
+    return mine + [line for line in hits if line not in mine]
 
 
 def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Explained]:
@@ -173,13 +179,19 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
 
 
-WAITERS = (KIND_DIST_ERROR, KIND_NCCL_TIMEOUT, KIND_TIMEOUT_SUSPECT, KIND_CONNECTION)
+def _waited_for(finding: Explained) -> bool:
+    """Does the finding name the ranks the others waited for (not those that waited)?"""
+    if finding.kind == KIND_TIMEOUT_SUSPECT:
+        return True
+    if finding.kind == KIND_NCCL_TIMEOUT:
+        return "never enqueued" in finding.summary
+    return finding.kind == KIND_DIST_ERROR and " did not" in finding.summary
 
 
 def _root_causes(found: list[Explained]) -> list[Explained]:
     """A traceback of the rank the others waited for, or of the rank torchelastic says
     failed first, is the cause: it goes above the waiting and the summary."""
-    suspects = {r for f in found if f.kind in WAITERS for r in f.ranks}
+    suspects = {r for f in found if _waited_for(f) for r in f.ranks}
     failed = [f for f in found if f.kind == KIND_CHILD_FAILED and f.recipe == "rank-crash"]
     out = []
     for f in found:

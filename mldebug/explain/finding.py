@@ -29,7 +29,7 @@ KIND_LOSS_SCALE = "loss_scale_underflow"
 KIND_PYTHON_ERROR = "python_error"
 KIND_STACKS = "stacks"
 
-MAX_CITED = 6  # lines cited per finding
+MAX_CITED = 64  # lines a finding rests on, kept (the report shows the first few)
 
 
 @dataclass(frozen=True)

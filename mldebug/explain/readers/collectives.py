@@ -105,7 +105,7 @@ def _mismatch(lines: list[Line], index: int) -> Explained | None:
         "the same shape and dtype; the rank's traceback names the line that called it",
         ranks=ranks,
         note=note,
-    ).cited(around[:1])
+    ).cited([line for line in around if not line.text.lstrip().startswith(("File ", "Traceback"))])
 
 
 _NO_GRAD = re.compile(

@@ -21,29 +21,31 @@ _PROC = re.compile(
 _GPU_ROW = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?:NVIDIA|Tesla|GeForce|Quadro|A100|H100|RTX)")
 
 
-def _matrices(lines: list[Line]) -> list[tuple[str, str, Line, list[list[float]]]]:
+def _matrices(lines: list[Line]) -> list[tuple[str, str, list[Line], list[list[float]]]]:
     out = []
     for index, line in enumerate(lines):
         head = _MATRIX.search(line.text)
         if not head:
             continue
         rows: list[list[float]] = []
+        used = [line]
         for later in lines[index + 1 : index + 40]:
             row = _ROW.match(later.text)
             if row:
                 rows.append([float(v) for v in row.group("values").split()])
+                used.append(later)
             elif rows or not re.search(r"D\\D|GPU", later.text):
                 if rows:
                     break
         if rows:
-            out.append((head.group("state"), head.group("what"), line, rows))
+            out.append((head.group("state"), head.group("what"), used, rows))
     return out
 
 
 def _p2p(lines: list[Line]) -> list[Explained]:
     found = []
     matrices = _matrices(lines)
-    for state, what, line, rows in matrices:
+    for state, what, used, rows in matrices:
         if state != "Enabled" or what != "Latency":
             continue
         slow = [
@@ -66,7 +68,7 @@ def _p2p(lines: list[Line]) -> list[Explained]:
                     fix="confirm with NCCL_P2P_DISABLE=1 (it then works, slower); disable ACS on "
                     "the PCIe switches and the IOMMU (or iommu=pt), or use a driver with P2P "
                     "support for these GPUs",
-                ).cited([line])
+                ).cited(used)
             )
             break
     if found:
@@ -83,7 +85,7 @@ def _p2p(lines: list[Line]) -> list[Explained]:
         ]
         if worse:
             i, j, a, b = min(worse, key=lambda item: item[2] / max(item[3], 1e-9))
-            line = next(l2 for s, w, l2, _ in matrices if s == "Enabled" and w == "Bandwidth")
+            used = [l2 for s, w, rows_, _ in matrices for l2 in rows_ if w == "Bandwidth"]
             found.append(
                 Explained(
                     KIND_BROKEN_P2P,
@@ -94,7 +96,7 @@ def _p2p(lines: list[Line]) -> list[Explained]:
                     "broken-p2p",
                     fix="NCCL_P2P_DISABLE=1 to confirm; disable ACS / the IOMMU in the BIOS or "
                     "kernel (iommu=pt)",
-                ).cited([line])
+                ).cited(used)
             )
     return found
 
@@ -102,6 +104,7 @@ def _p2p(lines: list[Line]) -> list[Explained]:
 def _smi(lines: list[Line]) -> list[Explained]:
     procs: list[tuple[int, str, int, Line]] = []
     gpus: set[int] = set()
+    gpu_rows: list[Line] = []
     for line in lines:
         text = line.text.strip()
         if not text.startswith("|"):
@@ -109,6 +112,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
         row = _GPU_ROW.match(text)
         if row:
             gpus.add(int(row.group("gpu")))
+            gpu_rows.append(line)
         proc = _PROC.match(text)
         if proc:
             gpu = int(proc.group("gpu") or proc.group("gpu2"))
@@ -135,7 +139,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
                 "duplicate-gpu",
                 fix="torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before anything "
                 "touches CUDA, and .to(f'cuda:{local_rank}') rather than .cuda() / 'cuda'",
-            ).cited([line for *_, line in procs][:6])
+            ).cited(gpu_rows + [line for *_, line in procs])
         ]
     extra = [
         pid
@@ -153,7 +157,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
                 "duplicate-gpu",
                 fix="set the device first thing; torch.load(..., map_location='cpu')",
                 severity="warning",
-            ).cited([line for *_, line in procs][:6])
+            ).cited([line for *_, line in procs])
         ]
     return []
 

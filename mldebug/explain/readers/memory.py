@@ -85,8 +85,9 @@ def _oom(lines: list[Line], index: int) -> Explained:
     on = f"rank {rank}" if rank is not None else "a rank"
     gpu_text = f" on GPU {gpu.group(1)}" if gpu else ""
     asked = f" asking for {_gib(want)}" if want else ""
-    context = " ".join(l2.text for l2 in lines[max(0, index - 40) : index + 40])
-    state_dict = next((word for word in STATE_DICT if word in context), None)
+    near = lines[max(0, index - 40) : index + 40]
+    state_dict = next((w for w in STATE_DICT for l2 in near if w in l2.text), None)
+    context = [next(l2 for l2 in near if state_dict in l2.text)] if state_dict else []
     if tried and "EB" in tried.group(2).upper():
         return Explained(
             KIND_CUDA_OOM,
@@ -121,7 +122,7 @@ def _oom(lines: list[Line], index: int) -> Explained:
             "rank0_only=True) or SHARDED_STATE_DICT; DeepSpeed ZeRO-3: "
             "stage3_gather_16bit_weights_on_model_save=false and zero_to_fp32.py offline",
             ranks=ranks,
-        ).cited(around[:1])
+        ).cited(around[:1] + context)
     if want and reserved_free >= max(want, FRAGMENTED):
         return Explained(
             KIND_CUDA_OOM,
@@ -181,7 +182,7 @@ def _scale(lines: list[Line]) -> list[Explained]:
             fix="train in bf16 if the GPU has it; otherwise find the first inf (mldebug run "
             "--detect-anomaly), lower the learning rate, clip gradients, keep the loss in fp32",
             ranks=tuple(sorted({line.rank for line, _ in drops if line.rank is not None})),
-        ).cited(floor[:1] + [line for line, _ in drops[-3:]])
+        ).cited(floor[:1] + [line for line, _ in low] + [line for line, _ in drops])
     ]
 
 

@@ -182,9 +182,9 @@ def _nccl(lines: list[Line]) -> list[Explained]:
         for name, addr in ifaces:
             why = _bad(name, addr)
             if why:
-                bad.setdefault(why, []).extend(group[:1])
+                bad.setdefault(why, []).extend(group)
         if len({name for name, _ in ifaces}) >= MANY:
-            many.extend(group[:1])
+            many.extend(group)
     for line, match in asked[:1]:
         value = match.group("value").strip("'\"")
         wanted = [v for v in value.lstrip("^=").split(",") if v]
@@ -204,7 +204,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                     fix="name an interface that exists on every node (`ip -br addr`), a common "
                     "prefix (NCCL_SOCKET_IFNAME=en), or a per-node value in /etc/nccl.conf",
                     ranks=(line.rank,) if line.rank is not None else (),
-                ).cited([line] + [g[0] for g, _ in lists[:1]])
+                ).cited([line] + [g for group, _ in lists for g in group])
             )
         elif not lists and any(
             w in line.text
@@ -282,7 +282,11 @@ def _no_ib(lines: list[Line]) -> list[Explained]:
         or "Failed to initialize any NET plugin" in line.text
         or "NCCL_NET_PLUGIN" in line.text
     ]
-    hosts = {line.text.split(":", 1)[0] for line in lines if " NCCL INFO " in line.text}
+    by_host: dict[str, Line] = {}
+    for line in lines:
+        if " NCCL INFO " in line.text:
+            by_host.setdefault(line.text.split(":", 1)[0], line)
+    hosts = set(by_host)
     if not wanted and len(hosts) < 2:
         return []
     failed = next(
@@ -301,7 +305,7 @@ def _no_ib(lines: list[Line]) -> list[Explained]:
             RECIPE_IB,
             fix="check `ibv_devinfo` on the node (in the container: --device=/dev/infiniband, "
             "--cap-add=IPC_LOCK); NCCL_IB_HCA must name a device it lists",
-        ).cited(none[:1] + wanted[:2])
+        ).cited(none[:1] + wanted[:2] + ([] if wanted else list(by_host.values())[:2]))
     ]
 
 

@@ -30,7 +30,9 @@ MAX_PROCS = 4096
 MAX_FRAMES = 256
 
 
-def _parse(lines: list[Line]) -> list[tuple[str, int | None, list[Frame], Line]]:
+def _parse(
+    lines: list[Line], used: list[Line] | None = None
+) -> list[tuple[str, int | None, list[Frame], Line]]:
     """(pid, prefix rank, main-thread frames outermost first, the Process line) of each dump."""
     out: list[tuple[str, int | None, list[Frame], Line]] = []
     pid = None
@@ -49,14 +51,20 @@ def _parse(lines: list[Line]) -> list[tuple[str, int | None, list[Frame], Line]]
         if process:
             close()
             pid, rank, head, frames, in_main = process.group("pid"), line.rank, line, [], False
+            if used is not None:
+                used.append(line)
             continue
         thread = _THREAD.match(text.strip())
         if thread and pid is not None:
             in_main = thread.group("name") == "MainThread" and not frames
+            if used is not None and in_main:
+                used.append(line)
             continue
         if in_main and len(frames) < MAX_FRAMES:
             frame = _FRAME.match(text)
             if frame:
+                if used is not None:
+                    used.append(line)
                 number = frame.group("line")
                 frames.append(
                     Frame(
@@ -72,7 +80,8 @@ def _parse(lines: list[Line]) -> list[tuple[str, int | None, list[Frame], Line]]
 def read(lines: list[Line]) -> list[Explained]:
     if not any(line.text.startswith("Process ") for line in lines):
         return []
-    dumps = _parse(lines)
+    used: list[Line] = []
+    dumps = _parse(lines, used)
     if len(dumps) < 2:
         return []
     ranks: dict[int, tuple[str, Line]] = {}
@@ -100,7 +109,7 @@ def read(lines: list[Line]) -> list[Explained]:
                 ranks=tuple(sorted(stacks)),
                 location=where if group.user_frame else None,
                 severity=SEVERITY_WARNING,
-            ).cited([head for _, head in ranks.values()][:3])
+            ).cited(used)
         ]
     waiting = [g for g in groups if g.collective is not None]
     if not waiting:
@@ -134,5 +143,8 @@ def read(lines: list[Line]) -> list[Explained]:
             location=place.location if place else None,
             note="numbers are the dumps' order in the paste unless a launcher prefix named "
             "the rank",
-        ).cited([ranks[r][1] for r in odd[:4]])
+        ).cited(
+            [ranks[r][1] for r in odd]
+            + [line for line in used if line not in {ranks[r][1] for r in odd}]
+        )
     ]

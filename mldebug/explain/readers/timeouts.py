@@ -31,7 +31,7 @@ def _ranks_word(ranks) -> str:
 
 
 def _world(logs: list[RankLog], lines: list[Line]) -> tuple[int | None, bool]:
-    """The world size if a line says it (nranks of the largest communicator, size=N), else
+    """The world size if a line says it (nranks of the largest communicator), else
     (at least max rank + 1, False)."""
     sizes = [c.nranks for log in logs for c in log.comms]
     if sizes:
@@ -44,7 +44,10 @@ def _timeout_lines(lines: list[Line]) -> list[Line]:
     return [
         line
         for line in lines
-        if "Watchdog caught" in line.text or "timed out in blocking wait" in line.text
+        if "Watchdog caught" in line.text
+        or "timed out in blocking wait" in line.text
+        or "last enqueued" in line.text
+        or (" nranks " in line.text and "NCCL INFO" in line.text)
     ]
 
 
@@ -200,6 +203,6 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
             ranks=suspects,
             note=("the world size is not in the paste: " if not exact else "")
             + f"only {_ranks_word(waiting)}'s timeouts are in it",
-        ).cited(cited[:3] + bars[-1:])
+        ).cited(bars[-1:] + cited)
     )
     return found
