@@ -203,6 +203,6 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
             ranks=suspects,
             note=("the world size is not in the paste: " if not exact else "")
             + f"only {_ranks_word(waiting)}'s timeouts are in it",
-        ).cited(bars[-1:] + cited)
+        ).cited(cited + bars[-1:])
     )
     return found
