@@ -1,4 +1,4 @@
-"""`mldebug explain` on the corpus of pasted fragments (tests/data/explain/index.toml): each
+"""`mldebug explain` on the corpus of pasted fragments (tests/data/explain/index.json): each
 log was written for mldebug in the format of a public issue thread (own host names,
 addresses and paths) and its top finding must be the cause that thread established.
 
@@ -8,7 +8,7 @@ real gloo jobs of tests/data/nccl/gloo/.
 
 from __future__ import annotations
 
-import tomllib
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from mldebug.recipes import load_recipes
 
 DATA = Path(__file__).resolve().parent / "data"
 CORPUS = DATA / "explain"
-CASES = tomllib.loads((CORPUS / "index.toml").read_text())["case"]
+CASES = json.loads((CORPUS / "index.json").read_text())["cases"]
 RECIPES = {recipe.id for recipe in load_recipes()}
 
 

@@ -5,8 +5,8 @@ raises, and never loses a finding the whole log had while the lines it rests on 
 
 from __future__ import annotations
 
+import json
 import re
-import tomllib
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from mldebug.explain.engine import explain_text
 
 CORPUS = Path(__file__).resolve().parent / "data" / "explain"
-CASES = tomllib.loads((CORPUS / "index.toml").read_text())["case"]
+CASES = json.loads((CORPUS / "index.json").read_text())["cases"]
 TEXTS = {case["file"]: (CORPUS / case["file"]).read_bytes().decode() for case in CASES}
 WHOLE = {name: explain_text(text, name) for name, text in TEXTS.items()}
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
