@@ -170,12 +170,15 @@ def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Expla
 def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     """Every reader over `lines`, beside what mldebug.nccl found in the same text."""
     mine: list[Explained] = []
+    # Progress bars split off the lines they were glued to stand between a message's lines:
+    # only the timeouts reader, which asks who was still busy, reads them.
+    text = [line for line in lines if not line.progress]
     for reader in (collectives, network, ncclerrors, elastic, memory, devices, stacks):
-        mine += reader.read(lines)
+        mine += reader.read(text)
     mine += timeouts.read(lines, scan.ranks)
     theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
     claimed = {where for f in mine + theirs for where in f.lines}
-    found = _root_causes(mine + theirs + tracebacks.read(lines, claimed))
+    found = _root_causes(mine + theirs + tracebacks.read(text, claimed))
     return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
 
 

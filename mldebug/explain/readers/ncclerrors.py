@@ -154,7 +154,9 @@ def _oom(lines: list[Line]) -> list[Explained]:
     ]
 
 
-def _results(lines: list[Line], claimed: set[str]) -> list[Explained]:
+def _results(lines: list[Line], claimed: dict[str, list[Line]]) -> list[Explained]:
+    """torch's NCCL errors; one a finding of its own already explains (a duplicate GPU,
+    NCCL's OOM) adds its lines to that finding's instead."""
     found: list[Explained] = []
     seen: set[tuple[str, str]] = set()
     for index, line in enumerate(lines):
@@ -183,7 +185,8 @@ def _results(lines: list[Line], claimed: set[str]) -> list[Explained]:
         seen.add(key)
         recipe, why = cause if cause else (RECIPE_WARNINGS, "")
         if recipe in claimed:
-            continue  # a finding of its own says it better (duplicate GPU, NCCL OOM)
+            claimed[recipe].extend(cited)
+            continue
         found.append(
             Explained(
                 KIND_NCCL_ERROR,
@@ -212,5 +215,10 @@ def _results(lines: list[Line], claimed: set[str]) -> list[Explained]:
 
 def read(lines: list[Line]) -> list[Explained]:
     found = _duplicates(lines) + _oom(lines)
-    claimed = {f.recipe for f in found if f.recipe}
-    return found + _results(lines, claimed)
+    claimed: dict[str, list[Line]] = {f.recipe: [] for f in found if f.recipe}
+    results = _results(lines, claimed)
+    by_where = {line.where: line for line in lines}
+    found = [
+        f.cited([by_where[w] for w in f.lines] + claimed.get(f.recipe or "", [])) for f in found
+    ]
+    return found + results
