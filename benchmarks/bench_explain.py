@@ -108,6 +108,11 @@ def main() -> None:
     print(
         f"mldebug explain, top finding (kind and ranks) and its recipe right: {share(got['explain both'], total)}"
     )
+    if got["held out"]:
+        print(
+            "mldebug explain, the held-out cases (written after the readers):    "
+            + share(got["held out right"], got["held out"])
+        )
     print(
         f"mldebug explain, top finding right:                            {share(got['explain finding'], total)}"
     )
