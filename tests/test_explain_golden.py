@@ -85,3 +85,15 @@ def test_the_recorded_duplicate_gpu_names_its_recipe():
     top = report.findings[0]
     assert top.kind == "duplicate_gpu" and top.recipe == "duplicate-gpu"
     assert top.ranks == (0, 1)
+
+
+def test_the_corpus_read_as_files_gives_the_same_top_findings():
+    # As `mldebug explain FILE` reads them: a file whose name says "rank0" gives that rank to
+    # the lines no prefix names, and torch's own "[Rank N]" still wins.
+    for case in CASES:
+        top = explain([str(CORPUS / case["file"])]).findings[0]
+        assert (top.kind, list(top.ranks), top.recipe) == (
+            case["kind"],
+            case["ranks"],
+            case["recipe"],
+        ), case["file"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 
 from mldebug.commands.common import Parser, write_out
@@ -82,5 +83,8 @@ def main(argv: list[str]) -> int:
     if args.json:
         write_out(json.dumps(json_report(report), indent=1) + "\n")
     else:
-        write_out(text_report(report, show_all=args.all))
+        width = None
+        if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap
+            width = max(60, min(shutil.get_terminal_size().columns, 120) - 1)
+        write_out(text_report(report, show_all=args.all, width=width))
     return EXIT_FINDINGS if report.errors else EXIT_OK

@@ -114,6 +114,10 @@ class Explanation:
 
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
     words = NCCL_WORDS.get(finding.kind, ())
+    if finding.kind == KIND_NCCL_WARNING and "): " in finding.summary:
+        # "NCCL WARN on ranks.. (3x): <the message> -> ncclRemoteError": that message's lines
+        message = finding.summary.split("): ", 1)[1].split(" -> ")[0]
+        words = (message[:40],)
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
     mine = [line for line in hits if line.rank in ranks]
@@ -177,6 +181,9 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
         mine += reader.read(text)
     mine += timeouts.read(lines, scan.ranks)
     theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
+    said = {where for f in mine for where in f.lines}
+    # A WARN line one of the readers explained is not a finding of its own.
+    theirs = [f for f in theirs if f.kind != KIND_NCCL_WARNING or not said & set(f.lines)]
     claimed = {where for f in mine + theirs for where in f.lines}
     found = _root_causes(mine + theirs + tracebacks.read(text, claimed))
     return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
@@ -224,8 +231,9 @@ def _read_text(path: str) -> tuple[bytes, bool]:
 def _parsed(lines: list[Line], source: str, rank: int | None = None) -> FileLog:
     """`mldebug.nccl`'s parse of the lines as explain cleaned them (prefixes it alone
     knows, torch's `[Rank N]` on lines of one file, progress bars split off)."""
-    data = normalised(lines)
-    return FileLog(source, parse_bytes(data, source, rank), len(data), len(lines))
+    data = normalised(lines)  # the path's rank is already on the lines no prefix names
+    del rank
+    return FileLog(source, parse_bytes(data, source), len(data), len(lines))
 
 
 def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:

@@ -7,6 +7,8 @@ Everything shown comes from files or a paste: through `textsafe` before a termin
 
 from __future__ import annotations
 
+import textwrap
+
 from mldebug.explain.engine import Explanation
 from mldebug.explain.finding import Explained, sure_word
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING
@@ -16,7 +18,7 @@ from mldebug.textsafe import one_line
 
 SCHEMA_VERSION = 1
 MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲"}
-SHOWN = 6  # findings in the text report unless --all
+SHOWN = 5  # findings in the text report unless --all
 QUOTE = 110  # characters of the first cited line quoted
 
 
@@ -77,7 +79,28 @@ def _head(report: Explanation) -> str:
     return head
 
 
-def text_report(report: Explanation, show_all: bool = False) -> str:
+def _wrap(lines: list[str], width: int | None) -> list[str]:
+    """Each line wrapped to `width` under its own indent (a terminal); as is in a pipe."""
+    if not width:
+        return lines
+    out = []
+    for line in lines:
+        body = line.lstrip(" ")
+        indent = " " * (len(line) - len(body))
+        if body.startswith("| "):  # a quoted log line: cut, never wrapped
+            out.append(line[:width])
+            continue
+        hang = indent + ("   " if body[:1].isdigit() else "  ")
+        out.extend(
+            textwrap.wrap(
+                body, width, initial_indent=indent, subsequent_indent=hang, break_on_hyphens=False
+            )
+            or [""]
+        )
+    return out
+
+
+def text_report(report: Explanation, show_all: bool = False, width: int | None = None) -> str:
     out = [_head(report)]
     for problem in report.problems[:10]:
         out.append(f"  not read: {one_line(problem)}")
@@ -91,7 +114,7 @@ def text_report(report: Explanation, show_all: bool = False) -> str:
         return "\n".join(out) + "\n"
     shown = report.findings if show_all else report.findings[:SHOWN]
     for number, finding in enumerate(shown, 1):
-        out.extend(finding_lines(number, finding, report))
+        out.extend(_wrap(finding_lines(number, finding, report), width))
         out.append("")
     hidden = len(report.findings) - len(shown)
     if hidden > 0:

@@ -144,4 +144,6 @@ def read(lines: list[Line]) -> list[Explained]:
                         "is in the summary below it (Root Cause)",
                     ).cited([line])
                 )
+    if any("Root Cause" not in f.note and f.summary.startswith("rank ") for f in found):
+        found = [f for f in found if not f.summary.startswith("local rank ")]  # said better
     return found[:2]
