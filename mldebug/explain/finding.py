@@ -47,7 +47,12 @@ class Explained:
     location: str | None = None  # file:line in the user's code, where known
 
     def cited(self, lines) -> Explained:
-        return replace(self, lines=tuple(dict.fromkeys(line.where for line in lines))[:MAX_CITED])
+        """This finding resting on `lines`: each once, in the order of their source."""
+        order: dict[str, int] = {}
+        for line in lines:
+            order.setdefault(line.source, len(order))
+        ranked = sorted(lines, key=lambda line: (order[line.source], line.number))
+        return replace(self, lines=tuple(dict.fromkeys(line.where for line in ranked))[:MAX_CITED])
 
     def as_finding(self) -> Finding:
         return Finding(

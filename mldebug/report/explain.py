@@ -39,7 +39,7 @@ def finding_lines(number: int, finding: Explained, report: Explanation) -> list[
     facts = [f"sure: {sure_word(finding.confidence)} ({finding.confidence:.2f})"]
     if finding.ranks:
         facts.append(
-            f"{'rank' if len(finding.ranks) == 1 else 'ranks'} {format_ranks(finding.ranks)}"
+            f"names {'rank' if len(finding.ranks) == 1 else 'ranks'} {format_ranks(finding.ranks)}"
         )
     if finding.location:
         facts.append(f"at {one_line(finding.location)}")
