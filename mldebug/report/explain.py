@@ -23,14 +23,14 @@ QUOTE = 110  # characters of the first cited line quoted
 
 
 def _quote(finding: Explained, report: Explanation) -> str | None:
-    if not finding.lines:
+    cited = set(finding.lines)
+    lines = [line for line in report.lines if line.where in cited]
+    # The first message it rests on, not a progress bar split off beside it.
+    line = next((line for line in lines if not line.progress), lines[0] if lines else None)
+    if line is None:
         return None
-    where = finding.lines[0]
-    for line in report.lines:
-        if line.where == where:
-            text = one_line(line.text).strip()
-            return text if len(text) <= QUOTE else text[: QUOTE - 1] + "…"
-    return None
+    text = one_line(line.text).strip()
+    return text if len(text) <= QUOTE else text[: QUOTE - 1] + "…"
 
 
 def finding_lines(number: int, finding: Explained, report: Explanation) -> list[str]:
