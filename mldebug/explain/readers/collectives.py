@@ -17,6 +17,7 @@ import re
 from mldebug.explain.finding import KIND_COLLECTIVE_MISMATCH, KIND_DDP_UNUSED, Explained
 from mldebug.explain.text import Line, compact, window
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import is_library_path
 
 RECIPE_MISMATCH = "mismatched-collectives"
 RECIPE_UNUSED = "ddp-unused-parameters"
@@ -51,6 +52,22 @@ def _describe(fields: dict[str, str]) -> str:
     if "dtype" in fields:
         parts.append(fields["dtype"])
     return " ".join(parts)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
+
+
+def _caller(lines: list[Line], index: int) -> str | None:
+    """The user's line that called the collective: the last frame of the traceback above
+    that is not a library's."""
+    source = lines[index].source
+    for earlier in reversed(lines[max(0, index - 60) : index]):
+        if earlier.source != source:
+            break
+        frame = _FRAME.match(earlier.text)
+        if frame and not is_library_path(frame.group("file")):
+            return f"{frame.group('file')}:{frame.group('line')}"
+    return None
 
 
 def _mismatch(lines: list[Line], index: int) -> Explained | None:
@@ -101,6 +118,8 @@ def _mismatch(lines: list[Line], index: int) -> Explained | None:
         summary,
         0.95,
         RECIPE_MISMATCH,
+        location=_caller(lines, index),
+        detail="; ".join(f"rank {rank}: {_describe(fields)}" for rank, fields in sorted(named)),
         fix="make every rank call the same collectives, in the same order, with tensors of "
         "the same shape and dtype; the rank's traceback names the line that called it",
         ranks=ranks,
@@ -173,9 +192,16 @@ def read(lines: list[Line]) -> list[Explained]:
         text = line.text
         if "mismatch" in text and "collectives" in text and "Detected" in text:
             got = _mismatch(lines, index)
-            if got is not None and (got.kind, got.summary) not in seen:
-                seen.add((got.kind, got.summary))
+            if got is None:
+                continue
+            # Each rank raises it, naming itself first: one finding, every rank's lines.
+            same = next((i for i, f in enumerate(found) if f.detail == got.detail), None)
+            if same is None:
                 found.append(got)
+            else:
+                by_where = {line.where: line for line in lines}
+                cited = [by_where[w] for w in (*found[same].lines, *got.lines)]
+                found[same] = found[same].cited(cited)
         elif "Expected to have finished reduction" in text or (
             "mark a variable ready only once" in text
         ):

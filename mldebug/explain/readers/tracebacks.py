@@ -9,6 +9,7 @@ import re
 
 from mldebug.explain.finding import KIND_PYTHON_ERROR, Explained
 from mldebug.explain.text import Line
+from mldebug.rankrules import is_library_path
 from mldebug.recipes.search import search
 
 _EXCEPTION = re.compile(
@@ -16,7 +17,6 @@ _EXCEPTION = re.compile(
     r"(?::\s*(?P<message>.*))?$"
 )
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_LIBRARY = ("site-packages", "dist-packages", "/lib/python", "<frozen")
 SKIP = ("ChildFailedError",)  # torchelastic's: its own reader says more
 
 
@@ -44,7 +44,7 @@ def read(lines: list[Line], claimed: set[str]) -> list[Explained]:
         if key in seen:
             continue
         seen.add(key)
-        user = next((f for f in frames if not any(w in f.group("file") for w in _LIBRARY)), None)
+        user = next((f for f in frames if not is_library_path(f.group("file"))), None)
         location = f"{user.group('file')}:{user.group('line')}" if user else None
         hits = [hit for hit in search(f"{kind}: {message}", limit=1) if hit.matched]
         recipe = hits[0].recipe.id if hits else "rank-crash"  # only what its words name
