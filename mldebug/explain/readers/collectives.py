@@ -143,14 +143,17 @@ def _unused(lines: list[Line], index: int) -> Explained:
             rank = int(match.group("rank")[:6])
             (indices if match.group("idx") else names)[rank] = match.group("what").strip()[:300]
             cited.append(line)
-    ranks = tuple(sorted({*indices, *names} or ({lines[index].rank} - {None})))
+    fallback = {lines[index].rank} - {None}
+    ranks: tuple[int, ...] = tuple(
+        sorted({*indices, *names} or {r for r in fallback if r is not None})
+    )
     once = "mark a variable ready only once" in lines[index].text
     what = ""
-    for rank in ranks[:2]:
-        if rank in names:
-            what += f"; on rank {rank} these got no gradient: {names[rank][:200]}"
-        elif rank in indices:
-            what += f"; on rank {rank} parameter indices {indices[rank][:120]} got no gradient"
+    for shown in ranks[:2]:
+        if shown in names:
+            what += f"; on rank {shown} these got no gradient: {names[shown][:200]}"
+        elif shown in indices:
+            what += f"; on rank {shown} parameter indices {indices[shown][:120]} got no gradient"
     if once:
         summary = (
             "DDP saw a parameter's gradient twice in one backward (\"Expected to mark a variable "

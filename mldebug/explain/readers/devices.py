@@ -125,7 +125,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
     pids = {pid for _, pid, _, _ in procs}
     if len(pids) < 2:
         return []
-    on = {}
+    on: dict[str, dict[int, int]] = {}
     for gpu, pid, mem, _line in procs:
         on.setdefault(pid, {})[gpu] = mem
     if all(set(where) == {0} for where in on.values()) and len(gpus) > 1:
@@ -144,7 +144,7 @@ def _smi(lines: list[Line]) -> list[Explained]:
     extra = [
         pid
         for pid, where in on.items()
-        if len(where) > 1 and 0 in where and min(where, key=where.get) == 0
+        if len(where) > 1 and 0 in where and min(where, key=lambda gpu: where[gpu]) == 0
     ]
     if len(extra) >= 2:
         return [

@@ -77,15 +77,17 @@ def _ranks(lines: list[Line]) -> tuple[int, ...]:
 
 
 def _duplicates(lines: list[Line]) -> list[Explained]:
-    hits = [(line, _DUPLICATE.search(line.text)) for line in lines if "Duplicate GPU" in line.text]
-    hits = [(line, m) for line, m in hits if m]
+    searched = [
+        (line, _DUPLICATE.search(line.text)) for line in lines if "Duplicate GPU" in line.text
+    ]
+    hits = [(line, m) for line, m in searched if m is not None]
     if hits:
-        ranks = sorted({int(m.group(g)[:6]) for _, m in hits for g in ("a", "b")})
+        named = sorted({int(m.group(g)[:6]) for _, m in hits for g in ("a", "b")})
         devices = sorted({m.group("dev") for _, m in hits})
         return [
             Explained(
                 KIND_DUPLICATE_GPU,
-                f"ranks {format_ranks(ranks)} run on the same GPU (busId {', '.join(devices[:4])}): "
+                f"ranks {format_ranks(named)} run on the same GPU (busId {', '.join(devices[:4])}): "
                 "NCCL refuses two ranks of one communicator on one device (Duplicate GPU "
                 "detected); each process did not select its own GPU before NCCL started",
                 0.97,
@@ -93,7 +95,7 @@ def _duplicates(lines: list[Line]) -> list[Explained]:
                 fix="call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
                 "init_process_group (or pass device_id=); do not set CUDA_VISIBLE_DEVICES to "
                 "one GPU for every rank; start as many ranks per node as it has GPUs",
-                ranks=tuple(ranks),
+                ranks=tuple(named),
                 note="NCCL names pairs of ranks; every rank on that node may share the device",
             ).cited([line for line, _ in hits])
         ]

@@ -174,7 +174,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
     asked = [
         (line, _SET_TO.search(line.text)) for line in lines if "SOCKET_IFNAME set" in line.text
     ]
-    asked = [(line, m) for line, m in asked if m]
+    asked_found = [(line, m) for line, m in asked if m is not None]
     named = {name for _, ifaces in lists for name, _ in ifaces}
     bad: dict[str, list[Line]] = {}
     many: list[Line] = []
@@ -185,7 +185,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                 bad.setdefault(why, []).extend(group)
         if len({name for name, _ in ifaces}) >= MANY:
             many.extend(group)
-    for line, match in asked[:1]:
+    for line, match in asked_found[:1]:
         value = match.group("value").strip("'\"")
         wanted = [v for v in value.lstrip("^=").split(",") if v]
         if value.startswith("^") or not wanted:
@@ -235,7 +235,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                     ranks=(line.rank,) if line.rank is not None else (),
                 ).cited([line, culprit])
             )
-    if bad and not (asked and found):
+    if bad and not (asked_found and found):
         whys = sorted(bad)
         cited = [line for why in whys for line in bad[why]]
         found.append(

@@ -16,6 +16,7 @@ from mldebug.explain.finding import (
     Explained,
 )
 from mldebug.explain.text import Line, ranks_seen
+from mldebug.nccl.logfacts import TimeoutFact
 from mldebug.nccl.ranklog import RankLog
 from mldebug.ranges import format_ranks
 
@@ -57,7 +58,7 @@ def _bars(lines: list[Line]) -> list[Line]:
 
 def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
     found: list[Explained] = []
-    timed: dict[tuple[str, int | None], list[tuple[RankLog, object]]] = {}
+    timed: dict[tuple[str, int | None], list[tuple[RankLog, TimeoutFact]]] = {}
     for log in logs:
         for fact in log.timeouts:
             timed.setdefault((fact.pg, fact.seq), []).append((log, fact))
@@ -110,20 +111,21 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
             )
     # A watchdog that reported far later than its timeout.
     late = [
-        (log, fact)
+        (log, fact, fact.ran_ms, fact.timeout_ms)
         for entries in timed.values()
         for log, fact in entries
         if fact.ran_ms and fact.timeout_ms and fact.ran_ms >= STUCK_FACTOR * fact.timeout_ms
     ]
     if late:
-        log, fact = max(late, key=lambda item: item[1].ran_ms / item[1].timeout_ms)
-        ranks = sorted({lg.rank for lg, _ in late if lg.rank is not None})
+        log, fact, ran, limit = max(late, key=lambda item: (item[2] or 0) / (item[3] or 1))
+        ran, limit = ran or 0, limit or 1
+        ranks = sorted({lg.rank for lg, *_ in late if lg.rank is not None})
         found.append(
             Explained(
                 KIND_WATCHDOG_STUCK,
                 f"the watchdog of {_ranks_word(ranks) if ranks else 'a rank'} reported SeqNum "
-                f"{fact.seq} after {fact.ran_ms:,} ms for a {fact.timeout_ms:,} ms timeout "
-                f"({fact.ran_ms / fact.timeout_ms:.0f}x): the watchdog thread itself was "
+                f"{fact.seq} after {ran:,} ms for a {limit:,} ms timeout "
+                f"({ran / limit:.0f}x): the watchdog thread itself was "
                 "blocked (a CUDA call that never returned, the GIL held, the process stopped), "
                 "so the hang began long before this line",
                 0.78,
@@ -149,9 +151,9 @@ def read(lines: list[Line], logs: list[RankLog]) -> list[Explained]:
         r
         for r, log in said.items()
         if r not in waiting
-        and log.last_enqueued(pg) is not None
         and seq is not None
-        and log.last_enqueued(pg) < seq
+        and (enqueued := log.last_enqueued(pg)) is not None
+        and enqueued < seq
     ]
     if enqueued_behind:
         return found  # mldebug.nccl's own finding names them, with their last SeqNum
