@@ -198,26 +198,27 @@ def _waited_for(finding: Explained) -> bool:
     return finding.kind == KIND_DIST_ERROR and " did not" in finding.summary
 
 
+RECIPE_CRASH = "rank-crash"
+WAITED = "; the other ranks then waited for it"
+LAUNCHER_FOLLOWS = "; the launcher's failure follows it"
+
+
 def _root_causes(found: list[Explained]) -> list[Explained]:
     """A traceback of the rank the others waited for, or of the rank torchelastic says
     failed first, is the cause: it goes above the waiting and the summary."""
     suspects = {r for f in found if _waited_for(f) for r in f.ranks}
-    failed = [f for f in found if f.kind == KIND_CHILD_FAILED and f.recipe == "rank-crash"]
+    failed = [f for f in found if f.kind == KIND_CHILD_FAILED and f.recipe == RECIPE_CRASH]
     out = []
     for f in found:
         if f.kind == KIND_PYTHON_ERROR and (
             (f.ranks and set(f.ranks) <= suspects) or (failed and not f.ranks)
         ):
+            after = WAITED if suspects else LAUNCHER_FOLLOWS
             f = replace(
                 f,
                 confidence=max(f.confidence, 0.9 if suspects else 0.7),
-                recipe="rank-crash" if f.recipe in (None, "rank-crash") else f.recipe,
-                summary=f.summary
-                + (
-                    "; the other ranks then waited for it"
-                    if suspects
-                    else "; the launcher's failure follows it"
-                ),
+                recipe=f.recipe or RECIPE_CRASH,
+                summary=f.summary + after,
             )
         out.append(f)
     return out
