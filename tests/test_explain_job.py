@@ -69,3 +69,49 @@ def test_explain_names_both_ranks_their_shapes_and_the_calling_line(mismatch_run
     assert top["location"].endswith("mismatch.py:9")
     # One finding, resting on each rank's own stderr.
     assert {e.split("/ranks/")[1].split("/")[0] for e in top["evidence"]} == {"0", "1"}
+
+
+HEALTHY = textwrap.dedent(
+    """
+    import sys
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    for step in range(1, 21):
+        t = torch.ones(8)
+        dist.all_reduce(t)
+        if dist.get_rank() == 0:  # a progress bar, as tqdm draws it
+            done = step * 5
+            bar = "█" * (step // 2)
+            sys.stderr.write(f"\\rtrain: {done:3d}%|{bar:<10}| {step}/20 [00:0{step // 10}<00:01, 9.9it/s]")
+    print("loss 0.1234", flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_healthy_job_gets_nothing_wrong(tmp_path):
+    # Never cry wolf: a job that worked, progress bar and all, exits 0 with no error finding.
+    script = tmp_path / "healthy.py"
+    script.write_text(HEALTHY)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "mldebug", "run", "--run-dir", str(run_dir)]
+        + ["--nproc-per-node", "2", str(script)],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "MLDEBUG_RUNS_DIR": str(tmp_path / "runs")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    explained = subprocess.run(
+        [sys.executable, "-m", "mldebug", "explain", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert explained.returncode == 0, explained.stdout
+    report = json.loads(explained.stdout)
+    assert report["sources"], report
+    assert not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
