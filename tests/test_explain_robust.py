@@ -110,3 +110,18 @@ def test_ansi_colours_and_carriage_returns_are_read_through():
     text = TEXTS["dup_gpu_one_line.log"]
     coloured = "\x1b[1;31m" + text.rstrip("\n") + "\x1b[0m\r\n"
     assert explain_text(coloured)[0].kind == "duplicate_gpu"
+
+
+def test_a_long_log_is_read_around_what_matters_and_keeps_its_line_numbers():
+    # GIVEN 30,000 lines of NCCL INFO chatter with a fragment of timeouts in the middle
+    chatter = [
+        f"[rank{i % 8}]:gpu-{i % 8}:{4100 + i % 8}:{4200 + i % 8} [{i % 8}] NCCL INFO Channel "
+        f"{i % 32:02d}/0 : {i % 8}[{i % 8}] -> {(i + 1) % 8}[{(i + 1) % 8}] via P2P/IPC/read"
+        for i in range(30_000)
+    ]
+    fragment = TEXTS["timeout_rank6_absent.log"].rstrip("\n").split("\n")
+    text = "\n".join(chatter[:15_000] + fragment + chatter[15_000:])
+    # WHEN explained, THEN the suspect is found, cited at its own line numbers
+    top = explain_text(text, "big.log")[0]
+    assert (top.kind, top.ranks) == ("timeout_suspect", (6,))
+    assert "big.log:15001" in top.lines

@@ -58,7 +58,7 @@ def _segments(raw: str) -> list[tuple[str, bool]]:
             continue
         rest = part
         while rest:
-            bar = PROGRESS.search(rest)
+            bar = PROGRESS.search(rest) if "%|" in rest else None  # the search is costly
             if bar is None:
                 out.append((rest, False))
                 break
@@ -89,11 +89,84 @@ def _prefix(text: str) -> tuple[str | None, int | None, int]:
         pos += end
 
 
+# A long log is read only around the lines that hold one of these (each reader's words,
+# and mldebug.nccl's): the NCCL INFO lines that make most of such a log hold none of them.
+WORDS = (
+    "rror",
+    "xception",
+    "Traceback",
+    "File ",
+    ".py",
+    "nterrupt",
+    "Exit",
+    "mismatch",
+    "grad",
+    "reduction",
+    "ready only once",
+    "address",
+    "FullMesh",
+    "Using",
+    "SOCKET_IFNAME",
+    "NET/IB :",
+    "NET/IB:",
+    "NET/Socket :",
+    "NCCL_",
+    "plugin",
+    "interface",
+    "Duplicate",
+    "busId",
+    "ailure",
+    "calloc",
+    "nccl",
+    "WARN",
+    "Last",
+    "ersion",
+    "Root Cause",
+    "exitcode",
+    "memory",
+    "loss scale",
+    "P2P=",
+    "Peer",
+    "MiB",
+    "Process ",
+    "Thread ",
+    "%|",
+    ".cc:",
+    "ank ",
+    "[c10d]",
+    "Watchdog",
+    "atchdog",
+    "imed out",
+    "imeout",
+    "onnect",
+    "nranks",
+    "Signal",
+    "SIG",
+)
+_WORDS = re.compile("|".join(re.escape(word) for word in WORDS))
+SMALL = 20_000  # lines: a paste or a short log is read whole
+AROUND = 60  # lines kept before and after each line holding a word
+
+
+def _kept(raw: list[str]) -> list[int]:
+    """The numbers (0-based) of the lines worth reading: all of a short text; in a long
+    one, the lines around those holding one of WORDS."""
+    if len(raw) <= SMALL:
+        return list(range(len(raw)))
+    keep = bytearray(len(raw) + 1)
+    for index, line in enumerate(raw):
+        if _WORDS.search(line):
+            start = max(0, index - AROUND)
+            keep[start : index + AROUND + 1] = b"\1" * (min(len(raw), index + AROUND + 1) - start)
+    return [i for i in range(len(raw)) if keep[i]]
+
+
 def split_lines(data: str, source: str, rank: int | None = None) -> list[Line]:
     """Every line of `data` (a paste, a file), cleaned; `rank` for lines no prefix names."""
     lines: list[Line] = []
-    for number, raw in enumerate(data.split("\n")[:MAX_LINES], 1):
-        raw = raw[:MAX_LINE]
+    raws = data.split("\n")[:MAX_LINES]
+    for index in _kept(raws):
+        number, raw = index + 1, raws[index][:MAX_LINE]
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
         for part, is_bar in _segments(raw):

@@ -20,13 +20,29 @@ SCHEMA_VERSION = 1
 MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲"}
 SHOWN = 5  # findings in the text report unless --all
 QUOTE = 110  # characters of the first cited line quoted
+LOUD = (
+    "rror",
+    "Watchdog",
+    "WARN",
+    "failed",
+    "Failed",
+    "imed out",
+    "Detected",
+    "Expected",
+    "Unable",
+)
 
 
 def _quote(finding: Explained, report: Explanation) -> str | None:
     cited = set(finding.lines)
     lines = [line for line in report.lines if line.where in cited]
-    # The first message it rests on, not a progress bar split off beside it.
-    line = next((line for line in lines if not line.progress), lines[0] if lines else None)
+    # The first message it rests on that says what went wrong (not a progress bar or an
+    # INFO line beside it), else the first.
+    said = [line for line in lines if not line.progress]
+    line = next(
+        (line for line in said if any(word in line.text for word in LOUD)),
+        said[0] if said else (lines[0] if lines else None),
+    )
     if line is None:
         return None
     text = one_line(line.text).strip()
