@@ -58,6 +58,40 @@ def nccl_recipe(data: bytes, name: str) -> str | None:
     return (errors or scan.findings or [None])[0] and (errors or scan.findings)[0].recipe
 
 
+def big_log(lines: int = 300_000) -> None:
+    """A long log: NCCL INFO chatter of 8 ranks with one corpus fragment in its middle, read
+    by explain (CPU time, one core) beside `grep -c Watchdog` on the same file."""
+    import tempfile
+
+    chatter = [
+        f"[rank{i % 8}]:gpu-{i % 8}:{4100 + i % 8}:{4200 + i % 8} [{i % 8}] NCCL INFO Channel "
+        f"{i % 32:02d}/0 : {i % 8}[{i % 8}] -> {(i + 1) % 8}[{(i + 1) % 8}] via P2P/IPC/read"
+        for i in range(lines)
+    ]
+    fragment = (CORPUS / "timeout_rank6_absent.log").read_text().rstrip("\n").split("\n")
+    text = "\n".join(chatter[: lines // 2] + fragment + chatter[lines // 2 :]) + "\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as out:
+        out.write(text)
+    path = Path(out.name)
+    try:
+        from mldebug.explain.engine import explain
+
+        started = time.process_time()
+        top = explain([str(path)]).findings[0]
+        cpu = time.process_time() - started
+        started = time.perf_counter()
+        subprocess.run(["grep", "-c", "Watchdog", str(path)], capture_output=True)
+        grep = time.perf_counter() - started
+        size = path.stat().st_size / (1 << 20)
+        print(
+            f"a {size:.0f} MB log ({lines:,} lines): explain {cpu:.2f} s of CPU "
+            f"({size / cpu:.0f} MB/s), top finding {top.kind} ranks {list(top.ranks)}; "
+            f"grep -c Watchdog {grep:.2f} s (wall)"
+        )
+    finally:
+        path.unlink()
+
+
 def share(count: int, total: int) -> str:
     return f"{count:3d}/{total} ({100 * count / total:5.1f}%)"
 
@@ -133,6 +167,7 @@ def main() -> None:
         f"explain per case: median {1000 * took[len(took) // 2]:.1f} ms, "
         f"slowest {1000 * took[-1]:.1f} ms (one core, in-process)"
     )
+    big_log()
     weak = ", ".join(f"{k} ({n} of {classes[k]})" for k, n in wrong.most_common()) or "none"
     print(f"classes explain gets wrong: {weak}")
 
