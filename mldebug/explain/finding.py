@@ -29,6 +29,11 @@ KIND_LOSS_SCALE = "loss_scale_underflow"
 KIND_PYTHON_ERROR = "python_error"
 KIND_STACKS = "stacks"
 
+# The kinds only explain's readers make (the others are mldebug.nccl's and Flight Recorder's).
+EXPLAIN_KINDS = frozenset(
+    value for name, value in dict(globals()).items() if name.startswith("KIND_")
+)
+
 MAX_CITED = 64  # lines a finding rests on, kept (the report shows the first few)
 
 
