@@ -170,7 +170,11 @@ def _bad(name: str, addr: str) -> str | None:
 def _nccl(lines: list[Line]) -> list[Explained]:
     found = []
     lists = _lists(lines)
-    failing = any(_FAILED.search(line.text) for line in lines if "Using" not in line.text)
+    failed = next(
+        (line for line in lines if "Using" not in line.text and _FAILED.search(line.text)), None
+    )
+    failing = failed is not None
+    evidence = [failed] if failed is not None else []
     asked = [
         (line, _SET_TO.search(line.text)) for line in lines if "SOCKET_IFNAME set" in line.text
     ]
@@ -235,9 +239,9 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                     ranks=(line.rank,) if line.rank is not None else (),
                 ).cited([line, culprit])
             )
-    if bad and not (asked_found and found):
+    if bad and failing and not (asked_found and found):  # a working job: never cry wolf
         whys = sorted(bad)
-        cited = [line for why in whys for line in bad[why]]
+        cited = [line for why in whys for line in bad[why]] + evidence
         found.append(
             Explained(
                 KIND_NCCL_INTERFACE,
@@ -253,7 +257,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                 note="" if failing else "nothing in the paste failed: on one node this is harmless",
             ).cited(cited)
         )
-    elif many and not found:
+    elif many and failing and not found:
         found.append(
             Explained(
                 KIND_NCCL_INTERFACE,
@@ -263,7 +267,7 @@ def _nccl(lines: list[Line]) -> list[Explained]:
                 RECIPE_IFACE,
                 fix="set NCCL_SOCKET_IFNAME to the one interface between the nodes",
                 severity="error" if failing else SEVERITY_WARNING,
-            ).cited(many)
+            ).cited(many + evidence)
         )
     return found
 
@@ -305,6 +309,8 @@ def _no_ib(lines: list[Line]) -> list[Explained]:
             RECIPE_IB,
             fix="check `ibv_devinfo` on the node (in the container: --device=/dev/infiniband, "
             "--cap-add=IPC_LOCK); NCCL_IB_HCA must name a device it lists",
+            # Asked for and missing is an error; sockets between hosts may be by design (slow).
+            severity="error" if (wanted or failed) else SEVERITY_WARNING,
         ).cited(none[:1] + wanted[:2] + ([] if wanted else list(by_host.values())[:2]))
     ]
 
