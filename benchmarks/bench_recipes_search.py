@@ -26,8 +26,8 @@ CASES = [
     ("gpu/memory/oom_message.txt", "cuda-oom"),
     ("gpu/memory/oom_full_message.txt", "cuda-oom"),
     ("gpu/device_assert/stderr.rank0.txt", "cuda-async-error"),
-    ("gpu/nccl_duplicate_gpu/stderr.rank0.txt", "nccl-init-failure"),
-    ("gpu/nccl_duplicate_gpu/stdout.rank0.txt", "nccl-init-failure"),
+    ("gpu/nccl_duplicate_gpu/stderr.rank0.txt", "duplicate-gpu"),
+    ("gpu/nccl_duplicate_gpu/stdout.rank0.txt", "duplicate-gpu"),
     ("pyspy_error_permission.txt", "ptrace-permission"),
 ]
 ERROR_WORDS = ("error", "warn", "denied", "out of memory", "timeout", "assert")

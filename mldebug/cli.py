@@ -37,6 +37,10 @@ COMMANDS = {
     "recipes": ("mldebug.commands.recipes", "list the troubleshooting recipes, or print one"),
     "doctor": ("mldebug.commands.doctor", "check this machine: ptrace, tools, GPUs, env, disk"),
     "demo": ("mldebug.commands.demo", "start a bundled broken example and show what mldebug finds"),
+    "explain": (
+        "mldebug.commands.explain",
+        "explain a log, a paste (-) or a run directory: findings, their lines, the fix",
+    ),
     "nccl": (
         "mldebug.commands.nccl",
         "NCCL logs, torch distributed errors and Flight Recorder dumps, compared across ranks",

@@ -120,9 +120,10 @@ def test_the_rank_on_sockets_while_the_others_use_infiniband_is_named():
 def test_mixed_nccl_cuda_and_driver_versions_are_named():
     result = scan("versions")
     assert [(f.kind, f.ranks, f.severity) for f in result.findings] == [
-        (KIND_NCCL_VERSION, (0,), SEVERITY_ERROR),
-        (KIND_NCCL_VERSION, (0,), SEVERITY_WARNING),
-        (KIND_NCCL_VERSION, (0,), SEVERITY_WARNING),
+        # Two ranks, two versions: neither is the odd one, both are named.
+        (KIND_NCCL_VERSION, (0, 1), SEVERITY_ERROR),
+        (KIND_NCCL_VERSION, (0, 1), SEVERITY_WARNING),
+        (KIND_NCCL_VERSION, (0, 1), SEVERITY_WARNING),
     ]
     assert "2.18.1 on rank 1; 2.19.3 on rank 0" in result.findings[0].summary
     assert all(f.recipe == "nccl-version-mismatch" for f in result.findings)

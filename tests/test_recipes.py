@@ -204,8 +204,8 @@ def best(text: str) -> str:
         ("gpu/memory/oom_message.txt", "cuda-oom"),
         ("gpu/memory/oom_full_message.txt", "cuda-oom"),
         ("gpu/device_assert/stderr.rank0.txt", "cuda-async-error"),
-        ("gpu/nccl_duplicate_gpu/stderr.rank0.txt", "nccl-init-failure"),
-        ("gpu/nccl_duplicate_gpu/stdout.rank0.txt", "nccl-init-failure"),
+        ("gpu/nccl_duplicate_gpu/stderr.rank0.txt", "duplicate-gpu"),
+        ("gpu/nccl_duplicate_gpu/stdout.rank0.txt", "duplicate-gpu"),
         # gloo jobs on torch 2.13 (tests/data/nccl/README.md)
         ("nccl/gloo/recv_timeout/stderr.rank0.txt", "collective-hang"),
         ("nccl/gloo/peer_closed/stderr.rank0.txt", "connection-refused"),
@@ -240,7 +240,7 @@ def test_search_puts_the_right_recipe_first_for_recorded_errors(source, expected
         (
             "vm:600:600 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 "
             "both on CUDA device 60",
-            "nccl-init-failure",
+            "duplicate-gpu",
         ),
         # Words a user would type.
         ("watchdog timeout", "nccl-watchdog-timeout"),

@@ -176,6 +176,8 @@ def _versions(logs: list[RankLog]) -> list[Finding]:
         if len(values) > 1:
             ordered, text = sides(values)
             odd = [log for _, side in ordered[1:] for log in side]
+            if len(ordered[0][1]) == len(ordered[1][1]):  # a tie: no side is the odd one
+                odd = [log for _, side in ordered for log in side]
             found.append(
                 Finding(
                     KIND_NCCL_VERSION,

@@ -100,7 +100,7 @@ def _facts(proc: ProcLog, body: str) -> bool:
                 port = to.group("p1") or to.group("p2") or to.group("p3")
                 target = f"{host}:{port}"
             add_error(proc, ERR_REFUSED, body, target)
-    if "nforce fail" in body:
+    if "nforce fail" in body and "Unable to find address" not in body:  # that one: the interface
         enforce = f.ENFORCE.search(body)
         if enforce:
             add_error(proc, ERR_SIZE, enforce.group("what"), enforce.group("where"))

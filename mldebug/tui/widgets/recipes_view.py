@@ -29,11 +29,17 @@ def ranked(query: str, recipes):
     """The recipes that match `query`, best first; all of them for an empty query."""
     if not query.strip():
         return list(recipes)
+    from mldebug.explain.engine import explain_text
     from mldebug.recipes.search import search
 
     hits = search(query)
     # Weak matches (a common word or two) only bury the ones that answer the text.
-    return [hit.recipe for hit in hits if hit.score >= hits[0].score * RELEVANT] if hits else []
+    found = [hit.recipe for hit in hits if hit.score >= hits[0].score * RELEVANT] if hits else []
+    # A pasted log: what `mldebug explain` is sure it says goes first.
+    by_id = {recipe.id: recipe for recipe in recipes}
+    sure = [f.recipe for f in explain_text(query) if f.recipe in by_id and f.confidence >= 0.6]
+    first = [by_id[rid] for rid in dict.fromkeys(sure)]
+    return first + [recipe for recipe in found if recipe not in first]
 
 
 class RecipesView(Horizontal):

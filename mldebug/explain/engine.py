@@ -1,0 +1,291 @@
+"""Read every source, run every reader, rank what they found by how sure they are.
+
+The NCCL and Flight Recorder part is `mldebug.nccl.scan` (the same parser `mldebug nccl`
+and the TUI's NCCL tab use); the readers of `readers/` run over the same text as lines.
+Findings of both are put side by side, the ones a more specific reader says better are
+dropped, and the rest are sorted: most sure first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from mldebug import rundir
+from mldebug.explain.finding import (
+    KIND_CHILD_FAILED,
+    KIND_DUPLICATE_GPU,
+    KIND_NCCL_CUDA_OOM,
+    KIND_NCCL_ERROR,
+    KIND_PYTHON_ERROR,
+    KIND_SEQ_SPREAD,
+    KIND_TIMEOUT_SUSPECT,
+    Explained,
+)
+from mldebug.explain.readers import (
+    collectives,
+    devices,
+    elastic,
+    memory,
+    ncclerrors,
+    network,
+    stacks,
+    timeouts,
+    tracebacks,
+)
+from mldebug.explain.text import Line, normalised, ranks_seen, split_lines
+from mldebug.model import (
+    KIND_CONNECTION,
+    KIND_DIST_ERROR,
+    KIND_NCCL_INIT,
+    KIND_NCCL_NETWORK,
+    KIND_NCCL_TIMEOUT,
+    KIND_NCCL_VERSION,
+    KIND_NCCL_WARNING,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    Finding,
+)
+from mldebug.nccl import scan as nccl_scan
+from mldebug.nccl.logfacts import FileLog
+from mldebug.nccl.logparse import parse_bytes, rank_of_path
+
+MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
+MAX_TOTAL_BYTES = 128 << 20
+STDIN = "<stdin>"
+
+# How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
+NCCL_SURE = {
+    KIND_NCCL_TIMEOUT: 0.72,
+    KIND_NCCL_INIT: 0.7,
+    KIND_NCCL_NETWORK: 0.75,
+    KIND_NCCL_VERSION: 0.8,
+    KIND_CONNECTION: 0.66,
+    KIND_DIST_ERROR: 0.7,
+    KIND_NCCL_WARNING: 0.35,
+}
+FR_SURE = 0.85
+# The words of the lines a finding of mldebug.nccl rests on, by kind.
+NCCL_WORDS = {
+    KIND_NCCL_TIMEOUT: (
+        "Watchdog caught",
+        "timed out",
+        "last enqueued",
+        "watchdog got stuck",
+        "Heartbeat monitor",
+    ),
+    KIND_NCCL_INIT: ("Init START", "Init COMPLETE"),
+    KIND_NCCL_NETWORK: ("Using network", "NET/IB", "NET/Socket"),
+    KIND_NCCL_VERSION: ("NCCL version", "cudaDriverVersion"),
+    KIND_CONNECTION: ("onnection", "onnect", "clients joined"),
+    KIND_DIST_ERROR: ("Timed out waiting", "enforce fail", "monitoredBarrier", "NCCL error"),
+    KIND_NCCL_WARNING: ("NCCL WARN",),
+}
+ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+
+
+@dataclass
+class Source:
+    name: str
+    lines: int
+    bytes_read: int
+    truncated: bool = False
+
+
+@dataclass
+class Explanation:
+    sources: list[Source] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    findings: list[Explained] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    scan: nccl_scan.Scan = field(default_factory=nccl_scan.Scan)
+    lines: list[Line] = field(default_factory=list)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.sources) or bool(self.scan.dumps)
+
+    @property
+    def errors(self) -> bool:
+        return any(f.severity == SEVERITY_ERROR for f in self.findings)
+
+
+def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
+    words = NCCL_WORDS.get(finding.kind, ())
+    if finding.kind == KIND_NCCL_WARNING and "): " in finding.summary:
+        # "NCCL WARN on ranks.. (3x): <the message> -> ncclRemoteError": that message's lines
+        message = finding.summary.split("): ", 1)[1].split(" -> ")[0]
+        words = (message[:40],)
+    ranks = set(finding.ranks)
+    hits = [line for line in lines if any(w in line.text for w in words)]
+    mine = [line for line in hits if line.rank in ranks]
+    return mine + [line for line in hits if line not in mine]
+
+
+def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Explained]:
+    out = []
+    for finding in found:
+        if finding.kind.startswith("fr_"):
+            sure, cited = FR_SURE, []
+        else:
+            sure = NCCL_SURE.get(finding.kind, 0.5)
+            if finding.kind == KIND_NCCL_TIMEOUT and "never enqueued" in finding.summary:
+                sure = 0.88
+            if finding.kind == KIND_NCCL_VERSION and finding.severity != SEVERITY_ERROR:
+                sure = 0.4
+            cited = _cite(finding, lines)
+        explained = Explained(
+            finding.kind,
+            finding.summary,
+            sure,
+            finding.recipe,
+            ranks=finding.ranks,
+            severity=finding.severity,
+            detail=finding.detail,
+            location=finding.location,
+        ).cited(cited)
+        if finding.kind.startswith("fr_"):
+            explained = replace(explained, lines=tuple(d.path for d in dumps[:4]))
+        out.append(explained)
+    return out
+
+
+def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Explained]:
+    """mldebug.nccl's findings that one of explain's readers says better."""
+    kinds = {f.kind for f in mine}
+    kept = []
+    for f in theirs:
+        if f.kind == KIND_NCCL_TIMEOUT and kinds & {KIND_TIMEOUT_SUSPECT, KIND_SEQ_SPREAD}:
+            if "never enqueued" not in f.summary:
+                continue
+        if f.kind == KIND_DIST_ERROR and kinds & {
+            KIND_NCCL_ERROR,
+            KIND_DUPLICATE_GPU,
+            KIND_NCCL_CUDA_OOM,
+        }:
+            if "NCCL" in f.summary or "last error" in f.detail:
+                continue
+        kept.append(f)
+    return kept
+
+
+def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
+    """Every reader over `lines`, beside what mldebug.nccl found in the same text."""
+    mine: list[Explained] = []
+    # Progress bars split off the lines they were glued to stand between a message's lines:
+    # only the timeouts reader, which asks who was still busy, reads them.
+    text = [line for line in lines if not line.progress]
+    for reader in (collectives, network, ncclerrors, elastic, memory, devices, stacks):
+        mine += reader.read(text)
+    mine += timeouts.read(lines, scan.ranks)
+    theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
+    said = {where for f in mine for where in f.lines}
+    # A WARN line one of the readers explained is not a finding of its own.
+    theirs = [f for f in theirs if f.kind != KIND_NCCL_WARNING or not said & set(f.lines)]
+    claimed = {where for f in mine + theirs for where in f.lines}
+    found = _root_causes(mine + theirs + tracebacks.read(text, claimed))
+    return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
+
+
+def _waited_for(finding: Explained) -> bool:
+    """Does the finding name the ranks the others waited for (not those that waited)?"""
+    if finding.kind == KIND_TIMEOUT_SUSPECT:
+        return True
+    if finding.kind == KIND_NCCL_TIMEOUT:
+        return "never enqueued" in finding.summary
+    return finding.kind == KIND_DIST_ERROR and " did not" in finding.summary
+
+
+RECIPE_CRASH = "rank-crash"
+WAITED = "; the other ranks then waited for it"
+LAUNCHER_FOLLOWS = "; the launcher's failure follows it"
+
+
+def _root_causes(found: list[Explained]) -> list[Explained]:
+    """A traceback of the rank the others waited for, or of the rank torchelastic says
+    failed first, is the cause: it goes above the waiting and the summary."""
+    suspects = {r for f in found if _waited_for(f) for r in f.ranks}
+    failed = [f for f in found if f.kind == KIND_CHILD_FAILED and f.recipe == RECIPE_CRASH]
+    out = []
+    for f in found:
+        if f.kind == KIND_PYTHON_ERROR and (
+            (f.ranks and set(f.ranks) <= suspects) or (failed and not f.ranks)
+        ):
+            after = WAITED if suspects else LAUNCHER_FOLLOWS
+            f = replace(
+                f,
+                confidence=max(f.confidence, 0.9 if suspects else 0.7),
+                recipe=f.recipe or RECIPE_CRASH,
+                summary=f.summary + after,
+            )
+        out.append(f)
+    return out
+
+
+def _read_text(path: str) -> tuple[bytes, bool]:
+    data = rundir.read_head(path, MAX_SOURCE_BYTES + 1)
+    return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
+
+
+def _parsed(lines: list[Line], source: str, rank: int | None = None) -> FileLog:
+    """`mldebug.nccl`'s parse of the lines as explain cleaned them (prefixes it alone
+    knows, torch's `[Rank N]` on lines of one file, progress bars split off)."""
+    data = normalised(lines)  # the path's rank is already on the lines no prefix names
+    del rank
+    return FileLog(source, parse_bytes(data, source), len(data), len(lines))
+
+
+def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
+    """What `paths` (files, directories, run directories) and a paste on stdin say."""
+    result = Explanation()
+    files = [p for p in paths if p != "-"]
+    found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
+    result.problems += found.problems
+    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems)
+    total = 0
+    for log in found.logs:
+        if log.error is not None:
+            continue
+        if total >= MAX_TOTAL_BYTES:
+            result.problems.append(f"{log.path}: not read for explain (the total read is capped)")
+            continue
+        try:
+            data, cut = _read_text(log.path)
+        except OSError as error:
+            result.problems.append(f"{log.path}: {error.strerror or error}")
+            continue
+        total += len(data)
+        rank = rank_of_path(log.path)
+        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank)
+        scan.logs.append(_parsed(lines, log.path, rank))
+        result.lines += lines
+        result.sources.append(Source(log.path, data.count(b"\n"), len(data), cut))
+    if stdin is not None:
+        data = stdin[:MAX_SOURCE_BYTES]
+        if data.strip():
+            lines = split_lines(data.decode("utf-8", "replace"), STDIN)
+            scan.logs.append(_parsed(lines, STDIN))
+            result.lines += lines
+            result.sources.append(
+                Source(STDIN, data.count(b"\n"), len(data), len(stdin) > len(data))
+            )
+    nccl_scan.finish(scan)
+    for name in files:
+        if os.path.isdir(os.path.join(name, "ranks")):  # a run directory: ranks by pid
+            nccl_scan.join_pids(scan, rundir.RunPaths(Path(name)))
+    if any(p.rank is not None for log in scan.logs for p in log.procs):
+        nccl_scan.finish(scan)
+    result.scan = scan
+    result.ranks = ranks_seen(result.lines) | {r.rank for r in scan.ranks if r.rank is not None}
+    result.findings = run_readers(result.lines, scan)
+    return result
+
+
+def explain_text(text: str, source: str = STDIN) -> list[Explained]:
+    """The findings of one text (the TUI's search box, tests, the benchmark)."""
+    lines = split_lines(text, source)
+    scan = nccl_scan.Scan(logs=[_parsed(lines, source)])
+    nccl_scan.finish(scan)
+    return run_readers(lines, scan)

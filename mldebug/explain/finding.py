@@ -1,0 +1,79 @@
+"""What `mldebug explain` says: a finding with how sure it is, the lines it rests on, the
+fix, and what a fragment cannot tell. Converts to the `Finding` every view knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mldebug.model import SEVERITY_ERROR, Finding
+
+# Kinds of explain's own readers (the `kind` in --json); NCCL and Flight Recorder findings
+# keep the kinds of mldebug.model.
+KIND_COLLECTIVE_MISMATCH = "collective_mismatch"
+KIND_DDP_UNUSED = "ddp_unused_parameters"
+KIND_GLOO_INTERFACE = "gloo_interface"
+KIND_NCCL_INTERFACE = "nccl_interface"
+KIND_NCCL_ERROR = "nccl_error"
+KIND_DUPLICATE_GPU = "duplicate_gpu"
+KIND_NCCL_CUDA_OOM = "nccl_cuda_oom"
+KIND_NO_IB = "nccl_no_ib"
+KIND_TIMEOUT_SUSPECT = "timeout_suspect"
+KIND_WATCHDOG_STUCK = "watchdog_stuck"
+KIND_SEQ_SPREAD = "seq_spread"
+KIND_CHILD_FAILED = "child_failed"
+KIND_BROKEN_P2P = "broken_p2p"
+KIND_DEVICE_NOT_SET = "device_not_set"
+KIND_CUDA_OOM = "cuda_oom"
+KIND_LOSS_SCALE = "loss_scale_underflow"
+KIND_PYTHON_ERROR = "python_error"
+KIND_STACKS = "stacks"
+
+# The kinds only explain's readers make (the others are mldebug.nccl's and Flight Recorder's).
+EXPLAIN_KINDS = frozenset(
+    value for name, value in dict(globals()).items() if name.startswith("KIND_")
+)
+
+MAX_CITED = 64  # lines a finding rests on, kept (the report shows the first few)
+
+
+@dataclass(frozen=True)
+class Explained:
+    kind: str
+    summary: str  # one sentence a person can act on
+    confidence: float  # 0..1: how sure the reader is that this is the cause
+    recipe: str | None
+    fix: str = ""  # the first thing to do
+    ranks: tuple[int, ...] = ()
+    lines: tuple[str, ...] = ()  # "file:line" of the lines it rests on
+    note: str = ""  # what the fragment can and cannot tell
+    severity: str = SEVERITY_ERROR
+    detail: str = ""
+    location: str | None = None  # file:line in the user's code, where known
+
+    def cited(self, lines) -> Explained:
+        """This finding resting on `lines`: each once, in the order of their source."""
+        order: dict[str, int] = {}
+        for line in lines:
+            order.setdefault(line.source, len(order))
+        ranked = sorted(lines, key=lambda line: (order[line.source], line.number))
+        return replace(self, lines=tuple(dict.fromkeys(line.where for line in ranked))[:MAX_CITED])
+
+    def as_finding(self) -> Finding:
+        return Finding(
+            self.kind,
+            self.ranks,
+            self.summary,
+            location=self.location,
+            recipe=self.recipe,
+            detail=self.detail,
+            severity=self.severity,
+        )
+
+
+def sure_word(confidence: float) -> str:
+    if confidence >= 0.85:
+        return "high"
+    if confidence >= 0.6:
+        return "medium"
+    return "low"

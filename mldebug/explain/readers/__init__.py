@@ -1,0 +1,1 @@
+"""One module per kind of text: each `read(lines)` returns the `Explained` it can stand on."""
