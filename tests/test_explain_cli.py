@@ -65,7 +65,7 @@ def test_a_run_directory_is_read_with_the_nccl_reader():
     done = mldebug(str(DATA / "nccl" / "watchdog_2.4"))
     out = done.stdout.decode()
     assert done.returncode == 1, done.stderr
-    assert "rank 2 never enqueued ALLREDUCE SeqNum 57 of PG 0" in out
+    assert "rank 2 never called all_reduce #57; ranks 0-1,3" in out
 
 
 def test_flight_recorder_dumps_are_read():
