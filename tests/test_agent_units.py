@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import mldebug
-from mldebug import rankrules, rundir
+from mldebug import rankrules, safeio
 from mldebug.agent import collectives, events, heartbeat, importhook, memory, steps
 from mldebug.collect.agentstate import parse_state
 from mldebug.launch import env as envs
@@ -38,7 +38,7 @@ def event_log(tmp_path, monkeypatch):
     monkeypatch.setattr(events, "_writer", None)
     monkeypatch.setattr(events, "_failed", set())
     monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 3, rundir.open_append, lambda: 7)
+    events.configure(path, 3, safeio.open_append, lambda: 7)
 
     def lines():
         if not path.exists():
@@ -91,7 +91,7 @@ def test_an_events_file_that_cannot_be_written_loses_lines_quietly(tmp_path, mon
     monkeypatch.setattr(events, "_writer", None)
     path = tmp_path / "events.jsonl"
     path.mkdir()  # a directory where the file should be
-    events.configure(path, 0, rundir.open_append)
+    events.configure(path, 0, safeio.open_append)
     assert events.emit("oom", "x") is False and events.emit("oom", "y") is False
     assert capsys.readouterr().err == ""
     path.rmdir()
@@ -577,7 +577,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
     its real OOM message ('Tried to allocate 400.00 GiB ... of which 138.40 GiB is free')."""
     snapshot = pickle.loads((GPU_DATA / "memory_snapshot.pickle").read_bytes())
     torch, observers, queued, summary = oom_torch(tmp_path, snapshot)
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=rundir, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     assert observers == [] and len(queued) == 1  # attached when CUDA initialises, not before
     queued[0]()
@@ -601,7 +601,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
 
 def test_an_oom_without_recorded_history_writes_no_snapshot(tmp_path, event_log):
     torch, observers, queued, _ = oom_torch(tmp_path, {"segments": [], "device_traces": [[]]})
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=rundir, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     queued[0]()
     observers[0](0, 1 << 30, 0, 0)
@@ -612,7 +612,7 @@ def test_an_oom_without_recorded_history_writes_no_snapshot(tmp_path, event_log)
 # ---------------------------------------------------------------------------- heartbeat
 
 
-def beat(path, write_json=rundir.write_json_atomic, interval=0.05):
+def beat(path, write_json=safeio.write_json_atomic, interval=0.05):
     tracer, _ = make_tracer()
     reduce = traced(tracer, "all_reduce", all_reduce)
     reduce(FakeTensor(8))
@@ -663,7 +663,7 @@ def test_a_full_disk_skips_heartbeats_and_says_so_once_in_events(tmp_path, event
     def write_json(path, data):
         if full[0]:
             raise OSError(errno.ENOSPC, "No space left on device")
-        rundir.write_json_atomic(path, data)
+        safeio.write_json_atomic(path, data)
 
     hb = beat(tmp_path / "state.json", write_json)
     assert not hb.write_once() and not hb.write_once()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_agent_verdict import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.agent import events, flight, heartbeat
 from mldebug.collect.agentstate import parse_state
 from mldebug.model import (
@@ -42,7 +42,7 @@ def event_log(tmp_path, monkeypatch):
     monkeypatch.setattr(events, "_writer", None)
     monkeypatch.setattr(events, "_failed", set())
     monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 0, rundir.open_append, lambda: 3)
+    events.configure(path, 0, safeio.open_append, lambda: 3)
     return lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

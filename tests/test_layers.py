@@ -86,7 +86,12 @@ def test_the_in_rank_side_imports_nothing_of_the_outside():
     edges = graph()
     for module in layer(edges, "mldebug.agent") + layer(edges, "mldebug.hooks"):
         outside = {m for m in edges[module] if not m.startswith(("mldebug.agent", "mldebug.hooks"))}
-        assert outside <= {"mldebug.rundir", "mldebug.rankrules"}, (module, outside)
+        assert outside <= {
+            "mldebug.rundir",
+            "mldebug.safeio",
+            "mldebug.procfs",
+            "mldebug.rankrules",
+        }, (module, outside)
         source = (PACKAGE.parent / (module.replace(".", "/"))).with_suffix(".py")
         if not source.exists():
             source = PACKAGE.parent / module.replace(".", "/") / "__init__.py"
@@ -96,7 +101,14 @@ def test_the_in_rank_side_imports_nothing_of_the_outside():
 def test_the_doctor_and_the_recipes_import_only_the_basics():
     # Checks of the machine and the guides: no analysis, no views, no torch in-process.
     edges = graph()
-    basics = ("mldebug.doctor", "mldebug.recipes", "mldebug.rundir", "mldebug.textsafe")
+    basics = (
+        "mldebug.doctor",
+        "mldebug.recipes",
+        "mldebug.rundir",
+        "mldebug.safeio",
+        "mldebug.procfs",
+        "mldebug.textsafe",
+    )
     for module in layer(edges, "mldebug.doctor") + layer(edges, "mldebug.recipes"):
         assert {m for m in edges[module] if not m.startswith(basics)} == set(), module
         source = PACKAGE.parent / module.replace(".", "/")
@@ -197,7 +209,15 @@ def test_the_multi_node_front_end_imports_no_views():
 def test_the_nccl_readers_import_only_the_model_and_plain_helpers():
     # mldebug.nccl reads files and compares ranks: no views, no collectors, no launcher.
     edges = graph()
-    allowed = {"mldebug", "mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
+    allowed = {
+        "mldebug",
+        "mldebug.model",
+        "mldebug.ranges",
+        "mldebug.rundir",
+        "mldebug.safeio",
+        "mldebug.procfs",
+        "mldebug.textsafe",
+    }
     for module in layer(edges, "mldebug.nccl"):
         outside = {m for m in edges[module] if not m.startswith("mldebug.nccl")}
         assert outside <= allowed, (module, outside)

@@ -14,7 +14,7 @@ import time
 import pytest
 from test_nccl_flight import FLIGHT
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.agent import events
 from mldebug.agent.flight import FlightDumps
 from mldebug.launch import env as envs
@@ -30,7 +30,7 @@ def event_log(tmp_path, monkeypatch):
     monkeypatch.setattr(events, "_writer", None)
     monkeypatch.setattr(events, "_failed", set())
     monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 0, rundir.open_append, lambda: 3)
+    events.configure(path, 0, safeio.open_append, lambda: 3)
     return lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -57,7 +57,7 @@ class Torch:
 
 @pytest.fixture
 def fr(tmp_path):
-    return rundir.make_private_dir(tmp_path / "fr")
+    return safeio.make_private_dir(tmp_path / "fr")
 
 
 def test_no_request_no_dump_and_a_request_is_served_once(fr):

@@ -257,7 +257,8 @@ def test_the_live_view_reads_moving_ranks_only_when_looked_at_or_told_to_watch_a
     from pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
     from mldebug.model import JobTargets, RankTarget
-    from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+    from mldebug.rundir import RunPaths
+    from mldebug.safeio import make_private_dir, write_json_atomic
 
     paths = RunPaths(make_private_dir(tmp_path / "run"))
     make_private_dir(paths.ranks_dir)

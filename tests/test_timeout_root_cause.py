@@ -25,7 +25,8 @@ import pytest
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.failures import Failure, format_report
 from mldebug.launch.timeouts import Place, explain, timeout_of
-from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+from mldebug.rundir import RunPaths
+from mldebug.safeio import make_private_dir, write_json_atomic
 
 GLOO = (
     "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms "

@@ -14,7 +14,8 @@ import textwrap
 import threading
 import time
 
-from mldebug.rundir import RunPaths, hostname, proc_start_ticks
+from mldebug.procfs import proc_start_ticks
+from mldebug.rundir import RunPaths, hostname
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

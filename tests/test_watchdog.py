@@ -21,7 +21,8 @@ import pytest
 
 from mldebug.launch.watchdog import ON_HANG_KEEP, ON_HANG_STOP, HangWatchdog, progress_token
 from mldebug.model import Finding, JobSnapshot
-from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+from mldebug.rundir import RunPaths
+from mldebug.safeio import make_private_dir, write_json_atomic
 
 VERDICT = "rank 1 is not in the all_reduce that ranks 0,2-3 wait in"
 

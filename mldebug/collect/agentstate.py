@@ -20,7 +20,8 @@ from mldebug.model import (
     MemoryReading,
     RankTarget,
 )
-from mldebug.rundir import RunPaths, read_json
+from mldebug.rundir import RunPaths
+from mldebug.safeio import read_json
 
 MAX_STATE_BYTES = 1 << 20
 MAX_GROUPS = 64

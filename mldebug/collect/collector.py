@@ -48,7 +48,7 @@ from mldebug.model import (
     RankTarget,
     StackSample,
 )
-from mldebug.rundir import pid_alive
+from mldebug.procfs import pid_alive
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
 # Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make

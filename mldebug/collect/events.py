@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
 from mldebug.model import RankEvent
 from mldebug.rundir import RunPaths
@@ -119,7 +119,7 @@ def parse_event_line(rank: int, line: str) -> RankEvent | None:
 
 def _lines(path: Path, max_bytes: int) -> list[str]:
     try:
-        data, start = rundir.read_tail(path, max_bytes)
+        data, start = safeio.read_tail(path, max_bytes)
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").split("\n")
@@ -154,7 +154,7 @@ class EventsReader:
 
     def read(self, root: str | os.PathLike | None) -> tuple[tuple[RankEvent, ...], int]:
         """(events oldest first, the newest MAX_EVENTS; lines that were not events)."""
-        if root is None or not rundir.is_private_dir(root):
+        if root is None or not safeio.is_private_dir(root):
             return (), 0
         paths = RunPaths(Path(root))
         ranks = paths.rank_ids()[:MAX_RANK_DIRS]

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 from mldebug.doctor.check import FAIL, OK, WARN, Check, Probe
-from mldebug.rundir import read_head, runs_root
+from mldebug.rundir import runs_root
+from mldebug.safeio import read_head
 from mldebug.textsafe import one_line
 
 CAP_SYS_PTRACE = 19  # linux/capability.h

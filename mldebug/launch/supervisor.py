@@ -60,18 +60,9 @@ from mldebug.launch.timeouts import (
     timeout_of,
 )
 from mldebug.launch.watchdog import HangWatchdog
-from mldebug.rundir import (
-    STATUS_FAILED,
-    STATUS_INTERRUPTED,
-    STATUS_SUCCEEDED,
-    UntrustedDirError,
-    hostname,
-    make_private_dir,
-    proc_start_ticks,
-    proc_stat,
-    read_json,
-    read_tail,
-)
+from mldebug.procfs import proc_start_ticks, proc_stat
+from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, hostname
+from mldebug.safeio import UntrustedDirError, make_private_dir, read_json, read_tail
 
 POLL_INTERVAL = 0.1
 HANG_EXIT_CODE = 124  # the job was stopped by --on-hang stop (as timeout(1) says)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
 from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
 from mldebug.collect.events import read_event_file
@@ -42,7 +42,7 @@ def _size(path: Path) -> int:
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
     """The last lines of a file (decoded leniently); [] when it cannot be read."""
     try:
-        data, start = rundir.read_tail(path, max_bytes)
+        data, start = safeio.read_tail(path, max_bytes)
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace")
