@@ -1,4 +1,4 @@
-"""The verdict: findings from what each rank is doing (pure functions over RankViews).
+"""The stack verdict: findings from what each rank is doing (pure functions over RankViews).
 
 The reasoning is the one a person does over N walls of frames: ranks that wait in a
 collective wait for someone; whoever is elsewhere is the one they wait for (outlier); ranks
@@ -12,23 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.frames import is_rendezvous
-from mldebug.analysis.memory import memory_findings
-from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence_verdict
+from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
     KIND_CRASH,
     KIND_ENDED,
-    KIND_FROZEN,
     KIND_HANG,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
     KIND_MISMATCH,
     KIND_MISSING,
-    KIND_NONFINITE,
     KIND_OUTLIER,
     KIND_PROGRESSING,
     KIND_RENDEZVOUS,
@@ -47,31 +41,12 @@ from mldebug.model import (
     Finding,
     FindingPart,
     RankCrash,
-    RankEvent,
     RankView,
 )
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import frame_label
 from mldebug.wording import ranks_text, verb
 
-_SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
-_KIND_ORDER = (
-    KIND_CRASH,
-    KIND_NONFINITE,
-    KIND_MISSING,
-    KIND_FROZEN,
-    KIND_OUTLIER,
-    KIND_MISMATCH,
-    KIND_RENDEZVOUS,
-    KIND_HANG,
-    KIND_UNREADABLE,
-    KIND_STUCK,
-    KIND_THREADS,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
-    KIND_PROGRESSING,
-    KIND_ENDED,
-)
 MAX_THREAD_FINDINGS = 3
 
 
@@ -442,29 +417,26 @@ def _thread_findings(differences: list[ThreadDifference]) -> list[Finding]:
     return findings
 
 
-def find_problems(
+def stack_findings(
     views: Sequence[RankView],
-    world_size: int | None = None,
-    failures: dict[int, str] | None = None,
-    crashes: Sequence[RankCrash] = (),
-    sequence: SequenceVerdict | None = None,
-    events: Sequence[RankEvent] = (),
-) -> tuple[Finding, ...]:
-    """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
-    `crashes`: how ranks ended badly, earliest first (from the run directory); `sequence`:
-    what the agents' collective counts say (analysis.sequence), computed when not given;
-    `events`: what the agents wrote in events.jsonl (the origin of a NaN/Inf)."""
+    world_size: int | None,
+    failures: dict[int, str],
+    crashes: Sequence[RankCrash],
+    sequence: SequenceVerdict,
+) -> list[Finding]:
+    """The verdict from what the ranks are doing: crashes, missing and unreadable ranks, the
+    agents' findings (`sequence`, with the threads a rank lost), frozen ranks, then the
+    stack reasoning over the ranks those do not account for. Unsorted."""
     crash = _crash(views, crashes)
     alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
     findings = (
         crash
         + (_missing(views, world_size, alive) if alive or not crash else [])
-        + _unreadable(views, failures or {})
+        + _unreadable(views, failures)
     )
     # The ranks' agents first: their count of collectives says who waits for whom whatever
     # the stacks show. The stacks judge the ranks these findings do not account for.
-    sequence = sequence if sequence is not None else sequence_verdict(views)
     frozen = frozen_findings(views)
     missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
@@ -497,12 +469,4 @@ def find_problems(
             findings += _outliers(elsewhere, groups, severity, threads, used)
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
-    findings += _thread_findings([d for d in threads if d not in used])
-    findings += nonfinite_findings(events) + memory_findings(views)
-    findings.sort(
-        key=lambda f: (
-            _SEVERITY_ORDER.get(f.severity, 3),
-            _KIND_ORDER.index(f.kind) if f.kind in _KIND_ORDER else 99,
-        )
-    )
-    return tuple(findings)
+    return findings + _thread_findings([d for d in threads if d not in used])

@@ -12,6 +12,7 @@ from textual.widgets.option_list import Option
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
+from mldebug.wording import severity_mark
 
 NO_FILES = (
     "No NCCL log files in this run. Start it with `mldebug run --nccl-debug INFO ...` and each "
@@ -27,7 +28,7 @@ def report_text(files: RunFiles) -> Text:
     """The findings (plain Text: every word comes from a file) and the ranks' summaries."""
     text = Text()
     for finding in files.nccl_findings:
-        mark = "✖" if finding.severity == SEVERITY_ERROR else "▲"
+        mark = severity_mark(finding.severity)
         text.append(f"{mark} {one_line(finding.summary)}", STYLES.get(finding.severity, ""))
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", "cyan")
