@@ -15,7 +15,7 @@ import pytest
 from test_nccl_flight import FLIGHT
 
 from mldebug import safeio
-from mldebug.agent import events
+from mldebug.agent import eventlog
 from mldebug.agent.flight import FlightDumps
 from mldebug.launch import env as envs
 from mldebug.launch.flight import request_dumps, wait_for_dumps
@@ -27,10 +27,10 @@ REAL = (FLIGHT / "behind" / "comm_lib_trace_rank_1").read_bytes()
 @pytest.fixture
 def event_log(tmp_path, monkeypatch):
     path = tmp_path / "events.jsonl"
-    monkeypatch.setattr(events, "_writer", None)
-    monkeypatch.setattr(events, "_failed", set())
-    monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 0, safeio.open_append, lambda: 3)
+    monkeypatch.setattr(eventlog, "_writer", None)
+    monkeypatch.setattr(eventlog, "_failed", set())
+    monkeypatch.setattr(eventlog, "_faults", frozenset())
+    eventlog.configure(path, 0, safeio.open_append, lambda: 3)
     return lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

@@ -238,7 +238,7 @@ class _Runtime:
     `mldebug.step()` (through `set_step`)."""
 
     def __init__(self, rank, paths, safeio, rankrules) -> None:
-        from . import events
+        from . import eventlog
         from .collectives import Tracer
         from .heartbeat import Heartbeat, interval_from
         from .memory import Memory
@@ -254,7 +254,7 @@ class _Runtime:
         )  # memory.py names its safe-I/O module `rundir`
         self.steps = Steps(on_change=self.memory.on_step)
         self.tracer = Tracer(rankrules)
-        events.configure(
+        eventlog.configure(
             paths.events_file(rank), rank, safeio.open_append, lambda: self.steps.value
         )
         self.heartbeat = Heartbeat(
@@ -324,12 +324,12 @@ def _start_parts(rank, paths, safeio, rankrules) -> None:
     agent_error event and a stderr line) and the others go on. A new part (the NaN/Inf
     hooks of agent/anomaly.py) adds its `(name, start)` pair to PARTS below."""
     global _runtime
-    from . import events
+    from . import eventlog
 
     try:
         runtime = _Runtime(rank, paths, safeio, rankrules)
     except Exception as error:
-        events.fail("agent", error)
+        eventlog.fail("agent", error)
         return
     PARTS = [
         ("collectives", _start_collectives),
@@ -343,7 +343,7 @@ def _start_parts(rank, paths, safeio, rankrules) -> None:
         try:
             start(runtime)
         except Exception as error:
-            events.fail(name, error)
+            eventlog.fail(name, error)
     os.register_at_fork(after_in_child=runtime.forked)
     _runtime = runtime
 

@@ -23,7 +23,7 @@ import stat
 import sys
 import time
 
-from .events import fail, fault_point
+from .eventlog import fail, fault_point
 
 PART = "flight_recorder"
 PENDING_INTERVALS = 2

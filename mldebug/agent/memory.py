@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 
-from .events import emit, fail, fault_point
+from .eventlog import emit, fail, fault_point
 
 PART = "memory"
 HISTORY_LEN = 64
