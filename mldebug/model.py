@@ -161,7 +161,7 @@ class JobReadings:
     notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
     # rank pid -> its agent's state.json as read at this poll (ranks that have one)
     agents: Mapping[int, AgentState] = field(default_factory=dict)
-    # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.events)
+    # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.eventfiles)
     events: tuple[RankEvent, ...] = ()
 
 

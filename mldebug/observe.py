@@ -18,7 +18,7 @@ from mldebug.analysis.workers import waits_for_workers, with_workers
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
-from mldebug.collect.events import EventsReader
+from mldebug.collect.eventfiles import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
 
 

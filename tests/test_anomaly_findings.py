@@ -1,4 +1,4 @@
-"""From the agents' `nonfinite` events to a finding (mldebug/collect/events.py,
+"""From the agents' `nonfinite` events to a finding (mldebug/collect/eventfiles.py,
 mldebug/analysis/events.py): read bounded from the run directory, the origin told apart from
 the ranks that only received the NaN, and shown by `dump` (text and --json).
 
@@ -11,8 +11,8 @@ import os
 
 from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.snapshot import build_snapshot
-from mldebug.collect import events as collect_events
-from mldebug.collect.events import EventsReader, parse_event_line
+from mldebug.collect import eventfiles
+from mldebug.collect.eventfiles import EventsReader, parse_event_line
 from mldebug.model import KIND_NONFINITE, SEVERITY_ERROR, RankTarget
 from mldebug.report.jsonout import snapshot_to_json
 from mldebug.report.text import render_text
@@ -119,10 +119,8 @@ def test_the_reader_reads_each_file_from_its_end_and_again_only_when_it_grew(tmp
     found, bad = reader.read(root)
     assert [e.rank for e in found] == [0, 1] and bad == 1
     reads = []
-    real = collect_events.read_event_file
-    monkeypatch.setattr(
-        collect_events, "read_event_file", lambda *a: reads.append(a[0]) or real(*a)
-    )
+    real = eventfiles.read_event_file
+    monkeypatch.setattr(eventfiles, "read_event_file", lambda *a: reads.append(a[0]) or real(*a))
     assert reader.read(root)[0] == found and reads == []
     with open(root / "ranks" / "0" / "events.jsonl", "a") as handle:
         handle.write(json.dumps(LATER) + "\n")

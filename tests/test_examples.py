@@ -18,7 +18,7 @@ import pytest
 from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.memory import MiB, growth
 from mldebug.collect.agentstate import read_state
-from mldebug.collect.events import EventsReader
+from mldebug.collect.eventfiles import EventsReader
 from mldebug.rundir import hostname, read_manifest
 
 pytestmark = pytest.mark.multirank

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from mldebug.collect.events import parse_time
+from mldebug.collect.eventfiles import parse_time
 from mldebug.model import (
     AgentState,
     CollectiveCall,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
-from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
-from mldebug.collect.events import read_event_file
+from mldebug.collect.eventfiles import parse_event_line as parse_event_line  # one parser, here too
+from mldebug.collect.eventfiles import read_event_file
 from mldebug.model import Finding, LogTail, RankEvent, RunFiles
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.follow import RunFollower
