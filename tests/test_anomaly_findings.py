@@ -1,5 +1,5 @@
 """From the agents' `nonfinite` events to a finding (mldebug/collect/eventfiles.py,
-mldebug/analysis/events.py): read bounded from the run directory, the origin told apart from
+mldebug/analysis/nonfinite.py): read bounded from the run directory, the origin told apart from
 the ranks that only received the NaN, and shown by `dump` (text and --json).
 
 The lines below are what the agent wrote for examples/nan_loss.py on 2 gloo ranks."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from mldebug.analysis.events import nonfinite_findings
+from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect import eventfiles
 from mldebug.collect.eventfiles import EventsReader, parse_event_line

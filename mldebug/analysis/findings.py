@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.memory import memory_findings
+from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
 from mldebug.model import (
