@@ -152,7 +152,7 @@ def test_dump_shows_the_origin_in_text_and_json():
 
 
 def test_the_anomalies_tab_lists_the_origin_first():
-    """attach draws the same findings (its poller goes through mldebug.observe)."""
+    """attach draws the same findings (its poller goes through mldebug.observe.pyspy)."""
     import asyncio
 
     from textual.widgets import DataTable

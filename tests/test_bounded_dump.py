@@ -22,7 +22,7 @@ from mldebug.collect import collector as collector_module
 from mldebug.collect import workers
 from mldebug.commands import dump as dump_command
 from mldebug.model import STATE_STUCK, STATE_UNREADABLE, JobTargets, RankTarget
-from mldebug.observe import JobObserver, observe_once
+from mldebug.observe.pyspy import JobObserver, observe_once
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

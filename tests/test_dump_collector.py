@@ -9,7 +9,7 @@ import pytest
 from pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
 from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN, JobTargets, RankTarget
-from mldebug.observe import JobObserver
+from mldebug.observe.pyspy import JobObserver
 from mldebug.rundir import RunPaths
 from mldebug.safeio import make_private_dir, write_json_atomic
 from mldebug.targets import resolve_targets

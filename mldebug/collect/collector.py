@@ -1,7 +1,7 @@
 """Read a whole job's stacks: py-spy on every rank in parallel, a few rounds per poll.
 
 The collector reads and nothing more: what a poll read comes back as `JobReadings` (model),
-and the orchestrator (mldebug.observe) hands it to the analysis. One poll is a `StackPoll`,
+and the orchestrator (mldebug.observe.pyspy) hands it to the analysis. One poll is a `StackPoll`,
 taken under the collector's lock: the rounds of stack readings, then (when the analysis asks
 for them) the DataLoader workers of some ranks, then `keep()`, which stores the readings that
 later polls compare with and returns what was read.

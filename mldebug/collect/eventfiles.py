@@ -1,6 +1,6 @@
 """Read what ranks' agents noticed: ranks/<rank>/events.jsonl (docs/agent.md), bounded.
 
-One parser for every reader (`dump` and the live view's verdict through mldebug.observe,
+One parser for every reader (`dump` and the live view's verdict through mldebug.observe.pyspy,
 the Anomalies tab through mldebug.live.runfiles). An event file is data from the rank: read
 through rundir (no symlink, regular file, capped from its end), each line a JSON object or
 skipped and counted; text made safe to show; a run directory others may write is not read.

@@ -202,7 +202,7 @@ def observe_job(job, args: argparse.Namespace):
     """`observe_once` of a job with the reading options of `dump` and `collect` (--native,
     --nonblocking, --samples, --interval, --timeout, --deadline): (snapshot, readings)."""
     from mldebug.collect.collector import MAX_PIDS, MAX_WORLD
-    from mldebug.observe import observe_once
+    from mldebug.observe.pyspy import observe_once
 
     return observe_once(
         job,

@@ -71,7 +71,7 @@ def check_gdb() -> None:
 def with_native(
     snapshot: JobSnapshot, readings, timeout: float, deadline: float
 ) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
-    from mldebug.observe_native import native_of_snapshot
+    from mldebug.observe.gdb import native_of_snapshot
 
     snapshot, dumps = native_of_snapshot(snapshot, readings, timeout=timeout, deadline=deadline)
     if dumps and all(d.failure == FAIL_PERMISSION for d in dumps):
@@ -106,7 +106,7 @@ def dump_cores(args, run_dir: str | None) -> int:
     """`mldebug dump --core ...`."""
     from pathlib import Path
 
-    from mldebug.observe_native import cores_of_run, observe_cores
+    from mldebug.observe.gdb import cores_of_run, observe_cores
 
     check_gdb()
     cores = list(args.core or [])

@@ -46,7 +46,7 @@ class LastWaits:
             return
         if not others_alive:
             return
-        from mldebug.observe import observe_once
+        from mldebug.observe.pyspy import observe_once
         from mldebug.targets import resolve_targets
 
         try:

@@ -86,7 +86,7 @@ def progress_token(paths: RunPaths) -> tuple:
 
 def dump_job(root: Path, deadline: float = DUMP_DEADLINE):
     """(snapshot, notes) of the job, as `mldebug dump --run ROOT` reads it."""
-    from mldebug.observe import observe_once
+    from mldebug.observe.pyspy import observe_once
     from mldebug.targets import resolve_targets
 
     snapshot, readings = observe_once(resolve_targets(run_dir=root), deadline=deadline)

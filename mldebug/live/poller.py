@@ -1,5 +1,5 @@
 """What the live view polls: a small protocol, and its real implementation, which follows
-the job's targets and looks at them through the orchestrator (mldebug.observe).
+the job's targets and looks at them through the orchestrator (mldebug.observe.pyspy).
 
 The app calls `poll()` from a worker thread, one call at a time, and never from the UI
 thread; `poll()` may block for as long as py-spy takes. Tests pass a fake with the same
@@ -155,7 +155,7 @@ class CollectorPoller:
         self._targets = self._with_ended(found, current)
 
     def _make(self, previous):
-        from mldebug.observe import JobObserver
+        from mldebug.observe.pyspy import JobObserver
 
         observer = JobObserver(
             self._targets,
@@ -224,7 +224,7 @@ class CollectorPoller:
     GDB_TIMEOUT = 60.0  # gdb loads libtorch's symbols on every attach (docs/gdb.md)
 
     def read_all_threads(self, rank: int) -> NativeDump | None:
-        from mldebug.observe_native import read_rank_threads
+        from mldebug.observe.gdb import read_rank_threads
 
         job = self._targets
         target = next((t for t in job.targets if t.rank == rank), None) if job else None
