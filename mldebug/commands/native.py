@@ -83,19 +83,20 @@ def with_native(
 
 def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest) -> None:
     """The report with the native part: `native` in JSON, a section after the text."""
+    from mldebug.analysis.native import group_threads
     from mldebug.report.native import native_section, native_to_json
 
     if as_json:
         from mldebug.report.jsonout import snapshot_to_json
 
         data = snapshot_to_json(snapshot)
-        data["native"] = native_to_json(dumps)
+        data["native"] = native_to_json(dumps, group_threads(dumps))
         write_out(json.dumps(data, indent=1) + "\n")
         return
     console = report_console()
     try:
         print_rest(console)
-        console.print(native_section(dumps, verbose=verbose))
+        console.print(native_section(dumps, group_threads(dumps), verbose=verbose))
     except BrokenPipeError:
         raise
     except OSError as error:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from mldebug.analysis.native import (
     align,
-    crash_findings,
+    core_verdict,
     group_threads,
+    placed,
     python_threads,
     thread_findings,
 )
@@ -32,10 +33,6 @@ from mldebug.errors import MldebugError, NoTargetError
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_TIMEOUT,
-    KIND_PROGRESSING,
-    KIND_STUCK,
-    KIND_UNREADABLE,
-    SEVERITY_ERROR,
     STATE_EXITED,
     STATE_MISSING,
     JobReadings,
@@ -224,7 +221,7 @@ def observe_cores(
                 dump,
                 threads=tuple(replace(t, crashed=t.lwp == info.crashed_tid) for t in dump.threads),
             )
-        dumps.append(dump)
+        dumps.append(placed(dump))
         pid = info.pid or -(len(targets) + 1)
         target = RankTarget(pid=pid, rank=rank, world_size=world, cmdline=info.command)
         targets.append(target)
@@ -246,28 +243,4 @@ def observe_cores(
     snapshot = build_snapshot(
         targets, samples, world, run_dir=str(root) if root else None, partial=True
     )
-    signals = {d.rank: d for d in dumps}
-    views = tuple(
-        replace(
-            v,
-            state=STATE_EXITED,
-            detail=f"died of {signals[v.rank].signal or 'a signal'} (core {signals[v.rank].core})",
-        )
-        if v.rank in signals
-        else v
-        for v in snapshot.ranks
-    )
-    # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
-    # by stack lists them once, as exited, with their signal and core.
-    groups = ()
-    kept = tuple(
-        f
-        for f in snapshot.findings
-        if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
-    )
-    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
-    # died; the crashes follow it, then everything else.
-    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
-    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
-    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
-    return replace(snapshot, ranks=views, groups=groups, findings=findings), tuple(dumps)
+    return core_verdict(snapshot, dumps), tuple(dumps)
