@@ -211,12 +211,12 @@ def serve_synthetic(count: int) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "tui"))
     from tui_fakes import FakePoller, hung_job
 
-    from mldebug.tui.app import AttachApp
+    from mldebug.commands.attach import live_app
 
     def make(tick: int):
         return hung_job(count, outlier=tick % count, tick=tick)
 
-    AttachApp(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
+    live_app(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
 
 
 def main() -> None:

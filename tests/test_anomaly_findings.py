@@ -157,7 +157,7 @@ def test_the_anomalies_tab_lists_the_origin_first():
 
     from textual.widgets import DataTable
 
-    from mldebug.tui.app import AttachApp
+    from mldebug.commands.attach import live_app
 
     targets = [RankTarget(pid=10 + r, rank=r, world_size=2) for r in (0, 1)]
     snap = build_snapshot(targets, {}, 2, events=[event(RECEIVED), event(ORIGIN)])
@@ -170,7 +170,7 @@ def test_the_anomalies_tab_lists_the_origin_first():
             return None
 
     async def look() -> list[str]:
-        app = AttachApp(Poller(), interval=3600)
+        app = live_app(Poller(), interval=3600)
         async with app.run_test(size=(160, 40)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -94,6 +94,7 @@ class JobCollector:
         max_world: int = MAX_WORLD,
         skip_moving: bool = False,
         slow_rotation: float = SLOW_ROTATION,
+        moved: Callable[[AgentState | None, AgentState | None], bool] | None = None,
     ):
         self.job = job_targets
         self.native = native
@@ -111,10 +112,13 @@ class JobCollector:
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
         self.skip_moving = skip_moving
+        # Whether a rank made progress between two of its states: the analysis' rule
+        # (analysis.progress.moved), handed in by the orchestrator; without it none moves.
+        self.moved = moved or (lambda before, after: False)
         self.slow_rotation = slow_rotation
         self._read_at: dict[int, float] = {}  # pid -> when its stack was last read (monotonic)
-        # pid -> (heartbeat time, progress, whether it moved at that heartbeat)
-        self._moves: dict[int, tuple[float, tuple, bool]] = {}
+        # pid -> (heartbeat time, the state then, whether it moved at that heartbeat)
+        self._moves: dict[int, tuple[float, AgentState, bool]] = {}
         self._moving: dict[int, bool] = {}  # pid -> moving at this poll's choice
         self._moving_at_read: dict[int, bool] = {}  # pid -> moving when last read
         self._agents: dict[int, AgentState] = {}  # pid -> this poll's state.json
@@ -289,10 +293,10 @@ class JobCollector:
         if seen is None:
             moved = False  # a first reading: moved from what?
         elif state.time != seen[0]:
-            moved = state.progress != seen[1]
+            moved = self.moved(seen[1], state)
         else:
             moved = seen[2]
-        self._moves[target.pid] = (state.time, state.progress, moved)
+        self._moves[target.pid] = (state.time, state, moved)
         interval = state.interval or 1.0
         return moved and wall - state.time <= max(FRESH_MIN_SECONDS, FRESH_INTERVALS * interval)
 

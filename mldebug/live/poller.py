@@ -1,10 +1,11 @@
-"""What the live view polls: a small protocol, and its real implementation, which follows
-the job's targets and looks at them through the orchestrator (mldebug.observe.pyspy).
+"""What the live view polls: the real implementation of the app's `Poller` protocol
+(mldebug.tui.feeds), which follows the job's targets and looks at them through the
+orchestrator (mldebug.observe.pyspy).
 
 The app calls `poll()` from a worker thread, one call at a time, and never from the UI
 thread; `poll()` may block for as long as py-spy takes. Tests pass a fake with the same
-three members. A poller may also have `focus(ranks)`: the ranks a person looks at now (the
-rank screen), whose stacks are read at every poll however they move.
+members. `focus(ranks)`: the ranks a person looks at now (the rank screen), whose stacks
+are read at every poll however they move.
 """
 
 from __future__ import annotations
@@ -14,41 +15,11 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
 
 from mldebug import rundir
 from mldebug.collect.crashes import with_crashes
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, NativeDump, StackSample
 from mldebug.targets import manifest_exit_codes
-
-
-@runtime_checkable
-class Poller(Protocol):
-    def poll(self) -> JobSnapshot:
-        """Read the job once. Must not raise for a problem with one rank."""
-        ...
-
-    def read_native(self, rank: int) -> StackSample | None:
-        """One reading of one rank with native (C/C++) frames; None for an unknown rank.
-
-        Native reads are slow (seconds on a process that loaded libtorch), so the app asks
-        for them only for the ranks on screen, in their own worker, never in the live poll.
-        """
-        ...
-
-    def read_all_threads(self, rank: int) -> NativeDump | None:
-        """Every thread of one rank with gdb (native frames, lined up with the rank's last
-        py-spy reading); None for an unknown rank. Slow: asked for off the UI thread."""
-        ...
-
-    def focus(self, ranks: Iterable[int]) -> None:
-        """The ranks a detail screen shows (none: empty): their stacks are read at every
-        poll, even while their agents say they move. Cheap; called on the UI thread."""
-        ...
-
-    def close(self) -> None:
-        """Release what the poller holds; called once when the app ends."""
-        ...
 
 
 def with_run_outcome(job: JobTargets) -> JobTargets:

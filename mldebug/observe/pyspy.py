@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mldebug.analysis import progress
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.analysis.workers import waits_for_workers, with_workers
 from mldebug.collect.agentstate import read_states
@@ -31,7 +32,7 @@ class JobObserver:
     """
 
     def __init__(self, job_targets: JobTargets, **options) -> None:
-        self.collector = JobCollector(job_targets, **options)
+        self.collector = JobCollector(job_targets, moved=progress.moved, **options)
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
 
