@@ -675,3 +675,47 @@ async def test_the_ranks_on_a_detail_screen_are_focused_while_it_is_shown(poller
     # THEN the poller was told which ranks were looked at, and when none was any more
     # (the prompt that asks which rank to compare with keeps rank 1 focused meanwhile)
     assert poller.focused == [(1,), (1,), (1, 3), (1,), ()]
+
+
+async def test_mldebugs_own_collective_wrapper_folds_like_a_library_frame():
+    # GIVEN a job traced by mldebug's agent: between the user's average_gradients and
+    # torch's all_reduce sits the agent's wrapper (mldebug/agent/collectives.py), as in
+    # `mldebug demo`; the real analysis builds the snapshot
+    from tui_fakes import C10D, LOGGER, MAIN, SCRIPT, TRAIN, samples_of
+
+    import mldebug.agent.collectives as collectives
+    from mldebug.analysis.snapshot import build_snapshot
+    from mldebug.model import Frame, RankTarget
+
+    average = Frame("average_gradients", SCRIPT, 33)
+    ours = Frame("_traced.<locals>.wrapper", collectives.__file__, 475)
+    waiting = (
+        MAIN,
+        TRAIN,
+        average,
+        ours,
+        Frame("wrapper", LOGGER, 81),
+        Frame("all_reduce", C10D, 2806),
+    )
+    outlier = (MAIN, TRAIN, Frame("next_batch", SCRIPT, 20))
+
+    def make(tick):
+        targets = [RankTarget(pid=100 + r, rank=r, world_size=3) for r in range(3)]
+        samples = {
+            t.pid: samples_of(t, outlier if t.rank == 1 else waiting, t.rank == 1, 1 << 20, tick)
+            for t in targets
+        }
+        return build_snapshot(targets, samples, world_size=3, now=FIXED_TIME + 1)
+
+    app = live_app(FakePoller(make), interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        labels = tree_labels(app.query_one(StackTree))
+        # THEN the tree goes from the user's line straight to torch's collective, the two
+        # wrappers folded and counted, as the text report shows it
+        assert not any("collectives.py" in label for label in labels), labels
+        assert any(
+            label.startswith("(2 library frames) all_reduce") and "[0,2]" in label
+            for label in labels
+        ), labels
+        assert any(label.startswith("average_gradients") for label in labels), labels
