@@ -208,8 +208,8 @@ def agent_case(count: int, seconds: float, warmup: float) -> None:
 
 def serve_synthetic(count: int) -> None:
     """The TUI over a fake poller (the same synthetic job the tests use)."""
-    sys.path.insert(0, str(ROOT / "tests" / "tui"))
-    from tui_fakes import FakePoller, hung_job
+    sys.path.insert(0, str(ROOT / "tests"))
+    from testkit.tui_fakes import FakePoller, hung_job
 
     from mldebug.commands.attach import live_app
 

@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from test_agent_verdict import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
+from testkit.agent_states import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
 
 from mldebug import safeio
 from mldebug.agent import eventlog, flight, heartbeat

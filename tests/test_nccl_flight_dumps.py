@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
-from test_nccl_flight import FLIGHT
 
 from mldebug import safeio
 from mldebug.agent import eventlog
@@ -20,6 +20,8 @@ from mldebug.agent.flight import FlightDumps
 from mldebug.launch import env as envs
 from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.nccl.flight import read_flight_dump
+
+FLIGHT = Path(__file__).parent / "data" / "flight"  # recorded Flight Recorder dumps
 
 REAL = (FLIGHT / "behind" / "comm_lib_trace_rank_1").read_bytes()
 

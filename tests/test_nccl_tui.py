@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 from pathlib import Path
 
+from testkit.tui_fakes import FakePoller
 from textual.widgets import Log, Static
 
-sys.path.insert(0, str(Path(__file__).parent / "tui"))
-
-from tui_fakes import FakePoller  # noqa: E402
-
-from mldebug.commands.attach import live_app  # noqa: E402
+from mldebug.commands.attach import live_app
 
 DATA = Path(__file__).parent / "data" / "nccl"
 

@@ -5,8 +5,8 @@ the snapshots come from the real analysis (build_snapshot)."""
 
 from __future__ import annotations
 
+from testkit.tui_fakes import FIXED_TIME, MAIN, SCRIPT, TRAIN, FakePoller, samples_of
 from textual.widgets import DataTable
-from tui_fakes import FIXED_TIME, MAIN, SCRIPT, TRAIN, FakePoller, samples_of
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.commands.attach import live_app

@@ -10,8 +10,8 @@ import time
 from dataclasses import replace
 
 import pytest
+from testkit.tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 from textual.widgets import DataTable, Input, Log, TabbedContent
-from tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 
 from mldebug.commands.attach import live_app
 from mldebug.live.sources import SourceLines
@@ -681,7 +681,7 @@ async def test_mldebugs_own_collective_wrapper_folds_like_a_library_frame():
     # GIVEN a job traced by mldebug's agent: between the user's average_gradients and
     # torch's all_reduce sits the agent's wrapper (mldebug/agent/collectives.py), as in
     # `mldebug demo`; the real analysis builds the snapshot
-    from tui_fakes import C10D, LOGGER, MAIN, SCRIPT, TRAIN, samples_of
+    from testkit.tui_fakes import C10D, LOGGER, MAIN, SCRIPT, TRAIN, samples_of
 
     import mldebug.agent.collectives as collectives
     from mldebug.analysis.snapshot import build_snapshot

@@ -1,7 +1,7 @@
 """`mldebug attach` never waits on a stuck read: quitting is immediate, a poll has a deadline,
 and FIFOs in the run directory neither hang a poll nor keep the app from quitting.
 
-py-spy is replaced by a fake (tests/pyspy_fakes.py); the poller, collector and analysis
+py-spy is replaced by a fake (tests/testkit/pyspy_fakes.py); the poller, collector and analysis
 are the real ones.
 """
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspy_fakes import fake_pyspy, sleepers, stop
+from testkit.pyspy_fakes import fake_pyspy, sleepers, stop
 from textual.widgets import DataTable
 
 from mldebug.commands.attach import live_app

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from test_hostile_text import CONTROLS, HOSTILE, hostile_job, hostile_text, user_file
+from testkit.hostile import CONTROLS, HOSTILE, hostile_job, hostile_text, user_file
+from testkit.tui_fakes import FIXED_TIME, FakePoller
 from textual.widgets import Input
-from tui_fakes import FIXED_TIME, FakePoller
 
 from mldebug.analysis.frames import is_library_file
 from mldebug.commands.attach import live_app

@@ -3,8 +3,8 @@ what the user types or pastes. Driven with Pilot over snapshots made by the real
 
 from __future__ import annotations
 
+from testkit.tui_fakes import FIXED_TIME, OUTLIER, FakePoller, samples_of
 from textual.widgets import Input, Markdown, OptionList, TabbedContent
-from tui_fakes import FIXED_TIME, OUTLIER, FakePoller, samples_of
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.commands.attach import live_app

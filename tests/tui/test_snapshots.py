@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fakes import FakePoller, hung_job
+from testkit.tui_fakes import FakePoller, hung_job
 
 from mldebug.commands.attach import live_app
 from mldebug.tui.app import AttachApp
