@@ -143,12 +143,11 @@ class JobCollector:
         with previous._lock, self._lock:
             self._last.update((pid, s) for pid, s in previous._last.items() if pid in pids)
             self._history.update((pid, h) for pid, h in previous._history.items() if pid in pids)
-            for mine, theirs in (
-                (self._read_at, previous._read_at),
-                (self._moves, previous._moves),
-                (self._moving_at_read, previous._moving_at_read),
-            ):
-                mine.update((pid, v) for pid, v in theirs.items() if pid in pids)
+            self._read_at.update((p, v) for p, v in previous._read_at.items() if p in pids)
+            self._moves.update((p, v) for p, v in previous._moves.items() if p in pids)
+            self._moving_at_read.update(
+                (p, v) for p, v in previous._moving_at_read.items() if p in pids
+            )
             self._focus = previous._focus
 
     def __enter__(self) -> JobCollector:

@@ -389,6 +389,7 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
                 console.message("mldebug: the job keeps running; Ctrl-C stops it")
                 supervisor.show_output(console)
         code = supervisor.wait()
+        assert code is not None  # wait() without a timeout returns once the job is over
         for text in supervisor.unshown:  # e.g. the root cause, found while the UI was up
             console.message(text)
         return code

@@ -139,7 +139,8 @@ def record_end(
 def guard_wrapped(wrapped: WrappedRanks, guardian: GuardianLink, guarded: set[int]) -> None:
     """Hand the guardian the wrapped ranks it does not know yet (`guarded`: those it does)."""
     for watched in list(wrapped.watched.values()):
-        known = watched.pid in guarded or watched.ticks is None or watched.gone
-        if not known and getattr(watched, "verified", True):
+        if watched.pid in guarded or watched.ticks is None or watched.gone:
+            continue
+        if getattr(watched, "verified", True):
             guarded.add(watched.pid)
             guardian.watch_process(watched.pid, watched.ticks)

@@ -41,7 +41,8 @@ class LastWaits:
         still alive stand (before they are stopped), for the report to say what they did
         instead of waiting with it."""
         data = read_json(self.paths.error_file(rank)) or {}
-        message = data.get("message") if isinstance(data.get("message"), str) else ""
+        message = data.get("message")
+        message = message if isinstance(message, str) else ""
         if timeout_of(message) is None and timeout_of(self.stderr_tail(rank)) is None:
             return
         if not others_alive:

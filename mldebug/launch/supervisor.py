@@ -309,7 +309,7 @@ class Supervisor:
             failed = first_failed(self.children) if self.spec.mode == envs.MODE_NATIVE else None
             if failed is not None:
                 self._say(
-                    f"mldebug: rank {failed.rank} {describe_exit(failed.returncode)}; "
+                    f"mldebug: rank {failed.rank} {describe_exit(failed.returncode or 0)}; "
                     f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
                 )
                 self._guard(

@@ -164,8 +164,13 @@ class CollectorPoller:
         snapshot = observer.poll()
         # A rank of a run directory seen ended, with no exit code yet: read run.json again
         # at the next poll, for its code and for the first failure.
-        self._ended_unexplained = self._targets.run_dir is not None and any(
-            view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks
+        targets = self._targets
+        self._ended_unexplained = (
+            targets is not None
+            and targets.run_dir is not None
+            and any(
+                view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks
+            )
         )
         return snapshot
 
@@ -174,12 +179,12 @@ class CollectorPoller:
         rank (`n` pressed again, a compare screen) waits for that one: one py-spy --native
         per rank at a time, however often it is asked."""
         with self._lock:
-            pending = self._native_reads.get(rank)
-            mine = pending is None
-            if mine:
-                pending = self._native_reads[rank] = Future()
-        if not mine:
-            return pending.result()
+            waiting = self._native_reads.get(rank)
+            if waiting is None:
+                pending: Future = Future()
+                self._native_reads[rank] = pending
+        if waiting is not None:
+            return waiting.result()
         try:
             sample = self._read_native(rank)
         except BaseException as error:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from mldebug import safeio
@@ -57,6 +58,10 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     return lines
 
 
+def _events_of(rank: int, path: Path):
+    return read_event_file(rank, path)
+
+
 @dataclass
 class RunFilesReader:
     """Reads a run directory each poll, re-reading only the files that changed."""
@@ -78,9 +83,7 @@ class RunFilesReader:
                 lines = self._files.get(path, read_tail)
                 if lines:
                     logs.append(LogTail(rank, stream, tuple(lines)))
-            parsed = self._files.get(
-                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p)
-            )
+            parsed = self._files.get(paths.events_file(rank), partial(_events_of, rank))
             if parsed:
                 events.extend(parsed[0])
                 bad += parsed[1]
@@ -104,7 +107,7 @@ class RunFilesReader:
         now = time.monotonic()
         if now - self._nccl_read_at < NCCL_RESCAN:
             return self._nccl
-        seen = []
+        seen: list[tuple[str | int, int]] = []
         for folder in (paths.nccl_dir, paths.root / "fr"):
             try:
                 names = sorted(os.listdir(folder))[: nccl_scan.RUN_NCCL_FILES]

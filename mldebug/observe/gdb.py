@@ -58,30 +58,30 @@ def native_of_snapshot(
     native findings added."""
     gdb = gdbs.find_gdb()
     views = [
-        v
+        (v.rank, v.target)
         for v in snapshot.ranks
         if v.target is not None and v.state not in (STATE_EXITED, STATE_MISSING)
     ]
     ends = time.monotonic() + deadline
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="mldebug-gdb")
     futures = {
-        pool.submit(gdbs.read_process, gdb, v.target, min(timeout, deadline), v.rank): v
-        for v in views
+        pool.submit(gdbs.read_process, gdb, target, min(timeout, deadline), rank): (rank, target)
+        for rank, target in views
     }
     done, _ = wait(futures, timeout=max(0.0, ends - time.monotonic()) + gdbs.TERM_GRACE + 1)
     pool.shutdown(wait=False, cancel_futures=True)
     dumps = []
-    for future, view in futures.items():
+    for future, (rank, target) in futures.items():
         if future in done:
             dump = future.result()
         else:
             dump = NativeDump(
-                view.rank,
-                view.target.pid,
+                rank,
+                target.pid,
                 failure=FAIL_TIMEOUT,
                 failure_detail="not read by the deadline",
             )
-        samples = readings.samples.get(view.target.pid, ()) if readings else ()
+        samples = readings.samples.get(target.pid, ()) if readings else ()
         good = [s for s in samples if s.failure is None and s.threads]
         dumps.append(align(dump, good[-1] if good else None))
     dumps.sort(key=lambda d: d.rank if d.rank is not None else -1)
@@ -182,7 +182,10 @@ def observe_cores(
     if root is None and paths and Path(paths[0]).parent.name == "cores":
         root = Path(paths[0]).parent.parent  # <run>/cores/rank1.123.core
     pids, world = _run_ranks(root)
-    dumps, targets, samples, used = [], [], {}, set()
+    dumps: list[NativeDump] = []
+    targets: list[RankTarget] = []
+    samples: dict[int, tuple[StackSample, ...]] = {}
+    used: set[int] = set()
     for path in paths[:MAX_CORES]:
         try:
             info = core_info(path)

@@ -100,7 +100,7 @@ def snapshot_of(readings: JobReadings) -> JobSnapshot:
     )
 
 
-def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings]:
+def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings | None]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
     crashes its run directory records): the snapshot, and what was read (its notes)."""
     with JobObserver(with_crashes(job_targets), **options) as observer:

@@ -159,7 +159,7 @@ class AttachApp(App[int]):
             snapshot = self.poller.poll()
             files = self._files_reader.read() if self._files_reader is not None else None
         except MldebugError as error:  # e.g. no rank started yet: wait and say so
-            message = PollFailed(error.message, waiting=True)
+            message: PollFailed | SnapshotReady = PollFailed(error.message, waiting=True)
         except Exception as error:  # the view must outlive any collector bug
             message = PollFailed(f"{type(error).__name__}: {error}")
         else:
@@ -321,7 +321,7 @@ class AttachApp(App[int]):
         def chosen(choice: str | None) -> None:
             if choice is None:
                 return
-            if choice == STOP:
+            if choice == STOP and self.stop_job is not None:
                 self.stop_job()
             self.exit(0)
 

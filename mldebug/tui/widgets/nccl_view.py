@@ -93,6 +93,8 @@ class NcclView(Vertical):
         if options.highlighted is None or not self._files:
             return
         name = options.get_option_at_index(options.highlighted).id
+        if name is None:
+            return
         lines = self._files.get(name, ())
         if self._shown == (name, lines):
             return

@@ -64,12 +64,12 @@ class StackTree(Tree[StackNode]):
         total = len(tree.ranks)
         self.root.set_label(node_label(tree, total))
         self.root.data = tree
-        self._add_children(self.root, tree, total, ("<root>",))
+        self._add_branch(self.root, tree, total, ("<root>",))
         self.root.expand()
         # Lines are laid out on the next refresh; place the cursor then.
         self.call_after_refresh(self._place_cursor)
 
-    def _add_children(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
+    def _add_branch(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
         for child in node.children:
             # Library frames every rank of the branch shares fold into the next one, as in
             # the text report: mldebug's collective wrapper is no frame of the user's.
@@ -80,7 +80,7 @@ class StackTree(Tree[StackNode]):
             )
             self._paths[item.id] = child_path
             if child.children:
-                self._add_children(item, child, total, child_path)
+                self._add_branch(item, child, total, child_path)
                 # Everything starts open (the split is what matters); what the user
                 # closed stays closed.
                 if child_path not in self._collapsed:
