@@ -10,52 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mldebug import model
 from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
-from mldebug.model import (
-    KIND_CRASH,
-    KIND_ENDED,
-    KIND_FROZEN,
-    KIND_HANG,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
-    KIND_MISMATCH,
-    KIND_MISSING,
-    KIND_NONFINITE,
-    KIND_OUTLIER,
-    KIND_PROGRESSING,
-    KIND_RENDEZVOUS,
-    KIND_STUCK,
-    KIND_THREADS,
-    KIND_UNREADABLE,
-    SEVERITY_ERROR,
-    SEVERITY_INFO,
-    SEVERITY_WARNING,
-    Finding,
-    RankCrash,
-    RankEvent,
-    RankView,
-)
+from mldebug.model import Finding, RankCrash, RankEvent, RankView
 
-_SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+_SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEVERITY_INFO: 2}
+# Within a severity: a crash, then what the ranks wait for, then what is merely slow.
 _KIND_ORDER = (
-    KIND_CRASH,
-    KIND_NONFINITE,
-    KIND_MISSING,
-    KIND_FROZEN,
-    KIND_OUTLIER,
-    KIND_MISMATCH,
-    KIND_RENDEZVOUS,
-    KIND_HANG,
-    KIND_UNREADABLE,
-    KIND_STUCK,
-    KIND_THREADS,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
-    KIND_PROGRESSING,
-    KIND_ENDED,
+    model.KIND_CRASH,
+    model.KIND_NONFINITE,
+    model.KIND_MISSING,
+    model.KIND_FROZEN,
+    model.KIND_OUTLIER,
+    model.KIND_MISMATCH,
+    model.KIND_RENDEZVOUS,
+    model.KIND_HANG,
+    model.KIND_UNREADABLE,
+    model.KIND_STUCK,
+    model.KIND_THREADS,
+    model.KIND_MEMORY_GROWTH,
+    model.KIND_MEMORY_OUTLIER,
+    model.KIND_PROGRESSING,
+    model.KIND_ENDED,
 )
 
 
