@@ -70,3 +70,11 @@ class NoSources:
 
     def refresh(self, paths: Iterable[str]) -> bool:
         return False
+
+
+class LiveApp(Protocol):
+    """What the live view's screens use of the app (tui/app.py's AttachApp)."""
+
+    poller: Poller
+    sources: SourceFeed
+    snapshot: JobSnapshot | None

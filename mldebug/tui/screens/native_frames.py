@@ -8,21 +8,19 @@ and keeps showing the live Python stack until the reading arrives.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual.dom import DOMNode
 from textual.screen import Screen
 
+from mldebug.tui.feeds import LiveApp
 from mldebug.tui.messages import NativeReady
 from mldebug.tui.widgets.rank_detail import RankDetail
 
-if TYPE_CHECKING:
-    from mldebug.tui.app import AttachApp
 
-
-def live_app(node: DOMNode) -> AttachApp:
+def live_app(node: DOMNode) -> LiveApp:
     """The live view a screen of it runs in, typed as such (Textual's `app` is any App)."""
-    return cast("AttachApp", node.app)
+    return cast(LiveApp, node.app)
 
 
 class NativeFrames(Screen):
