@@ -208,15 +208,15 @@ def agent_case(count: int, seconds: float, warmup: float) -> None:
 
 def serve_synthetic(count: int) -> None:
     """The TUI over a fake poller (the same synthetic job the tests use)."""
-    sys.path.insert(0, str(ROOT / "tests" / "tui"))
-    from tui_fakes import FakePoller, hung_job
+    sys.path.insert(0, str(ROOT / "tests"))
+    from testkit.tui_fakes import FakePoller, hung_job
 
-    from mldebug.tui.app import AttachApp
+    from mldebug.commands.attach import live_app
 
     def make(tick: int):
         return hung_job(count, outlier=tick % count, tick=tick)
 
-    AttachApp(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
+    live_app(FakePoller(make), interval=1.0, job_name=f"synthetic, {count} ranks").run()
 
 
 def main() -> None:

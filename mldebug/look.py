@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
-from mldebug.observe import observe_once, snapshot_of
+from mldebug.observe.pyspy import observe_once, snapshot_of
 from mldebug.rundir import read_manifest
 
 

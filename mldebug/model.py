@@ -163,7 +163,7 @@ class JobReadings:
     notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
     # rank pid -> its agent's state.json as read at this poll (ranks that have one)
     agents: Mapping[int, AgentState] = field(default_factory=dict)
-    # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.events)
+    # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.eventfiles)
     events: tuple[RankEvent, ...] = ()
 
 
@@ -451,6 +451,24 @@ class NativeThread:
     python_frames: tuple[Frame, ...] = ()
     python_name: str = ""  # the threading.Thread name py-spy gives it
     crashed: bool = False  # the thread that received the fatal signal (a core)
+    # What the analysis makes of it (analysis.native.placed): the name it is shown by, and
+    # the innermost frame outside the C runtime's wait, where it is in its own code.
+    label: str = ""
+    waits_in: Frame | None = None
+
+
+@dataclass(frozen=True)
+class NativeGroup:
+    """Threads of several ranks that wait in the same place under the same name."""
+
+    name: str  # thread name (comm), or the Python thread's name
+    python: bool  # the threads run Python code
+    waits_in: Frame | None
+    ranks: tuple[int, ...]
+    count: int  # threads in the group (a rank may have several: gloo's two run loops)
+    frames: tuple[Frame, ...]  # one member's native frames, outermost first
+    python_frames: tuple[Frame, ...] = ()
+    collective: str | None = None
 
 
 @dataclass(frozen=True)

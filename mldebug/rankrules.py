@@ -82,6 +82,7 @@ _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
 # mldebug's own files (hooks, agent) by their real place, not by a "/mldebug/" path part:
 # run directories live under ~/.local/state/mldebug/ and hold user code (the demo job).
 _MLDEBUG_DIR = str(Path(__file__).resolve().parent) + "/"
+_C10D_FILE = "torch/distributed/distributed_c10d.py"
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
 
 
@@ -106,6 +107,17 @@ def short_path(path: str) -> str:
 def is_user_frame(frame) -> bool:
     """A frame (anything with `file` and `native`) of the user's own code."""
     return not frame.native and not is_library_path(frame.file)
+
+
+def is_torch_collective(frame) -> bool:
+    """A frame of torch.distributed's own collective or point-to-point call (not a wrapper
+    of it, mldebug's included): where a rank waits, worth showing when frames are folded."""
+    name = frame.function.rsplit(".", 1)[-1]
+    return (
+        not frame.native
+        and frame.file.endswith(_C10D_FILE)
+        and (name in COLLECTIVE_CALLS or name in POINT_TO_POINT_CALLS)
+    )
 
 
 def frame_label(frame) -> str:

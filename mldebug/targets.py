@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from mldebug import rundir
+from mldebug import procfs, rundir, safeio
 from mldebug.errors import NoTargetError, PermissionDeniedError
 from mldebug.model import JobTargets, RankTarget
 from mldebug.ranges import format_ranks
@@ -285,14 +285,14 @@ class _RunDirReader:
         """The environment of `pid` if it is a rank of this run, else None (cached)."""
         if pid not in self.verified:
             self.verified[pid] = self._verify(pid)
-            if self.verified[pid] is None and rundir.pid_alive(pid):
+            if self.verified[pid] is None and procfs.pid_alive(pid):
                 self.strangers.add(pid)
         return self.verified[pid]
 
     def _verify(self, pid: int) -> dict[str, str] | None:
-        if not rundir.pid_alive(pid) or rundir.proc_uids(pid) != (self.owner, self.owner):
+        if not procfs.pid_alive(pid) or procfs.proc_uids(pid) != (self.owner, self.owner):
             return None
-        environ = rundir.proc_environ(pid)
+        environ = procfs.proc_environ(pid)
         if environ is None or not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
             return None
         return environ if rank_env(environ)[0] is not None else None  # not the launcher
@@ -348,7 +348,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         if rank is not None and pid and _here(entry.get("host"), host):
             claims.append((rank, pid, entry.get("local_rank"), None))
     for rank in paths.rank_ids()[:MAX_RANK_ENTRIES]:  # proc.json written by the in-rank hook
-        info = rundir.read_json(paths.proc_info(rank)) or {}
+        info = safeio.read_json(paths.proc_info(rank)) or {}
         pid = _pid(info.get("pid"))
         if pid and _here(info.get("host"), host):  # another node's pid: not readable here
             claims.append((rank, pid, info.get("local_rank"), info.get("world_size")))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_fixtures import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
+from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
 
 SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 import mldebug
-from mldebug import rankrules, rundir
-from mldebug.agent import collectives, events, heartbeat, importhook, memory, steps
+from mldebug import rankrules, safeio
+from mldebug.agent import collectives, eventlog, heartbeat, importhook, memory, steps
 from mldebug.collect.agentstate import parse_state
 from mldebug.launch import env as envs
 
@@ -35,10 +35,10 @@ GPU_DATA = Path(__file__).parent / "data" / "gpu" / "memory"
 def event_log(tmp_path, monkeypatch):
     """events.jsonl of a fake rank 3, fresh for each test; returns a reader of its lines."""
     path = tmp_path / "events.jsonl"
-    monkeypatch.setattr(events, "_writer", None)
-    monkeypatch.setattr(events, "_failed", set())
-    monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 3, rundir.open_append, lambda: 7)
+    monkeypatch.setattr(eventlog, "_writer", None)
+    monkeypatch.setattr(eventlog, "_failed", set())
+    monkeypatch.setattr(eventlog, "_faults", frozenset())
+    eventlog.configure(path, 3, safeio.open_append, lambda: 7)
 
     def lines():
         if not path.exists():
@@ -52,7 +52,7 @@ def event_log(tmp_path, monkeypatch):
 
 
 def test_events_are_json_lines_with_time_rank_kind_step_and_fields(event_log):
-    assert events.emit("memory_growth", "RSS grew", rate=1024.0, what="rss")
+    assert eventlog.emit("memory_growth", "RSS grew", rate=1024.0, what="rss")
     (line,) = event_log()
     assert line["rank"] == 3 and line["kind"] == "memory_growth" and line["step"] == 7
     assert line["message"] == "RSS grew" and line["rate"] == 1024.0 and line["what"] == "rss"
@@ -63,16 +63,16 @@ def test_events_stop_at_1000_lines_and_say_so_in_the_last(event_log, tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text('{"kind": "oom"}\n' * 10)  # a restarted rank appends to its predecessor
     for i in range(1200):
-        events.emit("nonfinite", f"event {i}")
+        eventlog.emit("nonfinite", f"event {i}")
     lines = event_log()
-    assert len(lines) == events.MAX_LINES
+    assert len(lines) == eventlog.MAX_LINES
     assert lines[-1]["kind"] == "truncated" and "1,000 lines" in lines[-1]["message"]
-    assert lines[-2]["message"] == f"event {events.MAX_LINES - 12}"
+    assert lines[-2]["message"] == f"event {eventlog.MAX_LINES - 12}"
 
 
 def test_a_failing_part_is_said_once_as_agent_error_and_on_stderr(event_log, capsys):
-    events.fail("memory", RuntimeError("boom"))
-    events.fail("memory", RuntimeError("again"))
+    eventlog.fail("memory", RuntimeError("boom"))
+    eventlog.fail("memory", RuntimeError("again"))
     lines = event_log()
     assert [(e["kind"], e["part"]) for e in lines] == [("agent_error", "memory")]
     assert "RuntimeError: boom" in lines[0]["message"]
@@ -81,26 +81,26 @@ def test_a_failing_part_is_said_once_as_agent_error_and_on_stderr(event_log, cap
 
 
 def test_events_without_a_writer_do_nothing(monkeypatch):
-    monkeypatch.setattr(events, "_writer", None)
-    assert events.emit("oom", "x") is False
+    monkeypatch.setattr(eventlog, "_writer", None)
+    assert eventlog.emit("oom", "x") is False
 
 
 def test_an_events_file_that_cannot_be_written_loses_lines_quietly(tmp_path, monkeypatch, capsys):
     """A full disk is not the agent's failure: nothing on the program's stderr, and the
     next event tries again."""
-    monkeypatch.setattr(events, "_writer", None)
+    monkeypatch.setattr(eventlog, "_writer", None)
     path = tmp_path / "events.jsonl"
     path.mkdir()  # a directory where the file should be
-    events.configure(path, 0, rundir.open_append)
-    assert events.emit("oom", "x") is False and events.emit("oom", "y") is False
+    eventlog.configure(path, 0, safeio.open_append)
+    assert eventlog.emit("oom", "x") is False and eventlog.emit("oom", "y") is False
     assert capsys.readouterr().err == ""
     path.rmdir()
-    assert events.emit("oom", "z") is True
+    assert eventlog.emit("oom", "z") is True
     assert [json.loads(x)["message"] for x in path.read_text().splitlines()] == ["z"]
 
 
 def test_non_finite_numbers_in_an_event_are_written_as_strings(event_log):
-    assert events.emit("nonfinite", "inf", trail=[["blocks.1", float("inf")]], x=float("nan"))
+    assert eventlog.emit("nonfinite", "inf", trail=[["blocks.1", float("inf")]], x=float("nan"))
     (line,) = event_log()
     assert line["trail"] == [["blocks.1", "inf"]] and line["x"] == "nan"
 
@@ -334,7 +334,7 @@ def test_a_failing_trace_stops_itself_and_the_call_goes_on(event_log, monkeypatc
     tracer, _ = make_tracer()
     reduce = traced(tracer, "all_reduce", lambda tensor, group=None, async_op=False: "result")
     reduce(FakeTensor(1))
-    monkeypatch.setattr(events, "_faults", frozenset({"collectives"}))
+    monkeypatch.setattr(eventlog, "_faults", frozenset({"collectives"}))
     assert reduce(FakeTensor(1)) == "result"
     assert reduce(FakeTensor(1)) == "result"
     assert tracer.off and tracer.snapshot() == ({}, [])  # a frozen trace would mislead
@@ -420,7 +420,7 @@ def test_the_programs_own_step_wins_over_optimizer_steps():
 
 def test_a_failing_step_hook_never_reaches_optimizer_step(event_log, monkeypatch):
     counter = steps.Steps()
-    monkeypatch.setattr(events, "_faults", frozenset({"steps"}))
+    monkeypatch.setattr(eventlog, "_faults", frozenset({"steps"}))
     counter.optimizer_stepped(object())
     counter.optimizer_stepped(object())
     assert counter.value is None and counter.off
@@ -577,7 +577,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
     its real OOM message ('Tried to allocate 400.00 GiB ... of which 138.40 GiB is free')."""
     snapshot = pickle.loads((GPU_DATA / "memory_snapshot.pickle").read_bytes())
     torch, observers, queued, summary = oom_torch(tmp_path, snapshot)
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=rundir, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     assert observers == [] and len(queued) == 1  # attached when CUDA initialises, not before
     queued[0]()
@@ -601,7 +601,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
 
 def test_an_oom_without_recorded_history_writes_no_snapshot(tmp_path, event_log):
     torch, observers, queued, _ = oom_torch(tmp_path, {"segments": [], "device_traces": [[]]})
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=rundir, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     queued[0]()
     observers[0](0, 1 << 30, 0, 0)
@@ -612,7 +612,7 @@ def test_an_oom_without_recorded_history_writes_no_snapshot(tmp_path, event_log)
 # ---------------------------------------------------------------------------- heartbeat
 
 
-def beat(path, write_json=rundir.write_json_atomic, interval=0.05):
+def beat(path, write_json=safeio.write_json_atomic, interval=0.05):
     tracer, _ = make_tracer()
     reduce = traced(tracer, "all_reduce", all_reduce)
     reduce(FakeTensor(8))
@@ -663,7 +663,7 @@ def test_a_full_disk_skips_heartbeats_and_says_so_once_in_events(tmp_path, event
     def write_json(path, data):
         if full[0]:
             raise OSError(errno.ENOSPC, "No space left on device")
-        rundir.write_json_atomic(path, data)
+        safeio.write_json_atomic(path, data)
 
     hb = beat(tmp_path / "state.json", write_json)
     assert not hb.write_once() and not hb.write_once()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mldebug_jobs import dump_json, start, stop, wait_ready
+from testkit.jobs import dump_json, start, stop, wait_ready
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 pytestmark = [

@@ -1,5 +1,5 @@
-"""From the agents' `nonfinite` events to a finding (mldebug/collect/events.py,
-mldebug/analysis/events.py): read bounded from the run directory, the origin told apart from
+"""From the agents' `nonfinite` events to a finding (mldebug/collect/eventfiles.py,
+mldebug/analysis/nonfinite.py): read bounded from the run directory, the origin told apart from
 the ranks that only received the NaN, and shown by `dump` (text and --json).
 
 The lines below are what the agent wrote for examples/nan_loss.py on 2 gloo ranks."""
@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 
-from mldebug.analysis.events import nonfinite_findings
+from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.snapshot import build_snapshot
-from mldebug.collect import events as collect_events
-from mldebug.collect.events import EventsReader, parse_event_line
+from mldebug.collect import eventfiles
+from mldebug.collect.eventfiles import EventsReader, parse_event_line
 from mldebug.model import KIND_NONFINITE, SEVERITY_ERROR, RankTarget
 from mldebug.report.jsonout import snapshot_to_json
 from mldebug.report.text import render_text
@@ -119,10 +119,8 @@ def test_the_reader_reads_each_file_from_its_end_and_again_only_when_it_grew(tmp
     found, bad = reader.read(root)
     assert [e.rank for e in found] == [0, 1] and bad == 1
     reads = []
-    real = collect_events.read_event_file
-    monkeypatch.setattr(
-        collect_events, "read_event_file", lambda *a: reads.append(a[0]) or real(*a)
-    )
+    real = eventfiles.read_event_file
+    monkeypatch.setattr(eventfiles, "read_event_file", lambda *a: reads.append(a[0]) or real(*a))
     assert reader.read(root)[0] == found and reads == []
     with open(root / "ranks" / "0" / "events.jsonl", "a") as handle:
         handle.write(json.dumps(LATER) + "\n")
@@ -154,12 +152,12 @@ def test_dump_shows_the_origin_in_text_and_json():
 
 
 def test_the_anomalies_tab_lists_the_origin_first():
-    """attach draws the same findings (its poller goes through mldebug.observe)."""
+    """attach draws the same findings (its poller goes through mldebug.observe.pyspy)."""
     import asyncio
 
     from textual.widgets import DataTable
 
-    from mldebug.tui.app import AttachApp
+    from mldebug.commands.attach import live_app
 
     targets = [RankTarget(pid=10 + r, rank=r, world_size=2) for r in (0, 1)]
     snap = build_snapshot(targets, {}, 2, events=[event(RECEIVED), event(ORIGIN)])
@@ -172,7 +170,7 @@ def test_the_anomalies_tab_lists_the_origin_first():
             return None
 
     async def look() -> list[str]:
-        app = AttachApp(Poller(), interval=3600)
+        app = live_app(Poller(), interval=3600)
         async with app.run_test(size=(160, 40)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()

@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 import pytest
-from mldebug_jobs import dump, start, stop, wait_ready
+from testkit.jobs import dump, start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]

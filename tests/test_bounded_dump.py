@@ -3,7 +3,7 @@
 Each process is read once per sample however many ranks name it, at most MAX_PIDS of them;
 the whole dump ends by its deadline however many ranks hang py-spy; FIFOs, sparse huge
 files and deeply nested JSON in the run directory cost neither a hang nor memory nor a
-traceback. py-spy is replaced by a fake (tests/pyspy_fakes.py); the analysis is the real one.
+traceback. py-spy is replaced by a fake (tests/testkit/pyspy_fakes.py); the analysis is the real one.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspy_fakes import calls, fake_pyspy, sleepers, stop
+from testkit.pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
 from mldebug.collect import collector as collector_module
 from mldebug.collect import workers
 from mldebug.commands import dump as dump_command
 from mldebug.model import STATE_STUCK, STATE_UNREADABLE, JobTargets, RankTarget
-from mldebug.observe import JobObserver, observe_once
+from mldebug.observe.pyspy import JobObserver, observe_once
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

@@ -17,7 +17,7 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pyspy_fakes import fake_pyspy, sleepers, stop
+from testkit.pyspy_fakes import fake_pyspy, sleepers, stop
 
 from mldebug import cli
 from mldebug.commands import common, recipes

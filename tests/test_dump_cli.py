@@ -157,7 +157,7 @@ def test_missing_pyspy_is_a_clear_error(launcher, tmp_path):
 
 
 def test_a_note_naming_a_path_is_printed_as_written_never_read_as_markup(tmp_path):
-    from pyspy_fakes import fake_pyspy, sleepers, stop
+    from testkit.pyspy_fakes import fake_pyspy, sleepers, stop
 
     # GIVEN a run directory whose name reads as markup, naming a process that is not its rank
     root = tmp_path / "[bold]run[" / "x]"  # a path that reads as ".../[bold]run[/x]"

@@ -6,11 +6,13 @@ import signal
 import time
 
 import pytest
-from pyspy_fakes import calls, fake_pyspy, sleepers, stop
+from testkit.agent_states import heartbeat_state
+from testkit.pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
 from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN, JobTargets, RankTarget
-from mldebug.observe import JobObserver
-from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+from mldebug.observe.pyspy import JobObserver
+from mldebug.rundir import RunPaths
+from mldebug.safeio import make_private_dir, write_json_atomic
 from mldebug.targets import resolve_targets
 
 
@@ -65,8 +67,8 @@ def test_a_rank_that_exits_after_its_stack_was_read_leaves_the_groups_and_the_tr
 
 # -- cheaper watching: ranks whose agent says they move are read on a slow rotation ---------
 # The ranks are idle processes read by a fake py-spy that logs each reading
-# (tests/pyspy_fakes.py); their ranks/<rank>/state.json are written here as docs/agent.md
-# says the agent writes them: a heartbeat `time`, a `step`, per group the calls made/done.
+# (tests/testkit/pyspy_fakes.py); their ranks/<rank>/state.json are the agent's heartbeat's
+# own document (testkit.agent_states): a heartbeat `time` and a `step` the test moves.
 
 
 class AgentJob:
@@ -94,15 +96,7 @@ class AgentJob:
             make_private_dir(self.paths.rank_dir(rank))
             write_json_atomic(
                 self.paths.state_file(rank),
-                {
-                    "version": 1,
-                    "rank": rank,
-                    "pid": pid,
-                    "time": time.time() - age,
-                    "step": self.steps[rank],
-                    "groups": {},
-                    "trace": [],
-                },
+                heartbeat_state(rank, pid, time.time() - age, step=self.steps[rank]),
             )
 
     def read(self, observer) -> set[int]:

@@ -2,7 +2,7 @@
 
 import json
 
-from test_findings import at, in_op, snapshot, still
+from testkit.stacks import at, in_op, snapshot, still
 
 from mldebug.report.jsonout import snapshot_to_json
 from mldebug.report.text import render_text

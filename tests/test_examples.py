@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.analysis.events import nonfinite_findings
 from mldebug.analysis.memory import MiB, growth
+from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.collect.agentstate import read_state
-from mldebug.collect.events import EventsReader
+from mldebug.collect.eventfiles import EventsReader
 from mldebug.rundir import hostname, read_manifest
 
 pytestmark = pytest.mark.multirank

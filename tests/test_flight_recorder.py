@@ -16,10 +16,10 @@ import types
 from pathlib import Path
 
 import pytest
-from test_agent_verdict import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
+from testkit.agent_states import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
 
-from mldebug import rundir
-from mldebug.agent import events, flight, heartbeat
+from mldebug import safeio
+from mldebug.agent import eventlog, flight, heartbeat
 from mldebug.collect.agentstate import parse_state
 from mldebug.model import (
     KIND_OUTLIER,
@@ -39,10 +39,10 @@ def dump_of(rank: int) -> bytes:
 @pytest.fixture
 def event_log(tmp_path, monkeypatch):
     path = tmp_path / "events.jsonl"
-    monkeypatch.setattr(events, "_writer", None)
-    monkeypatch.setattr(events, "_failed", set())
-    monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 0, rundir.open_append, lambda: 3)
+    monkeypatch.setattr(eventlog, "_writer", None)
+    monkeypatch.setattr(eventlog, "_failed", set())
+    monkeypatch.setattr(eventlog, "_faults", frozenset())
+    eventlog.configure(path, 0, safeio.open_append, lambda: 3)
     return lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

@@ -15,7 +15,7 @@ import textwrap
 import time
 
 import pytest
-from mldebug_jobs import dump_json, start, stop, wait_ready
+from testkit.jobs import dump_json, start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 

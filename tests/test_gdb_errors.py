@@ -18,7 +18,7 @@ from mldebug.collect import gdb as gdbs
 from mldebug.collect.cores import CorePlan
 from mldebug.launch.coredumps import CoreCatcher
 from mldebug.model import FAIL_PERMISSION, RankTarget
-from mldebug.rundir import make_private_dir, write_json_atomic
+from mldebug.safeio import make_private_dir, write_json_atomic
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (.ci/run)")

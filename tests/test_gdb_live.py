@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mldebug_jobs import start, stop, wait_ready
+from testkit.jobs import start, stop, wait_ready
 
 from mldebug.collect.cores import core_plan, find_core
 

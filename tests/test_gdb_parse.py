@@ -119,6 +119,7 @@ def test_mangled_names_are_demangled_by_gdb_and_odd_ones_left_alone():
 def test_hostile_thread_names_and_frames_stay_plain_text():
     from rich.console import Console
 
+    from mldebug.analysis.native import group_threads, placed
     from mldebug.model import Frame, NativeThread
     from mldebug.report.native import dump_text, native_section
 
@@ -126,9 +127,9 @@ def test_hostile_thread_names_and_frames_stay_plain_text():
     thread = NativeThread(
         lwp=7, name=evil, frames=(Frame(evil, "/lib/[link=file:///etc]x.so", None, True),)
     )
-    dump = NativeDump(rank=0, pid=7, threads=(thread,))
+    dump = placed(NativeDump(rank=0, pid=7, threads=(thread,)))
     console = Console(record=True, width=200, force_terminal=True)
-    console.print(native_section([dump]))
+    console.print(native_section([dump], group_threads([dump])))
     console.print(dump_text(dump))
     shown = console.export_text()
     assert "[bold red]x" in shown and "\x1b]0;" not in shown and "\x07" not in shown

@@ -2,7 +2,7 @@
 
 Each scenario says what each rank called on a group; each source's input is built in its
 real format from it:
-- agent: state.json written by the agent's own writer (tests/agent_writer.py: its Tracer's
+- agent: state.json written by the agent's own writer (tests/testkit/agent_writer.py: its Tracer's
   Group/Call records and its Heartbeat, through rundir's atomic writer), read back by
   collect/agentstate.py,
   judged live (analysis/sequence.py) and at exit (launch/timeouts.py);
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from agent_writer import Made, write_state
+from testkit.agent_writer import Made, write_state
 
 import mldebug.ledger as ledger
 from mldebug import rundir
@@ -107,7 +107,7 @@ LOOP = Scenario(
 def agent_states(
     tmp_path: Path, scenario: Scenario, sites: dict[str, str] | None = None, pending: bool = True
 ):
-    """Each rank's state.json, written by the agent's own writer (tests/agent_writer.py);
+    """Each rank's state.json, written by the agent's own writer (tests/testkit/agent_writer.py);
     the last call of each rank pending (made 1 s apart, the last 20 s before the state)."""
     paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
     states = {}

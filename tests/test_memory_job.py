@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from mldebug_jobs import start, stop, wait_ready
+from testkit.jobs import start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]

@@ -382,10 +382,16 @@ def test_the_rank_comes_from_the_end_of_the_file_name():
 
 
 def test_the_flight_modules_import_only_the_model_and_plain_helpers():
-    from test_layers import graph
+    from testkit.imports import graph
 
     edges = graph()
-    allowed = {"mldebug.model", "mldebug.ranges", "mldebug.rundir", "mldebug.textsafe"}
+    allowed = {
+        "mldebug.model",
+        "mldebug.ranges",
+        "mldebug.rundir",
+        "mldebug.safeio",
+        "mldebug.textsafe",
+    }
     # the collective ledger
     allowed |= {
         "mldebug.ledger",

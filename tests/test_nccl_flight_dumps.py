@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
-from test_nccl_flight import FLIGHT
 
-from mldebug import rundir
-from mldebug.agent import events
+from mldebug import safeio
+from mldebug.agent import eventlog
 from mldebug.agent.flight import FlightDumps
 from mldebug.launch import env as envs
 from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.nccl.flight import read_flight_dump
+
+FLIGHT = Path(__file__).parent / "data" / "flight"  # recorded Flight Recorder dumps
 
 REAL = (FLIGHT / "behind" / "comm_lib_trace_rank_1").read_bytes()
 
@@ -27,10 +29,10 @@ REAL = (FLIGHT / "behind" / "comm_lib_trace_rank_1").read_bytes()
 @pytest.fixture
 def event_log(tmp_path, monkeypatch):
     path = tmp_path / "events.jsonl"
-    monkeypatch.setattr(events, "_writer", None)
-    monkeypatch.setattr(events, "_failed", set())
-    monkeypatch.setattr(events, "_faults", frozenset())
-    events.configure(path, 0, rundir.open_append, lambda: 3)
+    monkeypatch.setattr(eventlog, "_writer", None)
+    monkeypatch.setattr(eventlog, "_failed", set())
+    monkeypatch.setattr(eventlog, "_faults", frozenset())
+    eventlog.configure(path, 0, safeio.open_append, lambda: 3)
     return lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -57,7 +59,7 @@ class Torch:
 
 @pytest.fixture
 def fr(tmp_path):
-    return rundir.make_private_dir(tmp_path / "fr")
+    return safeio.make_private_dir(tmp_path / "fr")
 
 
 def test_no_request_no_dump_and_a_request_is_served_once(fr):

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 from pathlib import Path
 
+from testkit.tui_fakes import FakePoller
 from textual.widgets import Log, Static
 
-sys.path.insert(0, str(Path(__file__).parent / "tui"))
-
-from tui_fakes import FakePoller  # noqa: E402
-
-from mldebug.tui.app import AttachApp  # noqa: E402
+from mldebug.commands.attach import live_app
 
 DATA = Path(__file__).parent / "data" / "nccl"
 
@@ -37,7 +33,7 @@ def test_the_nccl_tab_shows_the_findings_and_each_ranks_summary(tmp_path):
     run = make_run(tmp_path / "run")
 
     async def drive():
-        app = AttachApp(FakePoller(), interval=3600, run_dir=run)
+        app = live_app(FakePoller(), interval=3600, run_dir=run)
         async with app.run_test(size=(140, 45)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.rundir import RunPaths, hostname, pid_alive
+from mldebug.procfs import pid_alive
+from mldebug.rundir import RunPaths, hostname
 
 pytestmark = pytest.mark.multirank
 

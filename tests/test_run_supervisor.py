@@ -11,7 +11,8 @@ import pytest
 from mldebug.launch.output import Console
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
-from mldebug.rundir import create_run_dir, pid_alive
+from mldebug.procfs import pid_alive
+from mldebug.rundir import create_run_dir
 
 TICKER = """\
 import os, sys, time

@@ -19,7 +19,8 @@ from mldebug.launch.failures import (
     signal_of,
 )
 from mldebug.rankrules import rank_identity
-from mldebug.rundir import RunPaths, write_json_atomic
+from mldebug.rundir import RunPaths
+from mldebug.safeio import write_json_atomic
 
 
 def test_rank_env_matches_what_torchrun_sets():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mldebug import rundir
+from mldebug import procfs, rundir, safeio
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def test_create_run_dir_is_private_and_laid_out(runs_root):
 def test_custom_run_dir_is_still_found_as_newest(runs_root, tmp_path):
     custom = tmp_path / "elsewhere"
     paths = rundir.create_run_dir(custom)
-    rundir.write_json_atomic(
+    safeio.write_json_atomic(
         paths.manifest,
         {"status": rundir.STATUS_RUNNING, "mldebug_pid": os.getpid(), "start_time": 1.0},
     )
@@ -41,13 +41,13 @@ def test_newest_live_run_skips_finished_and_dead(runs_root):
     finished = rundir.create_run_dir(runs_root / "c")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    rundir.write_json_atomic(
+    safeio.write_json_atomic(
         older.manifest, {"status": "running", "mldebug_pid": os.getpid(), "start_time": 1}
     )
-    rundir.write_json_atomic(
+    safeio.write_json_atomic(
         newer_dead.manifest, {"status": "running", "mldebug_pid": dead.pid, "start_time": 2}
     )
-    rundir.write_json_atomic(
+    safeio.write_json_atomic(
         finished.manifest, {"status": "succeeded", "mldebug_pid": os.getpid(), "start_time": 3}
     )
     assert rundir.newest_live_run() == older.root
@@ -56,18 +56,18 @@ def test_newest_live_run_skips_finished_and_dead(runs_root):
 def test_read_json_tolerates_garbage(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff{not json")
-    assert rundir.read_json(bad) is None
-    assert rundir.read_json(tmp_path / "missing.json") is None
+    assert safeio.read_json(bad) is None
+    assert safeio.read_json(tmp_path / "missing.json") is None
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps([1, 2]))
-    assert rundir.read_json(listed) is None
+    assert safeio.read_json(listed) is None
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     target = tmp_path / "state.json"
-    rundir.write_json_atomic(target, {"step": 1})
-    rundir.write_json_atomic(target, {"step": 2})
-    assert rundir.read_json(target) == {"step": 2}
+    safeio.write_json_atomic(target, {"step": 1})
+    safeio.write_json_atomic(target, {"step": 2})
+    assert safeio.read_json(target) == {"step": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
     assert oct(target.stat().st_mode & 0o777) == "0o600"
 
@@ -76,12 +76,12 @@ def test_pid_alive_tells_zombies_from_live_processes():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     # Wait for its exit without reaping it (WNOWAIT): it is a zombie, which counts as gone.
     os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-    assert not rundir.pid_alive(child.pid)
+    assert not procfs.pid_alive(child.pid)
     child.wait()
-    assert not rundir.pid_alive(child.pid)
-    assert rundir.pid_alive(os.getpid())
-    assert not rundir.pid_alive(None)
-    assert not rundir.pid_alive(2**80)  # garbage from a file is no pid
+    assert not procfs.pid_alive(child.pid)
+    assert procfs.pid_alive(os.getpid())
+    assert not procfs.pid_alive(None)
+    assert not procfs.pid_alive(2**80)  # garbage from a file is no pid
 
 
 def _depth(value) -> int:
@@ -102,4 +102,4 @@ json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.integers(1, 8))
 def test_json_depth_ok_is_the_nesting_depth(value, limit):
-    assert rundir.json_depth_ok(value, limit) == (_depth(value) <= limit)
+    assert safeio.json_depth_ok(value, limit) == (_depth(value) <= limit)

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from cluster_fixtures import JOB_SCRIPT, MLDEBUG, TASKS, line_of
+from testkit.cluster import JOB_SCRIPT, MLDEBUG, TASKS, line_of
 
 pytestmark = pytest.mark.multirank
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from cluster_fixtures import (
+from testkit.cluster import (
     JOB_SCRIPT,
     MLDEBUG,
     TASKS,

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from mldebug.rundir import RunPaths, pid_alive
+from mldebug.procfs import pid_alive
+from mldebug.rundir import RunPaths
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 GRACE = 2.0

@@ -26,7 +26,8 @@ from agent_writer import Made, write_state
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.failures import Failure, format_report
 from mldebug.launch.timeouts import Place, explain, timeout_of
-from mldebug.rundir import RunPaths, make_private_dir
+from mldebug.rundir import RunPaths
+from mldebug.safeio import make_private_dir
 
 GLOO = (
     "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms "

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mldebug import rundir
-from mldebug.rundir import RunPaths, UntrustedDirError
+from mldebug import rundir, safeio
+from mldebug.rundir import RunPaths
+from mldebug.safeio import UntrustedDirError
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 NOBODY = 65534
@@ -107,7 +108,7 @@ def test_newest_live_run_never_leads_into_a_directory_someone_else_controls(
     # GIVEN a run of ours, and a newer live-looking run in a directory we do not control,
     # linked from the runs root as a custom --run-dir is
     ours = rundir.create_run_dir()
-    rundir.write_json_atomic(ours.manifest, live_manifest(1.0))
+    safeio.write_json_atomic(ours.manifest, live_manifest(1.0))
     planted = make(tmp_path / "planted")
     target = planted.resolve()
     (target / "run.json").write_text(json.dumps(live_manifest(2.0)))
@@ -179,7 +180,7 @@ def test_make_private_dir_refuses_a_planted_symlink(tmp_path):
     link.parent.mkdir(mode=0o700)
     link.symlink_to(victim)
     with pytest.raises(UntrustedDirError):
-        rundir.make_private_dir(link)
+        safeio.make_private_dir(link)
 
 
 def test_symlinks_planted_at_every_name_mldebug_writes_lead_nowhere(tmp_path):

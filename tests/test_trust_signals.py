@@ -14,7 +14,8 @@ import textwrap
 import threading
 import time
 
-from mldebug.rundir import RunPaths, hostname, proc_start_ticks
+from mldebug.procfs import proc_start_ticks
+from mldebug.rundir import RunPaths, hostname
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 
@@ -64,6 +65,20 @@ LAUNCHER = textwrap.dedent(
     time.sleep(1.5)  # mldebug looks for new ranks every 0.5 s
     """
 )
+
+
+def guardians_of(run_dir) -> list[int]:
+    """Pids of the guardian processes (mldebug.launch.guardian) still watching `run_dir`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(b"mldebug.launch.guardian" in a for a in argv) and str(run_dir).encode() in argv:
+            found.append(int(entry))
+    return found
 
 
 def alive(pid: int) -> bool:
@@ -134,8 +149,13 @@ def test_a_planted_proc_json_never_gets_a_process_signalled(tmp_path):
                 break
             time.sleep(0.05)
         assert not alive(rank0)
-        # AND neither process a proc.json only claimed got any signal
-        time.sleep(0.3)
+        # AND neither process a proc.json only claimed got any signal, once nothing of
+        # mldebug's is left to send one (its guardian outlives it by a moment)
+        for _ in range(600):
+            if not guardians_of(paths.root):
+                break
+            time.sleep(0.05)
+        assert not guardians_of(paths.root)
         assert alive(stranger.pid) and alive(helper_pid)
         assert not (tmp_path / "signals.log").exists()
         # AND mldebug says once which claims it did not believe

@@ -24,7 +24,8 @@ import pytest
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.launch.watchdog import ON_HANG_KEEP, ON_HANG_STOP, HangWatchdog, progress_token
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
-from mldebug.rundir import RunPaths, make_private_dir, write_json_atomic
+from mldebug.rundir import RunPaths
+from mldebug.safeio import make_private_dir, write_json_atomic
 
 TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
 MAIN = Frame("<module>", "/job/t.py", 40)

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from .errors import install_excepthook
 from .identity import ENV_OWNER, claim_rank, is_launcher
+from .siblings import sibling as _sibling
 
 ENV_RUN_DIR = "MLDEBUG_RUN_DIR"
 ENV_MODE = "MLDEBUG_MODE"
@@ -55,28 +56,6 @@ MODE_WRAP = "wrap"
 
 _fault_file = None  # stays open for faulthandler for the life of the process
 _runtime = None  # the running parts (_Runtime), once activate() started them
-
-
-def _sibling(name: str):
-    """mldebug/<name>.py, loaded by path next to this package (stdlib-only modules: rundir,
-    rankrules), as `_mldebug_<name>`: the rank's own environment may have no mldebug."""
-    import importlib.util
-
-    cached = sys.modules.get(f"_mldebug_{name}")
-    if cached is not None:
-        return cached
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        f"_mldebug_{name}", os.path.join(package, f"{name}.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"_mldebug_{name}"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _rundir_module():
-    return _sibling("rundir")
 
 
 # A write to the log that fails with one of these sends the output back to the launcher.
@@ -146,13 +125,13 @@ def _guarded_stream(old, fd: int, fallback: _Fallback):
     return stream
 
 
-def _redirect_to_files(rundir, stdout_path, stderr_path) -> None:
+def _redirect_to_files(safeio, stdout_path, stderr_path) -> None:
     """Point fds 1 and 2 at the log files; sys.stdout/sys.stderr fall back when the log
     cannot be written (see the module doc)."""
     targets = {}
     try:
         for fd, path in ((1, stdout_path), (2, stderr_path)):
-            targets[fd] = rundir.open_append(path)
+            targets[fd] = safeio.open_append(path)
     except OSError:
         for target in targets.values():
             os.close(target)
@@ -202,13 +181,13 @@ def activate() -> None:
     rank, local_rank, world_size = identity
     if not claim_rank(os.environ, rank, os.getpid()):
         return  # a DataLoader worker or subprocess of a rank that already has its agent
-    rundir = _rundir_module()
+    rundir, safeio = _sibling("rundir"), _sibling("safeio")
     paths = rundir.RunPaths(Path(run_dir))
-    rundir.make_private_dir(paths.rank_dir(rank))
+    safeio.make_private_dir(paths.rank_dir(rank))
     host = rundir.hostname()
     # proc.json first: the launcher only tails a wrapped rank's files once it knows who it is.
     known = _write_quietly(
-        rundir.write_json_atomic,
+        safeio.write_json_atomic,
         paths.proc_info(rank),
         {
             "rank": rank,
@@ -217,35 +196,35 @@ def activate() -> None:
             "host": host,
             "pid": os.getpid(),
             "start_time": time.time(),
-            "start_ticks": rundir.proc_start_ticks(),
+            "start_ticks": _sibling("procfs").proc_start_ticks(),
             "owner": os.environ[ENV_OWNER],
         },
     )
     if os.environ.get(ENV_MODE) == MODE_WRAP and known:
-        _redirect_to_files(rundir, paths.stdout(rank), paths.stderr(rank))
+        _redirect_to_files(safeio, paths.stdout(rank), paths.stderr(rank))
     _line_buffer_stdout()
     import faulthandler
 
     try:
-        fault_fd = rundir.open_append(paths.fault_log(rank))
+        fault_fd = safeio.open_append(paths.fault_log(rank))
     except OSError:
         pass  # no stacks at a fatal signal; the program runs as it would
     else:
         _fault_file = os.fdopen(fault_fd, "a", encoding="utf-8")
         faulthandler.enable(file=_fault_file, all_threads=True)
     install_excepthook(
-        paths.error_file(rank), rank, host, rundir.write_json_atomic, rankrules.is_library_path
+        paths.error_file(rank), rank, host, safeio.write_json_atomic, rankrules.is_library_path
     )
-    atexit.register(_note_normal_exit, paths.exit_file(rank), rundir.write_json_atomic, os.getpid())
-    _start_parts(rank, paths, rundir, rankrules)
+    atexit.register(_note_normal_exit, paths.exit_file(rank), safeio.write_json_atomic, os.getpid())
+    _start_parts(rank, paths, safeio, rankrules)
 
 
 class _Runtime:
     """The parts of a running agent, for the parts that need each other and for
     `mldebug.step()` (through `set_step`)."""
 
-    def __init__(self, rank, paths, rundir, rankrules) -> None:
-        from . import events
+    def __init__(self, rank, paths, safeio, rankrules) -> None:
+        from . import eventlog
         from .collectives import Tracer
         from .heartbeat import Heartbeat, interval_from
         from .memory import Memory
@@ -253,18 +232,20 @@ class _Runtime:
 
         self.rank = rank
         self.paths = paths
-        self.rundir = rundir
+        self.safeio = safeio
         self.rankrules = rankrules
         self.started = time.time()
-        self.memory = Memory(rank_dir=str(paths.rank_dir(rank)), rundir=rundir)
+        self.memory = Memory(
+            rank_dir=str(paths.rank_dir(rank)), rundir=safeio
+        )  # memory.py names its safe-I/O module `rundir`
         self.steps = Steps(on_change=self.memory.on_step)
         self.tracer = Tracer(rankrules)
-        events.configure(
-            paths.events_file(rank), rank, rundir.open_append, lambda: self.steps.value
+        eventlog.configure(
+            paths.events_file(rank), rank, safeio.open_append, lambda: self.steps.value
         )
         self.heartbeat = Heartbeat(
             paths.state_file(rank),
-            rundir.write_json_atomic,
+            safeio.write_json_atomic,
             rank,
             self.started,
             self.tracer,
@@ -324,17 +305,17 @@ def _start_heartbeat(runtime: _Runtime) -> None:
     atexit.register(runtime.heartbeat.stop)
 
 
-def _start_parts(rank, paths, rundir, rankrules) -> None:
+def _start_parts(rank, paths, safeio, rankrules) -> None:
     """Start each watching part on its own: one that fails to start is said once (an
     agent_error event and a stderr line) and the others go on. A new part (the NaN/Inf
     hooks of agent/anomaly.py) adds its `(name, start)` pair to PARTS below."""
     global _runtime
-    from . import events
+    from . import eventlog
 
     try:
-        runtime = _Runtime(rank, paths, rundir, rankrules)
+        runtime = _Runtime(rank, paths, safeio, rankrules)
     except Exception as error:
-        events.fail("agent", error)
+        eventlog.fail("agent", error)
         return
     PARTS = [
         ("collectives", _start_collectives),
@@ -348,7 +329,7 @@ def _start_parts(rank, paths, rundir, rankrules) -> None:
         try:
             start(runtime)
         except Exception as error:
-            events.fail(name, error)
+            eventlog.fail(name, error)
     os.register_at_fork(after_in_child=runtime.forked)
     _runtime = runtime
 

@@ -38,9 +38,9 @@ import os
 import sys
 import weakref
 
-from .events import emit as emit_event
-from .events import fail as fail_part
-from .events import fault_point
+from .eventlog import emit as emit_event
+from .eventlog import fail as fail_part
+from .eventlog import fault_point
 from .importhook import when_imported
 
 PART = "anomaly"

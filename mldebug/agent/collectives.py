@@ -40,7 +40,7 @@ import time
 import weakref
 from collections import deque
 
-from .events import fail, fault_point
+from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
 
 PART = "collectives"

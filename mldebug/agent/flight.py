@@ -23,7 +23,7 @@ import stat
 import sys
 import time
 
-from .events import fail, fault_point
+from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
 
 PART = "flight_recorder"

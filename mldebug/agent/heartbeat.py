@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from .events import fail, fault_point, warn_once
+from .eventlog import fail, fault_point, warn_once
 from .flight import ENV_FR_DIR, Flight, FlightDumps
 from .siblings import sibling as _sibling
 

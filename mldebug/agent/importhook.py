@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from .events import fail
+from .eventlog import fail
 
 
 class _PostImportFinder:
@@ -101,7 +101,7 @@ def _installed() -> _PostImportFinder:
 
 def when_imported(name: str, hook, part: str) -> None:
     """Call `hook(module)` once `name` has been imported: now if it already was, else right
-    after the program's import executes it. A hook that raises is `events.fail(part, ...)`."""
+    after the program's import executes it. A hook that raises is `eventlog.fail(part, ...)`."""
     module = sys.modules.get(name)
     spec = getattr(module, "__spec__", None)
     if module is not None and not getattr(spec, "_initializing", False):

@@ -30,7 +30,7 @@ import time
 from collections import deque
 
 from .census import Census
-from .events import emit, fail, fault_point
+from .eventlog import emit, fail, fault_point
 from .memory_timeline import Timeline
 
 PART = "memory"

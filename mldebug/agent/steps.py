@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .events import fail, fault_point
+from .eventlog import fail, fault_point
 
 PART = "steps"
 

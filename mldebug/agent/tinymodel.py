@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 
-from .events import emit
+from .eventlog import emit
 from .importhook import when_imported
 
 PART = "tiny-model"

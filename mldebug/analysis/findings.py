@@ -1,452 +1,41 @@
-"""The verdict: findings from what each rank is doing (pure functions over RankViews).
+"""All findings for one snapshot: every analysis registers here, and the verdict comes
+out errors first.
 
-The reasoning is the one a person does over N walls of frames: ranks that wait in a
-collective wait for someone; whoever is elsewhere is the one they wait for (outlier); ranks
-waiting in different collectives, or in one op from different lines, will never meet
-(mismatch); ranks of the world size that are not there cannot arrive (missing). Only ranks
-that are stuck count as waiting, so a healthy job sampled mid-collective is not called hung.
+Each analysis is a pure function over what the snapshot holds; `find_problems` calls them
+in one list, so a new one is one line in it. The agents' collective counts go first
+(`sequence.py`): the stack reasoning (`stacks.py`) judges the ranks they do not account for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
-from mldebug.analysis.events import nonfinite_findings
-from mldebug.analysis.frames import is_rendezvous
+from mldebug import model
 from mldebug.analysis.memory import memory_findings
-from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence_verdict
-from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
-from mldebug.model import (
-    FAIL_PERMISSION,
-    FAIL_TIMEOUT,
-    KIND_CRASH,
-    KIND_ENDED,
-    KIND_FROZEN,
-    KIND_HANG,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
-    KIND_MISMATCH,
-    KIND_MISSING,
-    KIND_NONFINITE,
-    KIND_OUTLIER,
-    KIND_PROGRESSING,
-    KIND_RENDEZVOUS,
-    KIND_STUCK,
-    KIND_THREADS,
-    KIND_UNREADABLE,
-    SEVERITY_ERROR,
-    SEVERITY_INFO,
-    SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
-    STATE_RUNNING,
-    STATE_STUCK,
-    STATE_UNREADABLE,
-    STATE_WAITING,
-    Finding,
-    FindingPart,
-    RankCrash,
-    RankEvent,
-    RankView,
-)
-from mldebug.ranges import format_ranks
-from mldebug.rankrules import frame_label
+from mldebug.analysis.nonfinite import nonfinite_findings
+from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
+from mldebug.analysis.stacks import stack_findings
+from mldebug.model import Finding, RankCrash, RankEvent, RankView
 
-_SEVERITY_ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+_SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEVERITY_INFO: 2}
+# Within a severity: a crash, then what the ranks wait for, then what is merely slow.
 _KIND_ORDER = (
-    KIND_CRASH,
-    KIND_NONFINITE,
-    KIND_MISSING,
-    KIND_FROZEN,
-    KIND_OUTLIER,
-    KIND_MISMATCH,
-    KIND_RENDEZVOUS,
-    KIND_HANG,
-    KIND_UNREADABLE,
-    KIND_STUCK,
-    KIND_THREADS,
-    KIND_MEMORY_GROWTH,
-    KIND_MEMORY_OUTLIER,
-    KIND_PROGRESSING,
-    KIND_ENDED,
+    model.KIND_CRASH,
+    model.KIND_NONFINITE,
+    model.KIND_MISSING,
+    model.KIND_FROZEN,
+    model.KIND_OUTLIER,
+    model.KIND_MISMATCH,
+    model.KIND_RENDEZVOUS,
+    model.KIND_HANG,
+    model.KIND_UNREADABLE,
+    model.KIND_STUCK,
+    model.KIND_THREADS,
+    model.KIND_MEMORY_GROWTH,
+    model.KIND_MEMORY_OUTLIER,
+    model.KIND_PROGRESSING,
+    model.KIND_ENDED,
 )
-MAX_THREAD_FINDINGS = 3
-
-
-def ranks_text(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
-
-
-def _verb(ranks: Sequence[int], one: str, many: str) -> str:
-    return one if len(ranks) == 1 else many
-
-
-def location_of(view: RankView) -> str | None:
-    return view.user_frame.location if view.user_frame is not None else None
-
-
-def _where(view: RankView) -> str:
-    return frame_label(view.user_frame) if view.user_frame else "library code only"
-
-
-def _worker_text(group: Sequence[RankView], stuck: bool) -> str | None:
-    """What ranks that wait for their DataLoader wait on: a worker in user code, by pid."""
-    pids = [v.dataloader_worker for v in group if v.dataloader_worker is not None]
-    if not pids:
-        return None
-    how = "stuck in" if stuck else "in"
-    if len(group) == 1:
-        return (
-            f"it waits for its DataLoader, whose worker (pid {pids[0]}) is {how} {_where(group[0])}"
-        )
-    shown = ", ".join(map(str, pids[:3])) + (", ..." if len(pids) > 3 else "")
-    return (
-        f"they wait for their DataLoaders, whose workers (pids {shown}) are {how} "
-        f"{_where(group[0])}"
-    )
-
-
-def _worker_detail(group: Sequence[RankView]) -> str:
-    if all(v.dataloader_worker is None for v in group):
-        return ""
-    ranks = [v.rank for v in group]
-    return (
-        f"The main thread of {ranks_text(ranks)} waits in torch/utils/data/dataloader.py for "
-        "a batch; the line is the worker process's. Its stack is shown with the rank's "
-        f"threads: mldebug dump --ranks {format_ranks(ranks)}"
-    )
-
-
-def _place(view: RankView) -> tuple[str | None, bool]:
-    """Bucket key: a rank's line, and whether that line is a DataLoader worker's."""
-    return location_of(view), view.dataloader_worker is not None
-
-
-def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
-    """Views grouped by key, biggest group first, then by lowest rank."""
-    buckets: dict = {}
-    for view in views:
-        buckets.setdefault(key(view), []).append(view)
-    return sorted(buckets.values(), key=lambda b: (-len(b), min(v.rank for v in b)))
-
-
-def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[Finding]:
-    gone = [v for v in views if v.state in (STATE_MISSING, STATE_EXITED)]
-    if not gone:
-        return []
-    if not alive and all(v.exit_code == 0 for v in gone):
-        # Every rank returned normally: a job that is over, not one that lost ranks.
-        return [
-            Finding(
-                KIND_ENDED,
-                tuple(v.rank for v in gone),
-                f"all {len(gone)} ranks exited with code 0: the job has ended",
-                severity=SEVERITY_INFO,
-            )
-        ]
-    ranks = [v.rank for v in gone]
-    codes = [
-        f"rank {v.rank} exited with code {v.exit_code}" for v in gone if v.exit_code is not None
-    ]
-    of = f" of {world}" if world else ""
-    summary = f"{ranks_text(ranks)}{of} {_verb(ranks, 'is', 'are')} not running"
-    summary += (
-        f" ({'; '.join(codes[:3])}{'; ...' if len(codes) > 3 else ''})"
-        if codes
-        else ": never found, or exited"
-    )
-    if alive:
-        summary += "; the other ranks cannot complete a collective without " + _verb(
-            ranks, "it", "them"
-        )
-    return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
-
-
-def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
-    """The root cause: the first rank that ended badly (and is gone), with what it raised."""
-    # A rank that exited 0 did not crash, even if it handed an exception to its excepthook.
-    gone = {v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED) and v.exit_code != 0}
-    ended = [c for c in crashes if c.rank in gone]
-    if not ended:
-        return []
-    first = ended[0]
-    what = f"{first.exc_type}: {first.message}" if first.exc_type else (first.how or "it ended")
-    summary = f"rank {first.rank} failed first: {what}"
-    if first.location:
-        summary += f" ({first.location})"
-    later = [c.rank for c in ended[1:]]
-    if later:
-        summary += f"; {ranks_text(later)} failed after it"
-    return [
-        Finding(
-            KIND_CRASH,
-            (first.rank,),
-            summary,
-            location=first.location,
-            recipe=first.recipe or "rank-crash",
-            detail=first.how if first.exc_type and first.how else "",
-        )
-    ]
-
-
-def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
-    bad = [v for v in views if v.state == STATE_UNREADABLE]
-    if not bad:
-        return []
-    ranks = [v.rank for v in bad]
-    permission = any(failures.get(v.rank) == FAIL_PERMISSION for v in bad)
-    # A rank py-spy could not read in time is most often in the kernel (D state, hung I/O).
-    timed_out = all(failures.get(v.rank) == FAIL_TIMEOUT for v in bad)
-    summary = f"could not read the stack of {ranks_text(ranks)}: {bad[0].detail}"
-    # With no rank read at all there is no verdict: that is an error, not a footnote.
-    nothing_read = all(v.state == STATE_UNREADABLE for v in views if v.target is not None)
-    return [
-        Finding(
-            KIND_UNREADABLE,
-            tuple(ranks),
-            summary,
-            severity=SEVERITY_ERROR if nothing_read else SEVERITY_WARNING,
-            recipe="ptrace-permission" if permission or not timed_out else "d-state-frozen-fs",
-        )
-    ]
-
-
-def _waiting_label(view: RankView) -> tuple[str, str | None]:
-    return view.collective or "?", location_of(view)
-
-
-def _part(group: list[RankView], label: str) -> FindingPart:
-    return FindingPart(tuple(v.rank for v in group), label, location_of(group[0]))
-
-
-def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
-    if len(groups) < 2:
-        return []
-    ops = {g[0].collective for g in groups}
-    sides = [
-        f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
-        for g in groups[:4]
-    ]
-    more = f" and {len(groups) - 4} more groups" if len(groups) > 4 else ""
-    why = (
-        "different collectives"
-        if len(ops) > 1
-        else f"{groups[0][0].collective} from different lines"
-    )
-    ranks = sorted(v.rank for g in groups for v in g)
-    culprit = groups[-1][0]  # the smallest group is the likeliest to have taken the wrong turn
-    return [
-        Finding(
-            KIND_MISMATCH,
-            tuple(ranks),
-            f"ranks wait in {why}, which never match: {'; '.join(sides)}{more}",
-            location=location_of(culprit),
-            recipe="mismatched-collectives",
-            severity=severity,
-            parts=tuple(_part(g, g[0].collective or "?") for g in groups),
-        )
-    ]
-
-
-def _thread_clause(ranks: Sequence[int], difference: ThreadDifference | None) -> str:
-    """'; rank 2 has no thread running prefetch (...), which ranks 0-1 have: ...'"""
-    if difference is None:
-        return ""
-    return (
-        f"; {ranks_text(ranks)} {_verb(ranks, 'has', 'have')} no thread running "
-        f"{difference.label}, which {ranks_text(difference.have)} "
-        f"{_verb(difference.have, 'has', 'have')}: it may have died"
-    )
-
-
-def _with_lost_thread(
-    finding: Finding, threads: list[ThreadDifference], used: set[ThreadDifference]
-) -> Finding:
-    """An agent's outlier (ranks that never made a call the others wait in) with the thread
-    its ranks lost, when they lost one: the reason they never got there."""
-    if finding.kind != KIND_OUTLIER:
-        return finding
-    lacking = explaining(threads, finding.ranks)
-    if lacking is None:
-        return finding
-    used.add(lacking)
-    return replace(finding, summary=finding.summary + _thread_clause(finding.ranks, lacking))
-
-
-def _outliers(
-    elsewhere: list[RankView],
-    waiting_groups: list[list[RankView]],
-    severity: str,
-    threads: list[ThreadDifference],
-    used: set[ThreadDifference],
-) -> list[Finding]:
-    main = waiting_groups[0]
-    op = main[0].collective
-    waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
-    findings = []
-    for group in _bucket(elsewhere, key=_place):
-        ranks = [v.rank for v in group]
-        busy = group[0].state == STATE_RUNNING
-        doing = (
-            _worker_text(group, stuck=not busy)
-            or f"{_verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
-        )
-        lacking = explaining(threads, ranks)
-        if lacking is not None:
-            used.add(lacking)
-        summary = (
-            f"{ranks_text(ranks)} never reached {op}: {doing}, while "
-            f"{ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} "
-            f"in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
-        )
-        # Ranks still working their way to init_process_group is how every job starts.
-        group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
-        parts = (
-            _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
-            *(_part(g, g[0].collective or "?") for g in waiting_groups),
-        )
-        findings.append(
-            Finding(
-                KIND_OUTLIER,
-                tuple(ranks),
-                summary,
-                location=location_of(group[0]),
-                recipe="rank-outside-collective",
-                severity=group_severity,
-                parts=parts,
-                detail=_worker_detail(group),
-            )
-        )
-    return findings
-
-
-def _all_waiting(group: list[RankView], missing: list[int], severity: str) -> list[Finding]:
-    ranks = [v.rank for v in group]
-    op = group[0].collective
-    where = _where(group[0])
-    if missing:
-        kind = KIND_RENDEZVOUS if is_rendezvous(op) else KIND_HANG
-        summary = (
-            f"{ranks_text(ranks)} wait in {op} at {where} for {ranks_text(missing)}, "
-            f"which {_verb(missing, 'is', 'are')} not running"
-        )
-    elif is_rendezvous(op):
-        kind = KIND_RENDEZVOUS
-        summary = (
-            f"all {len(ranks)} ranks wait in {op} at {where}: the rendezvous never "
-            "completes (check MASTER_ADDR, MASTER_PORT and that every node started)"
-        )
-    else:
-        kind = KIND_HANG
-        summary = (
-            f"all {len(ranks)} ranks wait in {op} at {where} and none is elsewhere: "
-            "the collective itself does not complete"
-        )
-    recipe = "rendezvous-hang" if kind == KIND_RENDEZVOUS else "collective-hang"
-    detail = _RENDEZVOUS_DETAIL if kind == KIND_RENDEZVOUS else _HANG_DETAIL
-    return [
-        Finding(
-            kind,
-            tuple(ranks),
-            summary,
-            location=location_of(group[0]),
-            recipe=recipe,
-            severity=severity,
-            detail="" if missing else detail,
-        )
-    ]
-
-
-_RENDEZVOUS_DETAIL = (
-    "Every rank must reach init_process_group with the same MASTER_ADDR, MASTER_PORT and "
-    "WORLD_SIZE; a rank on another node that never started, a firewall, or a wrong address "
-    "keeps the others here."
-)
-_HANG_DETAIL = (
-    "No rank is elsewhere, so the wait is below Python: another process group or rank not "
-    "shown here, the network between ranks (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), or a "
-    "device that stopped answering."
-)
-
-
-def _idle(
-    present: list[RankView],
-    threads: list[ThreadDifference],
-    used: set[ThreadDifference],
-    quiet: bool = False,
-) -> list[Finding]:
-    """Ranks in no collective: stuck ones, or (unless `quiet`: other ranks are accounted
-    for otherwise) a job where everyone works."""
-    stuck = [v for v in present if v.state == STATE_STUCK]
-    if not stuck:
-        if present and not quiet and all(v.state == STATE_RUNNING for v in present):
-            return [
-                Finding(
-                    KIND_PROGRESSING,
-                    tuple(v.rank for v in present),
-                    f"all {len(present)} ranks are working (their stacks move or "
-                    "they use CPU); nothing looks hung",
-                    severity=SEVERITY_INFO,
-                    recipe="stragglers",  # working but slow is what is left to look at
-                )
-            ]
-        return []
-    findings = []
-    for group in _bucket(stuck, key=_place):
-        ranks = [v.rank for v in group]
-        lacking = explaining(threads, ranks)
-        if lacking is not None:
-            used.add(lacking)
-        findings.append(
-            Finding(
-                KIND_STUCK,
-                tuple(ranks),
-                f"{ranks_text(ranks)} {_verb(ranks, 'does', 'do')} not move and "
-                f"{_verb(ranks, 'is', 'are')} in no collective: "
-                f"{_worker_text(group, stuck=True) or _where(group[0])}"
-                f"{_thread_clause(ranks, lacking)}",
-                location=location_of(group[0]),
-                severity=SEVERITY_WARNING,
-                detail=_worker_detail(group),
-                recipe="stuck-rank",
-            )
-        )
-    return findings
-
-
-def _thread_findings(differences: list[ThreadDifference]) -> list[Finding]:
-    """Threads that differ across ranks and no other finding has explained."""
-    findings = []
-    for difference in differences[:MAX_THREAD_FINDINGS]:
-        have, lack = difference.have, difference.lack
-        if difference.missing:
-            summary = (
-                f"{ranks_text(lack)} {_verb(lack, 'has', 'have')} no thread running "
-                f"{difference.label}, which {ranks_text(have)} {_verb(have, 'has', 'have')}"
-            )
-        else:
-            summary = (
-                f"{ranks_text(have)} {_verb(have, 'runs', 'run')} a thread {difference.label} "
-                f"that {ranks_text(lack)} {_verb(lack, 'does', 'do')} not"
-            )
-        findings.append(
-            Finding(
-                KIND_THREADS,
-                difference.odd or lack,
-                summary,
-                recipe="missing-thread",
-                # A thread the others have and these ranks lost is a likely cause; one only
-                # some ranks run (a logger on rank 0) is usually by design.
-                severity=SEVERITY_WARNING if difference.missing else SEVERITY_INFO,
-            )
-        )
-    hidden = len(differences) - MAX_THREAD_FINDINGS
-    if hidden > 0:
-        findings[-1] = replace(
-            findings[-1], detail=f"{hidden} more thread(s) differ between ranks: mldebug dump -v"
-        )
-    return findings
 
 
 def find_problems(
@@ -461,55 +50,20 @@ def find_problems(
     `crashes`: how ranks ended badly, earliest first (from the run directory); `sequence`:
     what the agents' collective counts say (analysis.sequence), computed when not given;
     `events`: what the agents wrote in events.jsonl (the origin of a NaN/Inf)."""
-    crash = _crash(views, crashes)
-    alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
-    # With every rank gone, "not running" says nothing the root cause does not.
-    findings = (
-        crash
-        + (_missing(views, world_size, alive) if alive or not crash else [])
-        + _unreadable(views, failures or {})
-    )
-    # The ranks' agents first: their count of collectives says who waits for whom whatever
-    # the stacks show. The stacks judge the ranks these findings do not account for.
     sequence = sequence if sequence is not None else sequence_verdict(views)
-    frozen = frozen_findings(views)
-    missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
-    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    readable = [
-        v
-        for v in views
-        if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE) and v.threads
-    ]
-    threads = thread_differences(readable)
-    used: set[ThreadDifference] = set()
-    findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
-    present = [v for v in readable if v.rank not in sequence.covered]
-    # A rank working inside a collective is in transit: neither waiting for anyone nor
-    # keeping anyone waiting (ranks arriving at init_process_group one after another).
-    waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
-    elsewhere = [v for v in present if not v.collective]
-    if not waiting:
-        findings += _idle(present, threads, used, quiet=bool(sequence.covered or frozen))
-    else:
-        # Waiting ranks that were seen stuck (or that their agent says wait) make it an
-        # error; one sample only, a warning.
-        severity = (
-            SEVERITY_ERROR
-            if any(v.state in (STATE_STUCK, STATE_WAITING) for v in waiting)
-            else SEVERITY_WARNING
-        )
-        groups = _bucket(waiting, key=_waiting_label)
-        findings += _mismatch(groups, severity)
-        if elsewhere:
-            findings += _outliers(elsewhere, groups, severity, threads, used)
-        elif len(groups) == 1:
-            findings += _all_waiting(groups[0], missing, severity)
-    findings += _thread_findings([d for d in threads if d not in used])
+    findings = stack_findings(views, world_size, failures or {}, crashes, sequence)
     findings += nonfinite_findings(events) + memory_findings(views)
-    findings.sort(
+    return sort_findings(findings)
+
+
+def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:
+    """Errors first; within a severity, the kinds in _KIND_ORDER's order (a crash, then
+    what the ranks wait for, then what is merely slow)."""
+    findings = sorted(
+        findings,
         key=lambda f: (
             _SEVERITY_ORDER.get(f.severity, 3),
             _KIND_ORDER.index(f.kind) if f.kind in _KIND_ORDER else 99,
-        )
+        ),
     )
     return tuple(findings)

@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mldebug.analysis.frames import is_user_frame, user_frame
 from mldebug.model import (
     KIND_NATIVE_CRASH,
     KIND_NATIVE_THREADS,
+    KIND_PROGRESSING,
+    KIND_STUCK,
+    KIND_UNREADABLE,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
+    STATE_EXITED,
     Finding,
     Frame,
+    JobSnapshot,
     NativeDump,
+    NativeGroup,
     NativeThread,
     StackSample,
 )
@@ -116,7 +122,7 @@ def align(dump: NativeDump, sample: StackSample | None) -> NativeDump:
     """gdb's threads, each with the Python name and frames py-spy read on the same OS
     thread (py-spy's frames win over py-bt's: they carry the threading name)."""
     if sample is None or not sample.threads or not dump.threads:
-        return dump
+        return placed(dump)
     python = {t.os_thread_id: t for t in sample.threads if t.os_thread_id is not None}
     threads = []
     for thread in dump.threads:
@@ -125,21 +131,17 @@ def align(dump: NativeDump, sample: StackSample | None) -> NativeDump:
             frames = tuple(f for f in match.frames if not f.native) or thread.python_frames
             thread = replace(thread, python_frames=frames, python_name=match.name)
         threads.append(thread)
-    return replace(dump, threads=tuple(threads))
+    return placed(replace(dump, threads=tuple(threads)))
 
 
-@dataclass(frozen=True)
-class NativeGroup:
-    """Threads of several ranks that wait in the same place under the same name."""
-
-    name: str  # thread name (comm), or the Python thread's name
-    python: bool  # the threads run Python code
-    waits_in: Frame | None
-    ranks: tuple[int, ...]
-    count: int  # threads in the group (a rank may have several: gloo's two run loops)
-    frames: tuple[Frame, ...]  # one member's native frames, outermost first
-    python_frames: tuple[Frame, ...] = ()
-    collective: str | None = None
+def placed(dump: NativeDump) -> NativeDump:
+    """The dump with each thread's label and the frame it waits in filled in, for the
+    views to show as they are."""
+    threads = tuple(
+        replace(thread, label=thread_label(thread), waits_in=waits_in(thread))
+        for thread in dump.threads
+    )
+    return replace(dump, threads=threads)
 
 
 def _key(thread: NativeThread) -> tuple:
@@ -307,3 +309,34 @@ def python_threads(dump: NativeDump, pid: int) -> tuple:
 
 def by_rank(dumps: Iterable[NativeDump]) -> Mapping[int, NativeDump]:
     return {d.rank: d for d in dumps if d.rank is not None}
+
+
+def core_verdict(snapshot: JobSnapshot, dumps: Sequence[NativeDump]) -> JobSnapshot:
+    """A snapshot built from core files, judged as what it is: every rank in it died (of
+    the signal its core names), a verdict over the stacks says why the ranks were where
+    they died, then the crashes, then everything else."""
+    signals = {d.rank: d for d in dumps}
+    views = tuple(
+        replace(
+            v,
+            state=STATE_EXITED,
+            detail=f"died of {signals[v.rank].signal or 'a signal'} (core {signals[v.rank].core})",
+        )
+        if v.rank in signals
+        else v
+        for v in snapshot.ranks
+    )
+    # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
+    # by stack lists them once, as exited, with their signal and core.
+    groups = ()
+    kept = tuple(
+        f
+        for f in snapshot.findings
+        if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
+    )
+    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
+    # died; the crashes follow it, then everything else.
+    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
+    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
+    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
+    return replace(snapshot, ranks=views, groups=groups, findings=findings)

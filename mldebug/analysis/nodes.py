@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mldebug.analysis.findings import find_problems, ranks_text
+from mldebug.analysis.findings import find_problems
 from mldebug.analysis.merge import build_tree, merge_groups
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.analysis.snapshot import as_waiting
@@ -31,6 +31,7 @@ from mldebug.model import (
     NodeReading,
     RankView,
 )
+from mldebug.wording import ranks_text
 
 
 def unreachable_findings(failures: Sequence[NodeFailure]) -> list[Finding]:

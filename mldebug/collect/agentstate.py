@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import mldebug.ledgerrules as rules
-from mldebug.collect.events import parse_time
+from mldebug.collect.eventfiles import parse_time
 from mldebug.collect.memstate import parse_census, parse_timeline
 from mldebug.model import (
     AgentState,
@@ -22,7 +22,8 @@ from mldebug.model import (
     MemoryReading,
     RankTarget,
 )
-from mldebug.rundir import RunPaths, read_json
+from mldebug.rundir import RunPaths
+from mldebug.safeio import read_json
 
 MAX_STATE_BYTES = 1 << 20
 MAX_GROUPS = 64

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
-from mldebug.rundir import create_new, make_private_dir
+from mldebug.safeio import create_new, make_private_dir
 
 CENSUS_DIR = "census"  # agent/census.py: REQUEST
 REQUEST_FILE = "request"

@@ -1,7 +1,7 @@
 """Read a whole job's stacks: py-spy on every rank in parallel, a few rounds per poll.
 
 The collector reads and nothing more: what a poll read comes back as `JobReadings` (model),
-and the orchestrator (mldebug.observe) hands it to the analysis. One poll is a `StackPoll`,
+and the orchestrator (mldebug.observe.pyspy) hands it to the analysis. One poll is a `StackPoll`,
 taken under the collector's lock: the rounds of stack readings, then (when the analysis asks
 for them) the DataLoader workers of some ranks, then `keep()`, which stores the readings that
 later polls compare with and returns what was read.
@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -49,7 +49,7 @@ from mldebug.model import (
     RankTarget,
     StackSample,
 )
-from mldebug.rundir import pid_alive
+from mldebug.procfs import pid_alive
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
 # Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make
@@ -91,6 +91,7 @@ class JobCollector:
         max_world: int = MAX_WORLD,
         skip_moving: bool = False,
         slow_rotation: float = SLOW_ROTATION,
+        moved: Callable[[AgentState | None, AgentState | None], bool] | None = None,
     ):
         self.job = job_targets
         self.native = native
@@ -108,10 +109,13 @@ class JobCollector:
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
         self.skip_moving = skip_moving
+        # Whether a rank made progress between two of its states: the analysis' rule
+        # (analysis.progress.moved), handed in by the orchestrator; without it none moves.
+        self.moved = moved or (lambda before, after: False)
         self.slow_rotation = slow_rotation
         self._read_at: dict[int, float] = {}  # pid -> when its stack was last read (monotonic)
-        # pid -> (heartbeat time, progress, whether it moved at that heartbeat)
-        self._moves: dict[int, tuple[float, tuple, bool]] = {}
+        # pid -> (heartbeat time, the state then, whether it moved at that heartbeat)
+        self._moves: dict[int, tuple[float, AgentState, bool]] = {}
         self._moving: dict[int, bool] = {}  # pid -> moving at this poll's choice
         self._moving_at_read: dict[int, bool] = {}  # pid -> moving when last read
         self._agents: dict[int, AgentState] = {}  # pid -> this poll's state.json
@@ -136,12 +140,11 @@ class JobCollector:
         with previous._lock, self._lock:
             self._last.update((pid, s) for pid, s in previous._last.items() if pid in pids)
             self._history.update((pid, h) for pid, h in previous._history.items() if pid in pids)
-            for mine, theirs in (
-                (self._read_at, previous._read_at),
-                (self._moves, previous._moves),
-                (self._moving_at_read, previous._moving_at_read),
-            ):
-                mine.update((pid, v) for pid, v in theirs.items() if pid in pids)
+            self._read_at.update((p, v) for p, v in previous._read_at.items() if p in pids)
+            self._moves.update((p, v) for p, v in previous._moves.items() if p in pids)
+            self._moving_at_read.update(
+                (p, v) for p, v in previous._moving_at_read.items() if p in pids
+            )
             self._focus = previous._focus
 
     def __enter__(self) -> JobCollector:
@@ -286,10 +289,10 @@ class JobCollector:
         if seen is None:
             moved = False  # a first reading: moved from what?
         elif state.time != seen[0]:
-            moved = state.progress != seen[1]
+            moved = self.moved(seen[1], state)
         else:
             moved = seen[2]
-        self._moves[target.pid] = (state.time, state.progress, moved)
+        self._moves[target.pid] = (state.time, state, moved)
         # A stale heartbeat (the one rule, ledgerrules.stale_after): the agent stopped
         # writing, and what its file says is not news.
         return moved and rules.is_fresh(wall - state.time, state.interval)

@@ -15,11 +15,11 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.model import JobTargets, RankCrash
 
 MAX_RANKS = 1 << 16  # error files looked at per run directory
-MAX_ERROR_BYTES = rundir.MAX_JSON_BYTES  # one error.json
+MAX_ERROR_BYTES = safeio.MAX_JSON_BYTES  # one error.json
 MAX_TOTAL_BYTES = 64 << 20  # all error.json files of a run together
 MAX_MESSAGE_CHARS = 64 << 10  # the whole message stays in the rank's stderr.log
 MAX_FIELD_CHARS = 4096  # exception type, how, location
@@ -80,7 +80,7 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
         if size > MAX_ERROR_BYTES or size > budget:
             continue
         budget -= size
-        data = rundir.read_json(path, MAX_ERROR_BYTES)
+        data = safeio.read_json(path, MAX_ERROR_BYTES)
         if data is not None:
             crash = _crash(data, rank, how="uncaught exception")
             if crash is not None:

@@ -38,7 +38,7 @@ from mldebug.model import (
     NativeThread,
     RankTarget,
 )
-from mldebug.rundir import proc_stat
+from mldebug.procfs import proc_stat
 
 GDB_REMEDY = (
     "Install it: sudo apt-get install gdb (Debian, Ubuntu), sudo dnf install gdb (Fedora, "

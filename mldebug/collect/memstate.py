@@ -5,7 +5,7 @@ without them (an older agent) has none."""
 
 from __future__ import annotations
 
-from mldebug.collect.events import parse_time
+from mldebug.collect.eventfiles import parse_time
 from mldebug.model import MemoryTimeline, TensorCensus, TensorGroup
 
 MAX_POINTS = 512

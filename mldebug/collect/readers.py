@@ -14,7 +14,7 @@ import os
 import time
 from typing import NamedTuple
 
-from mldebug.rundir import proc_uids
+from mldebug.procfs import proc_uids
 
 READER_NAMES = ("py-spy", "gdb", "mldebug")
 STATUS_LIMIT = 8192  # bytes of /proc/PID/status read: TracerPid is in the first lines

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import (
     CLUSTER_HELP,
@@ -27,6 +28,9 @@ from mldebug.commands.common import (
 )
 from mldebug.errors import EXIT_USAGE, MldebugError
 from mldebug.model import JobTargets
+
+if TYPE_CHECKING:
+    from mldebug.tui.app import AttachApp
 
 KEYS_HELP = """\
 keys: q quit, p pause, s save a report, / filter ranks, enter rank detail,
@@ -139,11 +143,22 @@ def run_app(
     view: LiveView | None = None,
 ) -> int:
     from mldebug.live.poller import CollectorPoller
-    from mldebug.tui.app import AttachApp
 
     poller = CollectorPoller(resolve, native=native, follow=follow, job_targets=job_targets)
-    app = AttachApp(poller, interval=interval, run_dir=run_dir, stop=stop, job_name=label)
+    app = live_app(poller, interval=interval, run_dir=run_dir, stop=stop, job_name=label)
     return (view or LiveView()).run(app)
+
+
+def live_app(poller, run_dir: Path | None = None, **options) -> AttachApp:
+    """The live view over `poller`, handed the real readers of what it shows besides the
+    stacks: the run directory's files (when there is one) and the frames' source lines.
+    options: AttachApp's (interval, stop, job_name, clock)."""
+    from mldebug.live.runfiles import RunFilesReader
+    from mldebug.live.sources import SourceLines
+    from mldebug.tui.app import AttachApp
+
+    files = RunFilesReader(run_dir) if run_dir is not None else None
+    return AttachApp(poller, run_dir=run_dir, files=files, sources=SourceLines(), **options)
 
 
 def main(argv: list[str]) -> int:
@@ -186,13 +201,10 @@ def _attach_cluster(spec, interval: float) -> int:
     """The live view of a job on several nodes: each refresh collects every node again."""
     from mldebug.cluster.front import ClusterPoller, collect_cluster
     from mldebug.cluster.hostlist import compress
-    from mldebug.tui.app import AttachApp
 
     first, _ = collect_cluster(spec)  # a wrong job or host list fails here, with its message
     label = compress(list(spec.hosts)) if spec.hosts else f"SLURM job {spec.slurm}"
-    app = AttachApp(
-        ClusterPoller(spec, first), interval=interval, run_dir=None, stop=None, job_name=label
-    )
+    app = live_app(ClusterPoller(spec, first), interval=interval, job_name=label)
     return LiveView().run(app)
 
 

@@ -218,7 +218,7 @@ def reading_options(args: argparse.Namespace) -> dict:
 def observe_job(job, args: argparse.Namespace):
     """`observe_once` of a job with the reading options of `dump` and `collect`:
     (snapshot, readings)."""
-    from mldebug.observe import observe_once
+    from mldebug.observe.pyspy import observe_once
 
     return observe_once(job, **reading_options(args))
 

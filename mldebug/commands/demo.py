@@ -106,7 +106,7 @@ def _report_once(nproc: int, timeout: float) -> int:
 
 def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> JobSnapshot:
     """Dump the job every few seconds until the verdict names a problem."""
-    from mldebug.observe import observe_once
+    from mldebug.observe.pyspy import observe_once
     from mldebug.targets import resolve_targets
 
     deadline = time.monotonic() + timeout

@@ -71,7 +71,7 @@ def check_gdb() -> None:
 def with_native(
     snapshot: JobSnapshot, readings, timeout: float, deadline: float
 ) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
-    from mldebug.observe_native import native_of_snapshot
+    from mldebug.observe.gdb import native_of_snapshot
 
     snapshot, dumps = native_of_snapshot(snapshot, readings, timeout=timeout, deadline=deadline)
     if dumps and all(d.failure == FAIL_PERMISSION for d in dumps):
@@ -83,19 +83,20 @@ def with_native(
 
 def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest) -> None:
     """The report with the native part: `native` in JSON, a section after the text."""
+    from mldebug.analysis.native import group_threads
     from mldebug.report.native import native_section, native_to_json
 
     if as_json:
         from mldebug.report.jsonout import snapshot_to_json
 
         data = snapshot_to_json(snapshot)
-        data["native"] = native_to_json(dumps)
+        data["native"] = native_to_json(dumps, group_threads(dumps))
         write_out(json.dumps(data, indent=1) + "\n")
         return
     console = report_console()
     try:
         print_rest(console)
-        console.print(native_section(dumps, verbose=verbose))
+        console.print(native_section(dumps, group_threads(dumps), verbose=verbose))
     except BrokenPipeError:
         raise
     except OSError as error:
@@ -106,7 +107,7 @@ def dump_cores(args, run_dir: str | None) -> int:
     """`mldebug dump --core ...`."""
     from pathlib import Path
 
-    from mldebug.observe_native import cores_of_run, observe_cores
+    from mldebug.observe.gdb import cores_of_run, observe_cores
 
     check_gdb()
     cores = list(args.core or [])

@@ -18,7 +18,8 @@ from mldebug.launch.output import Console, RankFilter
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
 from mldebug.ranges import parse_ranks
-from mldebug.rundir import MANIFEST, UntrustedDirError, create_run_dir, make_private_dir
+from mldebug.rundir import MANIFEST, create_run_dir
+from mldebug.safeio import UntrustedDirError, make_private_dir
 
 DESCRIPTION = """\
 Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -388,6 +389,7 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
                 console.message("mldebug: the job keeps running; Ctrl-C stops it")
                 supervisor.show_output(console)
         code = supervisor.wait()
+        assert code is not None  # wait() without a timeout returns once the job is over
         for text in supervisor.unshown:  # e.g. the root cause, found while the UI was up
             console.message(text)
         return code

@@ -9,8 +9,10 @@ import subprocess
 from pathlib import Path
 
 from mldebug.doctor.check import FAIL, OK, WARN, Check, Probe
-from mldebug.rundir import read_head, runs_root
+from mldebug.rundir import runs_root
+from mldebug.safeio import read_head
 from mldebug.textsafe import one_line
+from mldebug.wording import human_bytes
 
 CAP_SYS_PTRACE = 19  # linux/capability.h
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
@@ -197,17 +199,13 @@ def tool_checks() -> list[Check]:
     return checks
 
 
-def _size(n: float) -> str:
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
-
-
 def shm_check(path: str = "/dev/shm") -> list[Check]:
     try:
         stat = os.statvfs(path)
     except OSError as error:
         return [Check("shm", WARN, f"{path}: {error.strerror}", "dataloader-worker-hang")]
     total, free = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
-    detail = f"{path}: {_size(total)}, {_size(free)} free"
+    detail = f"{path}: {human_bytes(total)}, {human_bytes(free)} free"
     if total < GiB:
         return [
             Check(
@@ -236,7 +234,7 @@ def disk_check(directory: Path | None = None) -> list[Check]:
     total = stat.f_blocks * stat.f_frsize
     inodes = stat.f_favail
     on = f" (not created yet; on {where})" if where != target else ""
-    detail = f"run directory {target}{on}: {_size(free)} free of {_size(total)}"
+    detail = f"run directory {target}{on}: {human_bytes(free)} free of {human_bytes(total)}"
     if stat.f_files:
         detail += f", {inodes} inodes free of {stat.f_files}"
     if free < 100 * MiB or (stat.f_files and inodes < 1000):

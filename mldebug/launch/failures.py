@@ -17,14 +17,8 @@ import os
 import signal
 from dataclasses import dataclass, field, replace
 
-from mldebug.rundir import (
-    STATUS_FAILED,
-    STATUS_INTERRUPTED,
-    STATUS_SUCCEEDED,
-    RunPaths,
-    read_json,
-    read_tail,
-)
+from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
+from mldebug.safeio import read_json, read_tail
 
 RECIPE = "rank-crash"
 RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains

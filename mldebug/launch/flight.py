@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from mldebug.rundir import create_new
+from mldebug.safeio import create_new
 
 FR_DIR = "fr"  # as the agent's MLDEBUG_FR_DIR and torch's dump prefix (launch/env.py)
 REQUEST_FILE = "request"  # mldebug/agent/flight.py: REQUEST_FILE

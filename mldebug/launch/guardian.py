@@ -106,7 +106,7 @@ class GuardianLink:
 
 def _snapshot() -> dict[int, tuple[int, int, int, str]]:
     """pid -> (ppid, pgid, start ticks, state) of every process: one pass over /proc."""
-    from mldebug.rundir import proc_stat
+    from mldebug.procfs import proc_stat
 
     table = {}
     for name in os.listdir("/proc"):

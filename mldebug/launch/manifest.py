@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from mldebug.rundir import STATUS_RUNNING, RunPaths, create_new, write_json_atomic
+from mldebug.rundir import STATUS_RUNNING, RunPaths
+from mldebug.safeio import create_new, write_json_atomic
 
 if TYPE_CHECKING:
     from mldebug.launch.spec import LaunchSpec

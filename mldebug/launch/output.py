@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug.launch.lines import LineSplitter
-from mldebug.rundir import RunPaths, open_regular, read_json
+from mldebug.rundir import RunPaths
+from mldebug.safeio import open_regular, read_json
 
 READ_CHUNK = 1 << 20
 MAX_CHUNKS_PER_LOOK = 4

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from mldebug.launch.lines import LineSplitter
 from mldebug.launch.output import Console, format_lines
-from mldebug.rundir import open_append
+from mldebug.safeio import open_append
 
 READ_CHUNK = 1 << 20
 POLL_INTERVAL = 0.1  # seconds: how often progress bars and ended ranks are looked at

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from mldebug.rundir import proc_stat
+from mldebug.procfs import proc_stat
 
 
 def live_groups(pgids) -> set[int]:

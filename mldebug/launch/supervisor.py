@@ -21,78 +21,44 @@ status; the failure is said in one line.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 
-from mldebug.collect.agentstate import read_state
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
+from mldebug.launch.children import (
+    Child,
+    first_failed,
+    guard_wrapped,
+    make_rank_dir,
+    own_groups,
+    record_end,
+    start_child,
+)
 from mldebug.launch.coredumps import CoreCatcher
-from mldebug.launch.failures import (
-    collect_failures,
-    describe_exit,
-    exit_code_of,
-    format_report,
-    job_outcome,
-    with_cores,
-)
+from mldebug.launch.failures import collect_failures, describe_exit, with_cores
 from mldebug.launch.guardian import GuardianLink
+from mldebug.launch.lastwaits import LastWaits
+from mldebug.launch.logbook import LogBook
 from mldebug.launch.manifest import Manifest
-from mldebug.launch.output import LAUNCHER, Console, OutputTailer
-from mldebug.launch.pipes import (
-    FULL_ERRNOS,
-    Logs,
-    PipeReader,
-    Stream,
-    error_text,
-    make_pipe,
-    pipe_size,
+from mldebug.launch.outcome import (
+    HANG_EXIT_CODE,
+    conclude,
+    internal_error_line,
+    internal_error_traceback,
+    plain_outcome,
+    wants_explanation,
 )
+from mldebug.launch.output import Console, OutputTailer
+from mldebug.launch.pipes import FULL_ERRNOS, PipeReader
 from mldebug.launch.spec import LaunchSpec
-from mldebug.launch.timeouts import (
-    Explanation,
-    Timeout,
-    explain,
-    places_of,
-    timeout_of,
-)
 from mldebug.launch.watchdog import HangWatchdog
-from mldebug.rundir import (
-    STATUS_FAILED,
-    STATUS_INTERRUPTED,
-    STATUS_SUCCEEDED,
-    UntrustedDirError,
-    hostname,
-    make_private_dir,
-    proc_start_ticks,
-    proc_stat,
-    read_json,
-    read_tail,
-)
+from mldebug.rundir import hostname
+
+__all__ = ["HANG_EXIT_CODE", "Supervisor"]
 
 POLL_INTERVAL = 0.1
-HANG_EXIT_CODE = 124  # the job was stopped by --on-hang stop (as timeout(1) says)
-# A rank died of a collective timeout: the stacks of the ranks still alive are read once
-# before they are stopped (what they were doing instead of waiting), within this.
-LAST_STACKS_DEADLINE = 5.0
-STDERR_TAIL_BYTES = 64 << 10  # where NCCL's watchdog line is looked for
-MAX_RANKS_EXPLAINED = 4096
-MAX_FILES_SAID = 6  # incomplete logs named on the console; run.json has them all
-
-
-@dataclass
-class _Child:
-    rank: int | None  # None: the wrapped launcher
-    popen: subprocess.Popen
-    returncode: int | None = None
-    # The last time poll() found it running: it died after that. For a rank that leaves no
-    # error file (a signal, os._exit) this is the time that orders it against the others,
-    # since a peer's "connection closed" error can come before mldebug notices the death.
-    last_alive: float = field(default_factory=time.time)
-    stopped: bool = False  # ended by mldebug, not by itself
 
 
 class Supervisor:
@@ -100,10 +66,11 @@ class Supervisor:
         self.spec = spec
         self.paths = spec.paths
         self.host = hostname()
-        self.children: list[_Child] = []
+        self.children: list[Child] = []
         self.unshown: list[str] = []  # messages written while the console was off (TUI)
-        self.logs = Logs(spec.paths.root, self._filesystem_full, self._log_failed)
         self.manifest = Manifest(spec.paths, spec, self.host)
+        self.logbook = LogBook(spec.paths, self.manifest, spec.mode == envs.MODE_NATIVE, self._say)
+        self.logs = self.logbook.logs
         self.manifest.on_full = self.logs.filesystem_full
         self.exit_code: int | None = None
         self._stop_reason: int | None = None  # signal number, or 0 for stop() without one
@@ -122,7 +89,7 @@ class Supervisor:
         self.wrapped = wrapped.WrappedRanks(spec.paths, self.manifest)
         self.watchdog: HangWatchdog | None = None
         self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
-        self._last_places: dict = {}  # rank -> timeouts.Place, read as the first rank died
+        self.last_waits = LastWaits(spec.paths)  # a collective timeout's explanation
         self.cores = CoreCatcher(spec.paths.root) if spec.core_dumps else None  # --core-dumps
         error = self.manifest.error
         if error is not None and error.errno in FULL_ERRNOS:
@@ -241,60 +208,20 @@ class Supervisor:
         )
         self._tailer.start()
 
-    def _prefix(self, label: str) -> bytes:
-        return f"[{self.host}:{label}] ".encode() if self.spec.prefix else b""
-
-    def _popen(self, rank: int | None, env: dict[str, str]) -> subprocess.Popen:
-        """Start one child whose stdout and stderr are pipes read by self._reader (a wrapped
-        launcher gets one pipe for both, as its log is one file)."""
-        if rank is None:
-            paths = [(self.paths.launcher_log, "stdout")]
-            label, shown = "launcher", True
-        else:
-            paths = [(self.paths.stdout(rank), "stdout"), (self.paths.stderr(rank), "stderr")]
-            label, shown = str(rank), self.spec.rank_filter.shows(rank, rank)
-        size = pipe_size(2 * self.spec.nproc)
-        pipes = [make_pipe(size) for _ in paths]
-        write_fds = [write for _, write in pipes]
-        try:
-            popen = subprocess.Popen(
-                self.spec.command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=write_fds[0],
-                stderr=write_fds[-1],
-                start_new_session=True,
-                preexec_fn=self._preexec(),
-            )
-        except BaseException:
-            for read, _ in pipes:
-                os.close(read)
-            raise
-        finally:
-            for fd in write_fds:
-                os.close(fd)
-        if self._guardian is not None:
-            self._guardian.watch_group(popen.pid, proc_start_ticks(popen.pid))
-        for (read, _), (path, stream) in zip(pipes, paths, strict=True):
-            log = self.logs.open(path)
-            rank_id = LAUNCHER if rank is None else rank
-            self._reader.add(Stream(read, log, rank_id, stream, self._prefix(label), shown))
-        return popen
-
-    def _preexec(self):
+    def _start_child(self, rank: int | None, env: dict[str, str]) -> subprocess.Popen:
         preexec = procs.parent_death_signal()
-        return self.cores.preexec(preexec) if self.cores is not None else preexec
-
-    def _rank_dir(self, rank: int) -> None:
-        """The rank's directory; a full disk only costs its files, not the rank."""
-        try:
-            make_private_dir(self.paths.rank_dir(rank))
-        except UntrustedDirError:
-            raise
-        except OSError as error:
-            if error.errno not in FULL_ERRNOS:
-                raise
-            self.logs.filesystem_full(error)
+        if self.cores is not None:
+            preexec = self.cores.preexec(preexec)
+        return start_child(
+            self.spec,
+            rank,
+            env,
+            host=self.host,
+            logs=self.logs,
+            reader=self._reader,
+            guardian=self._guardian,
+            preexec=preexec,
+        )
 
     def _base_env(self) -> dict[str, str]:
         return envs.job_env(dict(os.environ), self.paths.root, self.spec.mode, self.spec.options)
@@ -307,20 +234,20 @@ class Supervisor:
             base["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks must not each use every core
         run_id = self.paths.root.name
         for rank in range(spec.nproc):
-            self._rank_dir(rank)
+            make_rank_dir(self.paths.rank_dir(rank), self.logs)
             env = {**base, **envs.rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
             try:
-                popen = self._popen(rank, env)
+                popen = self._start_child(rank, env)
             except OSError:
                 self._end_children(grace=0)
                 raise
-            self.children.append(_Child(rank, popen))
+            self.children.append(Child(rank, popen))
             self.manifest.set_rank(rank, local_rank=rank, host=self.host, pid=popen.pid)
         self.manifest.update(world_size=spec.nproc, master_port=port)
 
     def _start_launcher(self) -> None:
-        popen = self._popen(None, self._base_env())
-        self.children.append(_Child(None, popen))
+        popen = self._start_child(None, self._base_env())
+        self.children.append(Child(None, popen))
         self.manifest.update(launcher_pid=popen.pid)
 
     # -- watching ----------------------------------------------------------------------
@@ -347,20 +274,10 @@ class Supervisor:
 
     def _internal_error(self, what: str, error: Exception) -> None:
         """A bug of mldebug's: one line (each kind once), the traceback with MLDEBUG_DEBUG=1."""
-        text = str(error).strip().splitlines()
-        line = (
-            f"mldebug: internal error while {what} ({type(error).__name__}"
-            + (f": {text[0][:300]}" if text else "")
-            + "); the job's exit code is kept. This is a bug in mldebug: please report it."
-        )
-        if line in self._internal_errors:
-            return
-        self._internal_errors.add(line)
-        if os.environ.get("MLDEBUG_DEBUG", "") not in ("", "0"):
-            import traceback
-
-            line += "\n" + "".join(traceback.format_exception(error)).rstrip()
-        self._say(line)
+        line = internal_error_line(what, error)
+        if line not in self._internal_errors:
+            self._internal_errors.add(line)
+            self._say(line + internal_error_traceback(error))
 
     def _finish_output(self) -> None:
         with self._tailer_lock:
@@ -389,10 +306,10 @@ class Supervisor:
             if self._stop_requested.is_set():
                 self._interrupted = self._stop_reason
                 return
-            failed = self._first_failed() if self.spec.mode == envs.MODE_NATIVE else None
+            failed = first_failed(self.children) if self.spec.mode == envs.MODE_NATIVE else None
             if failed is not None:
                 self._say(
-                    f"mldebug: rank {failed.rank} {describe_exit(failed.returncode)}; "
+                    f"mldebug: rank {failed.rank} {describe_exit(failed.returncode or 0)}; "
                     f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
                 )
                 self._guard(
@@ -403,35 +320,11 @@ class Supervisor:
 
     def _discover(self) -> None:
         self.wrapped.discover()
-        if self._guardian is None:
-            return
-        for watched in list(self.wrapped.watched.values()):
-            known = watched.pid in self._guarded or watched.ticks is None or watched.gone
-            if not known and getattr(watched, "verified", True):
-                self._guarded.add(watched.pid)
-                self._guardian.watch_process(watched.pid, watched.ticks)
+        if self._guardian is not None:
+            guard_wrapped(self.wrapped, self._guardian, self._guarded)
 
-    def _first_failed(self) -> _Child | None:
-        ended = [c for c in self.children if c.returncode not in (None, 0) and not c.stopped]
-        return min(ended, key=lambda c: c.last_alive) if ended else None
-
-    def _child_ended(self, child: _Child) -> None:
-        child.returncode = child.popen.returncode
-        if child.rank is None:
-            self.manifest.update(launcher_exit_code=exit_code_of(child.returncode))
-            return
-        self._reader.rank_ended(child.rank)
-        if child.stopped:
-            status = STATUS_INTERRUPTED
-        else:
-            status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
-        core = None
-        if self.cores is not None and not child.stopped:
-            core = self.cores.rank_ended(child.rank, child.popen.pid, child.returncode)
-        extra = {"core": core} if core is not None else {}
-        self.manifest.set_rank(
-            child.rank, exit_code=exit_code_of(child.returncode), status=status, **extra
-        )
+    def _child_ended(self, child: Child) -> None:
+        record_end(child, self.manifest, self._reader, self.cores)
 
     # -- ending ------------------------------------------------------------------------
 
@@ -440,7 +333,7 @@ class Supervisor:
         for child in self.children:
             if child.returncode is None and child.popen.poll() is None:
                 child.stopped = True
-        procs.end_groups(self._own_groups(), grace, self._hurry)
+        procs.end_groups(own_groups(self.children), grace, self._hurry)
         for child in self.children:
             child.popen.wait()
             if child.returncode is None:
@@ -449,37 +342,21 @@ class Supervisor:
             self._guard("reading the ranks' proc.json", self._discover)
             self.wrapped.end_left_over(grace, self._hurry, self._say)
 
-    def _own_groups(self) -> list[int]:
-        """The process groups our children lead or led (one outlives its leader while other
-        members, say DataLoader workers, run). Once a reaped child's pid is taken by a new
-        process, its group is long gone and that id may lead a stranger's group."""
-        return [
-            child.popen.pid
-            for child in self.children
-            if child.popen.returncode is None or proc_stat(child.popen.pid) is None
-        ]
-
     def _plain_outcome(self) -> tuple[int, str]:
-        """The exit code and status from what mldebug saw itself, no file read: what comes
-        out when summing up the run fails."""
-        if self._interrupted is not None and self._hang_stop:
-            return HANG_EXIT_CODE, STATUS_FAILED
-        if self._interrupted is not None:
-            return 128 + (self._interrupted or signal.SIGINT), STATUS_INTERRUPTED
-        if self.spec.mode == envs.MODE_WRAP:
-            returncode = self.children[0].returncode if self.children else None
-            code = exit_code_of(returncode) if returncode is not None else 1
-            return code, STATUS_FAILED if code else STATUS_SUCCEEDED
-        failed = self._first_failed()
-        if failed is None:
-            return 0, STATUS_SUCCEEDED
-        return exit_code_of(failed.returncode), STATUS_FAILED
+        failed = first_failed(self.children)
+        return plain_outcome(
+            interrupted=self._interrupted,
+            hang_stop=self._hang_stop,
+            launcher_returncode=self.children[0].returncode if self.children else None,
+            wrap=self.spec.mode == envs.MODE_WRAP,
+            first_failed_returncode=failed.returncode if failed is not None else None,
+        )
 
     def _conclude(self) -> None:
         """Exit code, final manifest, and the first-failure report."""
         self.exit_code, status = self._plain_outcome()  # the truth even if the rest fails
         try:
-            state = self._log_state()
+            state = self.logbook.state()
             if state is not None:
                 self.manifest.update(logs_incomplete=state)
             self._sum_up()
@@ -496,6 +373,7 @@ class Supervisor:
 
     def _sum_up(self) -> None:
         spec = self.spec
+        wrap = spec.mode == envs.MODE_WRAP
         stopped = sorted(c.rank for c in self.children if c.stopped and c.rank is not None)
         exits = {
             c.rank: (c.returncode, c.last_alive)
@@ -511,175 +389,44 @@ class Supervisor:
         )
         if self.cores is not None:
             failures = with_cores(failures, self.cores.found)
-        launcher = self.children[0].returncode if spec.mode == envs.MODE_WRAP else None
-        code, status, failures = job_outcome(failures, self._interrupted, launcher)
-        interrupted = status == STATUS_INTERRUPTED
-        hang_stopped = interrupted and self._hang_stop
-        if hang_stopped:  # not the user's Ctrl-C: the job failed, by hanging
-            code, status, interrupted = HANG_EXIT_CODE, STATUS_FAILED, False
-        self.exit_code = code
+        launcher = self.children[0].returncode if wrap else None
         explanation = None
-        if failures and not interrupted and not hang_stopped:
+        if wants_explanation(failures, self._interrupted, launcher):
             try:
-                explanation = self._explain(failures)
+                ranks = {c.rank for c in self.children if c.rank is not None}
+                hang = self.watchdog.hang_snapshot if self.watchdog is not None else None
+                explanation = self.last_waits.explain(failures, ranks, hang)
             except Exception as error:  # the plain report still comes out
                 self._internal_error("explaining a collective timeout", error)
-        first = failures[0].to_json() if failures else None
-        if first is not None and explanation is not None:
-            cause = explanation.cause
-            first["collective_timeout"] = True
-            first["root_cause"] = cause.to_json() if cause is not None else None
-            first["waits"] = list(explanation.waits)
-        self.manifest.update(
-            status=status, exit_code=code, end_time=time.time(), first_failure=first
+        reports = self.watchdog.reports if self.watchdog is not None else []
+        outcome = conclude(
+            failures,
+            paths=self.paths,
+            interrupted=self._interrupted,
+            hang_stop=self._hang_stop,
+            launcher_returncode=launcher,
+            stopped=stopped,
+            explanation=explanation,
+            logs_incomplete=self.manifest.data.get("logs_incomplete"),
+            wrap=wrap,
+            hang_timeout=spec.hang_timeout or 0.0,
+            hang_report=reports[-1].text_path if reports else None,
         )
-        if spec.mode == envs.MODE_WRAP:
-            self.wrapped.settle({f.rank for f in failures}, code)
-        if hang_stopped:
-            report = self.watchdog.reports[-1] if self.watchdog and self.watchdog.reports else None
-            where = f"; the hang report: {report.text_path}" if report and report.text_path else ""
-            self._say(
-                f"mldebug: job stopped: no progress for {spec.hang_timeout:g}s "
-                f"(--on-hang stop){where}; exit code {code}"
-            )
-        elif failures and not interrupted:
-            failed = {failure.rank for failure in failures}
-            report = format_report(
-                failures, self.paths, [r for r in stopped if r not in failed], explanation
-            )
-            note = self._incomplete_logs_note(failures[0].rank)
-            if note:  # after the "full output" line it qualifies
-                head, sep, tail = report.rpartition("\n  what to do next")
-                report = head + note + sep + tail if sep else report + note
-            self._say(report)
-        elif spec.mode == envs.MODE_WRAP and code != 0 and not interrupted:
-            self._say(
-                f"mldebug: the launcher exited with code {code}; see {self.paths.launcher_log}"
-            )
-        if interrupted:
-            self._say(f"mldebug: job stopped; its files are in {self.paths.root}")
-
-    # -- a collective timeout ------------------------------------------------------------
-
-    def _stderr_tail(self, rank: int) -> str:
-        try:
-            data, _ = read_tail(self.paths.stderr(rank), STDERR_TAIL_BYTES)
-        except OSError:
-            return ""
-        return data.decode("utf-8", errors="replace")
-
-    def _timeout(self, failure) -> Timeout | None:
-        """The collective timeout `failure` is, if it is one (its error, else its stderr:
-        NCCL's watchdog aborts the process without a Python exception)."""
-        return timeout_of(failure.message) or timeout_of(self._stderr_tail(failure.rank))
+        self.exit_code = outcome.exit_code
+        self.manifest.update(
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            end_time=time.time(),
+            first_failure=outcome.first_failure,
+        )
+        if wrap:
+            self.wrapped.settle({f.rank for f in outcome.failures}, outcome.exit_code)
+        for message in outcome.messages:
+            self._say(message)
 
     def _read_last_places(self, rank: int) -> None:
-        """The first rank died of a collective timeout: read once where the ranks still
-        alive stand (before they are stopped), for the report to say what they did instead
-        of waiting with it."""
-        data = read_json(self.paths.error_file(rank)) or {}
-        message = data.get("message") if isinstance(data.get("message"), str) else ""
-        if timeout_of(message) is None and timeout_of(self._stderr_tail(rank)) is None:
-            return
-        if not any(c.returncode is None and c.rank not in (None, rank) for c in self.children):
-            return
-        from mldebug.observe import observe_once
-        from mldebug.targets import resolve_targets
-
-        try:
-            snapshot, _ = observe_once(
-                resolve_targets(run_dir=self.paths.root), samples=1, deadline=LAST_STACKS_DEADLINE
-            )
-        except Exception:  # they ended meanwhile, or cannot be read: the states still tell
-            return
-        self._last_places = places_of(snapshot)
-
-    def _explain(self, failures: list) -> Explanation | None:
-        """What the ranks waited in and who caused it, when the first failure is a
-        collective timeout; None otherwise."""
-        if self._timeout(failures[0]) is None:
-            return None
-        ranks = sorted(
-            set(self.paths.rank_ids()) | {c.rank for c in self.children if c.rank is not None}
-        )[:MAX_RANKS_EXPLAINED]
-        places = dict(self._last_places)
-        if self.watchdog is not None and self.watchdog.hang_snapshot is not None:
-            for rank, place in places_of(self.watchdog.hang_snapshot).items():
-                places.setdefault(rank, place)
-        states = {rank: read_state(self.paths.root, rank) for rank in ranks}
-        died = {failure.rank: failure.time for failure in failures}
-        raised = {f.rank: f.user_location or f.location for f in failures}
-        timeouts = {}
-        for failure in failures:
-            timeout = self._timeout(failure)
-            if timeout is not None:
-                timeouts[failure.rank] = timeout
-        return explain(states, places, died, timeouts, raised)
-
-    # -- a full disk -------------------------------------------------------------------
-
-    def _log_state(self) -> dict | None:
-        """For run.json: why logs stopped, where each ends (stopped_at) and which miss
-        output from which byte (missing_from). In wrap mode the ranks' hooks write their own
-        logs, which end where they are when the disk is full."""
-        stopped = self.logs.stopped()
-        if not stopped and self.logs.full is None:
-            return None
-        if self.logs.full is not None and self.spec.mode == envs.MODE_WRAP:
-            for rank in self.paths.rank_ids():
-                for path in (self.paths.stdout(rank), self.paths.stderr(rank)):
-                    try:
-                        size = os.lstat(path).st_size
-                    except OSError:
-                        continue
-                    stopped.setdefault(str(path.relative_to(self.paths.root)), size)
-        errors = [self.logs.full] + [f.error for f in self.logs.files]
-        reason = next(error for error in errors if error is not None)
-        return {
-            "reason": error_text(reason),
-            "time": time.time(),
-            "stopped_at": stopped,
-            "missing_from": self.logs.incomplete(),
-        }
-
-    def _filesystem_full(self, error: OSError) -> None:
-        """Said once, as soon as a write finds the run directory's filesystem full."""
-        state = self._log_state() or {"stopped_at": {}}
-        self.manifest.update(logs_incomplete=state)
-        ends = list(state["stopped_at"].items())
-        listed = ", ".join(f"{name} at byte {offset}" for name, offset in ends[:MAX_FILES_SAID])
-        if len(ends) > MAX_FILES_SAID:
-            listed += f" ... ({len(ends) - MAX_FILES_SAID} more in {self.paths.manifest})"
-        where = (
-            "here"
-            if self.spec.mode == envs.MODE_NATIVE
-            else "here (as [launcher] lines once a rank's own log cannot be written)"
-        )
-        self._say(
-            f"mldebug: the run directory's filesystem is full ({error_text(error)}): "
-            f"{self.paths.root}\n  the job goes on and its output still shows {where}; "
-            + (f"the logs end where they are now: {listed}" if listed else "no log can be written")
-        )
-
-    def _log_failed(self, log) -> None:
-        self.manifest.update(logs_incomplete=self._log_state())
-        self._say(
-            f"mldebug: cannot write {log.path} ({error_text(log.error)}); mldebug writes no "
-            f"more to it after byte {log.size}; the output still shows here"
-        )
-
-    def _incomplete_logs_note(self, rank: int) -> str:
-        """For the report: from which byte the failed rank's logs miss its output."""
-        state = self.manifest.data.get("logs_incomplete") or {}
-        key = "missing_from" if self.spec.mode == envs.MODE_NATIVE else "stopped_at"
-        mine = [
-            f"{name.rsplit('/', 1)[-1]} from byte {offset}"
-            for name, offset in (state.get(key) or {}).items()
-            if name.startswith(f"ranks/{rank}/")
-        ]
-        if not mine:
-            return ""
-        return f"\n  its logs are incomplete ({state.get('reason')}): {', '.join(mine)}"
+        alive = any(c.returncode is None and c.rank not in (None, rank) for c in self.children)
+        self.last_waits.read_places(rank, others_alive=alive)
 
     def _say(self, text: str) -> None:
         if self.spec.console is not None:

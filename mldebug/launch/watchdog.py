@@ -39,7 +39,8 @@ from pathlib import Path
 from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.flight import request_dumps, wait_for_dumps
-from mldebug.rundir import RunPaths, create_new, make_private_dir
+from mldebug.rundir import RunPaths
+from mldebug.safeio import create_new, make_private_dir
 from mldebug.textsafe import printable
 
 ON_HANG_KEEP = "keep"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from mldebug.launch import procs
 from mldebug.launch.manifest import Manifest
+from mldebug.procfs import descends_from, proc_environ, proc_start_ticks, proc_stat
 from mldebug.rundir import (
     ENV_RUN_DIR,
     STATUS_FAILED,
@@ -28,15 +29,11 @@ from mldebug.rundir import (
     STATUS_RUNNING,
     STATUS_SUCCEEDED,
     RunPaths,
-    descends_from,
     hostname,
     parse_rank,
-    proc_environ,
-    proc_start_ticks,
-    proc_stat,
-    read_json,
     same_dir,
 )
+from mldebug.safeio import read_json
 
 MAX_HOST_CHARS = 255
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT

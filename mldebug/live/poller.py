@@ -1,10 +1,11 @@
-"""What the live view polls: a small protocol, and its real implementation, which follows
-the job's targets and looks at them through the orchestrator (mldebug.observe).
+"""What the live view polls: the real implementation of the app's `Poller` protocol
+(mldebug.tui.feeds), which follows the job's targets and looks at them through the
+orchestrator (mldebug.observe.pyspy).
 
 The app calls `poll()` from a worker thread, one call at a time, and never from the UI
 thread; `poll()` may block for as long as py-spy takes. Tests pass a fake with the same
-three members. A poller may also have `focus(ranks)`: the ranks a person looks at now (the
-rank screen), whose stacks are read at every poll however they move.
+members. `focus(ranks)`: the ranks a person looks at now (the rank screen), whose stacks
+are read at every poll however they move.
 """
 
 from __future__ import annotations
@@ -14,41 +15,11 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
 
 from mldebug import rundir
 from mldebug.collect.crashes import with_crashes
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, NativeDump, StackSample
 from mldebug.targets import manifest_exit_codes
-
-
-@runtime_checkable
-class Poller(Protocol):
-    def poll(self) -> JobSnapshot:
-        """Read the job once. Must not raise for a problem with one rank."""
-        ...
-
-    def read_native(self, rank: int) -> StackSample | None:
-        """One reading of one rank with native (C/C++) frames; None for an unknown rank.
-
-        Native reads are slow (seconds on a process that loaded libtorch), so the app asks
-        for them only for the ranks on screen, in their own worker, never in the live poll.
-        """
-        ...
-
-    def read_all_threads(self, rank: int) -> NativeDump | None:
-        """Every thread of one rank with gdb (native frames, lined up with the rank's last
-        py-spy reading); None for an unknown rank. Slow: asked for off the UI thread."""
-        ...
-
-    def focus(self, ranks: Iterable[int]) -> None:
-        """The ranks a detail screen shows (none: empty): their stacks are read at every
-        poll, even while their agents say they move. Cheap; called on the UI thread."""
-        ...
-
-    def close(self) -> None:
-        """Release what the poller holds; called once when the app ends."""
-        ...
 
 
 def with_run_outcome(job: JobTargets) -> JobTargets:
@@ -155,7 +126,7 @@ class CollectorPoller:
         self._targets = self._with_ended(found, current)
 
     def _make(self, previous):
-        from mldebug.observe import JobObserver
+        from mldebug.observe.pyspy import JobObserver
 
         observer = JobObserver(
             self._targets,
@@ -193,8 +164,13 @@ class CollectorPoller:
         snapshot = observer.poll()
         # A rank of a run directory seen ended, with no exit code yet: read run.json again
         # at the next poll, for its code and for the first failure.
-        self._ended_unexplained = self._targets.run_dir is not None and any(
-            view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks
+        targets = self._targets
+        self._ended_unexplained = (
+            targets is not None
+            and targets.run_dir is not None
+            and any(
+                view.state == STATE_EXITED and view.exit_code is None for view in snapshot.ranks
+            )
         )
         return snapshot
 
@@ -203,12 +179,12 @@ class CollectorPoller:
         rank (`n` pressed again, a compare screen) waits for that one: one py-spy --native
         per rank at a time, however often it is asked."""
         with self._lock:
-            pending = self._native_reads.get(rank)
-            mine = pending is None
-            if mine:
-                pending = self._native_reads[rank] = Future()
-        if not mine:
-            return pending.result()
+            waiting = self._native_reads.get(rank)
+            if waiting is None:
+                pending: Future = Future()
+                self._native_reads[rank] = pending
+        if waiting is not None:
+            return waiting.result()
         try:
             sample = self._read_native(rank)
         except BaseException as error:
@@ -224,7 +200,7 @@ class CollectorPoller:
     GDB_TIMEOUT = 60.0  # gdb loads libtorch's symbols on every attach (docs/gdb.md)
 
     def read_all_threads(self, rank: int) -> NativeDump | None:
-        from mldebug.observe_native import read_rank_threads
+        from mldebug.observe.gdb import read_rank_threads
 
         job = self._targets
         target = next((t for t in job.targets if t.rank == rank), None) if job else None

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
-from mldebug.collect.events import parse_event_line as parse_event_line  # one parser, here too
-from mldebug.collect.events import read_event_file
+from mldebug.collect.eventfiles import parse_event_line as parse_event_line  # one parser, here too
+from mldebug.collect.eventfiles import read_event_file
 from mldebug.model import Finding, LogTail, RankEvent, RunFiles
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.follow import RunFollower
@@ -42,7 +43,7 @@ def _size(path: Path) -> int:
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> list[str]:
     """The last lines of a file (decoded leniently); [] when it cannot be read."""
     try:
-        data, start = rundir.read_tail(path, max_bytes)
+        data, start = safeio.read_tail(path, max_bytes)
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace")
@@ -55,6 +56,10 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     # ends in \r\n is not rewritten). Then make it safe to draw.
     lines = [printable(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines[-max_lines:]]
     return lines
+
+
+def _events_of(rank: int, path: Path):
+    return read_event_file(rank, path)
 
 
 @dataclass
@@ -78,9 +83,7 @@ class RunFilesReader:
                 lines = self._files.get(path, read_tail)
                 if lines:
                     logs.append(LogTail(rank, stream, tuple(lines)))
-            parsed = self._files.get(
-                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p)
-            )
+            parsed = self._files.get(paths.events_file(rank), partial(_events_of, rank))
             if parsed:
                 events.extend(parsed[0])
                 bad += parsed[1]
@@ -104,7 +107,7 @@ class RunFilesReader:
         now = time.monotonic()
         if now - self._nccl_read_at < NCCL_RESCAN:
             return self._nccl
-        seen = []
+        seen: list[tuple[str | int, int]] = []
         for folder in (paths.nccl_dir, paths.root / "fr"):
             try:
                 names = sorted(os.listdir(folder))[: nccl_scan.RUN_NCCL_FILES]

@@ -18,7 +18,8 @@ import os
 import pickle
 import re
 
-from mldebug.rundir import MAX_RANK, json_depth_ok, read_head
+from mldebug.rundir import MAX_RANK
+from mldebug.safeio import json_depth_ok, read_head
 from mldebug.textsafe import one_line
 
 from .flight_columns import fast_entries

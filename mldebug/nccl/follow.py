@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.nccl import flight
 from mldebug.nccl.logparse import CHUNK, MAX_LINE, FileLog, LogParser
 from mldebug.nccl.scan import RUN_NCCL_FILES, RUN_RANKS, Scan, finish, join_pids
@@ -57,7 +57,7 @@ class RunFollower:
     ) -> int:
         """Feed `path`'s new bytes to its parser; how many were read."""
         try:
-            fd = rundir.open_regular(path)
+            fd = safeio.open_regular(path)
         except OSError:
             self._files.pop(path, None)
             return 0
@@ -107,7 +107,7 @@ class RunFollower:
             known = self._dumps.get(path)
             if known is None or known[0] != key:
                 try:
-                    head = rundir.read_head(path, 4096)
+                    head = safeio.read_head(path, 4096)
                     dump = (
                         flight.read_flight_dump(str(path))
                         if flight.looks_like_flight_dump(str(path), head)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.nccl import logformats as f
 from mldebug.nccl.logfacts import (
     ERR_NCCL,
@@ -234,7 +234,7 @@ def parse_file(
     read = 0
     truncated = False
     try:
-        fd = rundir.open_regular(path)
+        fd = safeio.open_regular(path)
     except OSError as error:
         return FileLog(path, [], error=error.strerror or str(error))
     try:

@@ -21,7 +21,8 @@ import json
 import re
 from collections import Counter
 
-from mldebug.rundir import MAX_RANK, json_depth_ok, read_head
+from mldebug.rundir import MAX_RANK
+from mldebug.safeio import json_depth_ok, read_head
 from mldebug.textsafe import one_line
 
 from .ras_model import (

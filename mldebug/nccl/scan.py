@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
 from mldebug.nccl import compare, flight, flight_pool, ranklog, ras_read, ras_verdict
 from mldebug.nccl.logparse import FileLog, parse_file
@@ -84,7 +84,7 @@ def _walk(root: Path, scan: Scan, depth: int = 0):
 
 def _head(path: Path) -> bytes | None:
     try:
-        return rundir.read_head(path, HEAD_BYTES)
+        return safeio.read_head(path, HEAD_BYTES)
     except OSError:
         return None
 
@@ -239,7 +239,7 @@ def join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
         return
     known = {}
     for rank in paths.rank_ids()[:RUN_RANKS]:
-        info = rundir.read_json(paths.proc_info(rank), 64 << 10) or {}
+        info = safeio.read_json(paths.proc_info(rank), 64 << 10) or {}
         pid = info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             known[pid] = (rank, info.get("host"))

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from mldebug.analysis.native import NativeGroup, group_threads
-from mldebug.model import Frame, NativeDump, NativeThread
+from mldebug.model import Frame, NativeDump, NativeGroup, NativeThread
 from mldebug.ranges import format_ranks
 from mldebug.report.jsonout import frame_to_json
 from mldebug.textsafe import one_line
@@ -63,11 +62,12 @@ def group_to_json(group: NativeGroup) -> dict:
     }
 
 
-def native_to_json(dumps: Sequence[NativeDump]) -> dict:
-    """`native`: each rank's threads from gdb, and the threads grouped across ranks."""
+def native_to_json(dumps: Sequence[NativeDump], groups: Sequence[NativeGroup]) -> dict:
+    """`native`: each rank's threads from gdb, and the threads grouped across ranks
+    (analysis.native.group_threads)."""
     return {
         "ranks": [dump_to_json(d) for d in dumps],
-        "groups": [group_to_json(g) for g in group_threads(dumps)],
+        "groups": [group_to_json(g) for g in groups],
     }
 
 
@@ -111,7 +111,9 @@ def _group_text(group: NativeGroup, verbose: bool) -> Text:
     return text
 
 
-def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> RenderableType:
+def native_section(
+    dumps: Sequence[NativeDump], groups: Sequence[NativeGroup], verbose: bool = False
+) -> RenderableType:
     """The text section: notes and failures per rank, then the threads grouped across ranks
     (innermost frame first)."""
     parts: list[RenderableType] = [
@@ -132,16 +134,15 @@ def native_section(dumps: Sequence[NativeDump], verbose: bool = False) -> Render
         parts.append(Text(one_line(f"  {head}: {what}"), style="dim"))
         for note in dump.notes:
             parts.append(Text(one_line(f"    {note}"), style="dim"))
-    for group in group_threads(dumps):
+    for group in groups:
         parts.append(_group_text(group, verbose))
     return Group(*parts)
 
 
 def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
     """One rank's threads from gdb, each with its native frames innermost first (and its
-    Python frames, where it runs Python): the TUI's all-threads screen, `dump -v`."""
-    from mldebug.analysis.native import thread_label, waits_in
-
+    Python frames, where it runs Python): the TUI's all-threads screen, `dump -v`. Each
+    thread's label and place come with it (analysis.native.placed)."""
     text = Text()
     if dump.failure:
         text.append(one_line(f"not read: {dump.failure_detail}"), style="yellow")
@@ -154,7 +155,7 @@ def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
         text.append("\n" + one_line(note), style="dim")
     for thread in dump.threads:
         text.append(f"\n\nThread {thread.lwp}", style="bold")
-        text.append(f' "{one_line(thread_label(thread))}"', style="bold cyan")
+        text.append(f' "{one_line(thread.label or thread.name)}"', style="bold cyan")
         if thread.python_name:
             text.append(one_line(f"  Python: {thread.python_name}"))
         if thread.crashed:
@@ -165,7 +166,7 @@ def dump_text(dump: NativeDump, max_frames: int = 40) -> Text:
             text.append("\n  py " + one_line(f"{frame.function}  {frame.location}"))
         # Native frames from where it waits outward; the runtime's wait frames are counted.
         frames = list(reversed(thread.frames))
-        where = waits_in(thread)
+        where = thread.waits_in
         inner = frames.index(where) if where in frames else 0
         if inner:
             text.append(f"\n  ({_runtime(inner)})", "dim")

@@ -5,24 +5,20 @@ Everything shown comes from files: passed through `textsafe` before it reaches a
 
 from __future__ import annotations
 
-from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, Finding
+from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.nccl import flight, ranklog
 from mldebug.nccl.scan import Scan
 from mldebug.ranges import format_ranks
 from mldebug.report.jsonout import finding_to_json
 from mldebug.textsafe import one_line
+from mldebug.wording import human_bytes, severity_mark
 
 SCHEMA_VERSION = 1
 RANKS_SHOWN = 8  # rank summaries in the text report unless --verbose
-MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲"}
-
-
-def _size(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MB" if size >= 1 << 20 else f"{size / 1024:.1f} KB"
 
 
 def finding_lines(finding: Finding) -> list[str]:
-    mark = MARKS.get(finding.severity, "•")
+    mark = severity_mark(finding.severity)
     lines = [f"{mark} {one_line(finding.summary)}"]
     if finding.location:
         lines.append(f"    at {one_line(finding.location)}")
@@ -50,7 +46,9 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
     known = [log.rank for log in ranks if log.rank is not None]
     read = []
     if logs or not (scan.dumps or scan.ras):
-        read.append(f"{len(logs)} log {'file' if len(logs) == 1 else 'files'} ({_size(size)})")
+        read.append(
+            f"{len(logs)} log {'file' if len(logs) == 1 else 'files'} ({human_bytes(size)})"
+        )
     if scan.dumps:
         read.append(f"{len(scan.dumps)} Flight Recorder dump{'s' if len(scan.dumps) > 1 else ''}")
     if scan.ras:  # saved `ncclras` answers (nccl/ras_read.py)

@@ -29,7 +29,7 @@ from mldebug.model import (
     StackNode,
 )
 from mldebug.ranges import format_ranks
-from mldebug.rankrules import frame_label, is_user_frame
+from mldebug.rankrules import frame_label, is_torch_collective, is_user_frame
 from mldebug.textsafe import one_line, printable
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
@@ -161,27 +161,38 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
 
 def _node_label(node: StackNode, hidden: int) -> Text:
     text = Text()
-    if hidden:
-        text.append(f"({hidden} library frame{'s' if hidden > 1 else ''}) ", style="dim")
+    text.append(library_note(hidden), style="dim")
     style = "bold" if node.frame and is_user_frame(node.frame) else ""
     text.append(one_line(frame_label(node.frame)), style=style)
     text.append(f"  [{format_ranks(node.ranks)}]", style="cyan")
     return text
 
 
+def folded(node: StackNode) -> tuple[StackNode, int]:
+    """`node`, or the first node below it past a run of library frames (the standard
+    library, packages, torch, mldebug's own wrappers) that every rank of the branch
+    shares, and how many were folded. The run stops at torch's collective call itself:
+    where the ranks wait stays on screen. The text report and the live view both fold."""
+    hidden = 0
+    while (
+        len(node.children) == 1
+        and node.frame is not None
+        and not is_user_frame(node.frame)
+        and not is_torch_collective(node.frame)
+        and node.children[0].ranks == node.ranks
+    ):
+        hidden += 1
+        node = node.children[0]
+    return node, hidden
+
+
+def library_note(hidden: int) -> str:
+    return f"({hidden} library frame{'s' if hidden > 1 else ''}) " if hidden else ""
+
+
 def _add_children(branch: Tree, node: StackNode, compact: bool) -> None:
     for child in node.children:
-        hidden = 0
-        # Fold runs of library frames that every rank of the branch shares.
-        while (
-            compact
-            and len(child.children) == 1
-            and child.frame is not None
-            and not is_user_frame(child.frame)
-            and child.children[0].ranks == child.ranks
-        ):
-            hidden += 1
-            child = child.children[0]
+        child, hidden = folded(child) if compact else (child, 0)
         _add_children(branch.add(_node_label(child, hidden)), child, compact)
 
 

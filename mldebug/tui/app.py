@@ -17,13 +17,11 @@ from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPan
 from textual.worker import get_current_worker
 
 from mldebug.errors import MldebugError
-from mldebug.live.poller import Poller
-from mldebug.live.runfiles import RunFilesReader
-from mldebug.live.sources import SourceLines
 from mldebug.model import JobSnapshot, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import frame_label
 from mldebug.textsafe import one_line
+from mldebug.tui.feeds import NoSources, Poller, RunFilesFeed, SourceFeed
 from mldebug.tui.messages import PollFailed, ReportSaved, ShowRank, ShowRecipe, SnapshotReady
 from mldebug.tui.reportfile import write_report
 from mldebug.tui.screens.quit_screen import STOP, QuitScreen
@@ -65,6 +63,8 @@ class AttachApp(App[int]):
         *,
         interval: float = 1.0,
         run_dir: Path | None = None,
+        files: RunFilesFeed | None = None,
+        sources: SourceFeed | None = None,
         stop: Callable[[], None] | None = None,
         job_name: str = "",
         clock: Callable[[], float] = time.time,
@@ -86,8 +86,10 @@ class AttachApp(App[int]):
         self.waiting = False  # last_error is an expected wait, not a fault
         self.last_report = ""
         self._saving = threading.Lock()  # reports are written one after another
-        self.sources = SourceLines()  # the rank screens' source lines, read off the UI thread
-        self._files_reader = RunFilesReader(run_dir) if run_dir is not None else None
+        # The rank screens' source lines (read off the UI thread) and the run directory's
+        # files (logs, events, NCCL): handed in, like the poller.
+        self.sources = sources if sources is not None else NoSources()
+        self._files_reader = files
         self._running_loop: asyncio.AbstractEventLoop | None = None
 
     def compose(self) -> ComposeResult:
@@ -157,7 +159,7 @@ class AttachApp(App[int]):
             snapshot = self.poller.poll()
             files = self._files_reader.read() if self._files_reader is not None else None
         except MldebugError as error:  # e.g. no rank started yet: wait and say so
-            message = PollFailed(error.message, waiting=True)
+            message: PollFailed | SnapshotReady = PollFailed(error.message, waiting=True)
         except Exception as error:  # the view must outlive any collector bug
             message = PollFailed(f"{type(error).__name__}: {error}")
         else:
@@ -323,7 +325,7 @@ class AttachApp(App[int]):
         def chosen(choice: str | None) -> None:
             if choice is None:
                 return
-            if choice == STOP:
+            if choice == STOP and self.stop_job is not None:
                 self.stop_job()
             self.exit(0)
 

@@ -7,6 +7,7 @@ import os
 from rich.cells import cell_len
 from rich.text import Text
 
+from mldebug import wording
 from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
@@ -59,14 +60,8 @@ def rank_columns(agents: bool) -> tuple[tuple[str, str], ...]:
 
 
 def human_bytes(value: int | None) -> str:
-    if value is None:
-        return NONE
-    size = float(value)
-    for unit in ("B", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return NONE  # unreachable; keeps type checkers calm
+    """A byte count for a narrow column ("1.5G")."""
+    return wording.human_bytes(value, compact=True)
 
 
 def short_location(frame: Frame | None) -> str:

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from mldebug.model import JobSnapshot
-from mldebug.rundir import RunPaths, check_private_dir, create_new, make_private_dir
+from mldebug.rundir import RunPaths
+from mldebug.safeio import check_private_dir, create_new, make_private_dir
 
 
 def report_dir(run_dir: Path | None, cwd: Path) -> Path:

@@ -2,7 +2,7 @@ import asyncio
 import inspect
 
 import pytest
-from tui_fakes import FakePoller
+from testkit.tui_fakes import FakePoller
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -5,12 +5,12 @@ the snapshots come from the real analysis (build_snapshot)."""
 
 from __future__ import annotations
 
+from testkit.tui_fakes import FIXED_TIME, MAIN, SCRIPT, TRAIN, FakePoller, samples_of
 from textual.widgets import DataTable
-from tui_fakes import FIXED_TIME, MAIN, SCRIPT, TRAIN, FakePoller, samples_of
 
 from mldebug.analysis.snapshot import build_snapshot
+from mldebug.commands.attach import live_app
 from mldebug.model import AgentState, CollectiveCall, Frame, GroupProgress, RankTarget
-from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.rank_screen import RankScreen
 from mldebug.tui.widgets.findings_banner import FindingsBanner
 from mldebug.tui.widgets.rank_detail import RankDetail
@@ -59,7 +59,7 @@ def header(table: DataTable) -> list[str]:
 async def test_step_and_heartbeat_columns_appear_with_the_agents():
     # GIVEN a job first seen without agent states, then with them
     poller = FakePoller(lambda tick: nccl_job(tick, with_agents=tick > 0))
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(140, 40)) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -95,7 +95,7 @@ async def test_step_and_heartbeat_columns_appear_with_the_agents():
 
 
 async def test_a_ranks_screen_shows_its_step_heartbeat_and_group_progress():
-    app = AttachApp(FakePoller(nccl_job), interval=SLOW_TIMER)
+    app = live_app(FakePoller(nccl_job), interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -10,12 +10,12 @@ import time
 from dataclasses import replace
 
 import pytest
+from testkit.tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 from textual.widgets import DataTable, Input, Log, TabbedContent
-from tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
 
+from mldebug.commands.attach import live_app
 from mldebug.live.sources import SourceLines
 from mldebug.model import RankTarget, RankView, StackSample, ThreadStack
-from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
 from mldebug.tui.screens.quit_screen import QuitScreen
 from mldebug.tui.screens.rank_screen import RankScreen
@@ -60,7 +60,7 @@ def tree_labels(tree: StackTree) -> list[str]:
 
 
 async def test_overview_shows_every_rank_the_verdict_and_the_merged_tree(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         rows = table_rows(app.query_one(RankTable))
@@ -82,7 +82,7 @@ async def test_overview_shows_every_rank_the_verdict_and_the_merged_tree(poller)
 
 
 async def test_selecting_a_tree_node_names_its_ranks(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         tree = app.query_one(StackTree)
@@ -110,7 +110,7 @@ async def test_enter_opens_the_rank_with_every_thread_and_its_source_line(tmp_pa
         changed = RankView(view.rank, view.target, view.state, threads, frames[-1])
         return type(job)(job.time, (job.ranks[0], changed), tree=job.tree)
 
-    app = AttachApp(FakePoller(make), interval=SLOW_TIMER)
+    app = live_app(FakePoller(make), interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("down", "enter")
@@ -139,7 +139,7 @@ async def test_a_source_file_that_takes_forever_to_read_never_holds_the_ui(tmp_p
         return False
 
     monkeypatch.setattr(SourceLines, "refresh", refresh)
-    app = AttachApp(FakePoller(), interval=SLOW_TIMER)
+    app = live_app(FakePoller(), interval=SLOW_TIMER)
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(app, pilot)
@@ -155,7 +155,7 @@ async def test_a_source_file_that_takes_forever_to_read_never_holds_the_ui(tmp_p
 
 
 async def test_native_frames_are_read_on_demand_for_the_rank_on_screen(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("enter")  # rank 0, waiting in all_reduce over gloo
@@ -172,7 +172,7 @@ async def test_native_frames_are_read_on_demand_for_the_rank_on_screen(poller):
 
 
 async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("enter")
@@ -191,7 +191,7 @@ async def test_a_native_reading_that_fails_keeps_the_python_stack(poller):
 
 
 async def test_compare_shows_two_ranks_side_by_side(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(140, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("enter", "c")
@@ -204,7 +204,7 @@ async def test_compare_shows_two_ranks_side_by_side(poller):
 
 
 async def test_compare_prompt_rejects_what_is_not_a_rank(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("enter", "c", "x", "enter")
@@ -214,7 +214,7 @@ async def test_compare_prompt_rejects_what_is_not_a_rank(poller):
 
 
 async def test_filter_by_rank_set_and_by_text(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         table = app.query_one(RankTable)
@@ -231,7 +231,7 @@ async def test_filter_by_rank_set_and_by_text(poller):
 
 
 async def test_pause_stops_polling_and_resume_polls_at_once(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         assert poller.calls == 1
@@ -247,7 +247,7 @@ async def test_pause_stops_polling_and_resume_polls_at_once(poller):
 
 
 async def test_a_stuck_poll_never_piles_up_and_the_ui_stays_usable(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         poller.gate.clear()  # the next poll hangs, like py-spy on a frozen rank
@@ -264,7 +264,7 @@ async def test_a_stuck_poll_never_piles_up_and_the_ui_stays_usable(poller):
 
 
 async def test_a_failing_poll_is_reported_and_the_next_one_recovers(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         poller.fail_next = RuntimeError("py-spy vanished")
@@ -281,7 +281,7 @@ async def test_a_failing_poll_is_reported_and_the_next_one_recovers(poller):
 
 async def test_a_rank_that_exits_is_shown_as_exited_and_the_app_goes_on():
     poller = FakePoller(lambda tick: hung_job(4, exited=(3,) if tick else ()))
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         table = app.query_one(RankTable)
@@ -313,7 +313,7 @@ async def test_a_cell_that_outgrows_its_column_is_drawn_whole():
             ),
         )
 
-    app = AttachApp(FakePoller(make), interval=SLOW_TIMER)
+    app = live_app(FakePoller(make), interval=SLOW_TIMER)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(app, pilot)
         # WHEN the next poll has rank 3 exited with code 137, and every rank's memory
@@ -331,7 +331,7 @@ async def test_a_cell_that_outgrows_its_column_is_drawn_whole():
 
 async def test_256_ranks_update_only_the_cells_that_changed():
     poller = FakePoller(lambda tick: hung_job(256, outlier=7 + tick))
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         table = app.query_one(RankTable)
@@ -348,7 +348,7 @@ async def test_256_ranks_update_only_the_cells_that_changed():
 
 
 async def test_r_opens_the_recipe_the_finding_points_to(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("r")
@@ -357,7 +357,7 @@ async def test_r_opens_the_recipe_the_finding_points_to(poller):
 
 
 async def test_keys_help_and_command_palette_open(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("question_mark")
@@ -396,7 +396,7 @@ def run_dir(tmp_path):
 
 
 async def test_logs_tab_shows_rank_output_and_filters_it(poller, run_dir):
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=run_dir)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("5")
@@ -410,7 +410,7 @@ async def test_logs_tab_shows_rank_output_and_filters_it(poller, run_dir):
 
 
 async def test_anomalies_and_nccl_tabs_read_the_run_directory(poller, run_dir):
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=run_dir)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         events = app.query_one("#events-table", DataTable)
@@ -432,7 +432,7 @@ async def test_events_with_times_no_clock_can_show_leave_the_view_working(poller
         '{"time": 1e300, "kind": "nan", "message": "year out of range"}',
     ]
     (folder / "events.jsonl").write_text("\n".join(lines) + "\n")
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         # THEN the poll is drawn (not failed) and every event is listed, without a time
@@ -461,7 +461,7 @@ async def test_the_events_table_keeps_up_once_the_newest_500_are_shown(poller, t
         )
 
     events_file.write_text("".join(event(i) for i in range(MAX_EVENTS)))
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=tmp_path / "run")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         table = app.query_one("#events-table", DataTable)
@@ -478,7 +478,7 @@ async def test_the_events_table_keeps_up_once_the_newest_500_are_shown(poller, t
 
 
 async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert "Not attached to an `mldebug run` directory" in str(
@@ -490,7 +490,7 @@ async def test_without_a_run_directory_the_tabs_say_what_would_be_there(poller):
 
 async def test_quit_after_launch_offers_to_stop_the_job(poller):
     stopped = []
-    app = AttachApp(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
+    app = live_app(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("q")
@@ -504,7 +504,7 @@ async def test_quit_after_launch_offers_to_stop_the_job(poller):
 
 async def test_quit_can_leave_the_launched_job_running(poller):
     stopped = []
-    app = AttachApp(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
+    app = live_app(poller, interval=SLOW_TIMER, stop=lambda: stopped.append(True))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("q", "d")
@@ -512,7 +512,7 @@ async def test_quit_can_leave_the_launched_job_running(poller):
 
 
 async def test_q_quits_at_once_when_attached_to_a_job_it_did_not_start(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("q")
@@ -546,7 +546,7 @@ async def test_q_quits_at_once_while_a_poll_is_stuck():
     release = threading.Timer(10, poller.stuck.set)  # so a failing run ends, not hangs
     release.start()
     try:
-        app = AttachApp(poller, interval=SLOW_TIMER)
+        app = live_app(poller, interval=SLOW_TIMER)
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(app, pilot)
             app.request_poll()
@@ -565,7 +565,7 @@ async def test_q_quits_at_once_while_a_poll_is_stuck():
 
 
 async def test_s_saves_the_report_in_the_run_directory_and_says_where(poller, run_dir):
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=run_dir)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("s", "s")  # twice in the same second: two reports, none lost
@@ -584,7 +584,7 @@ async def test_without_a_run_directory_the_report_goes_to_the_current_directory(
     poller, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("s")
@@ -605,7 +605,7 @@ async def test_the_ui_answers_keys_while_a_1024_rank_report_is_written(run_dir, 
         return real_write(*args)
 
     monkeypatch.setattr(app_module, "write_report", slow_write)
-    app = AttachApp(FakePoller(world_size=1024), interval=SLOW_TIMER, run_dir=run_dir)
+    app = live_app(FakePoller(world_size=1024), interval=SLOW_TIMER, run_dir=run_dir)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         # WHEN s is pressed, THEN the write runs elsewhere while the UI takes keys
@@ -620,7 +620,7 @@ async def test_the_ui_answers_keys_while_a_1024_rank_report_is_written(run_dir, 
 
 
 async def test_recipes_can_be_browsed_with_the_keyboard(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         await pilot.press("6")
@@ -633,7 +633,7 @@ async def test_recipes_can_be_browsed_with_the_keyboard(poller):
 
 
 async def test_enter_on_a_finding_opens_its_recipe(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("2", "enter")
@@ -649,7 +649,7 @@ async def test_a_report_on_another_users_run_goes_to_the_current_directory(
     cwd = tmp_path / "here"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir)
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=run_dir)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         # WHEN s saves a report, THEN nothing of root's is made inside that user's run
@@ -660,7 +660,7 @@ async def test_a_report_on_another_users_run_goes_to_the_current_directory(
 
 
 async def test_the_ranks_on_a_detail_screen_are_focused_while_it_is_shown(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         # WHEN rank 1's detail opens, then a comparison with rank 3, then both close
@@ -675,3 +675,47 @@ async def test_the_ranks_on_a_detail_screen_are_focused_while_it_is_shown(poller
     # THEN the poller was told which ranks were looked at, and when none was any more
     # (the prompt that asks which rank to compare with keeps rank 1 focused meanwhile)
     assert poller.focused == [(1,), (1,), (1, 3), (1,), ()]
+
+
+async def test_mldebugs_own_collective_wrapper_folds_like_a_library_frame():
+    # GIVEN a job traced by mldebug's agent: between the user's average_gradients and
+    # torch's all_reduce sits the agent's wrapper (mldebug/agent/collectives.py), as in
+    # `mldebug demo`; the real analysis builds the snapshot
+    from testkit.tui_fakes import C10D, LOGGER, MAIN, SCRIPT, TRAIN, samples_of
+
+    import mldebug.agent.collectives as collectives
+    from mldebug.analysis.snapshot import build_snapshot
+    from mldebug.model import Frame, RankTarget
+
+    average = Frame("average_gradients", SCRIPT, 33)
+    ours = Frame("_traced.<locals>.wrapper", collectives.__file__, 475)
+    waiting = (
+        MAIN,
+        TRAIN,
+        average,
+        ours,
+        Frame("wrapper", LOGGER, 81),
+        Frame("all_reduce", C10D, 2806),
+    )
+    outlier = (MAIN, TRAIN, Frame("next_batch", SCRIPT, 20))
+
+    def make(tick):
+        targets = [RankTarget(pid=100 + r, rank=r, world_size=3) for r in range(3)]
+        samples = {
+            t.pid: samples_of(t, outlier if t.rank == 1 else waiting, t.rank == 1, 1 << 20, tick)
+            for t in targets
+        }
+        return build_snapshot(targets, samples, world_size=3, now=FIXED_TIME + 1)
+
+    app = live_app(FakePoller(make), interval=SLOW_TIMER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        labels = tree_labels(app.query_one(StackTree))
+        # THEN the tree goes from the user's line straight to torch's collective, the two
+        # wrappers folded and counted, as the text report shows it
+        assert not any("collectives.py" in label for label in labels), labels
+        assert any(
+            label.startswith("(2 library frames) all_reduce") and "[0,2]" in label
+            for label in labels
+        ), labels
+        assert any(label.startswith("average_gradients") for label in labels), labels

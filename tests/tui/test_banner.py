@@ -1,6 +1,6 @@
 """The verdict banner shows each finding's sentence as the analysis wrote it, worst first."""
 
-from tui_fakes import hung_job
+from testkit.tui_fakes import hung_job
 
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.tui.widgets.findings_banner import banner_text

@@ -1,7 +1,7 @@
 """`mldebug attach` never waits on a stuck read: quitting is immediate, a poll has a deadline,
 and FIFOs in the run directory neither hang a poll nor keep the app from quitting.
 
-py-spy is replaced by a fake (tests/pyspy_fakes.py); the poller, collector and analysis
+py-spy is replaced by a fake (tests/testkit/pyspy_fakes.py); the poller, collector and analysis
 are the real ones.
 """
 
@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspy_fakes import fake_pyspy, sleepers, stop
+from testkit.pyspy_fakes import fake_pyspy, sleepers, stop
 from textual.widgets import DataTable
 
+from mldebug.commands.attach import live_app
 from mldebug.live.poller import CollectorPoller
 from mldebug.model import STATE_UNREADABLE
 from mldebug.targets import resolve_targets
@@ -27,7 +28,7 @@ SLOW_TIMER = 3600
 
 QUIT_DURING_A_STUCK_POLL = """
 import threading, time
-from mldebug.tui.app import AttachApp
+from mldebug.commands.attach import live_app
 
 class StuckPoller:
     def poll(self):
@@ -38,7 +39,7 @@ class StuckPoller:
     def close(self):
         pass
 
-app = AttachApp(StuckPoller(), interval=3600)
+app = live_app(StuckPoller(), interval=3600)
 app.run(headless=True)
 print("quit", app.return_code)
 """
@@ -87,7 +88,7 @@ def pyspy(tmp_path, monkeypatch):
 
 def app_for(root: Path) -> AttachApp:
     poller = CollectorPoller(lambda: resolve_targets(run_dir=root), follow=True)
-    return AttachApp(poller, interval=SLOW_TIMER, run_dir=root)
+    return live_app(poller, interval=SLOW_TIMER, run_dir=root)
 
 
 async def wait_for(pilot, condition, seconds: float = 20) -> None:

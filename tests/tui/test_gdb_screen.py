@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from mldebug.commands.attach import live_app
 from mldebug.live.poller import CollectorPoller
 from mldebug.targets import resolve_targets
-from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.all_threads import AllThreadsScreen
 from mldebug.tui.screens.rank_screen import RankScreen
 
@@ -31,7 +31,7 @@ async def wait_for(pilot, condition, seconds: float = 120.0) -> None:
 async def test_g_shows_every_thread_of_the_rank_from_gdb_while_the_ui_stays_live(sleepy_job):
     pids = sleepy_job.rank_pids
     poller = CollectorPoller(lambda: resolve_targets(pids=pids))
-    app = AttachApp(poller, interval=3600)
+    app = live_app(poller, interval=3600)
     async with app.run_test(size=(120, 40)) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from test_hostile_text import CONTROLS, HOSTILE, hostile_job, hostile_text, user_file
+from testkit.hostile import CONTROLS, HOSTILE, hostile_job, hostile_text, user_file
+from testkit.tui_fakes import FIXED_TIME, FakePoller
 from textual.widgets import Input
-from tui_fakes import FIXED_TIME, FakePoller
 
 from mldebug.analysis.frames import is_library_file
+from mldebug.commands.attach import live_app
 from mldebug.live.sources import SourceLines
-from mldebug.tui.app import AttachApp
 from mldebug.tui.screens.compare_screen import CompareScreen
 from mldebug.tui.screens.rank_screen import RankScreen
 
@@ -80,7 +80,7 @@ async def walk_every_view(tmp_path: Path, text: str, visible: str) -> None:
     run_dir = hostile_run(tmp_path, text)
     snapshot = hostile_job(text, run_dir)
     poller = FakePoller(lambda tick: snapshot)
-    app = AttachApp(poller, interval=SLOW_TIMER, run_dir=run_dir, job_name=str(run_dir))
+    app = live_app(poller, interval=SLOW_TIMER, run_dir=run_dir, job_name=str(run_dir))
     # Logs keep what a terminal shows of a line rewritten with \r (a progress bar).
     rewritten = "\r" in text
 

@@ -3,12 +3,12 @@ what the user types or pastes. Driven with Pilot over snapshots made by the real
 
 from __future__ import annotations
 
+from testkit.tui_fakes import FIXED_TIME, OUTLIER, FakePoller, samples_of
 from textual.widgets import Input, Markdown, OptionList, TabbedContent
-from tui_fakes import FIXED_TIME, OUTLIER, FakePoller, samples_of
 
 from mldebug.analysis.snapshot import build_snapshot
+from mldebug.commands.attach import live_app
 from mldebug.model import KIND_STUCK, RankTarget
-from mldebug.tui.app import AttachApp
 from mldebug.tui.widgets.recipes_view import RecipesView
 
 SLOW_TIMER = 3600
@@ -37,7 +37,7 @@ async def settle(app, pilot) -> None:
 async def test_r_opens_the_recipe_of_a_stuck_rank_finding():
     snapshot = stuck_job()
     assert snapshot.findings[0].kind == KIND_STUCK  # the real analysis, not a made-up finding
-    app = AttachApp(FakePoller(lambda tick: stuck_job(tick)), interval=SLOW_TIMER)
+    app = live_app(FakePoller(lambda tick: stuck_job(tick)), interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("r")
@@ -52,7 +52,7 @@ async def test_r_opens_the_recipe_of_a_stuck_rank_finding():
 
 
 async def test_pasting_an_error_ranks_the_recipes_and_opens_the_best(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("6")
@@ -97,7 +97,7 @@ async def test_pasting_an_error_ranks_the_recipes_and_opens_the_best(poller):
 
 
 async def test_a_finding_recipe_hidden_by_a_search_still_opens(poller):
-    app = AttachApp(poller, interval=SLOW_TIMER)
+    app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("6")
@@ -124,5 +124,5 @@ def test_snapshot_of_a_searched_recipes_tab(snap_compare, monkeypatch):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
 
-    app = AttachApp(FakePoller(), interval=SLOW_TIMER, job_name="train.py")
+    app = live_app(FakePoller(), interval=SLOW_TIMER, job_name="train.py")
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)

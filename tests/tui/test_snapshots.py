@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from tui_fakes import FakePoller, hung_job
+from testkit.tui_fakes import FakePoller, hung_job
 
+from mldebug.commands.attach import live_app
 from mldebug.tui.app import AttachApp
 
 SIZES = {"small": (80, 24), "large": (160, 48)}
@@ -28,7 +29,7 @@ def utc(monkeypatch):
 
 def make_app(world_size: int = 4, **kwargs) -> AttachApp:
     poller = FakePoller(lambda tick: hung_job(world_size, tick=0))
-    return AttachApp(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
+    return live_app(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
 
 
 def after(*keys):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mldebug.launch.env import free_port
-from mldebug.rundir import pid_alive
+from mldebug.procfs import pid_alive
 
 JOB = Path(__file__).parent / "jobs" / "straggler.py"
 WORLD = 4

@@ -18,6 +18,7 @@ from textual.widgets import Footer, Static
 
 from mldebug.report.native import dump_text
 from mldebug.tui.messages import ThreadsReady
+from mldebug.tui.screens.native_frames import live_app
 
 
 class AllThreadsScreen(Screen):
@@ -51,7 +52,7 @@ class AllThreadsScreen(Screen):
         self.body.update(
             Text(f"reading every thread of rank {self.rank} with gdb (seconds on a torch rank)...")
         )
-        poller, post, rank = self.app.poller, self.post_message, self.rank
+        poller, post, rank = live_app(self).poller, self.post_message, self.rank
 
         def read() -> None:
             # A daemon thread, not a worker: quitting must not wait for gdb.

@@ -8,13 +8,23 @@ and keeps showing the live Python stack until the reading arrives.
 from __future__ import annotations
 
 import threading
+from typing import cast
 
+from textual.dom import DOMNode
+from textual.screen import Screen
+
+from mldebug.tui.feeds import LiveApp
 from mldebug.tui.messages import NativeReady
 from mldebug.tui.widgets.rank_detail import RankDetail
 
 
-class NativeFrames:
-    """Mixed into a Screen that has RankDetail widgets, each showing one rank."""
+def live_app(node: DOMNode) -> LiveApp:
+    """The live view a screen of it runs in, typed as such (Textual's `app` is any App)."""
+    return cast(LiveApp, node.app)
+
+
+class NativeFrames(Screen):
+    """The base of a Screen that has RankDetail widgets, each showing one rank."""
 
     native = False
 
@@ -25,7 +35,7 @@ class NativeFrames:
         # The ranks on screen are read at every poll while they are looked at, even when
         # their agents say they move (the live view otherwise skips those). The app says
         # when none is looked at any more (back at the overview).
-        self.app.poller.focus(self.details().keys())
+        live_app(self).poller.focus(self.details().keys())
 
     def action_toggle_native(self) -> None:
         self.native = not self.native
@@ -37,7 +47,7 @@ class NativeFrames:
     def _read_native(self, rank: int) -> None:
         # A daemon thread, not a worker: quitting must not wait for a slow native read
         # (Textual joins its worker threads on exit).
-        poller, post = self.app.poller, self.post_message
+        poller, post = live_app(self).poller, self.post_message
 
         def read() -> None:
             try:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mldebug.model import JobSnapshot
-from mldebug.tui.screens.native_frames import NativeFrames
+from mldebug.tui.screens.native_frames import NativeFrames, live_app
 from mldebug.tui.screens.rank_prompt import RankPrompt
 from mldebug.tui.widgets.rank_detail import RankDetail, find_rank
 
 
-class RankScreen(NativeFrames, Screen):
+class RankScreen(NativeFrames):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("n", "toggle_native", "Native frames"),
@@ -27,14 +26,14 @@ class RankScreen(NativeFrames, Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(f"Rank {self.rank}", classes="screen-title", id="rank-title")
-        yield RankDetail(self.app.sources, id="rank-detail")
+        yield RankDetail(live_app(self).sources, id="rank-detail")
         yield Footer()
 
     def details(self) -> dict[int, RankDetail]:
         return {self.rank: self.query_one(RankDetail)}
 
     def on_mount(self) -> None:
-        self.show_snapshot(self.app.snapshot)
+        self.show_snapshot(live_app(self).snapshot)
 
     def show_snapshot(self, snapshot: JobSnapshot | None) -> None:
         self.query_one(RankDetail).show(find_rank(snapshot, self.rank))

@@ -12,12 +12,9 @@ from textual.widgets import Static
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.textsafe import one_line, printable
+from mldebug.wording import SEVERITY_MARKS
 
-SEVERITY_MARK = {
-    SEVERITY_ERROR: ("✖", "bold red"),
-    SEVERITY_WARNING: ("▲", "bold yellow"),
-    SEVERITY_INFO: ("●", "green"),
-}
+MARK_STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "bold yellow", SEVERITY_INFO: "green"}
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
 
 
@@ -34,8 +31,8 @@ def banner_text(findings, polled: bool) -> Text:
     for index, finding in enumerate(shown[:MAX_SHOWN]):
         if index:
             text.append("\n")
-        mark, style = SEVERITY_MARK.get(finding.severity, ("●", ""))
-        text.append(f"{mark} ", style=style)
+        mark = SEVERITY_MARKS.get(finding.severity, SEVERITY_MARKS[SEVERITY_INFO])
+        text.append(f"{mark} ", style=MARK_STYLES.get(finding.severity, ""))
         text.append(printable(finding.summary), style="bold" if index == 0 else "")
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", style="italic")

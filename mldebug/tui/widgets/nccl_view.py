@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
+from mldebug.wording import severity_mark
 
 NO_FILES = (
     "No NCCL log files in this run. Start it with `mldebug run --nccl-debug INFO ...` and each "
@@ -50,7 +51,7 @@ def report_text(files: RunFiles) -> Text:
     ]
     shown = list(files.nccl_findings) + list({f.summary: f for f in extra}.values())
     for finding in shown:
-        mark = "✖" if finding.severity == SEVERITY_ERROR else "▲"
+        mark = severity_mark(finding.severity)
         text.append(f"{mark} {one_line(finding.summary)}", STYLES.get(finding.severity, ""))
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", "cyan")
@@ -115,6 +116,8 @@ class NcclView(Vertical):
         if options.highlighted is None or not self._files:
             return
         name = options.get_option_at_index(options.highlighted).id
+        if name is None:
+            return
         lines = self._files.get(name, ())
         if self._shown == (name, lines):
             return

@@ -10,11 +10,11 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from mldebug.live.sources import SourceLines
 from mldebug.model import JobSnapshot, RankView, StackSample, ThreadStack
 from mldebug.report.text import group_progress_text
 from mldebug.textsafe import one_line, printable
 from mldebug.tui.cells import age_text, human_bytes, short_location, state_text
+from mldebug.tui.feeds import SourceFeed
 
 MAX_FUNCTION = 100  # demangled C++ template names run to thousands of characters
 MAX_GROUPS_SHOWN = 8  # process groups of a rank listed in its header
@@ -34,7 +34,7 @@ def find_rank(snapshot: JobSnapshot | None, rank: int) -> RankView | None:
     return None
 
 
-def thread_text(thread: ThreadStack, native: bool, sources: SourceLines | None = None) -> Text:
+def thread_text(thread: ThreadStack, native: bool, sources: SourceFeed | None = None) -> Text:
     text = Text()
     flags = []
     if thread.active:
@@ -121,7 +121,7 @@ def rank_text(
     view: RankView | None,
     native: bool = False,
     native_sample: StackSample | None = None,
-    sources: SourceLines | None = None,
+    sources: SourceFeed | None = None,
 ) -> Text:
     """The detail of one rank. With `native`, the threads of the native reading replace the
     live Python-only ones once it is there."""
@@ -162,7 +162,7 @@ class RankDetail(VerticalScroll):
     changed since), and the text is drawn anew when they arrive.
     """
 
-    def __init__(self, sources: SourceLines, native: bool = False, **kwargs) -> None:
+    def __init__(self, sources: SourceFeed, native: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.sources = sources
         self.native = native

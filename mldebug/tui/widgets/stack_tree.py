@@ -15,6 +15,8 @@ from textual.widgets.tree import TreeNode
 
 from mldebug.model import StackNode
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import is_user_frame
+from mldebug.report.text import folded, library_note
 from mldebug.textsafe import one_line
 
 
@@ -22,13 +24,16 @@ def node_key(frame) -> str:
     return f"{frame.function}@{frame.file}:{frame.line}" if frame else "<root>"
 
 
-def node_label(node: StackNode, total: int) -> Text:
+def node_label(node: StackNode, total: int, hidden: int = 0) -> Text:
+    """A node's line; `hidden`: library frames folded above it (report.text.folded)."""
     frame = node.frame
     label = Text()
     if frame is None:
         label.append(f"all ranks ({len(node.ranks)})", style="bold")
         return label
-    label.append(one_line(frame.function), style="bold" if not frame.native else "dim")
+    label.append(library_note(hidden), style="dim")
+    style = "bold" if is_user_frame(frame) else "dim" if frame.native else ""
+    label.append(one_line(frame.function), style=style)
     where = os.path.basename(one_line(frame.file))  # an escape sequence may hold a "/"
     label.append(f"  {where}:{frame.line}" if frame.line is not None else f"  {where}", "cyan")
     ranks_style = "bold yellow" if len(node.ranks) < total else "dim"
@@ -59,20 +64,23 @@ class StackTree(Tree[StackNode]):
         total = len(tree.ranks)
         self.root.set_label(node_label(tree, total))
         self.root.data = tree
-        self._add_children(self.root, tree, total, ("<root>",))
+        self._add_branch(self.root, tree, total, ("<root>",))
         self.root.expand()
         # Lines are laid out on the next refresh; place the cursor then.
         self.call_after_refresh(self._place_cursor)
 
-    def _add_children(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
+    def _add_branch(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
         for child in node.children:
+            # Library frames every rank of the branch shares fold into the next one, as in
+            # the text report: mldebug's collective wrapper is no frame of the user's.
+            child, hidden = folded(child)
             child_path = (*path, node_key(child.frame))
             item = parent.add(
-                node_label(child, total), data=child, allow_expand=bool(child.children)
+                node_label(child, total, hidden), data=child, allow_expand=bool(child.children)
             )
             self._paths[item.id] = child_path
             if child.children:
-                self._add_children(item, child, total, child_path)
+                self._add_branch(item, child, total, child_path)
                 # Everything starts open (the split is what matters); what the user
                 # closed stays closed.
                 if child_path not in self._collapsed:

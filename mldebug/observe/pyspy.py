@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mldebug.analysis import progress
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.analysis.workers import waits_for_workers, with_workers
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
-from mldebug.collect.events import EventsReader
+from mldebug.collect.eventfiles import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
 
 
@@ -31,7 +32,7 @@ class JobObserver:
     """
 
     def __init__(self, job_targets: JobTargets, **options) -> None:
-        self.collector = JobCollector(job_targets, **options)
+        self.collector = JobCollector(job_targets, moved=progress.moved, **options)
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
 
@@ -100,7 +101,7 @@ def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
     )
 
 
-def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings]:
+def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings | None]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
     crashes its run directory records): the snapshot, and what was read (its notes)."""
     with JobObserver(with_crashes(job_targets), **options) as observer:

@@ -155,10 +155,6 @@ def fail(part: str, error: BaseException) -> None:
     warn_once(part, f"{type(error).__name__}: {error}; this part stops, the program runs on")
 
 
-def has_failed(part: str) -> bool:
-    return part in _failed
-
-
 class InjectedFault(RuntimeError):
     """Raised where MLDEBUG_AGENT_FAULT names a part: tests prove a failing part does no harm."""
 

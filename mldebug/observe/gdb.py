@@ -20,8 +20,9 @@ from pathlib import Path
 
 from mldebug.analysis.native import (
     align,
-    crash_findings,
+    core_verdict,
     group_threads,
+    placed,
     python_threads,
     thread_findings,
 )
@@ -32,10 +33,6 @@ from mldebug.errors import MldebugError, NoTargetError
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_TIMEOUT,
-    KIND_PROGRESSING,
-    KIND_STUCK,
-    KIND_UNREADABLE,
-    SEVERITY_ERROR,
     STATE_EXITED,
     STATE_MISSING,
     JobReadings,
@@ -61,30 +58,30 @@ def native_of_snapshot(
     native findings added."""
     gdb = gdbs.find_gdb()
     views = [
-        v
+        (v.rank, v.target)
         for v in snapshot.ranks
         if v.target is not None and v.state not in (STATE_EXITED, STATE_MISSING)
     ]
     ends = time.monotonic() + deadline
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="mldebug-gdb")
     futures = {
-        pool.submit(gdbs.read_process, gdb, v.target, min(timeout, deadline), v.rank): v
-        for v in views
+        pool.submit(gdbs.read_process, gdb, target, min(timeout, deadline), rank): (rank, target)
+        for rank, target in views
     }
     done, _ = wait(futures, timeout=max(0.0, ends - time.monotonic()) + gdbs.TERM_GRACE + 1)
     pool.shutdown(wait=False, cancel_futures=True)
     dumps = []
-    for future, view in futures.items():
+    for future, (rank, target) in futures.items():
         if future in done:
             dump = future.result()
         else:
             dump = NativeDump(
-                view.rank,
-                view.target.pid,
+                rank,
+                target.pid,
                 failure=FAIL_TIMEOUT,
                 failure_detail="not read by the deadline",
             )
-        samples = readings.samples.get(view.target.pid, ()) if readings else ()
+        samples = readings.samples.get(target.pid, ()) if readings else ()
         good = [s for s in samples if s.failure is None and s.threads]
         dumps.append(align(dump, good[-1] if good else None))
     dumps.sort(key=lambda d: d.rank if d.rank is not None else -1)
@@ -185,7 +182,10 @@ def observe_cores(
     if root is None and paths and Path(paths[0]).parent.name == "cores":
         root = Path(paths[0]).parent.parent  # <run>/cores/rank1.123.core
     pids, world = _run_ranks(root)
-    dumps, targets, samples, used = [], [], {}, set()
+    dumps: list[NativeDump] = []
+    targets: list[RankTarget] = []
+    samples: dict[int, tuple[StackSample, ...]] = {}
+    used: set[int] = set()
     for path in paths[:MAX_CORES]:
         try:
             info = core_info(path)
@@ -224,7 +224,7 @@ def observe_cores(
                 dump,
                 threads=tuple(replace(t, crashed=t.lwp == info.crashed_tid) for t in dump.threads),
             )
-        dumps.append(dump)
+        dumps.append(placed(dump))
         pid = info.pid or -(len(targets) + 1)
         target = RankTarget(pid=pid, rank=rank, world_size=world, cmdline=info.command)
         targets.append(target)
@@ -246,28 +246,4 @@ def observe_cores(
     snapshot = build_snapshot(
         targets, samples, world, run_dir=str(root) if root else None, partial=True
     )
-    signals = {d.rank: d for d in dumps}
-    views = tuple(
-        replace(
-            v,
-            state=STATE_EXITED,
-            detail=f"died of {signals[v.rank].signal or 'a signal'} (core {signals[v.rank].core})",
-        )
-        if v.rank in signals
-        else v
-        for v in snapshot.ranks
-    )
-    # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
-    # by stack lists them once, as exited, with their signal and core.
-    groups = ()
-    kept = tuple(
-        f
-        for f in snapshot.findings
-        if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
-    )
-    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
-    # died; the crashes follow it, then everything else.
-    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
-    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
-    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
-    return replace(snapshot, ranks=views, groups=groups, findings=findings), tuple(dumps)
+    return core_verdict(snapshot, dumps), tuple(dumps)

@@ -1,6 +1,6 @@
 """Read what ranks' agents noticed: ranks/<rank>/events.jsonl (docs/agent.md), bounded.
 
-One parser for every reader (`dump` and the live view's verdict through mldebug.observe,
+One parser for every reader (`dump` and the live view's verdict through mldebug.observe.pyspy,
 the Anomalies tab through mldebug.live.runfiles). An event file is data from the rank: read
 through rundir (no symlink, regular file, capped from its end), each line a JSON object or
 skipped and counted; text made safe to show; a run directory others may write is not read.
@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
 from mldebug.model import RankEvent
 from mldebug.rundir import RunPaths
@@ -119,7 +119,7 @@ def parse_event_line(rank: int, line: str) -> RankEvent | None:
 
 def _lines(path: Path, max_bytes: int) -> list[str]:
     try:
-        data, start = rundir.read_tail(path, max_bytes)
+        data, start = safeio.read_tail(path, max_bytes)
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").split("\n")
@@ -154,7 +154,7 @@ class EventsReader:
 
     def read(self, root: str | os.PathLike | None) -> tuple[tuple[RankEvent, ...], int]:
         """(events oldest first, the newest MAX_EVENTS; lines that were not events)."""
-        if root is None or not rundir.is_private_dir(root):
+        if root is None or not safeio.is_private_dir(root):
             return (), 0
         paths = RunPaths(Path(root))
         ranks = paths.rank_ids()[:MAX_RANK_DIRS]

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster
-from ssh_server import SshServer
 
-JOB_SCRIPT = Path(__file__).parent / "jobs" / "slurm_hang.py"
+from testkit.slurm_cluster import SlurmCluster
+from testkit.ssh_server import SshServer
+
+JOB_SCRIPT = Path(__file__).parent.parent / "jobs" / "slurm_hang.py"
 TASKS = 4
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

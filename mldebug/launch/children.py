@@ -1,0 +1,146 @@
+"""The job's own processes: start each in a session of its own with its output in pipes,
+know which ended and which failed first, find the process groups to end. The supervisor
+polls them and decides; this module only starts, tracks and names them (torch elastic's
+`PContext` does the same for its workers).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mldebug.launch.coredumps import CoreCatcher
+from mldebug.launch.failures import exit_code_of
+from mldebug.launch.guardian import GuardianLink
+from mldebug.launch.manifest import Manifest
+from mldebug.launch.output import LAUNCHER
+from mldebug.launch.pipes import FULL_ERRNOS, Logs, PipeReader, Stream, make_pipe, pipe_size
+from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.wrapped import WrappedRanks
+from mldebug.procfs import proc_start_ticks, proc_stat
+from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED
+from mldebug.safeio import UntrustedDirError, make_private_dir
+
+
+@dataclass
+class Child:
+    rank: int | None  # None: the wrapped launcher
+    popen: subprocess.Popen
+    returncode: int | None = None
+    # The last time poll() found it running: it died after that. For a rank that leaves no
+    # error file (a signal, os._exit) this is the time that orders it against the others,
+    # since a peer's "connection closed" error can come before mldebug notices the death.
+    last_alive: float = field(default_factory=time.time)
+    stopped: bool = False  # ended by mldebug, not by itself
+
+
+def first_failed(children: list[Child]) -> Child | None:
+    """The child that failed first by itself (the one last seen alive earliest)."""
+    ended = [c for c in children if c.returncode not in (None, 0) and not c.stopped]
+    return min(ended, key=lambda c: c.last_alive) if ended else None
+
+
+def own_groups(children: list[Child]) -> list[int]:
+    """The process groups our children lead or led (one outlives its leader while other
+    members, say DataLoader workers, run). Once a reaped child's pid is taken by a new
+    process, its group is long gone and that id may lead a stranger's group."""
+    return [
+        child.popen.pid
+        for child in children
+        if child.popen.returncode is None or proc_stat(child.popen.pid) is None
+    ]
+
+
+def make_rank_dir(path: Path, logs: Logs) -> None:
+    """A rank's directory; a full disk only costs its files, not the rank."""
+    try:
+        make_private_dir(path)
+    except UntrustedDirError:
+        raise
+    except OSError as error:
+        if error.errno not in FULL_ERRNOS:
+            raise
+        logs.filesystem_full(error)
+
+
+def start_child(
+    spec: LaunchSpec,
+    rank: int | None,
+    env: dict[str, str],
+    *,
+    host: str,
+    logs: Logs,
+    reader: PipeReader,
+    guardian: GuardianLink | None,
+    preexec: Callable[[], None] | None,
+) -> subprocess.Popen:
+    """Start one child whose stdout and stderr are pipes `reader` copies into its logs (a
+    wrapped launcher, rank None, gets one pipe for both, as its log is one file)."""
+    if rank is None:
+        paths = [(spec.paths.launcher_log, "stdout")]
+        label, shown = "launcher", True
+    else:
+        paths = [(spec.paths.stdout(rank), "stdout"), (spec.paths.stderr(rank), "stderr")]
+        label, shown = str(rank), spec.rank_filter.shows(rank, rank)
+    size = pipe_size(2 * spec.nproc)
+    pipes = [make_pipe(size) for _ in paths]
+    write_fds = [write for _, write in pipes]
+    try:
+        popen = subprocess.Popen(
+            spec.command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fds[0],
+            stderr=write_fds[-1],
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+    except BaseException:
+        for read, _ in pipes:
+            os.close(read)
+        raise
+    finally:
+        for fd in write_fds:
+            os.close(fd)
+    if guardian is not None:
+        guardian.watch_group(popen.pid, proc_start_ticks(popen.pid))
+    prefix = f"[{host}:{label}] ".encode() if spec.prefix else b""
+    for (read, _), (path, stream) in zip(pipes, paths, strict=True):
+        rank_id = LAUNCHER if rank is None else rank
+        reader.add(Stream(read, logs.open(path), rank_id, stream, prefix, shown))
+    return popen
+
+
+def record_end(
+    child: Child, manifest: Manifest, reader: PipeReader, cores: CoreCatcher | None
+) -> None:
+    """`child` has ended (its Popen was polled or waited for): say so in run.json, with
+    the core --core-dumps caught of a rank that died by itself."""
+    child.returncode = child.popen.returncode
+    if child.rank is None:
+        manifest.update(launcher_exit_code=exit_code_of(child.returncode))
+        return
+    reader.rank_ended(child.rank)
+    if child.stopped:
+        status = STATUS_INTERRUPTED
+    else:
+        status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
+    core = None
+    if cores is not None and not child.stopped:
+        core = cores.rank_ended(child.rank, child.popen.pid, child.returncode)
+    extra = {"core": core} if core is not None else {}
+    manifest.set_rank(child.rank, exit_code=exit_code_of(child.returncode), status=status, **extra)
+
+
+def guard_wrapped(wrapped: WrappedRanks, guardian: GuardianLink, guarded: set[int]) -> None:
+    """Hand the guardian the wrapped ranks it does not know yet (`guarded`: those it does)."""
+    for watched in list(wrapped.watched.values()):
+        if watched.pid in guarded or watched.ticks is None or watched.gone:
+            continue
+        if getattr(watched, "verified", True):
+            guarded.add(watched.pid)
+            guardian.watch_process(watched.pid, watched.ticks)

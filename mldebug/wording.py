@@ -1,0 +1,45 @@
+"""How mldebug words the things every view and verdict names: rank sets, byte sizes and
+severities. One place, so a finding, the text report, the TUI and `mldebug nccl` say
+them alike. Standard library and the model only: the analysis and every view import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING
+from mldebug.ranges import format_ranks
+
+# The mark a finding's severity is shown with, in the text report, the TUI and `nccl`.
+SEVERITY_MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲", SEVERITY_INFO: "●"}
+NO_MARK = "•"  # a severity mldebug does not know
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """ "rank 3" or "ranks 0-2,5": the ranks sorted, as compact ranges."""
+    ordered = sorted(set(ranks))
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
+
+
+def verb(ranks: Sequence[int], one: str, many: str) -> str:
+    """The verb's form for that many ranks: verb(ranks, "waits", "wait")."""
+    return one if len(ranks) == 1 else many
+
+
+def human_bytes(size: float | None, compact: bool = False) -> str:
+    """A byte count for people: "512 B", "1.5 MiB", "3.2 GiB" (binary units, up to TiB);
+    compact for narrow table columns: "512B", "1.5M", "3.2G". None is "-"."""
+    if size is None:
+        return "-"
+    units = ("B", "K", "M", "G", "T") if compact else ("B", "KiB", "MiB", "GiB", "TiB")
+    sep = "" if compact else " "
+    size = float(size)
+    for unit in units:
+        if abs(size) < 1024 or unit == units[-1]:
+            return f"{size:.0f}{sep}{unit}" if unit == "B" else f"{size:.1f}{sep}{unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def severity_mark(severity: str) -> str:
+    return SEVERITY_MARKS.get(severity, NO_MARK)
