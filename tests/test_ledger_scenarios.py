@@ -25,7 +25,7 @@ import pytest
 from testkit.agent_writer import Made, write_state
 
 import mldebug.ledger as ledger
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.timeouts import explain
@@ -109,7 +109,7 @@ def agent_states(
 ):
     """Each rank's state.json, written by the agent's own writer (tests/testkit/agent_writer.py);
     the last call of each rank pending (made 1 s apart, the last 20 s before the state)."""
-    paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
+    paths = rundir.RunPaths(safeio.make_private_dir(tmp_path / "run"))
     states = {}
     for rank in range(scenario.world):
         calls = scenario.calls.get(rank, [])

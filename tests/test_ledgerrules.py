@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import mldebug.ledgerrules as rules
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.agent import collectives
 from mldebug.agent.heartbeat import Heartbeat
 from mldebug.collect.agentstate import parse_state, read_state
@@ -83,12 +83,12 @@ def test_one_freshness_rule():
 def test_the_reader_takes_a_state_with_sections_it_does_not_know(tmp_path):
     # what the agent's own writer wrote, with the sections others add (timing, a long
     # memory history) and a future one
-    paths = rundir.RunPaths(rundir.make_private_dir(tmp_path / "run"))
-    rundir.make_private_dir(paths.ranks_dir)
-    rundir.make_private_dir(paths.rank_dir(0))
+    paths = rundir.RunPaths(safeio.make_private_dir(tmp_path / "run"))
+    safeio.make_private_dir(paths.ranks_dir)
+    safeio.make_private_dir(paths.rank_dir(0))
     beat = Heartbeat(
         paths.state_file(0),
-        rundir.write_json_atomic,
+        safeio.write_json_atomic,
         0,
         100.0,
         collectives.Tracer(_rankrules()),
@@ -100,7 +100,7 @@ def test_the_reader_takes_a_state_with_sections_it_does_not_know(tmp_path):
     assert data["version"] == rules.STATE_VERSION
     assert set(data) <= set(rules.STATE_KEYS)
     data.update(timing={"steps": []}, memory_long=[[1, 2]], something_else={"x": 1})
-    rundir.write_json_atomic(paths.state_file(0), data)
+    safeio.write_json_atomic(paths.state_file(0), data)
     state = read_state(paths.root, 0)
     assert state is not None and state.time == 200.0 and state.rank == 0
     assert parse_state(dict(data, version=2), 0) is None  # a version it does not know

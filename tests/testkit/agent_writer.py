@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mldebug import rankrules, rundir
+from mldebug import rankrules, rundir, safeio
 from mldebug.agent import collectives
 from mldebug.agent.heartbeat import Heartbeat
 
@@ -33,8 +33,8 @@ def write_state(
 ) -> None:
     """ranks/<rank>/state.json after the rank made `groups[name]` calls on each group, in
     order, as the agent's Heartbeat writes it at time `now`."""
-    rundir.make_private_dir(paths.ranks_dir)
-    rundir.make_private_dir(paths.rank_dir(rank))
+    safeio.make_private_dir(paths.ranks_dir)
+    safeio.make_private_dir(paths.rank_dir(rank))
     tracer = collectives.Tracer(rankrules)
     for name, calls in groups.items():
         group = collectives.Group(name, (sizes or {}).get(name))
@@ -59,7 +59,7 @@ def write_state(
             tracer.trace.append(call)
     beat = Heartbeat(
         paths.state_file(rank),
-        rundir.write_json_atomic,
+        safeio.write_json_atomic,
         rank,
         now - 100,
         tracer,
