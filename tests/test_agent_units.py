@@ -577,7 +577,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
     its real OOM message ('Tried to allocate 400.00 GiB ... of which 138.40 GiB is free')."""
     snapshot = pickle.loads((GPU_DATA / "memory_snapshot.pickle").read_bytes())
     torch, observers, queued, summary = oom_torch(tmp_path, snapshot)
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), safeio=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     assert observers == [] and len(queued) == 1  # attached when CUDA initialises, not before
     queued[0]()
@@ -601,7 +601,7 @@ def test_a_cuda_oom_leaves_the_summary_and_snapshot_and_an_event(tmp_path, event
 
 def test_an_oom_without_recorded_history_writes_no_snapshot(tmp_path, event_log):
     torch, observers, queued, _ = oom_torch(tmp_path, {"segments": [], "device_traces": [[]]})
-    mem = memory.Memory(rank_dir=str(tmp_path), rundir=safeio, torch_of=lambda: torch)
+    mem = memory.Memory(rank_dir=str(tmp_path), safeio=safeio, torch_of=lambda: torch)
     mem.watch_oom(torch.cuda)
     queued[0]()
     observers[0](0, 1 << 30, 0, 0)

@@ -165,7 +165,7 @@ def test_refused_connection_is_a_note(monkeypatch):
 
 def test_addresses_come_from_the_ranks_environment(monkeypatch):
     envs = {1: {"NCCL_RAS_ADDR": "127.0.0.1:29999"}, 2: {"NCCL_RAS_ENABLE": "0"}, 3: None}
-    monkeypatch.setattr("mldebug.rundir.proc_environ", lambda pid: envs[pid])
+    monkeypatch.setattr("mldebug.procfs.proc_environ", lambda pid: envs[pid])
     assert addresses_of([1, 2]) == [("127.0.0.1", 29999)]
     assert addresses_of([2]) == []
     assert addresses_of([1, 3]) == [("127.0.0.1", 29999), ("localhost", 28028)]

@@ -235,9 +235,7 @@ class _Runtime:
         self.safeio = safeio
         self.rankrules = rankrules
         self.started = time.time()
-        self.memory = Memory(
-            rank_dir=str(paths.rank_dir(rank)), rundir=safeio
-        )  # memory.py names its safe-I/O module `rundir`
+        self.memory = Memory(rank_dir=str(paths.rank_dir(rank)), safeio=safeio)
         self.steps = Steps(on_change=self.memory.on_step)
         self.tracer = Tracer(rankrules)
         eventlog.configure(

@@ -84,13 +84,13 @@ class Memory:
     def __init__(
         self,
         rank_dir=None,
-        rundir=None,
+        safeio=None,
         torch_of=lambda: sys.modules.get("torch"),
         clock=time.time,
         rss_of=read_rss,
     ) -> None:
         self.rank_dir = rank_dir
-        self.rundir = rundir
+        self.safeio = safeio
         self._torch_of = torch_of
         self._clock = clock
         self._rss_of = rss_of
@@ -336,7 +336,7 @@ class Memory:
     def _write_oom_files(self, device) -> list[str]:
         torch = self._torch_of()
         written = []
-        if self.rank_dir is None or self.rundir is None:
+        if self.rank_dir is None or self.safeio is None:
             return written
         summary = torch.cuda.memory_summary(device=device)
         self._write_file("memory_summary.txt", summary.encode("utf-8", "replace"))
@@ -360,7 +360,7 @@ class Memory:
             os.unlink(temp)
         except OSError:
             pass
-        fd = self.rundir.create_new(temp)
+        fd = self.safeio.create_new(temp)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mldebug import rundir
+from mldebug import procfs
 from mldebug.nccl.ras_model import RasReport
 from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras
 from mldebug.textsafe import one_line
@@ -61,7 +61,7 @@ def addresses_of(pids: Iterable[int]) -> list[tuple[str, int]]:
     found: list[tuple[str, int]] = []
     default = False
     for pid in pids:
-        env = rundir.proc_environ(pid)
+        env = procfs.proc_environ(pid)
         if env is None:
             default = True  # another user's or gone: NCCL's default is the best guess
             continue

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mldebug import rundir
+from mldebug import rundir, safeio
 from mldebug.explain.finding import (
     KIND_CHILD_FAILED,
     KIND_DUPLICATE_GPU,
@@ -225,7 +225,7 @@ def _root_causes(found: list[Explained]) -> list[Explained]:
 
 
 def _read_text(path: str) -> tuple[bytes, bool]:
-    data = rundir.read_head(path, MAX_SOURCE_BYTES + 1)
+    data = safeio.read_head(path, MAX_SOURCE_BYTES + 1)
     return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mldebug.ledger import RasCount, compare_group, from_ras_counts
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding, FindingPart
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
@@ -129,6 +130,19 @@ def _pids_of(comm: RasComm, groups: Sequence[RasCountGroup], stacks) -> list[set
     return sets
 
 
+def _ledger_behind(comm: RasComm, op: str) -> set[int] | None:
+    """The ranks the collective ledger names behind on this op's launch counts, where every
+    rank's count is known (the JSON form); None where it is not."""
+    if not comm.complete:
+        return None
+    name = comm.hash or comm.label
+    counts = [RasCount(name, rank, op, n) for rank, n in comm.launches().get(op, {}).items()]
+    if not counts:
+        return None
+    ((group, progress),) = from_ras_counts(counts).items()
+    return set(compare_group(group, progress).ranks_behind)
+
+
 def _behind(
     report: RasReport,
     comm: RasComm,
@@ -141,8 +155,14 @@ def _behind(
         return None  # one count only (a report cut short): nothing to compare
     top = max(g.launched for g in groups)
     pids = _pids_of(comm, groups, stacks)
-    ahead = [i for i, g in enumerate(groups) if g.launched == top]
-    lower = [i for i, g in enumerate(groups) if g.launched < top]
+    behind_by_counts = _ledger_behind(comm, op)
+    if behind_by_counts is None:  # the text form names outliers only: by its groups' counts
+        lower = [i for i, g in enumerate(groups) if g.launched < top]
+    else:
+        lower = [i for i, g in enumerate(groups) if g.listed and set(g.listed) <= behind_by_counts]
+    ahead = [i for i in range(len(groups)) if i not in lower]
+    if not lower or not ahead:
+        return None
 
     def outside(indices: list[int]) -> bool | None:
         """Are these groups' processes outside any collective (True), all in one (False)?"""
