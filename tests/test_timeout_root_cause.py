@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_writer import Made, write_state
+from testkit.agent_writer import Made, write_state
 
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.failures import Failure, format_report

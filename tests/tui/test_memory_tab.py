@@ -9,7 +9,7 @@ import json
 import random
 
 from textual.widgets import Static, TabbedContent
-from tui_fakes import FIXED_TIME, FakePoller, Frame
+from testkit.tui_fakes import FIXED_TIME, FakePoller, Frame
 
 from mldebug.agent.memory_timeline import Timeline
 from mldebug.analysis.snapshot import build_snapshot
