@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ras_fake import FakeRas, nccl_json
+from testkit.ras_fake import FakeRas, nccl_json
 
 from mldebug.collect.ras import BUDGET_S, addresses_of, ask_ras
 from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras, read_ras_file

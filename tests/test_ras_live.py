@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ras_fake import FakeRas, nccl_json
+from testkit.ras_fake import FakeRas, nccl_json
 
 from mldebug.launch.env import free_port
 

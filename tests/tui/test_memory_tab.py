@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import random
 
-from textual.widgets import Static, TabbedContent
 from testkit.tui_fakes import FIXED_TIME, FakePoller, Frame
+from textual.widgets import Static, TabbedContent
 
 from mldebug.agent.memory_timeline import Timeline
 from mldebug.analysis.snapshot import build_snapshot
