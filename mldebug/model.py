@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mldebug.model_timing import RankTiming, TimingTable
+
 # What a collector could not do for one rank (StackSample.failure).
 FAIL_EXITED = "exited"  # the process is gone (before or during the dump)
 FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
@@ -236,6 +238,7 @@ class AgentState:
     memory: MemoryReading | None = None
     memory_history: tuple[tuple[int | None, float, int | None, int | None], ...] = ()
     flight: tuple[FlightGroup, ...] = ()  # torch's Flight Recorder, while the rank looked stuck
+    timing: RankTiming | None = None  # where its steps' time goes (model_timing.py)
 
     @property
     def progress(self) -> tuple[int, int, int]:
@@ -321,6 +324,7 @@ class JobSnapshot:
     world_size: int | None = None
     job: str = ""
     run_dir: str | None = None
+    timing: TimingTable | None = None  # per rank where the time goes (analysis/timing.py)
 
 
 # ---- the run directory's files, as the live view reads them (mldebug.live.runfiles) ----

@@ -17,6 +17,7 @@ from mldebug.analysis.frames import is_rendezvous
 from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings, sequence_verdict
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
+from mldebug.analysis.timing import timing_findings
 from mldebug.model import (
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
@@ -506,6 +507,7 @@ def find_problems(
             findings += _all_waiting(groups[0], missing, severity)
     findings += _thread_findings([d for d in threads if d not in used])
     findings += nonfinite_findings(events) + memory_findings(views)
+    findings += timing_findings(views)  # slow jobs: straggler, input/comm-bound, host syncs
     findings.sort(
         key=lambda f: (
             _SEVERITY_ORDER.get(f.severity, 3),

@@ -18,6 +18,7 @@ from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.progress import moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
 from mldebug.analysis.states import rank_state
+from mldebug.analysis.timing import judge_timing
 from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
@@ -218,4 +219,5 @@ def build_snapshot(
         world_size=world_size,
         job=job,
         run_dir=run_dir,
+        timing=judge_timing(views).table,  # analysis/timing.py
     )

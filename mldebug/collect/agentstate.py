@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from mldebug.collect.agenttiming import parse_timing
 from mldebug.collect.events import parse_time
 from mldebug.model import (
     AgentState,
@@ -199,6 +200,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         memory_history=_history(data.get("memory_history")),
         interval=_interval(data.get("interval")),
         flight=_flight(data.get("flight_recorder")),
+        timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
     )
 
 
