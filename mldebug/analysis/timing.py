@@ -207,12 +207,13 @@ def _straggler_finding(
     op = ops.most_common(1)[0][0] if ops else "collective"
     share = sum(shares[r] for r in late)
     who = f"rank {late[0]}" if len(late) == 1 else f"ranks {format_ranks(late)}"
-    verb = "arrives" if len(late) == 1 else "arrive"
-    head = (
-        f"{who} {verb} last at {_pct(share)} of the {op} calls the others wait at; "
-        f"the others wait a median {_ms(wait)} a step for {'it' if len(late) == 1 else 'them'} "
+    one = len(late) == 1
+    tail = (
+        f"{'arrives' if one else 'arrive'} last at {_pct(share)} of the {op} calls the others "
+        f"wait at; the others wait a median {_ms(wait)} a step for {'it' if one else 'them'} "
         f"({_pct(wait / others_step)} of their step time)"
     )
+    head = f"{who} {tail}"
     # Its extra time spent waiting for its DataLoader: the input, not the compute, is slow.
     extra_data = min(s.data for s in slow) - _median([s.data for s in others])
     if extra_data >= 0.5 * (work - others_work) and extra_data > 0:
@@ -229,7 +230,8 @@ def _straggler_finding(
             detail=f"only {who} is input-bound; the others wait for it in {op}",
         )
     hot = slow[0].timing.work[0].site if slow[0].timing.work else None
-    summary = f"{head}; its work between collectives takes {ratio:.2f}x the median rank's"
+    summary = f"{who} {'is the straggler: it' if one else 'are the stragglers: they'} "
+    summary += f"{tail}; {'its' if one else 'their'} work between collectives takes {ratio:.2f}x the median rank's"
     if hot:
         summary += f"; its main thread is mostly at {hot}"
     return Finding(

@@ -52,6 +52,8 @@ from mldebug.launch.pipes import (
     pipe_size,
 )
 from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.stragglers import StragglerWatch
+from mldebug.launch.stragglers import enabled as stragglers_enabled
 from mldebug.launch.timeouts import (
     Explanation,
     Timeout,
@@ -122,6 +124,7 @@ class Supervisor:
         self.wrapped = wrapped.WrappedRanks(spec.paths, self.manifest)
         self.watchdog: HangWatchdog | None = None
         self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
+        self.stragglers: StragglerWatch | None = None  # launch/stragglers.py
         self._last_places: dict = {}  # rank -> timeouts.Place, read as the first rank died
         self.cores = CoreCatcher(spec.paths.root) if spec.core_dumps else None  # --core-dumps
         error = self.manifest.error
@@ -163,6 +166,9 @@ class Supervisor:
                 record=lambda hangs: self.manifest.update(hangs=hangs),
             )
             self.watchdog.start()
+        if stragglers_enabled(os.environ):
+            self.stragglers = StragglerWatch(self.paths, self._say)
+            self.stragglers.start()
 
     def show_output(self, console: Console) -> None:
         """Turn console output on for a job started without it (output from now on)."""
@@ -331,6 +337,8 @@ class Supervisor:
         self._guard("watching the job", self._watch_until_over)
         if self.watchdog is not None:
             self._guard("ending the hang watchdog", self.watchdog.close)
+        if self.stragglers is not None:
+            self.stragglers.close()
         self._guard("stopping the job", lambda: self._end_children(self.spec.grace_period))
         self._guard("showing the last output", self._finish_output)
         self._guard("summing up the run", self._conclude)
