@@ -118,3 +118,16 @@ class TimingTable:
     rows: tuple[TimingRow, ...] = ()
     collectives: int = 0  # collectives compared across ranks (agent) / samples a rank (sampling)
     note: str = ""  # how sure, or why nothing is judged
+
+
+@dataclass(frozen=True)
+class SampledStacks:
+    """`mldebug dump --profile`: one rank's main-thread stacks sampled by py-spy, counted."""
+
+    rank: int
+    pid: int
+    stacks: tuple[tuple[tuple[tuple[str, str, int | None], ...], int], ...] = ()
+    # each: ((function, file, line) outermost first, how many samples)
+    seconds: float = 0.0
+    failure: str | None = None  # FAIL_* of model.py
+    failure_detail: str = ""

@@ -31,6 +31,7 @@ from mldebug.commands.common import (
     target_of,
     write_out,
 )
+from mldebug.commands.dump_profile import add_profile_arguments, with_profile
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
 from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"timed out (default {DEFAULT_DEADLINE:g})",
     )
     add_native_arguments(parser)
+    add_profile_arguments(parser)  # --profile, --rate (commands/dump_profile.py)
     return parser
 
 
@@ -151,6 +153,11 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     job = _targets_from_args(pids, run_dir)
     snapshot, readings = observe_job(job, args)
     snapshot = _with_nccl(snapshot, job)
+    if args.profile:
+        from dataclasses import replace
+
+        snapshot, unsampled = with_profile(snapshot, job, args)
+        readings = replace(readings, notes=(*readings.notes, *unsampled))
     return snapshot, readings
 
 

@@ -52,9 +52,7 @@ def timing_part(table: TimingTable | None) -> RenderableType | None:
     if table is None or not table.rows:
         return None
     sampling = table.source == "sampling"
-    title = "Where the time goes" + (
-        " (sampled stacks: shares of samples)" if sampling else " (median shares of a step)"
-    )
+    title = "Where the time goes, " + ("share of samples" if sampling else "median share of a step")
     grid = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
     names = ["rank"] + (["samples"] if sampling else ["step"])
     names += ["waiting", "data", "sync", "compute"] if not sampling else ["collective", "data"]
