@@ -18,6 +18,7 @@ warm-up (the first step is never in the window) and ±10% jitter move no median 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ KIND_HOST_SYNC = "host_sync"
 
 MIN_STEPS = 8  # steps in each rank's window before anything is judged
 MIN_ARRIVALS = 8  # collectives the others waited at, compared across ranks
-LAST_SHARE = 0.6  # the straggler arrives last at this share of them, at least
+LAST_SHARE = 0.6  # the straggler arrives last at this share of them, at least,
+CHANCE = 1e-4  # ...and that often would come by chance (every rank as likely) this rarely
 WAIT_SHARE = 0.05  # ...the others wait for it this share of their step, at least
 WORK_RATIO = 1.05  # ...and its work between collectives is this much longer
 LATE_SHARE = 0.02  # a collective someone waited at: lateness over this share of a step
@@ -167,6 +169,15 @@ class TimingVerdict:
     findings: tuple[Finding, ...] = ()
 
 
+def chance_of(last: int, compared: int, ranks: float) -> float:
+    """How likely one given rank arrives last `last` or more times out of `compared` when
+    every one of `ranks` ranks is as likely to (the binomial tail)."""
+    p = 1 / ranks
+    return sum(
+        math.comb(compared, k) * p**k * (1 - p) ** (compared - k) for k in range(last, compared + 1)
+    )
+
+
 def _stragglers(
     splits: dict[int, _Split], waited: list[Arrival]
 ) -> tuple[list[int], dict[int, float]]:
@@ -175,13 +186,17 @@ def _stragglers(
     if len(waited) < MIN_ARRIVALS or len(splits) < 2:
         return [], shares
     ordered = sorted(shares, key=lambda rank: -shares[rank])
-    if shares[ordered[0]] >= LAST_SHARE:
+    # Chance: any of the ranks could have been the one that stands out.
+    top = counts.get(ordered[0], 0)
+    unlikely = chance_of(top, len(waited), len(splits)) * len(splits) < CHANCE
+    if shares[ordered[0]] >= LAST_SHARE and unlikely:
         return [ordered[0]], shares
     # Two slow ranks share the last place between them (four ranks or more).
     if (
         len(splits) >= 4
         and shares[ordered[1]] >= 0.3
         and shares[ordered[0]] + shares[ordered[1]] >= 0.8
+        and chance_of(top + counts.get(ordered[1], 0), len(waited), len(splits) / 2) < CHANCE
     ):
         return sorted(ordered[:2]), shares
     return [], shares

@@ -37,8 +37,9 @@ from mldebug.tui.widgets.nccl_view import NcclView
 from mldebug.tui.widgets.rank_table import RankTable
 from mldebug.tui.widgets.recipes_view import RecipesView
 from mldebug.tui.widgets.stack_tree import StackTree
+from mldebug.tui.widgets.timing_view import TimingView
 
-TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes")
+TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes", "timing")
 
 
 class AttachApp(App[int]):
@@ -112,6 +113,8 @@ class AttachApp(App[int]):
                 yield LogsView()
             with TabPane("Recipes", id="recipes"):
                 yield RecipesView()
+            with TabPane("Timing", id="timing"):
+                yield TimingView()  # widgets/timing_view.py
         yield Static(id="status")
         yield Footer()
 
@@ -191,6 +194,7 @@ class AttachApp(App[int]):
         self.query_one(AnomaliesView).show_findings(snapshot.findings)
         self.query_one(AnomaliesView).show_files(files)
         self.query_one(MemoryView).show(snapshot)
+        self.query_one(TimingView).show(snapshot)
         self.query_one(NcclView).show_files(files)
         self.query_one(LogsView).show_files(files)
         self.query_one("#status", Static).update(self._status())
