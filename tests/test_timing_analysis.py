@@ -96,7 +96,7 @@ def test_a_healthy_job_names_nobody(world, seed):
         assert kinds(states) == [], (steps, seed)
 
 
-def test_two_slow_ranks_of_eight_are_named_together():
+def test_a_straggler_among_eight_ranks_is_named():
     states = simulate(world=8, slow_rank=None, steps=30, jitter=0.1)
     slow = simulate(world=8, slow_rank=5, factor=1.5, steps=30, jitter=0.1, seed=1)
     assert kinds(slow) == [("straggler", (5,))]
