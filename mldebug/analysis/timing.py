@@ -236,13 +236,13 @@ def _straggler_finding(
         return Finding(
             KIND_INPUT_BOUND,
             tuple(late),
-            f"{who} {'waits' if len(late) == 1 else 'wait'} for data a median "
+            f"{who} {'waits' if one else 'wait'} for data a median "
             f"{_pct(slow[0].shares[1])} of each step, {_ms(extra_data)} more than the median "
-            f"rank, from {text}: {head}",
+            f"rank, from {text}; the others wait for {'it' if one else 'them'} in {op}",
             location=site,
             recipe="input-bound",
             severity=SEVERITY_WARNING,
-            detail=f"only {who} is input-bound; the others wait for it in {op}",
+            detail=f"only {who} is input-bound: {head}",
         )
     hot = slow[0].timing.work[0].site if slow[0].timing.work else None
     summary = f"{who} {'is the straggler: it' if one else 'are the stragglers: they'} "

@@ -52,8 +52,13 @@ def main() -> None:
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--rank", scenario, str(out / scenario)],
-                env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(WORLD),
-                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                env={
+                    **os.environ,
+                    "RANK": str(r),
+                    "WORLD_SIZE": str(WORLD),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                },
             )  # fmt: skip
             for r in range(WORLD)
         ]
