@@ -32,12 +32,16 @@ def _ms(value: float | None) -> str:
 
 
 def sparkline(values: tuple[float, ...] | list[float], width: int = 24) -> str:
-    """Step times as bars, the newest `width` of them, scaled from 0 to the window's top."""
+    """Step times as bars, the newest `width` of them, from the window's fastest step (lowest
+    bar) to its slowest (highest): a pause or a slow spell stands out."""
     shown = list(values)[-width:]
     if not shown:
         return ""
-    top = max(shown) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1)))] for v in shown)
+    low, high = min(shown), max(shown)
+    if high - low <= 1e-9:
+        return SPARK[len(SPARK) // 2] * len(shown)
+    top = len(SPARK) - 1
+    return "".join(SPARK[round((v - low) / (high - low) * top)] for v in shown)
 
 
 def ordered_rows(table: TimingTable) -> list[TimingRow]:
