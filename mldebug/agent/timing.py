@@ -156,7 +156,7 @@ class Timing:
     # ------------------------------------------------------------------ the heartbeat's side
     def sample_main(self) -> None:
         """Where the main thread works right now, when not in a collective or a batch."""
-        if self.off or self._begun is None:
+        if self.off or self._begun is None or self._main is None:
             return  # before the first step: imports and set-up, not the training's work
         frame = sys._current_frames().get(self._main)
         inner = frame
