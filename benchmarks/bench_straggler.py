@@ -18,6 +18,11 @@ Prints, in one run:
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's mldebug
+
 import argparse
 import json
 import os
@@ -25,13 +30,13 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
+
+from mldebug.launch.stragglers import read_views, slow_finding
+from mldebug.rundir import RunPaths
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's mldebug, for the hook costs
 EXAMPLE = ROOT / "examples" / "straggler.py"
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
@@ -143,8 +148,12 @@ def factor_run(folder: Path, factor: float, nproc: int, limit: float, save=None)
     proc, run_dir, console = launch(folder, f"x{factor}", nproc, args)
     try:
         ready = wait_ready(run_dir, nproc, proc)
-        agent = {"seconds": None, "step": None, "named": None}
+        agent = {"seconds": None, "step": None, "named": None, "first_step": None}
         while time.monotonic() < ready + limit:
+            if agent["first_step"] is None:
+                finding = slow_finding(read_views(RunPaths(run_dir)))
+                if finding is not None and finding.ranks == (SLOW_RANK,):
+                    agent["first_step"] = step_of(run_dir, SLOW_RANK)
             lines = said(console)
             if lines:
                 agent["seconds"] = time.monotonic() - ready
@@ -252,7 +261,7 @@ def main() -> None:
         folder = Path(tmp)
         print(f"# {args.nproc} gloo ranks on {os.cpu_count()} CPUs; rank {SLOW_RANK} is slow; "
               "60 ms of compute a step, ±10% jitter on every rank", flush=True)  # fmt: skip
-        print("factor | agent (mldebug run line)          | sampling (dump --profile 5)")
+        print("factor | agent: mldebug run's line (mldebug dump)     | sampling (dump --profile 5)")
         for factor in args.factors:
             save = args.save if factor == 1.5 else None
             got = factor_run(folder, factor, args.nproc, args.limit, save)
@@ -261,7 +270,10 @@ def main() -> None:
                 agent_text = f"not named within {args.limit:g} s"
             else:
                 right = "right" if agent["named"] == str(SLOW_RANK) else f"WRONG ({agent['named']})"
-                agent_text = f"{right}: {agent['seconds']:.1f} s, by step {agent['step']}"
+                agent_text = (
+                    f"{right}: {agent['seconds']:.1f} s, step {agent['step']} "
+                    f"(dump names it at step {agent['first_step']})"
+                )
             found = sampling["named"]
             if found:
                 ok = found == [("straggler", [SLOW_RANK])] or found == [
@@ -270,7 +282,7 @@ def main() -> None:
                 samp_text = f"{'right' if ok else 'WRONG'} {found} in {sampling['seconds']:.1f} s"
             else:
                 samp_text = f"nobody named ({sampling['note']}) in {sampling['seconds']:.1f} s"
-            print(f"{factor:>5}x | {agent_text:<34} | {samp_text}", flush=True)
+            print(f"{factor:>5}x | {agent_text:<44} | {samp_text}", flush=True)
         healthy = healthy_run(folder, args.nproc, args.healthy_seconds)
         print(
             f"healthy job, {healthy['seconds']:.0f} s ({healthy['steps']} steps; jitter ±10%, "

@@ -22,8 +22,9 @@ from mldebug.model import STATE_RUNNING, Finding, RankView
 from mldebug.rundir import RunPaths, open_append
 
 ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
-CHECK_EVERY = 2.0
-PERSIST = 3  # checks in a row that name the same ranks
+CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
+RANKS_A_SECOND = 256
+PERSIST = 2  # checks in a row that name the same ranks
 MAX_RANKS = 1024  # state files one check reads
 SILENCE = f"{ENV_STRAGGLER}=0 silences this line"
 
@@ -32,7 +33,7 @@ def enabled(env: Mapping[str, str]) -> bool:
     return env.get(ENV_STRAGGLER, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
-def _views(paths: RunPaths) -> list[RankView]:
+def read_views(paths: RunPaths) -> list[RankView]:
     views = []
     for rank in paths.rank_ids()[:MAX_RANKS]:
         state = read_state(paths.root, rank)
@@ -78,6 +79,8 @@ class StragglerWatch:
 
     def _run(self) -> None:
         while not self._closed.wait(self.check_every):
+            ranks = len(self.paths.rank_ids())
+            self.check_every = max(self.check_every, ranks / RANKS_A_SECOND)
             try:
                 self.check()
             except Exception as error:  # never the job's end, nor a traceback on its console
@@ -85,7 +88,7 @@ class StragglerWatch:
                 return
 
     def check(self) -> str | None:
-        finding = slow_finding(_views(self.paths))
+        finding = slow_finding(read_views(self.paths))
         ranks = finding.ranks if finding is not None else ()
         self._count = self._count + 1 if ranks and ranks == self._seen else (1 if ranks else 0)
         self._seen = ranks
