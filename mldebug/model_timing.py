@@ -131,3 +131,6 @@ class SampledStacks:
     seconds: float = 0.0
     failure: str | None = None  # FAIL_* of model.py
     failure_detail: str = ""
+    # The samples in the order taken, each an index into `stacks` (empty when not known):
+    # what the rank did second by second, so a pause now and then is told from a slow rank.
+    timeline: tuple[int, ...] = ()

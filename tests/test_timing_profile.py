@@ -4,6 +4,7 @@ py-spy runs on a live process and on one that is gone, and bad --profile/--rate 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,53 @@ def test_absurd_duration_or_rate_is_one_line_and_exit_2(options):
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr
     assert any(("--profile" in line or "--rate" in line) for line in lines[-1:]), done.stderr
+
+
+WORK = (("<module>", "/home/ana/job/train.py", 90), ("work", "/home/ana/job/train.py", 55))
+WAIT = (
+    ("<module>", "/home/ana/job/train.py", 90),
+    ("all_reduce", "/home/ana/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252),
+)  # fmt: skip
+PAUSE = (("<module>", "/home/ana/job/train.py", 90), ("checkpoint", "/home/ana/job/train.py", 70))
+STACKS = (WORK, WAIT, PAUSE)
+
+
+def ordered(rank: int, pattern: list[int]) -> SampledStacks:
+    """A rank's samples in order (50 a second for 10 s), as indexes into STACKS."""
+    counts = [(STACKS[i], pattern.count(i)) for i in range(3)]
+    return SampledStacks(rank, rank, tuple(counts), 10.0, timeline=tuple(pattern))
+
+
+def steps(waiting: int, total: int = 10, seconds: int = 10) -> list[int]:
+    """Steps of `total` samples, `waiting` of them in all_reduce."""
+    return ([0] * (total - waiting) + [1] * waiting) * (50 * seconds // total)
+
+
+def test_the_speedscope_timeline_of_the_main_thread_is_kept_in_order():
+    text = (DATA / "pyspy_speedscope_toy.json").read_text()
+    from mldebug.collect.profile import parse_speedscope
+
+    pid = int(json.loads(text)["profiles"][0]["name"].split()[1])
+    stacks, timeline = parse_speedscope(text, pid)
+    assert sum(count for _, count in stacks) == len(timeline) == 19
+    names = [stacks[i][0][-1][0] for i in timeline]
+    assert "b" in names  # the busy loop, in the order sampled
+    assert parse_speedscope(text, pid + 1) == ([], ())  # no such thread: nothing
+
+
+def test_a_rank_that_pauses_now_and_then_is_not_the_straggler():
+    # Rank 0 writes a checkpoint 1 s in every 4; the others wait for it in all_reduce then.
+    pause = ([2] * 50 + steps(3, seconds=3)[:150]) * 3
+    waiting = ([1] * 50 + steps(3, seconds=3)[:150]) * 3
+    sampled = [ordered(0, pause), ordered(1, waiting), ordered(2, waiting)]
+    table, findings, _ = judge_profiles(sampled)
+    assert findings == []
+    # Judged without the order, the same samples would have named rank 0.
+    unordered = [SampledStacks(s.rank, s.pid, s.stacks, s.seconds) for s in sampled]
+    assert [f.ranks for f in judge_profiles(unordered)[1]] == [(0,)]
+
+
+def test_a_rank_slow_in_every_slice_is_the_straggler():
+    sampled = [ordered(0, steps(0)), ordered(1, steps(3)), ordered(2, steps(3))]
+    _, findings, _ = judge_profiles(sampled)
+    assert [(f.kind, f.ranks) for f in findings] == [("straggler", (0,))]

@@ -2,9 +2,12 @@
 
 No agent needed: each rank's main thread was sampled by py-spy at the same time. In
 synchronous training the ranks that wait for a straggler are inside a collective a large
-share of their samples; the straggler, busy with its own work, the smallest. The gap between
-its share and the others' median, in standard errors of the two shares, says how sure that
-is: samples close in time are alike, so at most SAMPLES_A_SECOND a second count as apart.
+share of their samples; the straggler, busy with its own work, the smallest. With the
+samples in order (speedscope), the seconds are judged one slice at a time: the straggler's
+gap to the others must hold in most slices (the median slice), so a rank that pauses now and
+then (a checkpoint every N steps) is not named; how sure is the mean gap over the slices in
+standard errors of the slices. Without order, the two shares' standard errors are used, at
+most SAMPLES_A_SECOND samples a second counted as apart (samples close in time are alike).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ SURE = 3.0  # standard errors: "sure"; from LIKELY: "likely", below: nobody is n
 LIKELY = 2.0
 DATA_GAP = 0.1  # its data share over the others' median: its extra time is data loading
 SAMPLES_A_SECOND = 10
+SLICE_SECONDS = 0.5  # samples of this many seconds make one slice
+MIN_SLICES = 4
 _DATA_FILES = ("torch/utils/data/",)
 
 
@@ -76,6 +81,37 @@ def rank_profile(sampled: SampledStacks) -> RankProfile:
     )
 
 
+def _slices(sampled: SampledStacks, rate: float) -> list[float]:
+    """The rank's share of samples inside collectives, slice by slice of its timeline."""
+    inside = [where(_frames(stack)) == WHERE_COLLECTIVE for stack, _ in sampled.stacks]
+    size = max(5, round(rate * SLICE_SECONDS))
+    line = sampled.timeline
+    return [
+        sum(inside[i] for i in line[start : start + size]) / size
+        for start in range(0, len(line) - size + 1, size)
+    ]
+
+
+def _sliced_gap(slow: int, sampled: Sequence[SampledStacks], others: list[int]) -> tuple | None:
+    """(median gap over the slices, its z) between the others' median and `slow`, or None
+    when the samples carry no order (raw format) or too few slices."""
+    by_rank = {s.rank: s for s in sampled}
+    if any(not by_rank[r].timeline for r in [slow, *others]):
+        return None
+    seconds = max(s.seconds for s in sampled) or 1.0
+    rate = len(by_rank[slow].timeline) / seconds
+    mine = _slices(by_rank[slow], rate)
+    theirs = [_slices(by_rank[r], rate) for r in others]
+    count = min([len(mine), *(len(t) for t in theirs)])
+    if count < MIN_SLICES:
+        return None
+    gaps = [_median([t[i] for t in theirs]) - mine[i] for i in range(count)]
+    mean = sum(gaps) / count
+    spread = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (count - 1)) / math.sqrt(count)
+    z = mean / spread if spread > 0 else (math.inf if mean > 0 else 0.0)
+    return _median(gaps), z
+
+
 def _share(part: int, profile: RankProfile) -> float:
     return part / profile.samples if profile.samples else 0.0
 
@@ -114,8 +150,13 @@ def judge_profiles(
             + waiting * (1 - waiting) / n_others
         )
         z = gap / error if error > 0 else (math.inf if gap > 0 else 0.0)
+        sliced = _sliced_gap(slow.rank, sampled, [p.rank for p in others])
+        steady = True
+        if sliced is not None:
+            steady = sliced[0] >= MIN_GAP  # in most slices, not in a few long ones
+            z = sliced[1]
         samples = min(p.samples for p in judged)
-        if gap >= MIN_GAP and waiting >= MIN_WAITING and z >= LIKELY:
+        if gap >= MIN_GAP and steady and waiting >= MIN_WAITING and z >= LIKELY:
             straggler = slow.rank
             sure = "sure" if z >= SURE else "likely (sample longer to be sure)"
             how = f"{sure}: {samples}+ samples a rank, the gap is {min(z, 99):.1f} standard errors"
