@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mldebug.model_timing import RankTiming, TimingTable
+
 # What a collector could not do for one rank (StackSample.failure).
 FAIL_EXITED = "exited"  # the process is gone (before or during the dump)
 FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
@@ -280,6 +282,7 @@ class AgentState:
     timeline: MemoryTimeline | None = None  # memory over time (collect/memstate.py)
     census: TensorCensus | None = None  # the newest census of its live tensors
     census_before: TensorCensus | None = None  # the one before it
+    timing: RankTiming | None = None  # where its steps' time goes (model_timing.py)
 
     @property
     def progress(self) -> tuple[int, int, int]:
@@ -365,6 +368,7 @@ class JobSnapshot:
     world_size: int | None = None
     job: str = ""
     run_dir: str | None = None
+    timing: TimingTable | None = None  # per rank where the time goes (analysis/timing.py)
 
 
 # ---- the run directory's files, as the live view reads them (mldebug.live.runfiles) ----

@@ -16,7 +16,7 @@ import pytest
 from testkit.imports import HEAVY, graph, heavy_of, reach, unit_of
 
 # Plain helpers every outside layer may use: pure, standard library (and the model) only.
-PLAIN = frozenset({"model", "ranges", "textsafe", "wording", "errors"})
+PLAIN = frozenset({"model", "model_timing", "ranges", "textsafe", "wording", "errors"})
 # Safe access to a run directory and to /proc: standard library only.
 RUNDIR = frozenset({"rundir", "safeio", "procfs"})
 # The in-rank side: loaded inside every training process (the agent loads the top-level
@@ -33,7 +33,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # the package itself (mldebug.step(): import-light, loaded in ranks) and the helpers
     "mldebug": frozenset(),
     "errors": frozenset(),
-    "model": frozenset(),
+    "model": frozenset({"model_timing"}),
+    "model_timing": frozenset(),  # the timing dataclasses of slow jobs, part of the model
     "ranges": frozenset(),
     "textsafe": frozenset(),
     "wording": frozenset({"model", "ranges"}),
@@ -52,27 +53,29 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "demos": frozenset(),  # scripts `mldebug demo` runs as ranks
     # targets -> collect -> analysis
     "targets": PLAIN | RUNDIR | {"rankrules"},
-    "collect": PLAIN | RUNDIR | {"rankrules", "ledgerrules"},
-    "analysis": frozenset({"model", "ranges", "rankrules", "wording"}) | LEDGER,
+    # collect: nccl for its pure readers only (the RAS client parses the answer it read)
+    "collect": PLAIN | RUNDIR | {"rankrules", "ledgerrules", "nccl"},
+    "analysis": frozenset({"model", "model_timing", "ranges", "rankrules", "wording"}) | LEDGER,
     "nccl": PLAIN | RUNDIR | LEDGER,  # reads NCCL/torch text and dumps into findings of its own
     # the orchestrators: collect, then analyse
     "observe": PLAIN | RUNDIR | {"collect", "analysis", "targets"},
     # one look at a job as `dump --run` and the hang watchdog take it
-    "look": PLAIN | RUNDIR | {"observe", "nccl", "targets"},
-    "live": PLAIN | RUNDIR | {"collect", "observe", "nccl", "targets"},
+    "look": PLAIN | RUNDIR | {"observe", "analysis", "nccl", "targets"},
+    "live": PLAIN | RUNDIR | {"collect", "observe", "nccl", "explain", "targets"},
     "cluster": PLAIN | RUNDIR | {"collect", "analysis", "observe", "targets"},
     # views: render what they are handed
-    "report": PLAIN | {"rankrules", "nccl"},  # renders nccl's Scan as it is
+    "report": PLAIN | {"rankrules", "nccl", "explain"},  # renders nccl's Scan, explain's findings
     "tui": PLAIN | RUNDIR | {"rankrules", "report", "recipes"},  # RUNDIR: saved reports
     # beside the pipeline
     "recipes": frozenset({"textsafe"}) | RUNDIR,
     "doctor": frozenset({"textsafe", "wording"}) | RUNDIR,
     "explain": PLAIN | RUNDIR | {"nccl", "analysis", "recipes", "rankrules"},
-    # the launcher (the hang watchdog looks at the job and writes its report)
+    # the launcher, an orchestrator too: the hang watchdog looks at the job (look), learns
+    # its quiet phases and the straggler line judges timing (analysis), writes its report
     "launch": PLAIN
     | RUNDIR
     | LEDGER
-    | {"rankrules", "collect", "observe", "look", "targets", "nccl", "report"},
+    | {"rankrules", "collect", "observe", "look", "analysis", "targets", "nccl", "report"},
     # front ends
     "commands": ANY,
     "cli": frozenset({"commands", "errors", "textsafe"}),
@@ -86,11 +89,12 @@ FRONT = frozenset({"commands", "cli", "__main__"})
 NEVER: dict[str, frozenset[str]] = {
     **{unit: frozenset(LAYERS) - IN_RANK for unit in IN_RANK},
     "analysis": COLLECTING | VIEWS | FRONT | {"nccl", "explain", "recipes", "doctor"},
-    "model": frozenset(LAYERS) - {"model"},
-    "wording": frozenset(LAYERS) - {"wording", "model", "ranges"},
+    "model": frozenset(LAYERS) - {"model", "model_timing"},
+    "model_timing": frozenset(LAYERS) - {"model_timing"},
+    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges"},
     "collect": VIEWS | FRONT | {"analysis", "observe", "live", "launch", "cluster", "explain"},
     "nccl": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
-    "report": COLLECTING | FRONT | {"analysis", "explain", "doctor"},
+    "report": COLLECTING | FRONT | {"analysis", "doctor"},
     "tui": COLLECTING | FRONT | {"analysis", "nccl", "explain", "doctor"},
     "recipes": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "doctor": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
@@ -109,6 +113,7 @@ MAY_USE: dict[str, frozenset[str]] = {
     "targets": frozenset({"psutil"}),
     "collect": frozenset({"psutil"}),
     "observe": frozenset({"psutil"}),
+    "look": frozenset({"psutil"}),
     "live": frozenset({"psutil", "rich"}),  # rich: through report (nccl's text)
     "cluster": frozenset({"psutil"}),
     "launch": frozenset({"psutil", "rich"}),  # rich: the watchdog's text report

@@ -229,6 +229,7 @@ class _Runtime:
         from .heartbeat import Heartbeat, interval_from
         from .memory import Memory
         from .steps import Steps
+        from .timing import Timing, enabled
 
         self.rank = rank
         self.paths = paths
@@ -236,8 +237,11 @@ class _Runtime:
         self.rankrules = rankrules
         self.started = time.time()
         self.memory = Memory(rank_dir=str(paths.rank_dir(rank)), safeio=safeio)
-        self.steps = Steps(on_change=self.memory.on_step)
         self.tracer = Tracer(rankrules)
+        self.timing = Timing(self.tracer, rankrules) if enabled(os.environ) else None
+        self.steps = Steps(on_change=self._stepped)
+        if self.timing is not None:
+            self.tracer.on_done = self.timing.collective_done
         eventlog.configure(
             paths.events_file(rank), rank, safeio.open_append, lambda: self.steps.value
         )
@@ -250,7 +254,13 @@ class _Runtime:
             self.steps,
             self.memory,
             interval_from(os.environ),
+            timing=self.timing,
         )
+
+    def _stepped(self, value: int, now: float) -> None:
+        self.memory.on_step(value, now)
+        if self.timing is not None:
+            self.timing.on_step(value, now)
 
     def forked(self) -> None:
         """In a process forked from the rank (a DataLoader worker): nothing is recorded
@@ -258,6 +268,8 @@ class _Runtime:
         self.tracer.off = True
         self.steps.off = True
         self.memory.off = True
+        if self.timing is not None:
+            self.timing.off = True
 
 
 def _start_collectives(runtime: _Runtime) -> None:
@@ -278,6 +290,29 @@ def _start_steps(runtime: _Runtime) -> None:
     importhook.when_imported(
         "torch.optim.optimizer", lambda module: steps.install(module, runtime.steps), steps.PART
     )
+
+
+def _start_timing(runtime: _Runtime) -> None:
+    from . import importhook, timing
+
+    if runtime.timing is None:
+        return
+    part = runtime.timing
+
+    def hook(install):
+        def run(module) -> None:
+            try:
+                install(module, part)
+            except Exception as error:
+                part.stop(error)
+
+        return run
+
+    importhook.when_imported(
+        "torch.utils.data.dataloader", hook(timing.install_dataloader), timing.PART
+    )
+    importhook.when_imported("torch", hook(timing.install_syncs), timing.PART)
+    importhook.when_imported("torch.cuda", hook(timing.install_cuda_sync), timing.PART)
 
 
 def _start_memory(runtime: _Runtime) -> None:
@@ -319,6 +354,7 @@ def _start_parts(rank, paths, safeio, rankrules) -> None:
         ("collectives", _start_collectives),
         ("steps", _start_steps),
         ("memory", _start_memory),
+        ("timing", _start_timing),  # where each step's time goes (agent/timing.py)
         ("anomaly", _start_anomaly),  # NaN/Inf origin hooks (agent/anomaly.py)
         ("tiny-model", _start_tiny_model),  # --tiny-model (agent/tinymodel.py)
         ("heartbeat", _start_heartbeat),

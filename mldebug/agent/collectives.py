@@ -194,6 +194,7 @@ class Tracer:
         self.groups: dict[str, Group] = {}
         self.pending: deque[Call] = deque()
         self.on_pending = None  # called when a call starts waiting for its Work (the heartbeat)
+        self.on_done = None  # called with each completed call, under the lock (agent/timing.py)
         self._by_pg: dict[int, tuple] = {}  # id(pg) -> (weakref to pg, Group)
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}
@@ -378,6 +379,11 @@ class Tracer:
             call.completed = when
             call.waits = None
             call.group.done(call)
+            self._done(call)
+
+    def _done(self, call: Call) -> None:
+        if self.on_done is not None:
+            self.on_done(call)
 
     # ------------------------------------------------------------------ the heartbeat's side
     def poll(self, limit: int | None = None) -> None:
@@ -404,6 +410,7 @@ class Tracer:
                 call.completed = now
                 call.waits = None
                 call.group.done(call)
+                self._done(call)
 
     def snapshot(self) -> tuple[dict, list]:
         """(groups, trace) as state.json holds them; nothing once the trace has stopped (a

@@ -51,6 +51,7 @@ class Heartbeat:
         memory,
         interval: float = DEFAULT_INTERVAL,
         clock=time.time,
+        timing=None,
     ) -> None:
         self.path = path
         self._write_json = write_json
@@ -60,6 +61,7 @@ class Heartbeat:
         self.tracer = tracer
         self.steps = steps
         self.memory = memory
+        self.timing = timing  # agent/timing.py: the `timing` section, when on
         self.interval = interval
         self._clock = clock
         self._wake = threading.Event()
@@ -97,6 +99,13 @@ class Heartbeat:
         flight = None if self._stopping else self.flight.summary(groups, state["step_time"])
         if flight is not None:
             state["flight_recorder"] = flight
+        timing = self.timing
+        if timing is not None and not timing.off:
+            try:
+                timing.sample_main()
+                state["timing"] = timing.section()
+            except Exception as error:  # timing stops; the heartbeat goes on
+                timing.stop(error)
         return state
 
     def write_once(self) -> bool:

@@ -15,6 +15,7 @@ from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
+from mldebug.analysis.timing import timing_findings
 from mldebug.model import Finding, RankCrash, RankEvent, RankView
 
 _SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEVERITY_INFO: 2}
@@ -53,6 +54,7 @@ def find_problems(
     sequence = sequence if sequence is not None else sequence_verdict(views)
     findings = stack_findings(views, world_size, failures or {}, crashes, sequence)
     findings += nonfinite_findings(events) + memory_findings(views)
+    findings += timing_findings(views)  # slow jobs: straggler, input/comm-bound, host syncs
     return sort_findings(findings)
 
 

@@ -20,6 +20,7 @@ from mldebug.analysis.progress import moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
 from mldebug.analysis.severity import ERROR_AFTER, grade
 from mldebug.analysis.states import rank_state
+from mldebug.analysis.timing import judge_timing
 from mldebug.model import (
     STATE_EXITED,
     STATE_MISSING,
@@ -225,4 +226,5 @@ def build_snapshot(
         world_size=world_size,
         job=job,
         run_dir=run_dir,
+        timing=judge_timing(views).table,  # analysis/timing.py
     )

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import mldebug.ledgerrules as rules
+from mldebug.collect.agenttiming import parse_timing
 from mldebug.collect.eventfiles import parse_time
 from mldebug.collect.memstate import parse_census, parse_timeline
 from mldebug.model import (
@@ -206,6 +207,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         timeline=parse_timeline(data.get("memory_timeline")),
         census=census[0],
         census_before=census[1],
+        timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
     )
 
 

@@ -153,12 +153,20 @@ def live_app(poller, run_dir: Path | None = None, **options) -> AttachApp:
     """The live view over `poller`, handed the real readers of what it shows besides the
     stacks: the run directory's files (when there is one) and the frames' source lines.
     options: AttachApp's (interval, stop, job_name, clock)."""
+    from mldebug.explain.engine import sure_recipes
     from mldebug.live.runfiles import RunFilesReader
     from mldebug.live.sources import SourceLines
     from mldebug.tui.app import AttachApp
 
     files = RunFilesReader(run_dir) if run_dir is not None else None
-    return AttachApp(poller, run_dir=run_dir, files=files, sources=SourceLines(), **options)
+    return AttachApp(
+        poller,
+        run_dir=run_dir,
+        files=files,
+        sources=SourceLines(),
+        read_paste=sure_recipes,
+        **options,
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -31,6 +31,7 @@ from mldebug.commands.common import (
     target_of,
     write_out,
 )
+from mldebug.commands.dump_profile import add_profile_arguments, with_profile
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
 from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(what is growing) and show it",
     )
     add_native_arguments(parser)
+    add_profile_arguments(parser)  # --profile, --rate (commands/dump_profile.py)
     return parser
 
 
@@ -150,7 +152,13 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     snapshot, readings = look_at_job(job, **reading_options(args))
     from mldebug.commands.dump_ras import with_ras  # NCCL's RAS, when an endpoint answers
 
-    return with_ras(snapshot, readings)
+    snapshot, readings = with_ras(snapshot, readings)
+    if args.profile:
+        from dataclasses import replace
+
+        snapshot, unsampled = with_profile(snapshot, job, args)
+        readings = replace(readings, notes=(*readings.notes, *unsampled))
+    return snapshot, readings
 
 
 def _ask_for_census(job) -> None:

@@ -9,11 +9,13 @@ dropped, and the rest are sorted: most sure first.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from mldebug import rundir, safeio
 from mldebug.explain.finding import (
+    EXPLAIN_KINDS,
     KIND_CHILD_FAILED,
     KIND_DUPLICATE_GPU,
     KIND_NCCL_CUDA_OOM,
@@ -22,6 +24,8 @@ from mldebug.explain.finding import (
     KIND_SEQ_SPREAD,
     KIND_TIMEOUT_SUSPECT,
     Explained,
+    Explanation,
+    Source,
 )
 from mldebug.explain.readers import (
     collectives,
@@ -84,32 +88,6 @@ NCCL_WORDS = {
     KIND_NCCL_WARNING: ("NCCL WARN",),
 }
 ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
-
-
-@dataclass
-class Source:
-    name: str
-    lines: int
-    bytes_read: int
-    truncated: bool = False
-
-
-@dataclass
-class Explanation:
-    sources: list[Source] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    findings: list[Explained] = field(default_factory=list)
-    ranks: set[int] = field(default_factory=set)
-    scan: nccl_scan.Scan = field(default_factory=nccl_scan.Scan)
-    lines: list[Line] = field(default_factory=list)
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.sources) or bool(self.scan.dumps)
-
-    @property
-    def errors(self) -> bool:
-        return any(f.severity == SEVERITY_ERROR for f in self.findings)
 
 
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
@@ -289,3 +267,19 @@ def explain_text(text: str, source: str = STDIN) -> list[Explained]:
     scan = nccl_scan.Scan(logs=[_parsed(lines, source)])
     nccl_scan.finish(scan)
     return run_readers(lines, scan)
+
+
+SURE = 0.6  # what the live view takes from explain: findings at least this sure
+
+
+def sure_recipes(text: str) -> list[str]:
+    """The recipes of what explain is sure `text` says, most sure first (the live view's
+    Recipes search puts them before the words' own ranking)."""
+    return [f.recipe for f in explain_text(text) if f.recipe and f.confidence >= SURE]
+
+
+def sure_findings(name: str, lines: Sequence[str]) -> list[Finding]:
+    """explain's sure findings of its own kinds (interfaces, duplicate GPUs, NCCL's own OOM...)
+    in one NCCL log's tail, as dump's findings: what the live view's NCCL tab adds."""
+    found = explain_text("\n".join(lines), name)
+    return [f.as_finding() for f in found if f.confidence >= SURE and f.kind in EXPLAIN_KINDS]

@@ -4,9 +4,11 @@ fix, and what a fragment cannot tell. Converts to the `Finding` every view knows
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from mldebug.explain.text import Line
 from mldebug.model import SEVERITY_ERROR, Finding
+from mldebug.nccl import scan as nccl_scan
 
 # Kinds of explain's own readers (the `kind` in --json); NCCL and Flight Recorder findings
 # keep the kinds of mldebug.model.
@@ -77,3 +79,29 @@ def sure_word(confidence: float) -> str:
     if confidence >= 0.6:
         return "medium"
     return "low"
+
+
+@dataclass
+class Source:
+    name: str
+    lines: int
+    bytes_read: int
+    truncated: bool = False
+
+
+@dataclass
+class Explanation:
+    sources: list[Source] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    findings: list[Explained] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    scan: nccl_scan.Scan = field(default_factory=nccl_scan.Scan)
+    lines: list[Line] = field(default_factory=list)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.sources) or bool(self.scan.dumps)
+
+    @property
+    def errors(self) -> bool:
+        return any(f.severity == SEVERITY_ERROR for f in self.findings)

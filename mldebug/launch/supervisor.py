@@ -53,6 +53,8 @@ from mldebug.launch.outcome import (
 from mldebug.launch.output import Console, OutputTailer
 from mldebug.launch.pipes import FULL_ERRNOS, PipeReader
 from mldebug.launch.spec import LaunchSpec
+from mldebug.launch.stragglers import StragglerWatch
+from mldebug.launch.stragglers import enabled as stragglers_enabled
 from mldebug.launch.watchdog import HangWatchdog
 from mldebug.rundir import hostname
 
@@ -90,6 +92,7 @@ class Supervisor:
         self.watchdog: HangWatchdog | None = None
         self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
         self.last_waits = LastWaits(spec.paths)  # a collective timeout's explanation
+        self.stragglers: StragglerWatch | None = None  # launch/stragglers.py
         self.cores = CoreCatcher(spec.paths.root) if spec.core_dumps else None  # --core-dumps
         error = self.manifest.error
         if error is not None and error.errno in FULL_ERRNOS:
@@ -130,6 +133,9 @@ class Supervisor:
                 record=lambda hangs: self.manifest.update(hangs=hangs),
             )
             self.watchdog.start()
+        if stragglers_enabled(os.environ):
+            self.stragglers = StragglerWatch(self.paths, self._say)
+            self.stragglers.start()
 
     def show_output(self, console: Console) -> None:
         """Turn console output on for a job started without it (output from now on)."""
@@ -258,6 +264,8 @@ class Supervisor:
         self._guard("watching the job", self._watch_until_over)
         if self.watchdog is not None:
             self._guard("ending the hang watchdog", self.watchdog.close)
+        if self.stragglers is not None:
+            self.stragglers.close()
         self._guard("stopping the job", lambda: self._end_children(self.spec.grace_period))
         self._guard("showing the last output", self._finish_output)
         self._guard("summing up the run", self._conclude)

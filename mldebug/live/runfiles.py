@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 from mldebug import safeio
@@ -90,6 +90,7 @@ class RunFilesReader:
         events.sort(key=lambda event: (event.time or 0.0, event.rank))
         nccl, total = self._read_nccl(paths.nccl_dir)
         findings, summary = self._nccl_findings(paths)
+        findings = findings + explained_nccl(nccl, findings)
         return RunFiles(
             root=str(self.root),
             logs=tuple(logs),
@@ -134,3 +135,20 @@ class RunFilesReader:
             lines = self._files.get(folder / name, read_tail) or []
             out.append((name, tuple(lines)))
         return tuple(out), len(names)
+
+
+@lru_cache(maxsize=256)
+def _sure_in_tail(name: str, lines: tuple[str, ...]) -> tuple[Finding, ...]:
+    from mldebug.explain.engine import sure_findings
+
+    return tuple(sure_findings(name, lines))
+
+
+def explained_nccl(
+    nccl: tuple[tuple[str, tuple[str, ...]], ...], known: tuple[Finding, ...]
+) -> tuple[Finding, ...]:
+    """What `mldebug explain` is sure the NCCL logs' tails say (interfaces, duplicate GPUs,
+    NCCL's own OOM...) of kinds the run's NCCL reading did not find; each tail read once."""
+    kinds = {f.kind for f in known}
+    extra = [f for name, lines in nccl for f in _sure_in_tail(name, lines) if f.kind not in kinds]
+    return tuple({f.summary: f for f in extra}.values())

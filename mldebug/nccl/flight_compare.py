@@ -33,6 +33,7 @@ from mldebug.model import (
 from mldebug.ranges import format_ranks
 
 from .flight_model import FlightDump, FlightEntry, FlightGroup
+from .flight_timing import arrival_findings
 
 DEFAULT_GROUP = rules.DEFAULT_GROUP
 MAX_FINDINGS_PER_GROUP = 6
@@ -347,4 +348,5 @@ def compare_flight_dumps(dumps: list[FlightDump]) -> list[Finding]:
             note = f"; no dump from {_ranks_text(absent)} of this group (by its pg_config)"
             found = [replace(f, detail=f.detail + note) for f in found]
         findings += found[:MAX_FINDINGS_PER_GROUP]
+    findings += arrival_findings(dumps)  # who enters last, and the spread (flight_timing.py)
     return findings

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from mldebug.explain.engine import Explanation
-from mldebug.explain.finding import Explained, sure_word
+from mldebug.explain.finding import Explained, Explanation, sure_word
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING
 from mldebug.ranges import format_ranks
 from mldebug.report.jsonout import finding_to_json

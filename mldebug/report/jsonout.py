@@ -20,6 +20,7 @@ from mldebug.model import (
     ThreadStack,
 )
 from mldebug.ranges import format_ranks
+from mldebug.report.timing import timing_to_json
 
 SCHEMA_VERSION = 1
 TRACE_ENTRIES = 8  # the newest calls of a rank's collective trace given per rank
@@ -153,4 +154,5 @@ def snapshot_to_json(snapshot: JobSnapshot) -> dict:
         "findings": [finding_to_json(f) for f in snapshot.findings],
         "groups": [group_to_json(g) for g in snapshot.groups],
         "ranks": [rank_to_json(v) for v in snapshot.ranks],
+        "timing": timing_to_json(snapshot.timing),  # report/timing.py
     }

@@ -30,6 +30,7 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import frame_label, is_torch_collective, is_user_frame
+from mldebug.report.timing import timing_part
 from mldebug.textsafe import one_line, printable
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
@@ -263,6 +264,7 @@ def report_parts(
     for optional in (
         _findings(snapshot.findings),
         _groups(snapshot),
+        timing_part(snapshot.timing),  # report/timing.py
         _tree(snapshot, compact=not verbose),
     ):
         if optional is not None:

@@ -35,8 +35,9 @@ from mldebug.tui.widgets.nccl_view import NcclView
 from mldebug.tui.widgets.rank_table import RankTable
 from mldebug.tui.widgets.recipes_view import RecipesView
 from mldebug.tui.widgets.stack_tree import StackTree
+from mldebug.tui.widgets.timing_view import TimingView
 
-TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes")
+TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes", "timing")
 
 
 class AttachApp(App[int]):
@@ -65,6 +66,7 @@ class AttachApp(App[int]):
         run_dir: Path | None = None,
         files: RunFilesFeed | None = None,
         sources: SourceFeed | None = None,
+        read_paste: Callable[[str], list[str]] | None = None,
         stop: Callable[[], None] | None = None,
         job_name: str = "",
         clock: Callable[[], float] = time.time,
@@ -90,6 +92,7 @@ class AttachApp(App[int]):
         # files (logs, events, NCCL): handed in, like the poller.
         self.sources = sources if sources is not None else NoSources()
         self._files_reader = files
+        self.read_paste = read_paste  # the Recipes search's reader of a pasted log
         self._running_loop: asyncio.AbstractEventLoop | None = None
 
     def compose(self) -> ComposeResult:
@@ -113,7 +116,9 @@ class AttachApp(App[int]):
             with TabPane("Logs", id="logs"):
                 yield LogsView()
             with TabPane("Recipes", id="recipes"):
-                yield RecipesView()
+                yield RecipesView(read_paste=self.read_paste)
+            with TabPane("Timing", id="timing"):
+                yield TimingView()  # widgets/timing_view.py
         yield Static(id="status")
         yield Footer()
 
@@ -193,6 +198,7 @@ class AttachApp(App[int]):
         self.query_one(AnomaliesView).show_findings(snapshot.findings)
         self.query_one(AnomaliesView).show_files(files)
         self.query_one(MemoryView).show(snapshot)
+        self.query_one(TimingView).show(snapshot)
         self.query_one(NcclView).show_files(files)
         self.query_one(LogsView).show_files(files)
         self.query_one("#status", Static).update(self._status())

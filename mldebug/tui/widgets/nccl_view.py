@@ -3,8 +3,6 @@ NCCL debug log files and the last lines of the one selected."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -26,30 +24,10 @@ SUMMARY_LINES = 60  # of the ranks' summaries shown above the files
 STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "yellow"}
 
 
-EXPLAIN_SURE = 0.6  # explain's own findings over the NCCL logs shown from this sureness
-
-
-@lru_cache(maxsize=256)
-def _explained(name: str, lines: tuple[str, ...]) -> tuple:
-    """What explain's readers (interfaces, duplicate GPUs, NCCL's own OOM...) find in one
-    NCCL log's tail; the same tail is read once."""
-    from mldebug.explain.engine import explain_text
-    from mldebug.explain.finding import EXPLAIN_KINDS
-
-    found = explain_text("\n".join(lines), name)
-    return tuple(
-        f.as_finding() for f in found if f.confidence >= EXPLAIN_SURE and f.kind in EXPLAIN_KINDS
-    )
-
-
 def report_text(files: RunFiles) -> Text:
     """The findings (plain Text: every word comes from a file) and the ranks' summaries."""
     text = Text()
-    known = {f.kind for f in files.nccl_findings}
-    extra = [
-        f for name, lines in files.nccl for f in _explained(name, lines) if f.kind not in known
-    ]
-    shown = list(files.nccl_findings) + list({f.summary: f for f in extra}.values())
+    shown = files.nccl_findings
     for finding in shown:
         mark = severity_mark(finding.severity)
         text.append(f"{mark} {one_line(finding.summary)}", STYLES.get(finding.severity, ""))

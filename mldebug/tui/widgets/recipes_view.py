@@ -6,6 +6,8 @@ error line, and the list shows the matching recipes best first, the best one ope
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -25,11 +27,12 @@ def load_all():
         return [], f"Recipes could not be loaded: {error}"
 
 
-def ranked(query: str, recipes):
-    """The recipes that match `query`, best first; all of them for an empty query."""
+def ranked(query: str, recipes, read_paste: Callable[[str], list[str]] | None = None):
+    """The recipes that match `query`, best first; all of them for an empty query.
+    `read_paste`: the recipes of what a reader of logs is sure a paste says (mldebug
+    explain's, handed in by `mldebug attach`), put first."""
     if not query.strip():
         return list(recipes)
-    from mldebug.explain.engine import explain_text
     from mldebug.recipes.search import search
 
     hits = search(query)
@@ -37,7 +40,7 @@ def ranked(query: str, recipes):
     found = [hit.recipe for hit in hits if hit.score >= hits[0].score * RELEVANT] if hits else []
     # A pasted log: what `mldebug explain` is sure it says goes first.
     by_id = {recipe.id: recipe for recipe in recipes}
-    sure = [f.recipe for f in explain_text(query) if f.recipe in by_id and f.confidence >= 0.6]
+    sure = [rid for rid in (read_paste(query) if read_paste else ()) if rid in by_id]
     first = [by_id[rid] for rid in dict.fromkeys(sure)]
     return first + [recipe for recipe in found if recipe not in first]
 
@@ -48,8 +51,9 @@ class RecipesView(Horizontal):
         Binding("escape", "leave_search", "Back to the list", show=False),
     ]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, read_paste: Callable[[str], list[str]] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.read_paste = read_paste
         self.all_recipes, self.problem = load_all()
         self.recipes = list(self.all_recipes)  # what the list shows now
         self.current: str | None = None
@@ -122,7 +126,7 @@ class RecipesView(Horizontal):
         if event.input.id != "recipe-search":
             return
         event.stop()
-        found = ranked(event.value, self.all_recipes)
+        found = ranked(event.value, self.all_recipes, self.read_paste)
         self.show(found)
         if not event.value.strip() and found:
             # The box was cleared: the whole list, the same recipe open (or the first).

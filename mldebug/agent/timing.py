@@ -1,0 +1,253 @@
+"""Where the rank's time goes: the `timing` section of ranks/<rank>/state.json (docs/agent.md).
+
+For the straggler, input-bound, comm-bound and host-sync findings (mldebug/analysis/timing.py)
+the agent keeps, in bounded rolling windows:
+
+  * `calls`: each completed collective's group, sequence number, op, entry time and completion
+    time (the trace's own `enqueued` / `completed`, async work as the heartbeat polls it);
+  * `steps`: per step its wall time split into time inside synchronous collectives, waiting
+    in a DataLoader iterator's `__next__`, blocked at a host sync (`Tensor.item`, `.cpu`,
+    `.tolist`, `torch.cuda.synchronize`: on CUDA tensors only, the others do not wait for a
+    device), and the rest (compute);
+  * `loaders`: the DataLoaders waited on (dataset class, num_workers, the user's line);
+  * `syncs`: the host-sync call sites and the seconds blocked there;
+  * `work`: the user lines the main thread was on outside collectives and data loading, as
+    the heartbeat saw them (about once a second): where a straggler spends its extra time.
+
+Cost per step: a perf_counter pair and an addition per collective, DataLoader batch and
+host sync (a wrapper each); the heartbeat copies the windows and encodes them. Each rank's
+own waits are measured on its own clock: no clock agreement across nodes is needed.
+
+Stdlib only; torch is reached only through the modules the program imported.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+
+from .eventlog import fail, fault_point
+
+PART = "timing"
+ENV_TIMING = "MLDEBUG_TIMING"  # "0" or "off": no timing section, no timing hooks
+VERSION = 1
+MAX_CALLS = 256
+MAX_STEPS = 64
+MAX_SITES = 16  # distinct call sites kept per table
+MAX_STACK = 64
+SYNC_METHODS = ("item", "cpu", "tolist")
+
+
+def enabled(env) -> bool:
+    return str(env.get(ENV_TIMING, "1")).strip().lower() not in ("0", "off", "no", "false")
+
+
+class _Sites:
+    """A bounded table of call site -> [count, seconds]; new sites past the cap are dropped."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, list] = {}
+
+    def add(self, site: str | None, seconds: float = 0.0) -> None:
+        if site is None:
+            return
+        entry = self.table.get(site)
+        if entry is None:
+            if len(self.table) >= MAX_SITES:
+                return
+            entry = self.table[site] = [0, 0.0]
+        entry[0] += 1
+        entry[1] += seconds
+
+    def rows(self) -> list:
+        ordered = sorted(self.table.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))
+        return [[site, count, round(seconds, 6)] for site, (count, seconds) in ordered]
+
+
+class Timing:
+    def __init__(self, tracer=None, rules=None, clock=time.time) -> None:
+        self.off = False
+        self.tracer = tracer
+        self.is_library = rules.is_library_path if rules is not None else (lambda path: False)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.calls: deque[list] = deque(maxlen=MAX_CALLS)
+        self.steps: deque[list] = deque(maxlen=MAX_STEPS)
+        self.loaders: dict[tuple, dict] = {}  # (id(dataset), num_workers) -> what it is
+        self.syncs = _Sites()
+        self.work = _Sites()
+        self._files: dict[str, bool] = {}
+        self._main = threading.main_thread().ident
+        # The step under way: when it began, and its seconds in collectives, data, syncs.
+        self._begun: float | None = None
+        self._collective = 0.0
+        self._data = 0.0
+        self._sync = 0.0
+
+    # ------------------------------------------------------------------ from the trace
+    def collective_done(self, call) -> None:
+        """The tracer completed `call` (its lock held: no I/O, no waiting here)."""
+        if self.off or call.enqueued is None or call.completed is None:
+            return
+        self.calls.append(
+            [call.group.name, call.seq, call.op, call.enqueued, call.completed, call.asynchronous]
+        )
+        if not call.asynchronous:
+            self._collective += max(0.0, call.completed - call.enqueued)
+
+    # ------------------------------------------------------------------ from the step count
+    def on_step(self, value: int, now: float) -> None:
+        if self.off:
+            return
+        try:
+            fault_point(PART)
+            with self._lock:
+                begun, self._begun = self._begun, now
+                coll, data, sync = self._collective, self._data, self._sync
+                self._collective = self._data = self._sync = 0.0
+            if begun is None:
+                return  # the first step's start is not known: warm-up, left out
+            wall = max(0.0, now - begun)
+            self.steps.append([value, begun, wall, coll, data, sync])
+        except Exception as error:
+            self.stop(error)
+
+    # ------------------------------------------------------------------ DataLoader, syncs
+    def data_waited(self, loader_iter, seconds: float, frame) -> None:
+        self._data += seconds
+        # One entry per loader (its dataset and workers), not per epoch's iterator.
+        dataset = getattr(loader_iter, "_dataset", None)
+        key = (id(dataset), getattr(loader_iter, "_num_workers", None))
+        entry = self.loaders.get(key)
+        if entry is None:
+            if len(self.loaders) >= MAX_SITES:
+                return
+            entry = self.loaders[key] = {
+                "dataset": type(dataset).__name__ if dataset is not None else None,
+                "num_workers": getattr(loader_iter, "_num_workers", None),
+                "site": self.site(frame),
+                "batches": 0,
+                "wait": 0.0,
+            }
+        entry["batches"] += 1
+        entry["wait"] += seconds
+
+    def sync_waited(self, seconds: float, frame) -> None:
+        self._sync += seconds
+        self.syncs.add(self.site(frame), seconds)
+
+    def site(self, frame) -> str | None:
+        """file:line of the innermost frame of the user's own code, from `frame` out."""
+        files = self._files
+        for _ in range(MAX_STACK):
+            if frame is None:
+                return None
+            path = frame.f_code.co_filename
+            library = files.get(path)
+            if library is None:
+                library = files[path] = bool(self.is_library(path)) or path == __file__
+            if not library:
+                return f"{path}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    # ------------------------------------------------------------------ the heartbeat's side
+    def sample_main(self) -> None:
+        """Where the main thread works right now, when not in a collective or a batch."""
+        if self.off or self._begun is None or self._main is None:
+            return  # before the first step: imports and set-up, not the training's work
+        frame = sys._current_frames().get(self._main)
+        inner = frame
+        for _ in range(MAX_STACK):
+            if inner is None:
+                break
+            name = inner.f_code.co_filename
+            if name.endswith(("agent/collectives.py", "torch/utils/data/dataloader.py")):
+                return  # waiting, not working
+            inner = inner.f_back
+        self.work.add(self.site(frame))
+
+    def section(self) -> dict:
+        with self._lock:
+            calls, steps = list(self.calls), list(self.steps)
+        return {
+            "version": VERSION,
+            "calls": calls,
+            "steps": steps,
+            "loaders": [dict(entry) for entry in list(self.loaders.values())],
+            "syncs": self.syncs.rows(),
+            "work": self.work.rows(),
+        }
+
+    def stop(self, error: BaseException) -> None:
+        self.off = True
+        fail(PART, error)
+
+
+def _timed_next(timing: Timing, original):
+    perf = time.perf_counter
+    getframe = sys._getframe
+
+    def __next__(self):
+        if timing.off:
+            return original(self)
+        started = perf()
+        try:
+            return original(self)
+        finally:
+            try:
+                timing.data_waited(self, perf() - started, getframe(1))
+            except Exception as error:
+                timing.stop(error)
+
+    __next__._mldebug_timed = original  # type: ignore[attr-defined]
+    return __next__
+
+
+def install_dataloader(dataloader_module, timing: Timing) -> None:
+    """Post-import hook of torch.utils.data.dataloader: time each batch's `__next__`."""
+    base = dataloader_module._BaseDataLoaderIter
+    original = base.__next__
+    if getattr(original, "_mldebug_timed", None) is None:
+        base.__next__ = _timed_next(timing, original)
+
+
+def _timed_sync(timing: Timing, original, cuda_only: bool):
+    perf = time.perf_counter
+    getframe = sys._getframe
+
+    def timed(*args, **kwargs):
+        if timing.off or (cuda_only and not getattr(args[0], "is_cuda", False)):
+            return original(*args, **kwargs)
+        started = perf()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            try:
+                timing.sync_waited(perf() - started, getframe(1))
+            except Exception as error:
+                timing.stop(error)
+
+    timed._mldebug_timed = original  # type: ignore[attr-defined]
+    try:
+        timed.__name__ = original.__name__
+    except (AttributeError, TypeError):
+        pass
+    return timed
+
+
+def install_syncs(torch_module, timing: Timing) -> None:
+    """Time the host syncs the program makes on CUDA tensors, and torch.cuda.synchronize."""
+    tensor = torch_module.Tensor
+    for name in SYNC_METHODS:
+        original = getattr(tensor, name, None)
+        if original is not None and getattr(original, "_mldebug_timed", None) is None:
+            setattr(tensor, name, _timed_sync(timing, original, cuda_only=True))
+
+
+def install_cuda_sync(cuda_module, timing: Timing) -> None:
+    original = getattr(cuda_module, "synchronize", None)
+    if original is not None and getattr(original, "_mldebug_timed", None) is None:
+        cuda_module.synchronize = _timed_sync(timing, original, cuda_only=False)

@@ -1,0 +1,372 @@
+"""Slow jobs: who is the straggler, and where each rank's step time goes (the agent's view).
+
+In synchronous training every rank's step takes as long as the slowest one's, so step times
+cannot name the straggler. What differs is how the time is spent: the straggler waits least
+inside collectives, arrives last at them (analysis/timing_arrival.py), and its work between
+collectives is the longest. From the `timing` section of each rank's state.json:
+
+  * `straggler`: one rank (or two) arrives last at most collectives the others wait at, the
+    others wait for it a sizeable share of their step, and its work takes longer;
+  * `input_bound`: the straggler's extra time is spent waiting for its DataLoader, or every
+    rank waits for data a large share of each step;
+  * `comm_bound`: every rank spends most of its step inside collectives and nobody is late;
+  * `host_sync`: ranks blocked at host syncs (`.item()` on a CUDA tensor...) a large share.
+
+Medians over the window's steps, never sums: a checkpoint pause or a GC pause on one step,
+warm-up (the first step is never in the window) and ±10% jitter move no median far.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mldebug.analysis.timing_arrival import Arrival, CallRecord, arrivals
+from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
+from mldebug.model_timing import (
+    RankTiming,
+    StepTiming,
+    TimingRow,
+    TimingTable,
+)
+from mldebug.ranges import format_ranks
+
+KIND_STRAGGLER = "straggler"
+KIND_INPUT_BOUND = "input_bound"
+KIND_COMM_BOUND = "comm_bound"
+KIND_HOST_SYNC = "host_sync"
+
+MIN_STEPS = 8  # steps in each rank's window before anything is judged
+MIN_ARRIVALS = 8  # collectives the others waited at, compared across ranks
+LAST_SHARE = 0.6  # the straggler arrives last at this share of them, at least,
+CHANCE = 1e-4  # ...and that often would come by chance (every rank as likely) this rarely
+WAIT_SHARE = 0.05  # ...the others wait for it this share of their step, at least
+WORK_RATIO = 1.05  # ...and its work between collectives is this much longer
+LATE_SHARE = 0.02  # a collective someone waited at: lateness over this share of a step
+LATE_MIN = 0.001  # ...and over a millisecond
+DATA_SHARE = 0.25  # every rank waits for data this share of its step: input-bound
+COMM_SHARE = 0.5  # every rank spends this share of its step in collectives: comm-bound
+SYNC_SHARE = 0.2  # a rank blocked at host syncs this share of its step
+FRESH_STEPS = 5  # a window whose last step ended more than this many steps ago (and
+FRESH_MIN = 10.0  # ...this many seconds) before the heartbeat is old: the job stopped stepping
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One rank's window, as medians over its steps."""
+
+    rank: int
+    timing: RankTiming
+    step: float  # median wall seconds
+    collective: float  # median seconds a step inside collectives
+    data: float
+    sync: float
+    work: float  # median seconds a step outside collectives (its own work)
+    shares: tuple[float, float, float, float]  # median shares: collective, data, sync, compute
+
+    @property
+    def steps(self) -> tuple[StepTiming, ...]:
+        return self.timing.steps
+
+
+def _share(steps: Sequence[StepTiming], part) -> float:
+    return _median([part(s) / s.wall for s in steps if s.wall > 0])
+
+
+def _split(rank: int, timing: RankTiming) -> _Split:
+    steps = timing.steps
+    shares = (
+        _share(steps, lambda s: s.collective),
+        _share(steps, lambda s: s.data),
+        _share(steps, lambda s: s.sync),
+        _share(steps, lambda s: s.compute),
+    )
+    return _Split(
+        rank,
+        timing,
+        _median([s.wall for s in steps]),
+        _median([s.collective for s in steps]),
+        _median([s.data for s in steps]),
+        _median([s.sync for s in steps]),
+        _median([s.wall - s.collective for s in steps]),
+        shares,
+    )
+
+
+def _fresh(view: RankView) -> RankTiming | None:
+    """The rank's timing window while it still steps; None for a stopped or exited rank."""
+    agent = view.agent
+    if agent is None or agent.timing is None or view.state == STATE_EXITED:
+        return None
+    steps = agent.timing.steps
+    if not steps:
+        return None
+    last = steps[-1]
+    age = agent.time - (last.start + last.wall)
+    if age > max(FRESH_MIN, FRESH_STEPS * _median([s.wall for s in steps])):
+        return None
+    return agent.timing
+
+
+def _splits(views: Sequence[RankView]) -> dict[int, _Split]:
+    found = {}
+    for view in views:
+        timing = _fresh(view)
+        if timing is not None:
+            found[view.rank] = _split(view.rank, timing)
+    return found
+
+
+def _records(splits: dict[int, _Split]) -> list[CallRecord]:
+    return [
+        CallRecord(rank, c.group, c.seq, c.entered, c.completed, c.op)
+        for rank, split in splits.items()
+        for c in split.timing.calls
+        if not c.asynchronous
+    ]
+
+
+def _waited_at(found: list[Arrival], step: float) -> list[Arrival]:
+    floor = max(LATE_MIN, LATE_SHARE * step)
+    return [a for a in found if a.lateness >= floor]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def _loader_text(timing: RankTiming) -> tuple[str, str | None]:
+    """The DataLoader the rank waited on most: its words and its line."""
+    if not timing.loaders:
+        return "its DataLoader", None
+    loader = max(timing.loaders, key=lambda entry: entry.wait)
+    parts = [loader.dataset or "?"]
+    if loader.num_workers is not None:
+        parts.append(f"num_workers={loader.num_workers}")
+    where = f" at {loader.site}" if loader.site else ""
+    return f"DataLoader({', '.join(parts)}){where}", loader.site
+
+
+@dataclass(frozen=True)
+class TimingVerdict:
+    table: TimingTable | None
+    findings: tuple[Finding, ...] = ()
+
+
+def chance_of(last: int, compared: int, ranks: float) -> float:
+    """How likely one given rank arrives last `last` or more times out of `compared` when
+    every one of `ranks` ranks is as likely to (the binomial tail)."""
+    p = 1 / ranks
+    return sum(
+        math.comb(compared, k) * p**k * (1 - p) ** (compared - k) for k in range(last, compared + 1)
+    )
+
+
+def _stragglers(
+    splits: dict[int, _Split], waited: list[Arrival]
+) -> tuple[list[int], dict[int, float]]:
+    counts = Counter(a.last for a in waited)
+    shares = {rank: counts.get(rank, 0) / len(waited) for rank in splits} if waited else {}
+    if len(waited) < MIN_ARRIVALS or len(splits) < 2:
+        return [], shares
+    ordered = sorted(shares, key=lambda rank: -shares[rank])
+    # Chance: any of the ranks could have been the one that stands out.
+    top = counts.get(ordered[0], 0)
+    unlikely = chance_of(top, len(waited), len(splits)) * len(splits) < CHANCE
+    if shares[ordered[0]] >= LAST_SHARE and unlikely:
+        return [ordered[0]], shares
+    # Two slow ranks share the last place between them (four ranks or more).
+    if (
+        len(splits) >= 4
+        and shares[ordered[1]] >= 0.3
+        and shares[ordered[0]] + shares[ordered[1]] >= 0.8
+        and chance_of(top + counts.get(ordered[1], 0), len(waited), len(splits) / 2) < CHANCE
+    ):
+        return sorted(ordered[:2]), shares
+    return [], shares
+
+
+def _straggler_finding(
+    late: list[int], splits: dict[int, _Split], waited: list[Arrival], shares: dict[int, float]
+) -> Finding | None:
+    others = [s for r, s in splits.items() if r not in late]
+    slow = [splits[r] for r in late]
+    if not others:
+        return None
+    others_step = _median([s.step for s in others])
+    wait = _median([s.collective for s in others]) - max(s.collective for s in slow)
+    others_work = _median([s.work for s in others])
+    work = min(s.work for s in slow)
+    if others_step <= 0 or others_work <= 0:
+        return None
+    ratio = work / others_work
+    if wait < WAIT_SHARE * others_step or ratio < WORK_RATIO:
+        return None
+    ops = Counter(a.op or "collective" for a in waited if a.last in late)
+    op = ops.most_common(1)[0][0] if ops else "collective"
+    share = sum(shares[r] for r in late)
+    who = f"rank {late[0]}" if len(late) == 1 else f"ranks {format_ranks(late)}"
+    one = len(late) == 1
+    tail = (
+        f"{'arrives' if one else 'arrive'} last at {_pct(share)} of the {op} calls the others "
+        f"wait at; the others wait a median {_ms(wait)} a step for {'it' if one else 'them'} "
+        f"({_pct(wait / others_step)} of their step time)"
+    )
+    head = f"{who} {tail}"
+    # Its extra time spent waiting for its DataLoader: the input, not the compute, is slow.
+    extra_data = min(s.data for s in slow) - _median([s.data for s in others])
+    if extra_data >= 0.5 * (work - others_work) and extra_data > 0:
+        text, site = _loader_text(slow[0].timing)
+        return Finding(
+            KIND_INPUT_BOUND,
+            tuple(late),
+            f"{who} {'waits' if one else 'wait'} for data a median "
+            f"{_pct(slow[0].shares[1])} of each step, {_ms(extra_data)} more than the median "
+            f"rank, from {text}; the others wait for {'it' if one else 'them'} in {op}",
+            location=site,
+            recipe="input-bound",
+            severity=SEVERITY_WARNING,
+            detail=f"only {who} is input-bound: {head}",
+        )
+    hot = slow[0].timing.work[0].site if slow[0].timing.work else None
+    summary = f"{who} {'is the straggler: it' if one else 'are the stragglers: they'} "
+    summary += f"{tail}; {'its' if one else 'their'} work between collectives takes {ratio:.2f}x the median rank's"
+    if hot:
+        summary += f"; its main thread is mostly at {hot}"
+    return Finding(
+        KIND_STRAGGLER,
+        tuple(late),
+        summary,
+        location=hot,
+        recipe="stragglers",
+        severity=SEVERITY_WARNING,
+        detail=f"{len(waited)} collectives compared across {len(splits)} ranks "
+        f"over their last {min(len(s.steps) for s in splits.values())} steps",
+    )
+
+
+def _all_input_bound(splits: dict[int, _Split]) -> Finding | None:
+    if not all(s.shares[1] >= DATA_SHARE for s in splits.values()):
+        return None
+    ranks = sorted(splits)
+    share = _median([s.shares[1] for s in splits.values()])
+    text, site = _loader_text(splits[ranks[0]].timing)
+    return Finding(
+        KIND_INPUT_BOUND,
+        tuple(ranks),
+        f"all {len(ranks)} ranks wait for data a median {_pct(share)} of each step, from {text}: "
+        "the input pipeline is the limit, not the compute",
+        location=site,
+        recipe="input-bound",
+        severity=SEVERITY_WARNING,
+    )
+
+
+def _comm_bound(splits: dict[int, _Split], waited: list[Arrival]) -> Finding | None:
+    if len(splits) < 2 or not all(s.shares[0] >= COMM_SHARE for s in splits.values()):
+        return None
+    ops = Counter(c.op for s in splits.values() for c in s.timing.calls)
+    op = ops.most_common(1)[0][0] if ops else "collectives"
+    share = _median([s.shares[0] for s in splits.values()])
+    return Finding(
+        KIND_COMM_BOUND,
+        tuple(sorted(splits)),
+        f"every rank spends a median {_pct(share)} of its step inside collectives ({op}) and "
+        "none arrives late: the transport is the limit; read the NCCL log with "
+        "`mldebug nccl` (sockets instead of InfiniBand?)",
+        recipe="nccl-sockets-instead-of-ib",
+        severity=SEVERITY_WARNING,
+    )
+
+
+def _host_sync(splits: dict[int, _Split]) -> Finding | None:
+    ranks = sorted(r for r, s in splits.items() if s.shares[2] >= SYNC_SHARE)
+    if not ranks:
+        return None
+    sites: Counter[str] = Counter()
+    for rank in ranks:
+        for site in splits[rank].timing.syncs:
+            sites[site.site] += site.seconds  # type: ignore[assignment]
+    top = [site for site, _ in sites.most_common(3)]
+    share = _median([splits[r].shares[2] for r in ranks])
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+    return Finding(
+        KIND_HOST_SYNC,
+        tuple(ranks),
+        f"{who} {'is' if len(ranks) == 1 else 'are'} blocked at host syncs (.item(), .cpu(), "
+        f"cuda.synchronize) a median {_pct(share)} of each step"
+        + (f", at {', '.join(top)}" if top else ""),
+        location=top[0] if top else None,
+        recipe="host-sync",
+        severity=SEVERITY_WARNING,
+    )
+
+
+def _table(
+    splits: dict[int, _Split], shares: dict[int, float], late: list[int], compared: int
+) -> TimingTable:
+    order = sorted(shares, key=lambda rank: -shares[rank])
+    rows = tuple(
+        TimingRow(
+            rank=rank,
+            step_time=split.step,
+            waiting=split.shares[0],
+            data=split.shares[1],
+            sync=split.shares[2],
+            compute=split.shares[3],
+            last_share=shares.get(rank),
+            arrival=order.index(rank) + 1 if rank in shares else None,
+            step_times=tuple(s.wall for s in split.steps),
+            straggler=rank in late,
+        )
+        for rank, split in sorted(splits.items())
+    )
+    note = f"{compared} collectives the others waited at, compared" if compared else ""
+    return TimingTable("agent", rows, compared, note)
+
+
+def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
+    """The timing table and the timing findings of one snapshot's ranks."""
+    splits = _splits(views)
+    if not splits:
+        return TimingVerdict(None)
+    ready = {r: s for r, s in splits.items() if len(s.steps) >= MIN_STEPS}
+    if len(ready) < len(splits) or len(ready) < 1:
+        return TimingVerdict(_table(splits, {}, [], 0))
+    step = _median([s.step for s in ready.values()])
+    waited = _waited_at(arrivals(_records(ready)), step)
+    late, shares = _stragglers(ready, waited)
+    findings: list[Finding] = []
+    straggler = _straggler_finding(late, ready, waited, shares) if late else None
+    if straggler is not None:
+        findings.append(straggler)
+    else:
+        late = []
+        for check in (_all_input_bound(ready), _comm_bound(ready, waited)):
+            if check is not None:
+                findings.append(check)
+    sync = _host_sync(ready)
+    if sync is not None:
+        findings.append(sync)
+    return TimingVerdict(_table(ready, shares, late, len(waited)), tuple(findings))
+
+
+def timing_findings(views: Sequence[RankView]) -> list[Finding]:
+    """The findings alone (analysis/findings.py registers these)."""
+    return list(judge_timing(views).findings)

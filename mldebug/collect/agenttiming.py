@@ -1,0 +1,94 @@
+"""Read the `timing` section of a rank's state.json (mldebug/agent/timing.py) into the model.
+
+Data from the rank: every row checked for its types and ranges; a bad row is left out, a bad
+section is no timing at all. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+from mldebug.collect.eventfiles import parse_time
+from mldebug.model_timing import CallTiming, LoaderTiming, RankTiming, SiteTiming, StepTiming
+
+MAX_CALLS = 256
+MAX_STEPS = 64
+MAX_SITES = 16
+MAX_TEXT = 512
+MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
+
+
+def _int(value: object, low: int = 0) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if low <= value < 1 << 62 else None
+
+
+def _text(value: object) -> str | None:
+    return value[:MAX_TEXT] if isinstance(value, str) and value else None
+
+
+def _seconds(value: object) -> float | None:
+    when = parse_time(value)
+    return when if when is not None and when <= MAX_SECONDS else None
+
+
+def _call(row: object) -> CallTiming | None:
+    if not isinstance(row, list) or len(row) != 6:
+        return None
+    group, seq, op = _text(row[0]), _int(row[1], 1), _text(row[2])
+    entered, completed = parse_time(row[3]), parse_time(row[4])
+    if group is None or seq is None or op is None or entered is None or completed is None:
+        return None
+    if completed < entered:
+        return None
+    return CallTiming(group, seq, op, entered, completed, row[5] is True)
+
+
+def _step(row: object) -> StepTiming | None:
+    if not isinstance(row, list) or len(row) != 6:
+        return None
+    step, start = _int(row[0]), parse_time(row[1])
+    wall, coll, data, sync = (_seconds(v) for v in row[2:6])
+    if step is None or start is None or None in (wall, coll, data, sync):
+        return None
+    return StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
+
+
+def _loader(entry: object) -> LoaderTiming | None:
+    if not isinstance(entry, dict):
+        return None
+    batches, wait = _int(entry.get("batches")), _seconds(entry.get("wait"))
+    if batches is None or wait is None:
+        return None
+    workers = _int(entry.get("num_workers"))
+    return LoaderTiming(
+        _text(entry.get("dataset")), workers, _text(entry.get("site")), batches, wait
+    )
+
+
+def _site(row: object) -> SiteTiming | None:
+    if not isinstance(row, list) or len(row) != 3:
+        return None
+    site, count, seconds = _text(row[0]), _int(row[1]), _seconds(row[2])
+    if site is None or count is None or seconds is None:
+        return None
+    return SiteTiming(site, count, seconds)
+
+
+def _rows(value: object, parse, limit: int) -> tuple:
+    if not isinstance(value, list):
+        return ()
+    parsed = (parse(row) for row in value[-limit:])
+    return tuple(row for row in parsed if row is not None)
+
+
+def parse_timing(value: object) -> RankTiming | None:
+    """state.json's `timing`, checked; None when absent or not a timing section."""
+    if not isinstance(value, dict) or value.get("version") != 1:
+        return None
+    return RankTiming(
+        calls=_rows(value.get("calls"), _call, MAX_CALLS),
+        steps=_rows(value.get("steps"), _step, MAX_STEPS),
+        loaders=_rows(value.get("loaders"), _loader, MAX_SITES),
+        syncs=_rows(value.get("syncs"), _site, MAX_SITES),
+        work=_rows(value.get("work"), _site, MAX_SITES),
+    )

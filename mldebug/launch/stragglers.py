@@ -1,0 +1,129 @@
+"""`mldebug run`: one console line when a straggler persists, also kept in events.jsonl.
+
+A daemon thread reads the ranks' state.json every CHECK_EVERY seconds and judges their timing
+windows (analysis/timing.py). When the same rank(s) are named straggler (or input-bound
+alone) at PERSIST checks in a row, it says so once on the console and appends a `straggler`
+event to each named rank's events.jsonl; it says it again only once the job has been
+without a straggler for a while and another one appears. MLDEBUG_STRAGGLER=0 turns it off
+(the findings stay in `mldebug dump`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER, judge_timing
+from mldebug.collect.agentstate import read_state
+from mldebug.model import STATE_RUNNING, Finding, RankView
+from mldebug.rundir import RunPaths
+from mldebug.safeio import open_append
+
+ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
+CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
+RANKS_A_SECOND = 256
+PERSIST = 2  # checks in a row that name the same ranks
+MAX_RANKS = 1024  # state files one check reads
+SILENCE = f"{ENV_STRAGGLER}=0 silences this line"
+
+
+def enabled(env: Mapping[str, str]) -> bool:
+    return env.get(ENV_STRAGGLER, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def read_views(paths: RunPaths) -> list[RankView]:
+    views = []
+    for rank in paths.rank_ids()[:MAX_RANKS]:
+        state = read_state(paths.root, rank)
+        if state is not None:
+            views.append(RankView(rank=rank, target=None, state=STATE_RUNNING, agent=state))
+    return views
+
+
+def slow_finding(views: list[RankView]) -> Finding | None:
+    """The finding that names a slow rank, if the ranks' timing names one."""
+    for finding in judge_timing(views).findings:
+        if finding.kind == KIND_STRAGGLER or (
+            finding.kind == KIND_INPUT_BOUND and len(finding.ranks) < len(views)
+        ):
+            return finding
+    return None
+
+
+class StragglerWatch:
+    def __init__(
+        self,
+        paths: RunPaths,
+        say: Callable[[str], None],
+        check_every: float = CHECK_EVERY,
+        persist: int = PERSIST,
+    ) -> None:
+        self.paths = paths
+        self._say = say
+        self.check_every = check_every
+        self.persist = persist
+        self._seen: tuple[int, ...] = ()
+        self._count = 0
+        self._said: tuple[int, ...] = ()
+        self.said: list[str] = []
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mldebug-stragglers", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _run(self) -> None:
+        while not self._closed.wait(self.check_every):
+            ranks = len(self.paths.rank_ids())
+            self.check_every = max(self.check_every, ranks / RANKS_A_SECOND)
+            try:
+                self.check()
+            except Exception as error:  # never the job's end, nor a traceback on its console
+                self._say(f"mldebug: the straggler check stops ({type(error).__name__}: {error})")
+                return
+
+    def check(self) -> str | None:
+        finding = slow_finding(read_views(self.paths))
+        ranks = finding.ranks if finding is not None else ()
+        self._count = self._count + 1 if ranks and ranks == self._seen else (1 if ranks else 0)
+        self._seen = ranks
+        if not ranks:
+            if self._count == 0:
+                self._said = ()  # a quiet spell: a later straggler is news again
+            return None
+        if self._count < self.persist or ranks == self._said or finding is None:
+            return None
+        self._said = ranks
+        line = f"mldebug: {finding.summary} (mldebug recipes {finding.recipe}; {SILENCE})"
+        self.said.append(line)
+        self._say(line)
+        self._record(finding)
+        return line
+
+    def _record(self, finding: Finding) -> None:
+        for rank in finding.ranks:
+            record = {
+                "time": time.time(),
+                "rank": rank,
+                "kind": finding.kind,
+                "step": None,
+                "message": finding.summary,
+                "location": finding.location,
+                "source": "mldebug run",
+            }
+            try:
+                fd = open_append(self.paths.events_file(rank))
+            except OSError:
+                continue
+            try:
+                os.write(fd, (json.dumps(record) + "\n").encode())
+            except OSError:
+                pass
+            finally:
+                os.close(fd)

@@ -1,0 +1,91 @@
+"""The Timing tab: per rank where its step time goes, a sparkline of its step times, and the
+straggler marked (from the snapshot's timing table, analysis/timing.py)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from mldebug.model import Finding, JobSnapshot
+from mldebug.model_timing import TimingRow, TimingTable
+from mldebug.report.timing import ordered_rows, sparkline
+from mldebug.textsafe import printable
+
+COLUMNS = ("rank", "step", "waiting", "data", "sync", "compute", "last at", "step times", "")
+KINDS = ("straggler", "input_bound", "comm_bound", "host_sync")
+MAX_ROWS = 256  # rows drawn; a larger job shows its stragglers and latest arrivers first
+EMPTY = (
+    "No timing yet. Ranks started by `mldebug run` report where their steps' time goes once "
+    "they have made a few optimizer steps; for other jobs: mldebug dump --profile 5"
+)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms"
+
+
+def row_cells(row: TimingRow) -> tuple[Text, ...]:
+    mark = Text("◀ straggler", style="bold yellow") if row.straggler else Text("")
+    cells = [
+        str(row.rank),
+        _ms(row.step_time),
+        _pct(row.waiting),
+        _pct(row.data),
+        _pct(row.sync),
+        _pct(row.compute),
+        _pct(row.last_share),
+        sparkline(row.step_times),
+    ]
+    return (*(Text(c) for c in cells), mark)
+
+
+def summary_text(table: TimingTable | None, findings: tuple[Finding, ...]) -> Text:
+    text = Text()
+    timing = [f for f in findings if f.kind in KINDS]
+    if table is None or not table.rows:
+        text.append(EMPTY, style="dim")
+        return text
+    if timing:
+        text.append("▲ ", style="bold yellow")
+        text.append(printable(timing[0].summary), style="bold")
+    else:
+        text.append("● ", style="green")
+        text.append("No rank keeps the others waiting.")
+    if table.note:
+        text.append(f"\n{printable(table.note)}", style="dim")
+    return text
+
+
+class TimingView(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._shown: tuple = ()
+
+    def compose(self) -> ComposeResult:
+        yield Static(summary_text(None, ()), id="timing-summary")
+        yield DataTable(id="timing-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#timing-table", DataTable)
+        for label in COLUMNS:
+            table.add_column(label, key=label or "mark")
+
+    def show(self, snapshot: JobSnapshot) -> None:
+        timing = snapshot.timing
+        key = (timing, snapshot.findings)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.query_one("#timing-summary", Static).update(summary_text(timing, snapshot.findings))
+        table = self.query_one("#timing-table", DataTable)
+        table.clear()
+        if timing is None:
+            return
+        for row in ordered_rows(timing)[:MAX_ROWS]:
+            table.add_row(*row_cells(row), key=str(row.rank))

@@ -1,0 +1,151 @@
+"""Slow jobs, for real: gloo ranks running examples/straggler.py, judged while they run.
+
+GIVEN four jobs started together (one module-scoped fixture: importing torch in the ranks is
+what takes the time, so they share it):
+  * `mldebug run`, 3 ranks, rank 2 computes 1.5x as long as the others;
+  * `mldebug run`, 2 ranks, rank 1's DataLoader is 2x slower;
+  * `mldebug run`, 2 healthy ranks: ±10% jitter, a 1 s checkpoint pause on rank 0 every 25
+    steps, GC on (the 3-minute version is benchmarks/bench_straggler.py's);
+  * plain torchrun (`python -m torch.distributed.run`), 2 ranks, rank 1 computes 1.5x;
+THEN `mldebug run` names the straggler on its console within 30 s (and in events.jsonl),
+`dump` names the input-bound rank with its DataLoader, the healthy job gets no finding, and
+`dump --profile` names the plain job's straggler without any agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from testkit.jobs import MLDEBUG, dump_json, start, stop, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "straggler.py"
+# The jobs run from a temporary folder: this checkout's mldebug on their path.
+PATH_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
+pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
+
+
+def console(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slowjobs")
+    started = {}
+    logs = {}
+    for name, nproc, args in (
+        ("slow", 3, ("--slow-rank", "2", "--factor", "1.5", "--steps", "0")),
+        ("data", 2, ("--slow-rank", "1", "--factor", "1", "--data-factor", "2", "--data-ms", "6",
+                     "--compute-ms", "30", "--steps", "0")),
+        ("healthy", 2, ("--factor", "1", "--jitter", "0.1", "--checkpoint-every", "25",
+                        "--compute-ms", "40", "--data-ms", "0.5", "--steps", "0")),
+    ):  # fmt: skip
+        logs[name] = folder / f"{name}.console"
+        with logs[name].open("wb") as err:
+            started[name] = start(
+                folder,
+                EXAMPLE,
+                nproc,
+                name=name,
+                args=args,
+                stderr=err,
+                env={"NO_COLOR": "1", **PATH_ENV},
+            )
+    plain_out = (folder / "plain.out").open("wb")
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(EXAMPLE),
+         "--slow-rank", "1", "--factor", "1.5", "--steps", "0"],
+        stdout=plain_out, stderr=subprocess.STDOUT, start_new_session=True, cwd=folder,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MLDEBUG_")},
+    )  # fmt: skip
+    try:
+        for name, (proc, run_dir) in started.items():
+            wait_ready(proc, run_dir, 3 if name == "slow" else 2, marker="READY")
+        yield {
+            name: (run_dir, logs[name], time.monotonic()) for name, (_, run_dir) in started.items()
+        } | {"plain": (plain, folder / "plain.out")}
+    finally:
+        stop(*(proc for proc, _ in started.values()), plain)
+        plain_out.close()
+
+
+def test_mldebug_run_names_the_straggler_within_30_seconds(jobs):
+    run_dir, log, ready = jobs["slow"]
+    # WHEN the job has run a while THEN its console says who the straggler is, once.
+    deadline = ready + 30
+    while time.monotonic() < deadline and "is the straggler" not in console(log):
+        time.sleep(0.5)
+    lines = [line for line in console(log).splitlines() if "is the straggler" in line]
+    assert lines, console(log)[-2000:]
+    assert lines[0].startswith("mldebug: rank 2 is the straggler: it arrives last at ")
+    assert "MLDEBUG_STRAGGLER=0 silences this line" in lines[0]
+    assert "examples/straggler.py:" in lines[0]  # its hottest user line
+    events = [
+        json.loads(x)
+        for x in (run_dir / "ranks" / "2" / "events.jsonl").read_text().split("\n")
+        if x
+    ]
+    assert any(e["kind"] == "straggler" and e["rank"] == 2 for e in events)
+    # ...and `dump` says it too, with the timing table.
+    _, report = dump_json(run_dir)
+    found = [(f["kind"], f["ranks"]) for f in report["findings"] if f["kind"] in TIMING_KINDS]
+    assert found == [("straggler", [2])]
+    rows = {row["rank"]: row for row in report["timing"]["ranks"]}
+    assert rows[2]["straggler"] and rows[2]["arrival"] == 1
+    assert rows[2]["waiting"] < min(rows[0]["waiting"], rows[1]["waiting"])
+
+
+def test_a_rank_with_a_slow_dataloader_is_named_with_it(jobs):
+    run_dir, log, _ = jobs["data"]
+    deadline = time.monotonic() + 60
+    found = []
+    while time.monotonic() < deadline:
+        _, report = dump_json(run_dir)
+        found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
+        if found:
+            break
+        time.sleep(2)
+    assert [(f["kind"], f["ranks"]) for f in found] == [("input_bound", [1])]
+    assert "DataLoader(SlowDataset, num_workers=0) at " in found[0]["summary"]
+    assert found[0]["recipe"] == "input-bound"
+
+
+def test_a_healthy_job_gets_no_finding(jobs):
+    run_dir, log, ready = jobs["healthy"]
+    # Past two checkpoint pauses (25 steps of ~45 ms each, 1 s pause), and a few dumps.
+    while time.monotonic() < ready + 20:
+        time.sleep(1)
+    for _ in range(3):
+        _, report = dump_json(run_dir)
+        assert [f for f in report["findings"] if f["kind"] in TIMING_KINDS] == []
+        assert report["timing"]["ranks"], report["timing"]
+        time.sleep(2)
+    said = [line for line in console(log).splitlines() if "silences this line" in line]
+    assert said == []
+
+
+def test_dump_profile_names_the_straggler_of_a_plain_torchrun_job(jobs):
+    plain, out = jobs["plain"]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and console(out).count("READY") < 2:
+        assert plain.poll() is None, console(out)
+        time.sleep(0.5)
+    done = subprocess.run(
+        [*MLDEBUG, "dump", "--pid", str(plain.pid), "--profile", "4", "--json"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **PATH_ENV},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
+    assert [(f["kind"], f["ranks"]) for f in found] == [("straggler", [1])]
+    assert "standard errors" in found[0]["summary"]
+    assert report["timing"]["source"] == "sampling"
+    assert {row["rank"] for row in report["timing"]["ranks"]} == {0, 1}

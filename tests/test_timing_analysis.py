@@ -1,0 +1,152 @@
+"""The slow-job findings (analysis/timing.py, analysis/timing_arrival.py) on agents' timing
+windows: simulated synchronous jobs in the agent's state.json format (tests/timing_sim.py)
+and the recorded windows of a real 3-rank gloo job whose rank 1 computes 1.5x as long."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from timing_sim import simulate, snapshot, views
+
+from mldebug.analysis.timing import judge_timing
+from mldebug.analysis.timing_arrival import CallRecord, arrivals
+from mldebug.collect.agentstate import parse_state
+
+DATA = Path(__file__).parent / "data" / "timing"
+
+
+def kinds(states) -> list[tuple[str, tuple[int, ...]]]:
+    return [(f.kind, f.ranks) for f in judge_timing(views(states)).findings]
+
+
+def test_the_last_arriver_is_the_rank_that_waits_least_whatever_its_clock():
+    records = [
+        CallRecord(0, "default_pg", 1, 100.0, 100.5, "all_reduce"),
+        CallRecord(1, "default_pg", 1, 7.4, 7.45, "all_reduce"),  # another node's clock
+        CallRecord(2, "default_pg", 1, 50.1, 50.5, "all_reduce"),
+        CallRecord(0, "default_pg", 2, 101.0, 101.1, "all_reduce"),  # rank 1 dropped it
+        CallRecord(2, "default_pg", 2, 51.0, 51.1, "all_reduce"),
+    ]
+    found = arrivals(records)
+    assert [(a.seq, a.last) for a in found] == [(1, 1)]
+    assert found[0].lateness == pytest.approx(0.45 - 0.05 + (0.5 - 0.45) / 2 - 0.025, abs=0.03)
+
+
+@pytest.mark.parametrize("factor", [1.2, 1.5, 2.0])
+def test_a_rank_that_computes_longer_is_named_the_straggler(factor):
+    states = simulate(world=4, slow_rank=3, factor=factor, jitter=0.1, steps=20)
+    found = judge_timing(views(states))
+    assert [(f.kind, f.ranks) for f in found.findings] == [("straggler", (3,))]
+    summary = found.findings[0].summary
+    assert summary.startswith("rank 3 is the straggler: it arrives last at ")
+    assert "of the all_reduce calls the others wait at" in summary
+    assert f"{factor:.2f}x"[:3] in summary or "x the median rank's" in summary
+    assert found.findings[0].location == "/home/ana/job/train.py:48"
+    rows = {row.rank: row for row in found.table.rows}
+    assert rows[3].straggler and rows[3].arrival == 1
+    assert rows[3].waiting < rows[0].waiting
+
+
+def test_a_rank_with_a_slow_dataloader_is_input_bound_with_its_loader():
+    states = simulate(world=4, slow_rank=2, data=0.03, data_factor=2.0, jitter=0.1, steps=20)
+    found = judge_timing(views(states)).findings
+    assert [(f.kind, f.ranks) for f in found] == [("input_bound", (2,))]
+    assert (
+        "DataLoader(ShardDataset, num_workers=2) at /home/ana/job/train.py:41" in found[0].summary
+    )
+    assert found[0].recipe == "input-bound"
+
+
+def test_every_rank_waiting_for_data_is_input_bound_for_all():
+    states = simulate(world=4, data=0.05, compute=0.04, jitter=0.1, steps=20)
+    found = judge_timing(views(states)).findings
+    assert [(f.kind, f.ranks) for f in found] == [("input_bound", (0, 1, 2, 3))]
+    assert found[0].summary.startswith("all 4 ranks wait for data a median ")
+
+
+def test_every_rank_in_collectives_and_nobody_late_is_comm_bound():
+    states = simulate(world=4, compute=0.02, comm=0.05, jitter=0.1, steps=20)
+    found = judge_timing(views(states)).findings
+    assert [(f.kind, f.ranks) for f in found] == [("comm_bound", (0, 1, 2, 3))]
+    assert "mldebug nccl" in found[0].summary
+
+
+def test_host_syncs_are_named_with_their_call_site():
+    states = simulate(world=2, compute=0.03, sync=0.04, jitter=0.1, steps=20)
+    found = judge_timing(views(states)).findings
+    assert [(f.kind, f.ranks) for f in found] == [("host_sync", (0, 1))]
+    assert "/home/ana/job/train.py:57" in found[0].summary
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_healthy_job_names_nobody(world, seed):
+    # ±10% jitter, a 1 s checkpoint pause on rank 0 every 25 steps, GC pauses, warm-up.
+    for steps in (10, 30, 64, 200):
+        states = simulate(
+            world=world,
+            steps=steps,
+            jitter=0.1,
+            checkpoint_every=25,
+            gc_every=20,
+            seed=seed * 100 + steps,
+        )
+        assert kinds(states) == [], (steps, seed)
+
+
+def test_a_straggler_among_eight_ranks_is_named():
+    states = simulate(world=8, slow_rank=None, steps=30, jitter=0.1)
+    slow = simulate(world=8, slow_rank=5, factor=1.5, steps=30, jitter=0.1, seed=1)
+    assert kinds(slow) == [("straggler", (5,))]
+    assert kinds(states) == []
+
+
+def test_too_few_steps_judge_nothing():
+    states = simulate(world=4, slow_rank=1, factor=2.0, steps=5)
+    assert kinds(states) == []
+
+
+def test_a_rank_that_stopped_stepping_is_not_judged_on_its_old_window():
+    states = simulate(world=4, slow_rank=1, factor=2.0, steps=30)
+    later = max(s["time"] for s in states) + 120
+    for state in states:
+        state["time"] = later  # the heartbeat goes on, the steps do not (a hang)
+    assert judge_timing(snapshot(states, now=later).ranks).findings == ()
+
+
+def test_a_state_without_timing_reads_as_before():
+    states = simulate(world=2, steps=12)
+    del states[0]["timing"]
+    parsed = parse_state(states[0], 0)
+    assert parsed is not None and parsed.timing is None
+    assert kinds(states) == []
+
+
+def test_bad_rows_are_left_out():
+    state = simulate(world=2, steps=12)[0]
+    timing = state["timing"]
+    timing["calls"] += [["g", 0, "x", 1.0, 2.0, False], ["g", 3, "x", 5.0, 1.0, False], "junk"]
+    timing["steps"] += [[1, 2.0, -1, 0, 0, 0], [True, 2.0, 1, 0, 0, 0], [1, 2.0, 1e300, 0, 0, 0]]
+    timing["loaders"] = [{"dataset": 3, "batches": "x"}]
+    parsed = parse_state(state, 0)
+    assert len(parsed.timing.calls) == 24 and len(parsed.timing.steps) == 12
+    assert parsed.timing.loaders == ()
+
+
+def recorded() -> list[dict]:
+    return [json.loads((DATA / f"straggler_rank1_state{r}.json").read_text()) for r in range(3)]
+
+
+def test_the_recorded_job_names_its_slow_rank():
+    states = recorded()
+    found = judge_timing(snapshot(states).ranks)
+    assert [(f.kind, f.ranks) for f in found.findings] == [("straggler", (1,))]
+    assert found.findings[0].location.startswith("/home/ana/job/straggler.py:")
+    assert "its work between collectives takes 1." in found.findings[0].summary
+
+
+def test_the_recorded_job_without_its_slow_rank_names_nobody():
+    states = [s for s in recorded() if s["rank"] != 1]
+    assert judge_timing(snapshot(states).ranks).findings == ()
