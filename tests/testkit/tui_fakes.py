@@ -115,6 +115,9 @@ class FakePoller:
         self.gate = threading.Event()
         self.gate.set()  # clear() to make the next poll hang until set()
         self.fail_next: Exception | None = None
+        # The first snapshot is built now, through the real analysis: a poll timed by the
+        # app stays quick on a loaded machine, so no "last poll took" lands in a snapshot.
+        self._first = self.make(0)
 
     def poll(self) -> JobSnapshot:
         self.gate.wait()
@@ -123,7 +126,7 @@ class FakePoller:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
-        return self.make(tick)
+        return self._first if tick == 0 else self.make(tick)
 
     def read_native(self, rank: int) -> StackSample | None:
         """A native reading: the synthetic job's threads already carry native frames."""

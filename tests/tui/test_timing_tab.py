@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from testkit.timing_fakes import healthy_job, slow_job
 from testkit.tui_fakes import FakePoller
 from textual.widgets import DataTable, Static
-from timing_fakes import healthy_job, slow_job
 
 from mldebug.tui.app import AttachApp
 from mldebug.tui.widgets.findings_banner import FindingsBanner
