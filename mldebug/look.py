@@ -61,7 +61,8 @@ def look_at_job(
     """(snapshot, readings) of one look at the job. `options`: the collector's (samples,
     interval, deadline, ...); `error_after`: the wait that makes a hang, else the run's
     (from its --hang-timeout), else the default."""
-    snapshot, readings = observe_once(job, **options)
+    snapshot, read = observe_once(job, **options)
+    readings = read if read is not None else JobReadings(job, {})
     if error_after is None:
         error_after = run_hang_after(snapshot.run_dir or job.run_dir)
     if error_after is not None and error_after != ERROR_AFTER:

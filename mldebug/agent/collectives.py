@@ -39,6 +39,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 
 from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
@@ -194,7 +195,9 @@ class Tracer:
         self.groups: dict[str, Group] = {}
         self.pending: deque[Call] = deque()
         self.on_pending = None  # called when a call starts waiting for its Work (the heartbeat)
-        self.on_done = None  # called with each completed call, under the lock (agent/timing.py)
+        self.on_done: Callable[[Call], None] | None = (
+            None  # called with each completed call, under the lock (agent/timing.py)
+        )
         self._by_pg: dict[int, tuple] = {}  # id(pg) -> (weakref to pg, Group)
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}

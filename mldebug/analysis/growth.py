@@ -129,7 +129,7 @@ def trend(rank: int, agent: AgentState) -> Trend | None:
     noise = 1.4826 * statistics.median(abs(v - intercept - rate * (t - t0)) for t, v in points)
     span = points[-1][0] - t0
     rise = rate * span
-    steps = [(p[0], p[3]) for p in rows if p[3] is not None]  # type: ignore[misc]
+    steps = [(p[0], p[3]) for p in rows if p[3] is not None]
     per_step = None
     if len(steps) >= 2 and steps[-1][1] > steps[0][1]:
         per_second = (steps[-1][1] - steps[0][1]) / max(steps[-1][0] - steps[0][0], 1e-9)
