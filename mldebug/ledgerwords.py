@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import mldebug.ledgerrules as rules
 from mldebug.ledgerforms import (
@@ -17,18 +17,10 @@ from mldebug.ledgerforms import (
     Side,
     numel,
 )
-from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text
+from mldebug.wording import verb as _verb
 
 MAX_SIDES = 4  # sides of one mismatch named in its text
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    ordered = sorted(ranks)
-    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
-
-
-def _verb(ranks: Sequence[int], one: str, many: str) -> str:
-    return one if len(ranks) == 1 else many
 
 
 def on_group(group: str) -> str:

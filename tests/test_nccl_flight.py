@@ -391,6 +391,7 @@ def test_the_flight_modules_import_only_the_model_and_plain_helpers():
         "mldebug.rundir",
         "mldebug.safeio",
         "mldebug.textsafe",
+        "mldebug.wording",
     }
     # the collective ledger
     allowed |= {

@@ -44,6 +44,7 @@ from mldebug.model import (
     RankView,
 )
 from mldebug.ranges import format_ranks
+from mldebug.wording import human_bytes as human
 
 GROWTH_STEPS = 8
 MIN_GROWTH = 64 << 10  # bytes between two steps; less is noise (the agent uses the same)
@@ -63,14 +64,6 @@ class Growth(NamedTuple):
     last: tuple  # (step, bytes) where it ends
     grew: int  # steps of the window the memory grew at
     window: int  # steps looked at
-
-
-def human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def _uses_cuda(agent: AgentState) -> bool:

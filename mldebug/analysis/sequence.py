@@ -44,6 +44,8 @@ from mldebug.model import (
     RankView,
 )
 from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text as _ranks_text
+from mldebug.wording import verb as _verb
 
 WAIT_SEEN_INTERVALS = 1  # a wait shorter than a heartbeat is a call in transit
 WAIT_ERROR_INTERVALS = 2  # "a couple of heartbeats": the wait is no accident
@@ -151,14 +153,6 @@ def _ledger_call(call: CollectiveCall) -> ledger.Call:
         entered=call.enqueued,
         ended=call.completed,
     )
-
-
-def _ranks_text(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
-
-
-def _verb(ranks: Sequence[int], one: str, many: str) -> str:
-    return one if len(ranks) == 1 else many
 
 
 def _call_text(call: CollectiveCall, group: str) -> str:

@@ -30,7 +30,7 @@ from mldebug.model import (
     Finding,
     FindingPart,
 )
-from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text as _ranks_text
 
 from .flight_model import FlightDump, FlightEntry, FlightGroup
 from .flight_timing import arrival_findings
@@ -52,11 +52,6 @@ def _group_text(name: str, desc: str) -> str:
     if desc and desc != "undefined":
         return f"group {name} ({desc})"
     return f"group {name}"
-
-
-def _ranks_text(ranks) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
 
 
 def _shape_text(entry: FlightEntry) -> str:
