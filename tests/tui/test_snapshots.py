@@ -14,6 +14,7 @@ from testkit.tui_fakes import FakePoller, hung_job
 
 from mldebug.commands.attach import live_app
 from mldebug.tui.app import AttachApp
+from mldebug.tui.widgets.stack_tree import StackTree
 
 SIZES = {"small": (80, 24), "large": (160, 48)}
 
@@ -29,7 +30,11 @@ def utc(monkeypatch):
 
 def make_app(world_size: int = 4, **kwargs) -> AttachApp:
     poller = FakePoller(lambda tick: hung_job(world_size, tick=0))
-    return live_app(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
+    app = live_app(poller, interval=3600, job_name="train.py — ranks 0-3 of 4", **kwargs)
+    # The tree scrolls its cursor into view: without animation it is there at once, so
+    # the picture never lands halfway through a scroll.
+    app.animation_level = "none"
+    return app
 
 
 def after(*keys):
@@ -40,8 +45,17 @@ def after(*keys):
             await pilot.press(*keys)
             await pilot.app.workers.wait_for_complete()
             await pilot.pause()
-        # The tree scrolls its cursor into view (animated): the picture is taken once it is.
-        await pilot.wait_for_scheduled_animations()
+        # The tree places its cursor after a refresh, then scrolls it into view after the
+        # next one (and again when the banner above it grows): the picture is taken once
+        # those refreshes are through.
+        for _ in range(4):
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+        # The tree scrolls its cursor into view at a later refresh (a poll, a resize); the
+        # picture is of that screen, not of the frame before it.
+        for tree in pilot.app.query(StackTree):
+            if tree.cursor_node is not None:
+                tree.scroll_to_node(tree.cursor_node, animate=False)
         await pilot.pause()
 
     return run_before
