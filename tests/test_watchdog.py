@@ -548,7 +548,9 @@ def test_a_healthy_job_gets_no_warning_and_is_never_stopped(live):
     assert seen["c_exit"] == 0, seen["c_err"]
     assert "DONE" in _log(tmp / "c", 0)
     assert len(seen["c"]) >= 5  # dumped all along, start-up included
-    assert [found for _code, found in seen["c"] if found] == [], [f for _c, f in seen["c"] if f]
+    assert [found for _code, found in seen["c"] if found] == [], [
+        [(x["kind"], x["summary"]) for x in f] for _c, f in seen["c"] if f
+    ]
     assert {code for code, _ in seen["c"]} == {0}
     hangs = [ln for ln in seen["c_err"].splitlines() if ln.startswith("mldebug: no progress")]
     assert hangs == [], seen["c_err"]

@@ -152,7 +152,7 @@ def run_app(
 def live_app(poller, run_dir: Path | None = None, **options) -> AttachApp:
     """The live view over `poller`, handed the real readers of what it shows besides the
     stacks: the run directory's files (when there is one) and the frames' source lines.
-    options: AttachApp's (interval, stop, job_name, clock)."""
+    options: AttachApp's (interval, stop, job_name, clock, read_paste)."""
     from mldebug.explain.engine import sure_recipes
     from mldebug.live.runfiles import RunFilesReader
     from mldebug.live.sources import SourceLines
@@ -164,8 +164,7 @@ def live_app(poller, run_dir: Path | None = None, **options) -> AttachApp:
         run_dir=run_dir,
         files=files,
         sources=SourceLines(),
-        read_paste=sure_recipes,
-        **options,
+        **{"read_paste": sure_recipes, **options},
     )
 
 

@@ -98,8 +98,8 @@ def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
         words = (message[:40],)
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
-    mine = [line for line in hits if line.rank in ranks]
-    return mine + [line for line in hits if line not in mine]
+    # the finding's own ranks' lines first (a partition: a long paste stays linear)
+    return [ln for ln in hits if ln.rank in ranks] + [ln for ln in hits if ln.rank not in ranks]
 
 
 def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Explained]:

@@ -191,6 +191,7 @@ def _unused(lines: list[Line], index: int) -> Explained:
 def read(lines: list[Line]) -> list[Explained]:
     found: list[Explained] = []
     seen: set[tuple] = set()
+    by_where: dict = {}  # built once, on the first repeat
     for index, line in enumerate(lines):
         text = line.text
         if "mismatch" in text and "collectives" in text and "Detected" in text:
@@ -202,7 +203,7 @@ def read(lines: list[Line]) -> list[Explained]:
             if same is None:
                 found.append(got)
             else:
-                by_where = {line.where: line for line in lines}
+                by_where = by_where or {line.where: line for line in lines}
                 cited = [by_where[w] for w in (*found[same].lines, *got.lines)]
                 found[same] = found[same].cited(cited)
         elif "Expected to have finished reduction" in text or (

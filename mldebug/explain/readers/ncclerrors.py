@@ -170,13 +170,12 @@ def _results(lines: list[Line], claimed: dict[str, list[Line]]) -> list[Explaine
         code = match.group("code") or _WORDS[match.group("words")]
         last = ""
         cited = [line]
-        for later in lines[index + 1 : index + 6]:
+        for follow, later in enumerate(lines[index + 1 : index + 6], index + 2):
             if later.text.strip().startswith("Last error"):
                 tail = later.text.split("Last error:", 1)[-1].strip()
-                if not tail:
-                    follow = lines.index(later) + 1
-                    tail = lines[follow].text.strip() if follow < len(lines) else ""
-                    cited.append(lines[follow]) if follow < len(lines) else None
+                if not tail and follow < len(lines):  # the message is on the next line
+                    tail = lines[follow].text.strip()
+                    cited.append(lines[follow])
                 last = tail[:300]
                 cited.append(later)
                 break

@@ -6,6 +6,7 @@ error line, and the list shows the matching recipes best first, the best one ope
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from textual.app import ComposeResult
@@ -15,6 +16,9 @@ from textual.widgets import Input, Markdown, OptionList
 from textual.widgets.option_list import Option
 
 RELEVANT = 0.2  # a recipe is listed when it scores at least this share of the best one
+# Typing or a paste is searched once the box has been still this long, and off the screen's
+# thread: reading a long pasted log takes a while, and a key must never wait for it.
+SETTLE_S = 0.2
 
 
 def load_all():
@@ -63,6 +67,14 @@ class RecipesView(Horizontal):
         self._wanted = ""
         self._shown: str | None = None
         self._drawing = False
+        self._query = ""  # what the box says now; a search for older text is dropped
+        self._timer = None
+        self._searches = 0  # searches asked for and not yet shown
+
+    @property
+    def searching(self) -> bool:
+        """A search is waiting for the box to settle, or running."""
+        return self._searches > 0
 
     def compose(self) -> ComposeResult:
         with Vertical(id="recipe-side"):
@@ -126,9 +138,28 @@ class RecipesView(Horizontal):
         if event.input.id != "recipe-search":
             return
         event.stop()
-        found = ranked(event.value, self.all_recipes, self.read_paste)
+        self._query = event.value
+        if self._timer is not None:
+            self._timer.stop()
+            self._searches -= 1
+        self._searches += 1
+        self._timer = self.set_timer(SETTLE_S, self._search)
+
+    def _search(self) -> None:
+        self._timer = None
+        self.run_worker(self._search_for(self._query), group="recipe-search")
+
+    async def _search_for(self, query: str) -> None:
+        try:
+            found = await asyncio.to_thread(ranked, query, self.all_recipes, self.read_paste)
+            if query == self._query:  # else the user typed on: a newer search will show
+                self._show_found(query, found)
+        finally:
+            self._searches -= 1
+
+    def _show_found(self, query: str, found: list) -> None:
         self.show(found)
-        if not event.value.strip() and found:
+        if not query.strip() and found:
             # The box was cleared: the whole list, the same recipe open (or the first).
             self.open(self.current or found[0].id)
         elif found:
