@@ -92,6 +92,20 @@ def big_log(lines: int = 300_000) -> None:
         path.unlink()
 
 
+def dense_log(copies: int = 10) -> None:
+    """A log thick with errors: every corpus fragment, `copies` times over (many findings,
+    each citing many lines: where a quadratic step would show), read by explain."""
+    text = "\n".join(p.read_text(errors="replace") for p in sorted(CORPUS.glob("*.log")))
+    for times in (1, copies):
+        started = time.process_time()
+        found = explain_text(text * times)
+        cpu = time.process_time() - started
+        print(
+            f"an error-dense paste of {len(text) * times / 1024:.0f} KB: explain {cpu:.2f} s of "
+            f"CPU, {len(found)} findings"
+        )
+
+
 def share(count: int, total: int) -> str:
     return f"{count:3d}/{total} ({100 * count / total:5.1f}%)"
 
@@ -168,6 +182,7 @@ def main() -> None:
         f"slowest {1000 * took[-1]:.1f} ms (one core, in-process)"
     )
     big_log()
+    dense_log()
     weak = ", ".join(f"{k} ({n} of {classes[k]})" for k, n in wrong.most_common()) or "none"
     print(f"classes explain gets wrong: {weak}")
 
