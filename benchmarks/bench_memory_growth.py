@@ -171,6 +171,18 @@ def census_cost(count: int = 100_000) -> tuple[float, float, dict]:
         plain = sum(1 for obj in gc.get_objects() if isinstance(obj, torch.Tensor))
     walk = time.perf_counter() - start
     assert plain >= count
+    # What holds one of them (the lookup a census makes for each group that grew most).
+    from mldebug.agent.holders import held_by
+
+    objects = len(gc.get_objects())
+    start = time.perf_counter()
+    held = held_by(kept[-1], set(), time.monotonic() + 60)
+    lookup = time.perf_counter() - start
+    start = time.perf_counter()
+    gc.get_referrers(kept[-1])
+    bare = time.perf_counter() - start
+    assert held and held[0]["items"] == count
+    census["lookup"] = (objects, lookup, bare)
     del kept
     return took, walk, census
 
@@ -185,6 +197,10 @@ def main() -> int:
     print("census of a rank holding 100k tensors (agent/census.py):")
     print(f"  mldebug census (grouped, {len(census['groups'])} groups): {took * 1e3:.0f} ms")
     print(f"  plain walk (gc.get_objects + isinstance, no grouping): {walk * 1e3:.0f} ms")
+    objects, lookup, bare = census["lookup"]
+    print(f"what holds one of them (agent/holders.py), {objects:,} objects in the process:")
+    print(f"  mldebug lookup (the container, then its variable): {lookup * 1e3:.0f} ms")
+    print(f"  one bare gc.get_referrers: {bare * 1e3:.0f} ms")
     if args.skip_jobs:
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:

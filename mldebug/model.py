@@ -239,6 +239,16 @@ class MemoryTimeline:
 
 
 @dataclass(frozen=True)
+class TensorHolder:
+    """What keeps a tensor of a growing group alive (agent/holders.py)."""
+
+    type: str  # "list", "dict", the class of an object
+    items: int | None  # its length, for a container
+    name: str | None  # the variable that holds it: "kept"
+    whose: str | None  # "a local of train() at train.py:44", "a global of trainer"
+
+
+@dataclass(frozen=True)
 class TensorGroup:
     """Live tensors of a rank alike in shape, dtype, device, requires_grad and grad_fn."""
 
@@ -249,6 +259,7 @@ class TensorGroup:
     grad_fn: str | None  # "MeanBackward0"
     count: int
     nbytes: int
+    held_by: tuple[TensorHolder, ...] = ()  # for the groups that grew most
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 
 import pytest
 
 from mldebug.agent.census import take
 from mldebug.agent.memory_timeline import Timeline
-from mldebug.analysis.census import changes, changes_text
+from mldebug.analysis.census import change_text, changes, changes_text
 from mldebug.analysis.growth import duration_text
 from mldebug.analysis.memory import memory_findings
 from mldebug.collect.agentstate import parse_state
+from mldebug.collect.memstate import parse_census
 from mldebug.model import STATE_RUNNING, RankTarget, RankView
 
 MB = 1_000_000
@@ -181,6 +183,100 @@ def test_the_census_of_kept_losses_names_their_kind_and_why():
     assert "each keeps its autograd graph alive (a loss kept without .item())" in text
     assert not after["partial"] and after["tensors"] >= 200
     del kept
+
+
+HELD_GLOBALLY: list = []  # a module-level cache that only grows
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.history: list = []
+
+
+def test_the_census_names_what_holds_the_groups_that_grew():
+    # The program's thread keeps three things growing: a local list of losses, a module's
+    # global list, an object's attribute; the census (on another thread, as the agent's
+    # heartbeat) names each holder with its variable.
+    torch = pytest.importorskip("torch")
+    trainer, weight = Trainer(), torch.ones(3, requires_grad=True)
+    rounds = [threading.Event(), threading.Event()]  # set by the program after each round
+    go_on, finish = threading.Event(), threading.Event()
+
+    def train(steps: int) -> None:
+        kept = []
+        for done, wait in zip(rounds, (go_on, finish), strict=True):
+            for _ in range(steps):
+                kept.append((weight * 2).mean())  # the leak: no .item()
+                HELD_GLOBALLY.extend(torch.zeros(5, 5) for _ in range(3))
+                trainer.history.extend(torch.zeros(7, dtype=torch.float64) for _ in range(2))
+            done.set()
+            wait.wait(timeout=30)
+
+    worker = threading.Thread(target=train, args=(64,))
+    worker.start()
+    try:
+        assert rounds[0].wait(timeout=30)
+        before = take(torch)
+        assert all(len(row) == 7 for row in before["groups"])  # nothing before: no lookup
+        go_on.set()
+        assert rounds[1].wait(timeout=30)
+        after = take(torch, before=before)
+    finally:
+        go_on.set()
+        finish.set()
+        worker.join(timeout=30)
+        HELD_GLOBALLY.clear()
+    held = {row[0]: row[7] for row in after["groups"] if len(row) == 8}
+    assert set(held) == {"[]", "[5, 5]", "[7]"}, after["groups"]
+    assert held["[5, 5]"][0] == {
+        "type": "list",
+        "items": 384,
+        "name": "HELD_GLOBALLY",
+        "whose": f"a global of {__name__}",
+    }
+    assert held["[7]"][0] == {
+        "type": "list",
+        "items": 256,
+        "name": "history",
+        "whose": "an attribute of Trainer",
+    }
+    now, then = parse_census({"version": 1, "current": after, "previous": before})
+    found = changes(now, then)
+    assert changes_text(0, found).startswith(
+        "rank 0 holds 192 more [5, 5] float32 tensors than 0 s ago; something keeps them (a list "
+        "or a cache that only grows); held by a list of 384 items, `HELD_GLOBALLY`, a global of "
+    )
+    (losses,) = [change for change in found if change.group.shape == "[]"]
+    text = change_text(0, losses)
+    assert text.startswith(
+        "rank 0 holds 64 more 0-d float32 tensors with grad_fn=MeanBackward0 than 0 s ago; each "
+        "keeps its autograd graph alive (a loss kept without .item()); held by a list of 128 "
+        "items, `kept`, a local of train() at test_memory_growth.py:"
+    ), text
+
+
+def test_a_census_holder_from_a_rank_is_data():
+    row = ["[]", "float32", "cpu", True, "MeanBackward0", 20, 80]
+    data = {
+        "version": 1,
+        "current": {
+            "time": START,
+            "seconds": 0.1,
+            "tensors": 20,
+            "groups": [
+                [*row, [{"type": "list", "items": 20, "name": "x" * 999, "whose": 7}]],
+                [*row, "not a list"],
+                [*row, [{"items": -1}, "junk", {"type": "dict", "items": True, "name": None}]],
+                [*row, [], "one too many"],
+            ],
+        },
+    }
+    census, _ = parse_census(data)
+    first, second, third = census.groups
+    assert first.held_by[0].name == "x" * 64 and first.held_by[0].whose is None
+    assert second.held_by == ()
+    (holder,) = third.held_by
+    assert holder.type == "dict" and holder.items is None and holder.name is None
 
 
 def test_a_census_is_taken_on_request_or_as_memory_rises_never_without_torch(tmp_path):

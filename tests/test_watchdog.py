@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -599,6 +600,12 @@ def test_the_census_names_the_leaking_tensors_kind(live):
     named = [t for t in texts if "rank 1 holds" in t and "0-d float32 tensors" in t]
     assert named, findings
     assert "grad_fn=MeanBackward0" in named[0] and "a loss kept without .item()" in named[0]
+    # what holds them: the job's own list, by its name, in the function it is in now
+    assert re.search(
+        r"; held by a list of [\d,]+ items, `kept`, a local of \w+\(\) at "
+        r"trust_jobs\.py:\d+",
+        named[0],
+    ), named[0]
 
 
 @pytest.mark.multirank

@@ -4,8 +4,10 @@ The gc-tracked `torch.Tensor` objects (parameters, activations, kept losses...) 
 shape (exact up to MAX_DIMS dimensions), dtype, device, requires_grad and the name of their
 grad_fn: a loss kept with its graph is a 0-d float tensor with grad_fn=MeanBackward0, and
 4,000 more of them than a minute ago says what leaks. torch records no creating site for a
-tensor, so none is given. Each group has a count and the bytes of its elements (views of one
-storage counted each time: a bound, not an exact figure).
+tensor; what holds one of a group that grew since the census before is looked up instead
+(agent/holders.py: "a list of 4,112 items, `kept`, a local of train()"). Each group has a
+count and the bytes of its elements (views of one storage counted each time: a bound, not an
+exact figure).
 
 When it runs: in the heartbeat thread, never on the program's own thread; on request (the
 file <run>/census/request, written by `mldebug dump --census` or the live view's key,
@@ -24,10 +26,14 @@ import os
 import sys
 import time
 
+from .holders import held_by
+
 BUDGET = 3.0  # seconds of walking the objects at most
 YIELD_EVERY = 4096  # objects walked between two moments the program's thread gets the GIL
 MAX_GROUPS = 24  # groups kept, the largest by count
 MAX_DIMS = 4
+TRACED = 3  # groups that grew most whose holders are looked up
+HOLDER_BUDGET = 1.0  # seconds for that, after the walk
 AUTO_RISE = 32 << 20  # bytes of growth since the last census that take another
 AUTO_EVERY = 30.0  # seconds between two censuses taken by themselves
 BASELINE_AFTER = 10.0  # seconds after torch appeared: the first census, to compare with
@@ -58,12 +64,24 @@ def _shown(key: tuple) -> list:
     ]
 
 
-def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
+def _grown(ranked: list, before: dict | None) -> list[tuple]:
+    """The keys of the TRACED groups that gained most tensors since `before` (a census)."""
+    if not before:
+        return []
+    earlier = {tuple(row[:5]): row[5] for row in before.get("groups", ())}
+    more = [(count - earlier.get(tuple(_shown(key)), 0), key) for key, (count, _s) in ranked]
+    more.sort(key=lambda item: -item[0])
+    return [key for gained, key in more[:TRACED] if gained > 0]
+
+
+def take(torch, budget: float = BUDGET, clock=time.monotonic, before: dict | None = None) -> dict:
     """One census: {"time", "seconds", "partial", "tensors", "groups": [[shape, dtype,
-    device, requires_grad, grad_fn, count, bytes], ...]} largest groups first."""
+    device, requires_grad, grad_fn, count, bytes(, holders)], ...]} largest groups first;
+    `holders` (agent/holders.py) on the groups that grew most since `before`."""
     start = clock()
     tensor_type = torch.Tensor
     counts: dict[tuple, list[int]] = {}
+    samples: dict[tuple, object] = {}  # the last tensor seen of each group
     partial = False
     seen = 0
     objects = gc.get_objects()
@@ -88,6 +106,7 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
             except Exception:  # a tensor subclass that refuses: left out
                 continue
             seen += 1
+            samples[key] = obj
             entry = counts.get(key)
             if entry is None:
                 counts[key] = [1, size]
@@ -96,13 +115,28 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic) -> dict:
                 entry[1] += size
     finally:
         del objects
+    obj = None
     ranked = sorted(counts.items(), key=lambda item: -item[1][0])[:MAX_GROUPS]
+    holders: dict[tuple, list[dict]] = {}
+    deadline = clock() + HOLDER_BUDGET
+    try:
+        for key in _grown(ranked, before):
+            if clock() > deadline:
+                break
+            holders[key] = held_by(samples[key], {id(samples), id(counts)}, deadline, clock)
+    except Exception:  # the lookup is a help: a census never fails for it
+        pass
+    finally:
+        samples.clear()
     return {
         "time": round(time.time(), 2),
         "seconds": round(clock() - start, 3),
         "partial": partial,
         "tensors": seen,
-        "groups": [[*_shown(key), count, size] for key, (count, size) in ranked],
+        "groups": [
+            [*_shown(key), count, size, *([holders[key]] if holders.get(key) else [])]
+            for key, (count, size) in ranked
+        ],
     }
 
 
@@ -150,7 +184,7 @@ class Census:
         if not self.due(now, value):
             return
         requested = self._requested()
-        census = take(self._torch_of())
+        census = take(self._torch_of(), before=self.current)
         if requested is not None:
             self._answered = requested
             census["requested"] = True

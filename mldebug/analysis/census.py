@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from mldebug.model import TensorCensus, TensorGroup
+from mldebug.model import TensorCensus, TensorGroup, TensorHolder
 
 MIN_MORE = 16  # tensors more than before, for a change worth naming
 MANY = 100  # tensors of one kind in one census that are worth explaining without a change
@@ -78,13 +78,28 @@ def why_text(group: TensorGroup) -> str:
     return "something keeps them (a list or a cache that only grows)"
 
 
+def holder_text(holder: TensorHolder) -> str:
+    """'a list of 4,112 items, `kept`, a local of train() at train.py:44'."""
+    text = f"a {holder.type}"
+    if holder.items is not None:
+        text += f" of {holder.items:,} items"
+    if holder.name is not None:
+        text += f", `{holder.name}`"
+        text += f", {holder.whose}" if holder.whose else ""
+    return text
+
+
 def change_text(rank: int, change: Change) -> str:
     """'rank 0 holds 4,112 more 0-d float32 tensors with grad_fn=MeanBackward0 than 60 s
-    ago; each keeps its autograd graph alive (a loss kept without .item())'."""
-    return (
+    ago; each keeps its autograd graph alive (a loss kept without .item()); held by a list
+    of 4,112 items, `kept`, a local of train() at train.py:44'."""
+    text = (
         f"rank {rank} holds {change.more:,} more {kind_text(change.group)} than "
         f"{change.seconds:.0f} s ago; {why_text(change.group)}"
     )
+    # the holder that names a variable says most; a bare container is still a clue
+    held = sorted(change.group.held_by, key=lambda h: h.name is None)
+    return text + (f"; held by {holder_text(held[0])}" if held else "")
 
 
 def changes_text(rank: int, found: list[Change]) -> str:

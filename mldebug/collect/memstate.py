@@ -6,11 +6,13 @@ without them (an older agent) has none."""
 from __future__ import annotations
 
 from mldebug.collect.eventfiles import parse_time
-from mldebug.model import MemoryTimeline, TensorCensus, TensorGroup
+from mldebug.model import MemoryTimeline, TensorCensus, TensorGroup, TensorHolder
 
 MAX_POINTS = 512
 MAX_GROUPS = 64
 MAX_TEXT = 64
+MAX_HOLDERS = 2
+MAX_WHOSE = 160  # "a local of train() at train.py:44"
 BIG = 1 << 62
 
 
@@ -48,8 +50,22 @@ def parse_timeline(data: object) -> MemoryTimeline | None:
     )
 
 
+def _holder(raw: object) -> TensorHolder | None:
+    if not isinstance(raw, dict):
+        return None
+    kind, whose = _text(raw.get("type")), raw.get("whose")
+    if kind is None:
+        return None
+    return TensorHolder(
+        kind,
+        _int(raw.get("items")),
+        _text(raw.get("name")),
+        whose[:MAX_WHOSE] if isinstance(whose, str) else None,
+    )
+
+
 def _group(row: object) -> TensorGroup | None:
-    if not isinstance(row, list) or len(row) != 7:
+    if not isinstance(row, list) or len(row) not in (7, 8):
         return None
     shape, dtype, device = _text(row[0]), _text(row[1]), _text(row[2])
     count, nbytes = _int(row[5]), _int(row[6])
@@ -58,7 +74,9 @@ def _group(row: object) -> TensorGroup | None:
     if not isinstance(row[3], bool):
         return None
     grad_fn = _text(row[4]) if row[4] is not None else None
-    return TensorGroup(shape, dtype, device, row[3], grad_fn, count, nbytes)
+    raw = row[7] if len(row) == 8 and isinstance(row[7], list) else []
+    held = tuple(h for h in (_holder(r) for r in raw[:8]) if h is not None)[:MAX_HOLDERS]
+    return TensorGroup(shape, dtype, device, row[3], grad_fn, count, nbytes, held)
 
 
 def _census(data: object) -> TensorCensus | None:
