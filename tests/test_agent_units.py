@@ -372,27 +372,17 @@ def test_group_names_of_many_ranks_stay_short_and_the_same_everywhere():
     assert long.startswith("ranks:2000#") and long == collectives.format_ranks(range(0, 4000, 2))
 
 
-def test_the_wrapper_costs_microseconds_per_call():
-    """The wrapper runs every step; its cost per call is printed (pytest -s) and bounded
-    loosely, so that a slow machine shared with others does not fail it."""
+def test_a_long_run_of_calls_keeps_the_trace_bounded_and_every_call_counted():
+    # What a step costs is benchmarks/bench_agent.py's (a real DDP loop, with and without
+    # the agent); here: 20,000 calls are all counted, and the trace kept stays bounded.
     tracer, _ = make_tracer()
     reduce = traced(tracer, "all_reduce", all_reduce)
     tensor = FakeTensor(1024)
-    n = 20_000
-
-    def best(fn):
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(n):
-                fn(tensor)
-            times.append((time.perf_counter() - start) / n)
-        return min(times)
-
-    plain, wrapped = best(all_reduce), best(reduce)
-    cost = wrapped - plain
-    print(f"\ncollective wrapper: {cost * 1e6:.2f} us per call (plain call {plain * 1e6:.2f} us)")
-    assert cost < 50e-6
+    for _ in range(20_000):
+        reduce(tensor)
+    groups, trace = tracer.snapshot()
+    assert groups["default_pg"]["enqueued"]["seq"] == 20_000
+    assert 0 < len(trace) <= 1_000 and trace[-1]["seq"] == 20_000
 
 
 # ---------------------------------------------------------------------------- steps

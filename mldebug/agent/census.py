@@ -74,7 +74,13 @@ def _grown(ranked: list, before: dict | None) -> list[tuple]:
     return [key for gained, key in more[:TRACED] if gained > 0]
 
 
-def take(torch, budget: float = BUDGET, clock=time.monotonic, before: dict | None = None) -> dict:
+def take(
+    torch,
+    budget: float = BUDGET,
+    clock=time.monotonic,
+    before: dict | None = None,
+    lookup_budget: float = HOLDER_BUDGET,
+) -> dict:
     """One census: {"time", "seconds", "partial", "tensors", "groups": [[shape, dtype,
     device, requires_grad, grad_fn, count, bytes(, holders)], ...]} largest groups first;
     `holders` (agent/holders.py) on the groups that grew most since `before`."""
@@ -118,7 +124,7 @@ def take(torch, budget: float = BUDGET, clock=time.monotonic, before: dict | Non
     obj = None
     ranked = sorted(counts.items(), key=lambda item: -item[1][0])[:MAX_GROUPS]
     holders: dict[tuple, list[dict]] = {}
-    deadline = clock() + HOLDER_BUDGET
+    deadline = clock() + lookup_budget
     try:
         for key in _grown(ranked, before):
             if clock() > deadline:
