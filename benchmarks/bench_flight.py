@@ -36,16 +36,26 @@ from mldebug.nccl.flight_read import _PlainUnpickler  # noqa: E402
 SOURCE = ROOT / "tests" / "data" / "flight" / "behind" / "comm_lib_trace_rank_0"
 
 
+def _entry(template: dict, seq: int, retired: bool) -> dict:
+    """One entry as torch pickles it: its own lists and tuples (torch builds them per entry),
+    the strings and the frame dicts shared (torch's pickler memoises them)."""
+    entry = dict(template, collective_seq_id=seq, record_id=seq - 1, retired=retired)
+    for key in ("input_sizes", "output_sizes"):
+        entry[key] = [list(shape) for shape in template[key]]
+    for key in ("input_dtypes", "output_dtypes", "frames"):
+        entry[key] = list(template[key])
+    entry["process_group"] = tuple(list(template["process_group"]))
+    entry["time_created_ns"] = template["time_created_ns"] + seq * 1_000_000
+    return entry
+
+
 def make_dumps(folder: Path, ranks: int, entries: int) -> int:
     raw = _PlainUnpickler(io.BytesIO(SOURCE.read_bytes())).load()
     template = raw["entries"][0]
     total = 0
     for rank in range(ranks):
         count = entries - (1 if rank == ranks - 1 else 0)
-        ring = [
-            dict(template, collective_seq_id=seq, record_id=seq - 1, retired=seq < entries)
-            for seq in range(1, count + 1)
-        ]
+        ring = [_entry(template, seq, seq < entries) for seq in range(1, count + 1)]
         status = {"0": {"last_enqueued_collective": count, "last_completed_collective": 0}}
         data = pickle.dumps(dict(raw, entries=ring, pg_status=status), protocol=2)
         (folder / f"comm_lib_trace_rank_{rank}").write_bytes(data)

@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import re
+from collections.abc import Sequence
 
 from mldebug.rundir import MAX_RANK
 from mldebug.safeio import json_depth_ok, read_head
@@ -24,6 +25,7 @@ from mldebug.textsafe import one_line
 
 from .flight_columns import fast_entries
 from .flight_model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
+from .flight_table import first_of_groups
 
 MAX_BYTES = 64 << 20  # 2,000 entries with stacks take about 2 MB; 20,000 about 20
 MAX_ENTRIES = 100_000
@@ -375,7 +377,7 @@ _STATES = {"scheduled": "scheduled", "started": "started", "completed": "complet
 
 
 def _groups(
-    raw: dict, entries: list[FlightEntry], status: dict[str, dict]
+    raw: dict, entries: Sequence[FlightEntry], status: dict[str, dict]
 ) -> tuple[list[FlightGroup], bool]:
     """The dump's groups, and whether they had to be rebuilt from its entries."""
     config = raw.get("pg_config")
@@ -390,16 +392,13 @@ def _groups(
                     name, _text(value.get("desc")), _ranks(value.get("ranks"))
                 )
     # The gloo quirk: entries of groups pg_config does not name (it holds only '').
-    ids: dict[str, int | None] = {}
-    for entry in entries:
-        ids.setdefault(entry.group, entry.pg_id)
+    ids = first_of_groups(entries)
     missing = [name for name in ids if name not in groups]
     for name in missing:
-        desc = next(e.group_desc for e in entries if e.group == name)
-        groups[name] = FlightGroup(name, desc, None)
+        groups[name] = FlightGroup(name, ids[name][1], None)
     out = []
     for name, group in groups.items():
-        pg_id = ids.get(name)
+        pg_id = ids[name][0] if name in ids else None
         state = status.get(str(pg_id) if pg_id is not None else name, {})
         out.append(
             FlightGroup(
@@ -418,11 +417,14 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     status = _status(raw)
     items = raw.get("entries")
     items = items if isinstance(items, (list, tuple)) else []
+    total = len(items)
     done: dict = {}
     ring = list(items[:MAX_ENTRIES])
+    entries: Sequence[FlightEntry] | None
     entries = fast_entries(ring, _shape, _location_of, lambda pg: _done(status, pg, done))
     if entries is None:  # not plain enough for the columns: entry by entry, each checked
-        entries = [e for e in (_entry(item, status, done) for item in ring) if e]
+        entries = tuple(e for e in (_entry(item, status, done) for item in ring) if e)
+    del ring, items  # the unpickled objects go as soon as their columns are out
     groups, repaired = _groups(raw, entries, status)
     rank = rank_from_name(path)
     if rank is None:  # a world of one says who it is
@@ -431,7 +433,7 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     if rank is not None:
         # pg_config names subgroups this rank is not in (torch records every new_group
         # call): a group whose ranks leave this rank out, with no entry of it, is not its own.
-        used = {e.group for e in entries}
+        used = set(first_of_groups(entries))
         groups = [g for g in groups if g.ranks is None or rank in g.ranks or g.name in used]
     return FlightDump(
         path=path,
@@ -441,7 +443,7 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
         # `nccl_version` until format 2.7, `comm_lib_version` since
         comm_lib_version=_text(raw.get("comm_lib_version") or raw.get("nccl_version")),
         groups=tuple(groups),
-        entries=tuple(entries),
+        entries=entries,
         repaired=repaired,
-        dropped=len(items) - len(entries),
+        dropped=total - len(entries),
     )
