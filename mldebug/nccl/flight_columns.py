@@ -15,15 +15,18 @@ returns None: the caller reads entry by entry.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from itertools import repeat
+from array import array
+from collections.abc import Callable, Iterable
+from itertools import chain, compress, repeat
 
-from .flight_table import EntryTable, Same, column
+from .flight_table import Column, EntryTable, Same, column
 
 _LIMIT = 1 << 63
 _INT_OR_NONE = {int, type(None)}
 _BOOL_OR_NONE = {bool, type(None)}
 _STATES = frozenset(("scheduled", "started", "completed"))
+_LISTS = {list, tuple}
+MAX_KINDS = 32  # distinct (shape, stack) found by comparing; past it, by key
 _FIELDS = (
     "is_p2p",
     "collective_seq_id",
@@ -45,12 +48,29 @@ _SHAPE = (
 )
 
 
-def _ints(values: tuple) -> bool:
-    """Plain ints (or None) within torch's int64: usable as they are."""
-    if not set(map(type, values)) <= _INT_OR_NONE:
-        return False
-    numbers = [v for v in values if v is not None] if None in values else values
-    return not numbers or (-_LIMIT < min(numbers) and max(numbers) < _LIMIT)
+def _numbers(values: tuple) -> Column | None:
+    """Plain ints (or None) within torch's int64, in their smallest exact column; None
+    for anything else (a type torch never writes, a number out of range)."""
+    count = len(values)
+    first = values[0]
+    if type(first) is int and values.count(first) == count:
+        return Same(first, count) if -_LIMIT < first < _LIMIT else None
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        try:
+            numbers = array("q", values)
+        except OverflowError:
+            return None
+        start = numbers[0]
+        if numbers[-1] - start == count - 1 and numbers == array("q", range(start, start + count)):
+            return range(start, start + count)
+        return numbers
+    if not kinds <= _INT_OR_NONE:
+        return None
+    known = [v for v in values if v is not None]
+    if known and not (-_LIMIT < min(known) and max(known) < _LIMIT):
+        return None
+    return column(list(values))
 
 
 def _getter(items: list, names: tuple[str, ...]) -> tuple[Callable, list[str]] | None:
@@ -64,6 +84,72 @@ def _getter(items: list, names: tuple[str, ...]) -> tuple[Callable, list[str]] |
     if len(present) < 2:
         return None  # not an entry torch writes (and itemgetter of one is not a tuple)
     return operator.itemgetter(*present), present
+
+
+def _types(values: Iterable) -> set[type]:
+    return set(map(type, values))
+
+
+def _exact(names: list[str], shapes: list[tuple], frames: tuple) -> bool:
+    """Is `==` exact here, so that equal parts read alike? Only where every leaf has the
+    type torch writes (True == 1 and 1 == 1.0 otherwise, and they read apart)."""
+    column = dict(zip(names, zip(*shapes, strict=True), strict=True))
+    flat = chain.from_iterable
+    for name in ("input_sizes", "output_sizes"):
+        values = column.get(name, ())
+        if not _types(values) <= _LISTS or not _types(flat(values)) <= _LISTS:
+            return False
+        if not _types(flat(flat(values))) <= {int}:
+            return False
+    for name in ("process_group", "input_dtypes", "output_dtypes"):
+        values = column.get(name, ())
+        if not _types(values) <= _LISTS or not _types(flat(values)) <= {str}:
+            return False
+    if not _types(column.get("profiling_name", ())) <= {str, type(None)}:
+        return False
+    # Stacks need no check: a stack's place is read alike from equal frames (flight_read).
+    return _types(frames) <= {list, type(None)}
+
+
+def _kinds(shapes: list[tuple], frames: tuple) -> tuple[list[int], list[int]] | None:
+    """Per entry the number of its distinct (shape, stack), and an entry of each: by
+    comparing each entry with the one before (a ring repeats itself in runs) and, where it
+    changes, with the few distinct ones seen. None past MAX_KINDS (then keyed by repr)."""
+    pairs = list(zip(shapes, frames, strict=True))
+    count = len(pairs)
+    changes = [0, *compress(range(1, count), map(operator.ne, pairs[1:], pairs[:-1]))]
+    seen: list[tuple] = []
+    firsts: list[int] = []
+    kinds = [0] * count
+    for start, end in zip(changes, [*changes[1:], count], strict=True):
+        pair = pairs[start]
+        for number, other in enumerate(seen):  # noqa: B007 (the break keeps it)
+            if other == pair:
+                break
+        else:
+            if len(seen) >= MAX_KINDS:
+                return None
+            number = len(seen)
+            seen.append(pair)
+            firsts.append(start)
+        kinds[start:end] = repeat(number, end - start)
+    return kinds, firsts
+
+
+def _keyed(shapes: list[tuple], frames: tuple) -> tuple[list[int], list[int]] | None:
+    """The same by key: the repr of the shape (of plain data, equal reprs are equal values)
+    and the identities of the stack's frames (they live as long as the entries)."""
+    kinds = _types(frames)
+    if kinds == {type(None)}:
+        stacks: list | tuple = frames
+    elif kinds == {list}:
+        stacks = list(map(tuple, map(map, repeat(id), frames)))
+    else:
+        return None
+    keys = list(zip(map(repr, shapes), stacks, strict=True))
+    last = dict(zip(keys, range(len(keys)), strict=True))  # each key, with an entry of it
+    number = {key: n for n, key in enumerate(last)}
+    return list(map(number.__getitem__, keys)), list(last.values())
 
 
 def fast_entries(
@@ -83,8 +169,8 @@ def fast_entries(
         return None
     try:
         got = dict(zip(fields[1], zip(*map(fields[0], items), strict=True), strict=True))
-        shape_keys = list(map(repr, map(shape[0], items)))
-    except (KeyError, RecursionError, ValueError):  # an entry without a field: the slow way
+        shapes = list(map(shape[0], items))
+    except KeyError:  # an entry without a field: the slow way
         return None
     count = len(items)
     none = (None,) * count
@@ -96,24 +182,22 @@ def fast_entries(
         not set(map(type, p2p)) <= _BOOL_OR_NONE
         or True in p2p  # point-to-point ops: numbered by p2p_seq_id, the slow way
         or set(map(type, seqs)) != {int}
-        or not all(map(_ints, (seqs, pg_ids, created, timeouts, record_ids)))
         or not set(map(type, states)) <= {str}
         or not set(states) <= _STATES
     ):
         return None
-    kinds = set(map(type, frames))
-    if kinds == {type(None)}:
-        stacks: list | tuple = none
-    elif kinds == {list}:
-        stacks = list(map(tuple, map(map, repeat(id), frames)))  # the frames live in items
-    else:
+    numbers = [_numbers(values) for values in (seqs, pg_ids, created, timeouts, record_ids)]
+    if None in numbers:
         return None
-    keys = list(zip(shape_keys, stacks, strict=True))
-    last = dict(
-        zip(keys, range(count), strict=True)
-    )  # each distinct key, with an entry that has it
-    number = {key: n for n, key in enumerate(last)}
-    rows = tuple(shape_of(items[index]) for index in last.values())
+    try:
+        kinds = _kinds(shapes, frames) if _exact(shape[1], shapes, frames) else None
+        if kinds is None:
+            kinds = _keyed(shapes, frames)
+    except (RecursionError, ValueError):  # data nested too deep to compare or print
+        return None
+    if kinds is None:
+        return None
+    rows = tuple(shape_of(items[index]) for index in kinds[1])
     if None in rows:
         return None  # an entry without a group: the slow way counts it as dropped
     retired = list(map(operator.is_, got.get("retired", none), repeat(True)))
@@ -133,13 +217,13 @@ def fast_entries(
         ]
     return EntryTable(
         rows,
-        column(list(map(number.__getitem__, keys))) if len(rows) > 1 else Same(0, count),
-        pg_id=column(list(pg_ids)),
-        seq=column(list(seqs)),
+        column(kinds[0]) if len(rows) > 1 else Same(0, count),
+        pg_id=numbers[1],
+        seq=numbers[0],
         state=column(list(states)),
         retired=column(retired),
         completed=column(completed),
-        created_ns=column(list(created)),
-        timeout_ms=column(list(timeouts)),
-        record_id=column(list(record_ids)),
+        created_ns=numbers[2],
+        timeout_ms=numbers[3],
+        record_id=numbers[4],
     )

@@ -12,6 +12,7 @@ the entries and `pg_status`, and the dump is marked `repaired`.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -103,12 +104,22 @@ def read_flight_dump(path: str) -> FlightDump:
         raise FlightDumpError(f"{name}: cannot read it ({reason})") from None
     if len(data) > MAX_BYTES:
         raise FlightDumpError(f"{name}: over {MAX_BYTES >> 20} MiB, not read")
-    raw, form = _decode(data, name)
-    if not isinstance(raw, dict):
-        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no mapping at its top)")
-    if "entries" not in raw and "pg_config" not in raw:
-        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no entries, no pg_config)")
-    return _dump(str(path), form, raw)
+    # The unpickled dump is tens of thousands of containers, garbage a moment later: the
+    # cyclic collector walking them again and again while the columns are pulled out cost
+    # a fifth of the read. Paused meanwhile (bounded: one capped file), as it was after.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        raw, form = _decode(data, name)
+        del data
+        if not isinstance(raw, dict):
+            raise FlightDumpError(f"{name}: not a Flight Recorder dump (no mapping at its top)")
+        if "entries" not in raw and "pg_config" not in raw:
+            raise FlightDumpError(f"{name}: not a Flight Recorder dump (no entries, no pg_config)")
+        return _dump(str(path), form, raw)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _decode(data: bytes, name: str) -> tuple[object, str]:
@@ -212,11 +223,20 @@ def _location(frames: object) -> str | None:
     for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, dict):
             continue
-        filename = _text(frame.get("filename"))
+        # Equal frames (==) must read alike: the column reader compares stacks by value.
+        name = frame.get("filename")
+        filename = _text(name) if type(name) is str else ""
         if _user_file(filename):
-            line = _int(frame.get("line"))
+            line = _line(frame.get("line"))
             return f"{filename}:{line}" if line is not None else filename
     return None
+
+
+def _line(value: object) -> int | None:
+    """A frame's line; the same for values equal by == (True, 1 and 1.0 alike)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1 << 63 else None
+    return _int(int(value)) if isinstance(value, int) else None
 
 
 def _ranks(value: object) -> tuple[int, ...] | None:

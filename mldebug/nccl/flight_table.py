@@ -182,3 +182,19 @@ def first_of_groups(entries: Sequence[FlightEntry]) -> dict[str, tuple[int | Non
     for entry in entries:
         out.setdefault(entry.group, (entry.pg_id, entry.group_desc))
     return out
+
+
+def entry_times(entries: Sequence[FlightEntry]) -> Iterator[tuple[str, int, float]]:
+    """(group, seq, created in seconds) of each collective entry with a creation time, from
+    the columns where the entries are a table (no entry object is made)."""
+    if not isinstance(entries, EntryTable):
+        return ((e.group, e.seq, e.created) for e in entries if not e.p2p and e.created is not None)
+    names = [row[0] for row in entries.rows]
+    groups = (
+        repeat(names[0], len(entries)) if len(names) == 1 else map(names.__getitem__, entries.kind)
+    )
+    return (
+        (group, seq, created / 1e9)
+        for group, seq, created in zip(groups, entries.seq, entries.created_ns, strict=True)
+        if created
+    )
