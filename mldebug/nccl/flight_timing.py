@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
+from .flight_arrivals import entry_order_columns
 from .flight_model import FlightDump
 from .flight_table import entry_times
 
@@ -42,6 +43,9 @@ def _ms(seconds: float) -> str:
 def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
     """Per group: (seq, the rank that entered it last, the spread in seconds) for each
     collective every ranked dump recorded with a time, in seq order."""
+    fast = entry_order_columns(dumps)  # flight_arrivals: rank by rank from the columns
+    if fast is not None:
+        return fast
     created: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     ranks: dict[str, set[int]] = defaultdict(set)
     for dump in dumps:
