@@ -184,8 +184,9 @@ def _user_file(filename: str) -> bool:
     return known
 
 
-def _int(value: object) -> int | None:
-    """An int, also from the JSON form's strings ("-1"); None for anything else."""
+def int64_of(value: object) -> int | None:
+    """An int within int64, also from a decimal string ("-1", as JSON forms write some);
+    None for anything else (true, a float, a string that is no number)."""
     if type(value) is int:  # the usual case first
         return value if -(1 << 63) < value < 1 << 63 else None
     if isinstance(value, bool):
@@ -206,7 +207,7 @@ def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
     out = []
     for shape in value[:MAX_TENSORS]:
         if isinstance(shape, (list, tuple)):
-            out.append(tuple(d for d in (_int(x) for x in shape[:MAX_DIMS]) if d is not None))
+            out.append(tuple(d for d in (int64_of(x) for x in shape[:MAX_DIMS]) if d is not None))
     return tuple(out)
 
 
@@ -236,7 +237,7 @@ def _line(value: object) -> int | None:
     """A frame's line; the same for values equal by == (True, 1 and 1.0 alike)."""
     if isinstance(value, float):
         return int(value) if value.is_integer() and abs(value) < 1 << 63 else None
-    return _int(int(value)) if isinstance(value, int) else None
+    return int64_of(int(value)) if isinstance(value, int) else None
 
 
 def _ranks(value: object) -> tuple[int, ...] | None:
@@ -248,7 +249,7 @@ def _ranks(value: object) -> tuple[int, ...] | None:
         value = [part for part in text[1:-1].split(",") if part.strip()]
     if not isinstance(value, (list, tuple)):
         return None
-    ranks = [_int(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
+    ranks = [int64_of(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
     if not ranks or any(r is None or not 0 <= r < MAX_RANK for r in ranks):
         return None
     return tuple(r for r in ranks if r is not None)
@@ -267,7 +268,7 @@ def _status(raw: dict) -> dict[str, dict]:
 
 def _done(status: dict[str, dict], pg_id: int | None, known: dict) -> int | None:
     """The group's last completed collective by pg_status (its keys are group ids)."""
-    known[pg_id] = _int(status.get(str(pg_id), {}).get("last_completed_collective"))
+    known[pg_id] = int64_of(status.get(str(pg_id), {}).get("last_completed_collective"))
     return known[pg_id]
 
 
@@ -362,15 +363,15 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
     group, desc, backend, op, isz, osz, idt, odt, location = shape
     get = raw.get
     p2p = get("is_p2p") is True
-    seq = _int(get("p2p_seq_id" if p2p else "collective_seq_id"))
+    seq = int64_of(get("p2p_seq_id" if p2p else "collective_seq_id"))
     if seq is None:
         return None
     state = get("state")
     state = state if type(state) is str and state in _STATES else _text(state)
     retired = get("retired") is True
-    pg_id = _int(get("pg_id"))
+    pg_id = int64_of(get("pg_id"))
     done = status_done[pg_id] if pg_id in status_done else _done(status, pg_id, status_done)
-    created = _int(get("time_created_ns"))
+    created = int64_of(get("time_created_ns"))
     return FlightEntry(
         group,
         desc,
@@ -387,9 +388,9 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
         retired,
         state == "completed" or retired or (not p2p and done is not None and seq <= done),
         created / 1e9 if created else None,
-        _int(get("timeout_ms")),
+        int64_of(get("timeout_ms")),
         location,
-        _int(get("record_id")),
+        int64_of(get("record_id")),
     )
 
 
@@ -425,9 +426,9 @@ def _groups(
                 group.name,
                 group.desc,
                 group.ranks,
-                last_enqueued=_int(state.get("last_enqueued_collective")),
-                last_started=_int(state.get("last_started_collective")),
-                last_completed=_int(state.get("last_completed_collective")),
+                last_enqueued=int64_of(state.get("last_enqueued_collective")),
+                last_started=int64_of(state.get("last_started_collective")),
+                last_completed=int64_of(state.get("last_completed_collective")),
             )
         )
     return out, bool(missing)

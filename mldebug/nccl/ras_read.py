@@ -25,6 +25,8 @@ from mldebug.rundir import MAX_RANK
 from mldebug.safeio import json_depth_ok, read_head
 from mldebug.textsafe import one_line
 
+from .flight_read import int64_of as _int
+from .logformats import VERSION
 from .ras_model import (
     ALL_OPS,
     FORMAT_JSON,
@@ -43,7 +45,6 @@ MAX_TEXT = 120
 _STATUSES = ("NOCOMM", "INIT", "RUNNING", "FINALIZE", "ABORT")
 
 _TEXT_HEAD = re.compile(rb"\s*NCCL version \S+ compiled with CUDA")
-_VERSION = re.compile(r"^NCCL version (\S+) compiled with CUDA (\S+)")
 _CUDA = re.compile(r"^CUDA runtime version (\d+), driver version (\d+)")
 _TABLE_ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+(?:-\d+)?)\s+(\d+)\s+(\d+)\s+([A-Z]+)\s+([A-Z,]+)\s*$"
@@ -101,16 +102,6 @@ def parse_ras(data: bytes, where: str) -> RasReport:
 
 def _clean(value: object) -> str:
     return one_line(str(value))[:MAX_TEXT] if isinstance(value, (str, int)) else ""
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        return None
-    return number if -(1 << 63) < number < 1 << 63 else None
 
 
 # ---- JSON ----
@@ -338,8 +329,8 @@ def _from_text(text: str, where: str) -> RasReport:
                     context = "missing"
                 continue
             comm, section = None, line.strip()
-            if match := _VERSION.match(line):
-                version = match.group(1)[:MAX_TEXT]
+            if line.startswith("NCCL version ") and (match := VERSION.match(line)):
+                version = match.group("v")  # NCCL's version line, read as in its logs
             elif match := _CUDA.match(line):
                 runtime, driver = int(match.group(1)), int(match.group(2))
             continue
