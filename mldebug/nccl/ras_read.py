@@ -51,10 +51,11 @@ _TABLE_ROW = re.compile(
 )
 _COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) ([A-Z]+)")
 _DIFFERENT_COUNTS = re.compile(r"^\s+Communicator ranks have different (\w+) operation counts")
-_GROUP_LAUNCHED = re.compile(r"^\s+(\d+) ranks have launched up to operation (\d+)")
-_GROUP_NONE = re.compile(r"^\s+(\d+) ranks have not launched any operations")
-_ONE_LAUNCHED = re.compile(r"^\s+Rank (\d+) has launched up to operation (\d+)(?: -- (.*))?")
-_ONE_NONE = re.compile(r"^\s+Rank (\d+) has not launched any operations(?: -- (.*))?")
+# "launched up to operation N" or "not launched any operations" (N = 0), by a group of
+# ranks or by one rank (then where it runs)
+_LAUNCHED = r"(?:launched up to operation (\d+)|not launched any operations)"
+_GROUP_LAUNCHED = re.compile(r"^\s+(\d+) ranks have " + _LAUNCHED)
+_ONE_LAUNCHED = re.compile(r"^\s+Rank (\d+) has " + _LAUNCHED + r"(?: -- (.*))?")
 _GROUP_STATUS = re.compile(r"^\s+(\d+) ranks have status (\w+)")
 _ONE_STATUS = re.compile(r"^\s+Rank (\d+) has status (\w+)(?: -- (.*))?")
 _RANK = re.compile(r"^\s+Rank (\d+) -- (.*)")
@@ -382,16 +383,15 @@ def _from_text(text: str, where: str) -> RasReport:
 def _comm_line(comm: _Comm, line: str, context: str, op: str) -> None:
     """One indented line of a `#G-I` section."""
     if context == "counts":
-        if match := _GROUP_LAUNCHED.match(line) or _GROUP_NONE.match(line):
-            launched = int(match.group(2)) if match.re is _GROUP_LAUNCHED else 0
+        if match := _GROUP_LAUNCHED.match(line):
+            launched = int(match.group(2) or 0)
             comm.groups.append([op, launched, int(match.group(1)), []])
             return
-        one = _ONE_LAUNCHED.match(line) or _ONE_NONE.match(line)
-        if one:
-            launched = int(one.group(2)) if one.re is _ONE_LAUNCHED else 0
+        if one := _ONE_LAUNCHED.match(line):
+            launched = int(one.group(2) or 0)
             rank = int(one.group(1))
             if rank < MAX_RANK:
-                comm.rank(rank, one.group(one.re.groups))["counts"][op] = launched
+                comm.rank(rank, one.group(3))["counts"][op] = launched
                 comm.groups.append([op, launched, 1, [rank]])
             return
         match = _RANK.match(line)
