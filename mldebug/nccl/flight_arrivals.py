@@ -14,38 +14,36 @@ from __future__ import annotations
 
 import operator
 from array import array
-from itertools import repeat
+from collections.abc import Sequence
+from itertools import compress, repeat
 
 from .flight_model import FlightDump
 from .flight_table import EntryTable, Same
 
-_NEVER = (float("-inf"), 0)
+NEAR_NS = 1000  # entries this close to the latest may read as equal in seconds (floats)
 
 
-def _lane(dump: FlightDump) -> tuple[str, range, list[float]] | None:
-    """(group, seqs, entry times in seconds) of a dump in the common shape, else None."""
+def _lane(dump: FlightDump) -> tuple[str, range, Sequence[int]] | None:
+    """(group, seqs, entry times in ns) of a dump in the common shape, else None."""
     table = dump.entries
     if not isinstance(table, EntryTable) or not len(table) or len(table.rows) != 1:
         return None
     seqs, created = table.seq, table.created_ns
-    if not isinstance(seqs, range) or isinstance(created, tuple):
-        return None  # numbers with gaps, or times missing from some entries
+    if not isinstance(seqs, range):
+        return None  # numbers with gaps
     if isinstance(created, Same):
-        if not created.value:
-            return None
-        times = [created.value / 1e9] * len(seqs)
-    elif isinstance(created, array) and 0 not in created:
-        times = list(map(operator.truediv, created, repeat(1e9)))
-    else:
-        return None
-    return table.rows[0][0], seqs, times
+        return (table.rows[0][0], seqs, [created.value] * len(seqs)) if created.value else None
+    if isinstance(created, array) and 0 not in created:
+        return table.rows[0][0], seqs, created
+    return None  # times missing from some entries
 
 
 def entry_order_columns(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]] | None:
     """Per group: (seq, the rank that entered it last, the spread in seconds) for each
     collective every ranked dump of the group recorded, in seq order; None where the dumps
-    are not all in the common shape."""
-    lanes: dict[str, list[tuple[int, range, list[float]]]] = {}
+    are not all in the common shape. As flight_timing reads them: times in seconds
+    (ns / 1e9), ties to the lowest rank."""
+    lanes: dict[str, list[tuple[int, range, Sequence[int]]]] = {}
     seen: set[int] = set()
     for dump in dumps:
         if dump.rank is None:
@@ -56,26 +54,34 @@ def entry_order_columns(dumps: list[FlightDump]) -> dict[str, list[tuple[int, in
         lane = _lane(dump)
         if lane is None:
             return None
-        group, seqs, times = lane
-        lanes.setdefault(group, []).append((dump.rank, seqs, times))
-    order: dict[str, list[tuple[int, int, float]]] = {}
-    for group, members in lanes.items():
-        if len(members) < 2:
-            continue
-        low = min(seqs.start for _, seqs, _ in members)
-        size = max(seqs.stop for _, seqs, _ in members) - low
-        latest: list[tuple[float, int]] = [_NEVER] * size
-        earliest = [float("inf")] * size
-        counts = [0] * size
-        for rank, seqs, times in members:
-            at = slice(seqs.start - low, seqs.stop - low)
-            latest[at] = map(max, latest[at], zip(times, repeat(-rank)))  # ties: lowest rank
-            earliest[at] = map(min, earliest[at], times)
-            counts[at] = map(operator.add, counts[at], repeat(1))
-        everyone = len(members)
-        order[group] = [
-            (low + i, -latest[i][1], latest[i][0] - earliest[i])
-            for i in range(size)
-            if counts[i] == everyone
-        ]
-    return order
+        group, seqs, created = lane
+        lanes.setdefault(group, []).append((dump.rank, seqs, created))
+    return {group: _order(members) for group, members in lanes.items() if len(members) > 1}
+
+
+def _order(members: list[tuple[int, range, Sequence[int]]]) -> list[tuple[int, int, float]]:
+    low = min(seqs.start for _, seqs, _ in members)
+    size = max(seqs.stop for _, seqs, _ in members) - low
+    latest, earliest, counts = [-(1 << 64)] * size, [1 << 64] * size, [0] * size
+    for _, seqs, created in members:  # the latest and earliest ns per number, in C
+        at = slice(seqs.start - low, seqs.stop - low)
+        latest[at] = map(max, latest[at], created)
+        earliest[at] = map(min, earliest[at], created)
+        counts[at] = map(operator.add, counts[at], repeat(1))
+    last = [n / 1e9 for n in latest]  # in seconds, as the entries say them
+    near = list(map(operator.sub, latest, repeat(NEAR_NS)))
+    who: dict[int, int] = {}
+    open_ = set(compress(range(size), counts))
+    for rank, seqs, created in sorted(members, key=lambda m: m[0]):  # the lowest rank first
+        start = seqs.start - low
+        close = compress(range(start, seqs.stop - low), map(operator.ge, created, near[start:]))
+        for index in close:
+            if index in open_ and created[index - start] / 1e9 == last[index]:
+                who[index] = rank
+                open_.discard(index)
+        if not open_:
+            break
+    everyone = len(members)
+    return [
+        (low + i, who[i], last[i] - earliest[i] / 1e9) for i in range(size) if counts[i] == everyone
+    ]

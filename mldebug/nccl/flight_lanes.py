@@ -150,11 +150,16 @@ def _table_lanes(table: EntryTable, book: Book) -> dict[str, Lane]:
         seqs = table.seq if chosen is None else _picked(table.seq, chosen)
         seqs = list(seqs) if isinstance(seqs, Same) else seqs  # one number, written twice
         kinds, states = _picked(table.kind, chosen), _picked(table.state, chosen)
-        pairs = list(zip(kinds, states, strict=True))
-        where = dict(zip(pairs, positions, strict=True))  # each distinct (row, state) once
-        local = {pair: book.number(table.entries_at((p,))[0]) for pair, p in where.items()}
-        numbers = list(map(local.__getitem__, pairs))
-        key = (group, _signature(seqs), array("q", numbers).tobytes())
+        if isinstance(kinds, Same) and isinstance(states, Same):  # one call, repeated
+            number = book.number(table.entries_at((positions[0],))[0]) if len(positions) else 0
+            numbers: Sequence[int] = Same(number, len(positions))
+            key = (group, _signature(seqs), number)
+        else:
+            pairs = list(zip(kinds, states, strict=True))
+            where = dict(zip(pairs, positions, strict=True))  # each (row, state) once
+            local = {pair: book.number(table.entries_at((p,))[0]) for pair, p in where.items()}
+            numbers = list(map(local.__getitem__, pairs))
+            key = (group, _signature(seqs), array("q", numbers).tobytes())
         calls = book.lane_calls(key, seqs, numbers)
         completed = _picked(table.completed, chosen)
         if isinstance(completed, Same):
