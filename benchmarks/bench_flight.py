@@ -8,7 +8,8 @@ does; the last rank stops one collective early. Then, in the same run, on one co
     file asks);
   * mldebug: `read_flight_dump` of every file (the unpickler of plain data only, checks
     and caps, the gloo quirk repair) into column tables, then `compare_flight_dumps`;
-  * the same with worker processes: `read_flight_dumps` (nccl/flight_pool.py).
+  * the same with worker processes: `read_flight_dumps` (nccl/flight_pool.py);
+  * what `dump --run` does with a run's fr/: `scan_run`, bounded by RUN_FR_SECONDS.
 Each runs in its own forked process: its wall and CPU time (its workers' included) and the
 peak memory it added are printed side by side.
 
@@ -30,9 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mldebug.model import KIND_FR_UNREAD  # noqa: E402
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump  # noqa: E402
 from mldebug.nccl.flight_pool import read_flight_dumps, worker_count  # noqa: E402
 from mldebug.nccl.flight_read import _PlainUnpickler  # noqa: E402
+from mldebug.nccl.scan import RUN_FR_SECONDS, scan_run  # noqa: E402
 
 SOURCE = ROOT / "tests" / "data" / "flight" / "behind" / "comm_lib_trace_rank_0"
 
@@ -115,7 +118,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) / "fr"  # as in a run directory: what `dump --run` reads
+        folder.mkdir()
         size = make_dumps(folder, args.ranks, args.entries)
         files = [str(p) for p in sorted(folder.iterdir())]
         workers = args.workers or max(2, worker_count(len(files)))
@@ -137,11 +141,17 @@ def main() -> int:
             dumps, _, _ = read_flight_dumps(files, workers=workers)
             return [f.summary for f in compare_flight_dumps(dumps)]
 
+        def bounded():  # `dump --run`'s read of the run's fr/, within RUN_FR_SECONDS
+            found = scan_run(tmp)
+            unread = [f.summary for f in found.findings if f.kind == KIND_FR_UNREAD]
+            return len(found.dumps), unread
+
         rows = [
             ("plain pickle.load", measure(args.repeats, plain)),
             ("mldebug read", measure(args.repeats, read)),
             ("mldebug read + compare", measure(args.repeats, read_compare)),
             (f"  the same, {workers} workers", measure(args.repeats, pooled)),
+            ("dump --run's read of fr/", measure(1, bounded)),
         ]
     mb = size / 1e6
     print(f"{args.ranks} dumps x {args.entries} entries, {mb:.1f} MB, best of {args.repeats}")
@@ -151,6 +161,11 @@ def main() -> int:
     for label, (wall, cpu, peak, _) in rows:
         print(f"{label:28} {wall:8.3f} {cpu:8.3f} {cpu / plain_cpu:8.2f} {peak:8.0f}")
     print("(CPU: the process's and its workers'; peak: memory added, the dumps' tables held)")
+    read, unread = rows[4][1][3]  # type: ignore[misc]
+    print(
+        f"dump --run read {read} of {len(files)} dumps within its {RUN_FR_SECONDS:g} s bound"
+        + (f"; it said: {unread[0]}" if unread else "; none left unread")
+    )
     same = rows[2][1][3] == rows[3][1][3]
     print(f"findings ({'the same' if same else 'NOT the same'} with workers): {rows[2][1][3]}")
     return 0
