@@ -32,7 +32,12 @@ def _lane(dump: FlightDump) -> tuple[str, range, Sequence[int]] | None:
     if not isinstance(seqs, range):
         return None  # numbers with gaps
     if isinstance(created, Same):
-        return (table.rows[0][0], seqs, [created.value] * len(seqs)) if created.value else None
+        value = created.value
+        return (
+            (table.rows[0][0], seqs, [value] * len(seqs))
+            if isinstance(value, int) and value
+            else None
+        )
     if isinstance(created, array) and 0 not in created:
         return table.rows[0][0], seqs, created
     return None  # times missing from some entries

@@ -186,8 +186,9 @@ def fast_entries(
         or not set(states) <= _STATES
     ):
         return None
-    numbers = [_numbers(values) for values in (seqs, pg_ids, created, timeouts, record_ids)]
-    if None in numbers:
+    maybe = [_numbers(values) for values in (seqs, pg_ids, created, timeouts, record_ids)]
+    numbers = [n for n in maybe if n is not None]
+    if len(numbers) < len(maybe):
         return None
     try:
         kinds = _kinds(shapes, frames) if _exact(shape[1], shapes, frames) else None
@@ -197,8 +198,9 @@ def fast_entries(
         return None
     if kinds is None:
         return None
-    rows = tuple(shape_of(items[index]) for index in kinds[1])
-    if None in rows:
+    shaped = [shape_of(items[index]) for index in kinds[1]]
+    rows = tuple(row for row in shaped if row is not None)
+    if len(rows) < len(shaped):
         return None  # an entry without a group: the slow way counts it as dropped
     retired = list(map(operator.is_, got.get("retired", none), repeat(True)))
     groups = set(pg_ids)

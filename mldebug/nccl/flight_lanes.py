@@ -153,7 +153,7 @@ def _table_lanes(table: EntryTable, book: Book) -> dict[str, Lane]:
         if isinstance(kinds, Same) and isinstance(states, Same):  # one call, repeated
             number = book.number(table.entries_at((positions[0],))[0]) if len(positions) else 0
             numbers: Sequence[int] = Same(number, len(positions))
-            key = (group, _signature(seqs), number)
+            key: tuple = (group, _signature(seqs), number)
         else:
             pairs = list(zip(kinds, states, strict=True))
             where = dict(zip(pairs, positions, strict=True))  # each (row, state) once

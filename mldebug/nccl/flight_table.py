@@ -34,27 +34,29 @@ ROW_FIELDS = (
 _GET = [operator.itemgetter(i) for i in range(len(ROW_FIELDS))]
 
 
-class Same:
+class Same(Sequence):
     """A column whose every value is the same (held once)."""
 
-    __slots__ = ("value", "count")
+    __slots__ = ("value", "size")
 
-    def __init__(self, value: object, count: int):
-        self.value, self.count = value, count
+    def __init__(self, value: object, size: int):
+        self.value, self.size = value, size
 
     def __len__(self) -> int:
-        return self.count
+        return self.size
 
     def __iter__(self) -> Iterator:
-        return repeat(self.value, self.count)
+        return repeat(self.value, self.size)
 
-    def __getitem__(self, index: int) -> object:
-        if not -self.count <= index < self.count:
+    def __getitem__(self, index):  # an int: the value; a slice: a Same as long
+        if isinstance(index, slice):
+            return Same(self.value, len(range(self.size)[index]))
+        if not -self.size <= index < self.size:
             raise IndexError(index)
         return self.value
 
 
-Column = Same | range | array | tuple
+Column = Same | range | array | tuple  # each reads as a Sequence
 
 
 def column(values: list) -> Column:
@@ -87,6 +89,17 @@ class EntryTable(Sequence[FlightEntry]):
         "timeout_ms",
         "record_id",
     )
+
+    rows: tuple[tuple, ...]
+    kind: Column
+    pg_id: Column
+    seq: Column
+    state: Column
+    retired: Column
+    completed: Column
+    created_ns: Column
+    timeout_ms: Column
+    record_id: Column
 
     def __init__(self, rows: tuple[tuple, ...], kind: Column, **columns: Column):
         self.rows = rows  # distinct (group, desc, backend, op, sizes, dtypes, location)
@@ -170,7 +183,7 @@ class EntryTable(Sequence[FlightEntry]):
         out: dict[str, tuple[int | None, str]] = {}
         for kind, position in sorted(firsts.items(), key=operator.itemgetter(1)):
             group, desc = self.rows[kind][0], self.rows[kind][1]
-            out.setdefault(group, (self.pg_id[position], desc))  # type: ignore[arg-type]
+            out.setdefault(group, (self.pg_id[position], desc))
         return out
 
 
