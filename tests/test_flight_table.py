@@ -4,7 +4,7 @@ only the numbers where calls differ (flight_compare._trimmed), and who entered e
 collective last (flight_arrivals.py), each against the entry-by-entry way.
 
 Data: the real gloo dumps of torch 2.13 under tests/data/flight*/ (recorded by their
-record.py), and rings assembled from one of their entries (tests/data/flight/size, rank 0)
+record.py), NCCL dumps recorded on an H200 (tests/data/gpu/), and rings assembled from one of their entries (tests/data/flight/size, rank 0)
 in torch's format: per entry its own lists, strings and frames shared, as torch pickles.
 """
 
@@ -30,6 +30,20 @@ SETS = sorted(
     if p.is_dir() and any(f.name.startswith("comm_lib_trace_rank_") for f in p.iterdir())
 )
 TEMPLATE = DATA / "flight" / "size" / "comm_lib_trace_rank_0"
+
+
+GPU = [
+    DATA / "gpu" / "nccl_ok" / "fr_dump.pickle",
+    DATA / "gpu" / "nccl_timeout" / "nccl_trace_rank_0",
+]
+
+
+@pytest.mark.parametrize("path", GPU, ids=lambda p: p.parent.name)
+def test_recorded_nccl_dumps_compare_alike_as_tables_and_as_entries(path):
+    # NCCL dumps recorded on an H200 (tests/data/gpu): completed and started states
+    dumps = _read([path])
+    assert isinstance(dumps[0].entries, EntryTable)
+    assert _summaries(dumps) == _summaries(_plain(dumps))
 
 
 def _read(paths: list[Path]) -> list:
