@@ -439,6 +439,7 @@ class NodeReading:
     notes: tuple[str, ...] = ()
     crashes: tuple[RankCrash, ...] = ()  # how its ranks ended badly (their run directory)
     events: tuple[RankEvent, ...] = ()  # what its ranks' agents noticed (NaN/Inf...)
+    ras: tuple[str, str] | None = None  # NCCL RAS's answer there: (source, text), unread
 
 
 @dataclass(frozen=True)

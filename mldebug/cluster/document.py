@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from mldebug.collect.agentstate import parse_state
 from mldebug.collect.crashes import recipe_id
+from mldebug.collect.ras import read_carried
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -152,6 +153,7 @@ def node_document(
     slurm_job: str | None = None,
     crashes: Sequence[RankCrash] = (),
     events: Sequence[RankEvent] = (),
+    ras: dict | None = None,
 ) -> dict:
     """The node's document from the snapshot its own analysis made of its ranks, with how
     its ranks ended badly and what their agents noticed (for the job's findings)."""
@@ -237,6 +239,7 @@ def node_document(
             }
             for e in events[:MAX_EVENTS]
         ],
+        "ras": ras,  # NCCL RAS's answer on this node (collect/ras.py carried), or None
     }
 
 
@@ -343,6 +346,7 @@ class Reader:
             notes=tuple(_text(n) for n in notes[:MAX_NOTES] if isinstance(n, str)),
             crashes=tuple(_crashes(data.get("crashes"))),
             events=tuple(_events(data.get("events"))),
+            ras=read_carried(data.get("ras"), host),
         )
 
     def _view(self, entry: object, stacks, host: str, job: str, now: float) -> RankView | None:

@@ -22,6 +22,7 @@ from mldebug.cluster import fanout, slurm
 from mldebug.cluster.document import Reader
 from mldebug.cluster.hostlist import compress
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
+from mldebug.collect.ras import with_carried
 from mldebug.errors import MldebugError, ToolMissingError
 from mldebug.model import JobSnapshot, NodeFailure, NodeReading, StackSample
 from mldebug.textsafe import one_line
@@ -203,7 +204,13 @@ class Collection:
                 self.failures.append(NodeFailure(host, _reason(answer)))
 
     def snapshot(self) -> JobSnapshot:
-        return merge_nodes(self.nodes, self.failures, job=self.job)
+        snapshot = merge_nodes(self.nodes, self.failures, job=self.job)
+        answers = [node.ras for node in self.nodes if node.ras is not None]
+        if not answers:
+            return snapshot
+        snapshot, said = with_carried(snapshot, answers)  # NCCL RAS, judged with every stack
+        self.notes.extend(n for n in said if n not in self.notes)
+        return snapshot
 
 
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
@@ -219,10 +226,11 @@ def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
             "Check the host list, or that the job runs.",
             exit_code=3,
         )
+    snapshot = collection.snapshot()
     notes = list(collection.notes)
     for node in collection.nodes:
         notes.extend(f"{node.host}: {note}" for note in node.notes)
-    return collection.snapshot(), notes
+    return snapshot, notes
 
 
 class ClusterPoller:

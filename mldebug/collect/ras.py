@@ -17,12 +17,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from mldebug import procfs
+from mldebug.model import JobSnapshot
 from mldebug.nccl.ras_model import RasReport
 from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras
+from mldebug.nccl.ras_verdict import view_findings
 from mldebug.textsafe import one_line
 
 DEFAULT_HOST = "localhost"
@@ -35,12 +37,18 @@ MAX_ADDRESSES = 4
 GATHER_TIMEOUT_S = 1  # what NCCL may spend gathering from its peers (TIMEOUT, whole seconds)
 
 
+MAX_CARRIED = 4 << 20  # an answer a node document carries to the front end
+
+
 @dataclass(frozen=True)
 class RasAsked:
-    """What asking RAS gave: the report, or why there is none (one line each)."""
+    """What asking RAS gave: the report, or why there is none (one line each); and the
+    answer as it came (`collect` carries it in the node document)."""
 
     report: RasReport | None
     notes: tuple[str, ...]
+    data: bytes = b""
+    source: str = ""  # host:port of the endpoint that answered
 
 
 def _parse_addr(text: str) -> tuple[str, int] | None:
@@ -188,7 +196,54 @@ def ask_ras(pids: Iterable[int], budget: float = BUDGET_S) -> RasAsked:
             notes.append(f"RAS {host}:{port}: the answer is not a RAS report")
             continue
         try:
-            return RasAsked(parse_ras(data, f"{host}:{port}"), tuple(notes))
+            report = parse_ras(data, f"{host}:{port}")
+            return RasAsked(report, tuple(notes), data, f"{host}:{port}")
         except RasError as error:
             notes.append(f"RAS {one_line(str(error))}")
     return RasAsked(None, tuple(notes))
+
+
+# ---- Carried by a node document (`mldebug collect`), read by the front end -------------
+
+
+def carried(asked: RasAsked) -> dict | None:
+    """The answer as a node document holds it: where it came from and its text, as RAS
+    wrote it (the front end reads it with the same checked reader). None without one."""
+    if asked.report is None or len(asked.data) > MAX_CARRIED:
+        return None
+    return {"source": asked.source, "text": asked.data.decode("utf-8", "replace")}
+
+
+def read_carried(value: object, host: str) -> tuple[str, str] | None:
+    """(source, text) of what a node document carried, when it has that shape and size."""
+    if not isinstance(value, dict):
+        return None
+    source, text = value.get("source"), value.get("text")
+    if not isinstance(source, str) or not isinstance(text, str) or len(text) > MAX_CARRIED:
+        return None
+    return f"{one_line(host)[:100]} {one_line(source)[:100]}", text
+
+
+def quiet_notes(notes: Iterable[str]) -> tuple[str, ...]:
+    """Nothing at NCCL's default address is not news (a job without NCCL 2.24+ is the usual
+    case); an address the ranks named is."""
+    return tuple(n for n in notes if f":{DEFAULT_PORT}: nothing listens" not in n)
+
+
+def with_carried(
+    snapshot: JobSnapshot, answers: Sequence[tuple[str, str]]
+) -> tuple[JobSnapshot, list[str]]:
+    """The job's snapshot with RAS's findings from the first answer its nodes carried that
+    reads (every process answers for the whole job), judged with every node's stacks; and
+    notes saying what was used and what could not be read."""
+    notes: list[str] = []
+    for source, text in answers:
+        try:
+            report = parse_ras(text.encode("utf-8", "replace"), source)
+        except RasError as error:
+            notes.append(f"RAS {one_line(str(error))}")
+            continue
+        found = view_findings(report, snapshot.ranks)
+        notes.append(f"NCCL RAS {source} answered (NCCL {report.nccl_version or '?'})")
+        return replace(snapshot, findings=snapshot.findings + tuple(found)), notes
+    return snapshot, notes

@@ -6,7 +6,8 @@
 
 It finds this node's ranks as `mldebug dump` does, reads their stacks a few times with
 py-spy (and their agents' state.json where they have one), judges each rank here, and
-prints one JSON line: the node document, with its stacks already merged. Bounded: every
+prints one JSON line: the node document, with its stacks already merged, and what the
+node's NCCL RAS endpoint answered, where one does (about 2 s at most; read-only). Bounded: every
 rank within --timeout, the whole within --deadline. It needs only mldebug and py-spy on
 the node; the front end (`mldebug dump --slurm ...`) starts it on every node.
 
@@ -60,14 +61,25 @@ def main(argv: list[str]) -> int:
     from mldebug import rundir
     from mldebug.cluster.document import node_document
     from mldebug.cluster.nodetargets import node_targets
+    from mldebug.collect.ras import ask_ras, carried, quiet_notes
 
     if args.native and args.nonblocking:
         raise_usage("--native and --nonblocking cannot be used together")
     job = node_targets(args.slurm_job, args.run)
     snapshot, readings = observe_job(job, args)
     host = args.host or rundir.hostname()
+    # NCCL's RAS on this node (bounded, read-only): the front end judges the answer with
+    # every node's stacks
+    asked = ask_ras([t.pid for t in job.targets])
+    notes = readings.notes + quiet_notes(asked.notes)
     document = node_document(
-        snapshot, host, readings.notes, args.slurm_job, readings.job.crashes, readings.events
+        snapshot,
+        host,
+        notes,
+        args.slurm_job,
+        readings.job.crashes,
+        readings.events,
+        ras=carried(asked),
     )
     write_out(json.dumps(document, separators=(",", ":")) + "\n")
     return 0

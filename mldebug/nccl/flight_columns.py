@@ -1,39 +1,155 @@
 """The fast way through a Flight Recorder ring: a column at a time, in C where it can be.
 
 A ring holds thousands of entries that differ in a few numbers (sequence number, times,
-state) and repeat the rest (group, op, sizes, dtypes, the caller's stack). Per key, one
-`map(dict.get, ...)` pulls the column out in C; the repeated part is keyed by its `repr`
-(plain data only comes out of the unpickler, and equal reprs of plain data are equal
-values) and normalised once per distinct value by the slow, checked path; the entries are
-then built by `tuple.__new__` over zipped columns. Anything unusual in a column (a type
-torch never writes, a number out of range) returns None: the caller reads entry by entry.
+state) and repeat the rest (group, op, sizes, dtypes, the caller's stack). One
+`itemgetter` per entry pulls every field the comparison needs, and `zip` turns them into
+columns, both in C. The repeated part is keyed by its `repr` (plain data only comes out of
+the unpickler, and equal reprs of plain data are equal values) and the stack by the
+identities of its frames (torch's pickle shares each distinct frame between entries); each
+distinct key is normalised once by the slow, checked path. What comes out is an EntryTable
+(flight_table.py): the distinct rows and compact columns, not 2,000 objects. Anything
+unusual (a type torch never writes, a number out of range, a key only some entries have)
+returns None: the caller reads entry by entry.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from itertools import chain, repeat
+from array import array
+from collections.abc import Callable, Iterable
+from itertools import chain, compress, repeat
 
-from .flight_model import FlightEntry
+from .flight_table import Column, EntryTable, Same, column
 
 _LIMIT = 1 << 63
 _INT_OR_NONE = {int, type(None)}
 _BOOL_OR_NONE = {bool, type(None)}
 _STATES = frozenset(("scheduled", "started", "completed"))
-_TUPLE_KEYS = ("process_group", "input_dtypes", "output_dtypes")
+_LISTS = {list, tuple}
+MAX_KINDS = 32  # distinct (shape, stack) found by comparing; past it, by key
+_FIELDS = (
+    "is_p2p",
+    "collective_seq_id",
+    "pg_id",
+    "time_created_ns",
+    "timeout_ms",
+    "record_id",
+    "state",
+    "retired",
+    "frames",
+)
+_SHAPE = (
+    "process_group",
+    "profiling_name",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+)
 
 
-def _column(items: list, key: str) -> list:
-    return list(map(dict.get, items, repeat(key)))
+def _numbers(values: tuple) -> Column | None:
+    """Plain ints (or None) within torch's int64, in their smallest exact column; None
+    for anything else (a type torch never writes, a number out of range)."""
+    count = len(values)
+    first = values[0]
+    if type(first) is int and values.count(first) == count:
+        return Same(first, count) if -_LIMIT < first < _LIMIT else None
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        try:
+            numbers = array("q", values)
+        except OverflowError:
+            return None
+        start = numbers[0]
+        if numbers[-1] - start == count - 1 and numbers == array("q", range(start, start + count)):
+            return range(start, start + count)
+        return numbers
+    if not kinds <= _INT_OR_NONE:
+        return None
+    known = [v for v in values if v is not None]
+    if known and not (-_LIMIT < min(known) and max(known) < _LIMIT):
+        return None
+    return column(list(values))
 
 
-def _ints(values: list) -> bool:
-    """Plain ints (or None) within torch's int64: usable as they are."""
-    if not set(map(type, values)) <= _INT_OR_NONE:
+def _getter(items: list, names: tuple[str, ...]) -> tuple[Callable, list[str]] | None:
+    """An itemgetter of the names the first entry has (a dump's version decides which),
+    once no other entry has one it lacks; None when the entries' keys differ otherwise."""
+    first = items[0]
+    present = [n for n in names if n in first]
+    for name in names:
+        if name not in first and any(map(operator.contains, items, repeat(name))):
+            return None
+    if len(present) < 2:
+        return None  # not an entry torch writes (and itemgetter of one is not a tuple)
+    return operator.itemgetter(*present), present
+
+
+def _types(values: Iterable) -> set[type]:
+    return set(map(type, values))
+
+
+def _exact(names: list[str], shapes: list[tuple], frames: tuple) -> bool:
+    """Is `==` exact here, so that equal parts read alike? Only where every leaf has the
+    type torch writes (True == 1 and 1 == 1.0 otherwise, and they read apart)."""
+    column = dict(zip(names, zip(*shapes, strict=True), strict=True))
+    flat = chain.from_iterable
+    for name in ("input_sizes", "output_sizes"):
+        values = column.get(name, ())
+        if not _types(values) <= _LISTS or not _types(flat(values)) <= _LISTS:
+            return False
+        if not _types(flat(flat(values))) <= {int}:
+            return False
+    for name in ("process_group", "input_dtypes", "output_dtypes"):
+        values = column.get(name, ())
+        if not _types(values) <= _LISTS or not _types(flat(values)) <= {str}:
+            return False
+    if not _types(column.get("profiling_name", ())) <= {str, type(None)}:
         return False
-    numbers = [v for v in values if v is not None] if None in values else values
-    return not numbers or (-_LIMIT < min(numbers) and max(numbers) < _LIMIT)
+    # Stacks need no check: a stack's place is read alike from equal frames (flight_read).
+    return _types(frames) <= {list, type(None)}
+
+
+def _kinds(shapes: list[tuple], frames: tuple) -> tuple[list[int], list[int]] | None:
+    """Per entry the number of its distinct (shape, stack), and an entry of each: by
+    comparing each entry with the one before (a ring repeats itself in runs) and, where it
+    changes, with the few distinct ones seen. None past MAX_KINDS (then keyed by repr)."""
+    pairs = list(zip(shapes, frames, strict=True))
+    count = len(pairs)
+    changes = [0, *compress(range(1, count), map(operator.ne, pairs[1:], pairs[:-1]))]
+    seen: list[tuple] = []
+    firsts: list[int] = []
+    kinds = [0] * count
+    for start, end in zip(changes, [*changes[1:], count], strict=True):
+        pair = pairs[start]
+        for number, other in enumerate(seen):  # noqa: B007 (the break keeps it)
+            if other == pair:
+                break
+        else:
+            if len(seen) >= MAX_KINDS:
+                return None
+            number = len(seen)
+            seen.append(pair)
+            firsts.append(start)
+        kinds[start:end] = repeat(number, end - start)
+    return kinds, firsts
+
+
+def _keyed(shapes: list[tuple], frames: tuple) -> tuple[list[int], list[int]] | None:
+    """The same by key: the repr of the shape (of plain data, equal reprs are equal values)
+    and the identities of the stack's frames (they live as long as the entries)."""
+    kinds = _types(frames)
+    if kinds == {type(None)}:
+        stacks: list | tuple = frames
+    elif kinds == {list}:
+        stacks = list(map(tuple, map(map, repeat(id), frames)))
+    else:
+        return None
+    keys = list(zip(map(repr, shapes), stacks, strict=True))
+    last = dict(zip(keys, range(len(keys)), strict=True))  # each key, with an entry of it
+    number = {key: n for n, key in enumerate(last)}
+    return list(map(number.__getitem__, keys)), list(last.values())
 
 
 def fast_entries(
@@ -41,100 +157,75 @@ def fast_entries(
     shape_of: Callable[[dict], tuple | None],
     location_of: Callable[[object], str | None],
     done_of: Callable[[int | None], int | None],
-) -> list[FlightEntry] | None:
+) -> EntryTable | None:
     """The ring's entries, or None where it is not plain enough for the fast way.
-    shape_of(raw) -> (group, desc, backend, op, sizes in/out, dtypes in/out, _) or None;
-    location_of(frames); done_of(pg_id) -> the group's last completed collective."""
+    shape_of(raw) -> (group, desc, backend, op, sizes in/out, dtypes in/out, location) or
+    None; location_of(frames); done_of(pg_id) -> the group's last completed collective."""
+    del location_of  # shape_of reads the stack itself; kept for the caller's signature
     if not items or set(map(type, items)) != {dict}:
         return None
-    p2p = _column(items, "is_p2p")
-    seqs = _column(items, "collective_seq_id")
-    pg_ids = _column(items, "pg_id")
-    created = _column(items, "time_created_ns")
-    timeouts = _column(items, "timeout_ms")
-    record_ids = _column(items, "record_id")
-    states = _column(items, "state")
-    retired = list(map(operator.is_, _column(items, "retired"), repeat(True)))
+    fields, shape = _getter(items, _FIELDS), _getter(items, _SHAPE)
+    if fields is None or shape is None:
+        return None
+    try:
+        got = dict(zip(fields[1], zip(*map(fields[0], items), strict=True), strict=True))
+        shapes = list(map(shape[0], items))
+    except KeyError:  # an entry without a field: the slow way
+        return None
+    count = len(items)
+    none = (None,) * count
+    p2p, seqs = got.get("is_p2p", none), got.get("collective_seq_id", none)
+    pg_ids, created = got.get("pg_id", none), got.get("time_created_ns", none)
+    timeouts, record_ids = got.get("timeout_ms", none), got.get("record_id", none)
+    states, frames = got.get("state", none), got.get("frames", none)
     if (
         not set(map(type, p2p)) <= _BOOL_OR_NONE
-        or True in set(p2p)  # point-to-point ops: numbered by p2p_seq_id, the slow way
+        or True in p2p  # point-to-point ops: numbered by p2p_seq_id, the slow way
         or set(map(type, seqs)) != {int}
-        or not all(map(_ints, (seqs, pg_ids, created, timeouts, record_ids)))
         or not set(map(type, states)) <= {str}
         or not set(states) <= _STATES
     ):
         return None
-    # The repeated part, keyed per entry by its group and dtypes (as tuples), the reprs of
-    # its sizes and the identity of its op name (the objects live as long as `items`: ids
-    # are not reused meanwhile), normalised once per distinct key by the checked path.
-    names = _column(items, "profiling_name")
-    groups, in_types, out_types = (_column(items, k) for k in _TUPLE_KEYS)
-    # As tuples, these keys are exact only when they hold strings (True == 1 otherwise).
-    if not set(map(type, groups)) | set(map(type, in_types)) | set(map(type, out_types)) <= {
-        tuple,
-        list,
-    } or not set(map(type, chain(*groups, *in_types, *out_types))) <= {str}:
+    maybe = [_numbers(values) for values in (seqs, pg_ids, created, timeouts, record_ids)]
+    numbers = [n for n in maybe if n is not None]
+    if len(numbers) < len(maybe):
         return None
-    keys = list(
-        zip(
-            map(tuple, groups),
-            map(id, names),
-            map(repr, _column(items, "input_sizes")),
-            map(repr, _column(items, "output_sizes")),
-            map(tuple, in_types),
-            map(tuple, out_types),
-            strict=True,
-        )
-    )
     try:
-        first = dict(zip(keys, range(len(keys)), strict=True))
-    except TypeError:  # something unhashable in a group name or a dtype: the slow way
+        kinds = _kinds(shapes, frames) if _exact(shape[1], shapes, frames) else None
+        if kinds is None:
+            kinds = _keyed(shapes, frames)
+    except (RecursionError, ValueError):  # data nested too deep to compare or print
         return None
-    shapes = {key: shape_of(items[index]) for key, index in first.items()}
-    if None in shapes.values():
+    if kinds is None:
+        return None
+    shaped = [shape_of(items[index]) for index in kinds[1]]
+    rows = tuple(row for row in shaped if row is not None)
+    if len(rows) < len(shaped):
         return None  # an entry without a group: the slow way counts it as dropped
-    rows: list[tuple] = list(map(shapes.__getitem__, keys))  # type: ignore[arg-type]
-    # torch shares each distinct frame between entries (its pickle memoises them): an
-    # entry's stack is keyed by the identities of its frames.
-    frames = _column(items, "frames")
-    kinds = set(map(type, frames))
-    if kinds == {type(None)}:
-        places: list[str | None] = list(repeat(None, len(items)))
-    elif kinds == {list}:
-        stacks = list(map(tuple, map(map, repeat(id), frames)))
-        known = {
-            key: location_of(frames[index])
-            for key, index in dict(zip(stacks, range(len(stacks)), strict=True)).items()
-        }
-        places = list(map(known.__getitem__, stacks))
+    retired = list(map(operator.is_, got.get("retired", none), repeat(True)))
+    groups = set(pg_ids)
+    done = {pg: done_of(pg) for pg in groups}
+    if retired.count(True) == count or states.count("completed") == count:
+        completed: list = [True] * count
+    elif len(groups) == 1 and not any(retired) and "completed" not in states:
+        mark = done[pg_ids[0]]
+        completed = [False] * count if mark is None else list(map(mark.__ge__, seqs))
     else:
-        return None
-    done = {pg: done_of(pg) for pg in set(pg_ids)}
-    completed = [
-        state == "completed" or gone or (last is not None and seq <= last)
-        for state, gone, seq, last in zip(
-            states, retired, seqs, map(done.__getitem__, pg_ids), strict=True
-        )
-    ]
-    get = operator.itemgetter
-    columns: tuple = (
-        map(get(0), rows),
-        map(get(1), rows),
-        pg_ids,
-        seqs,
-        repeat(False, len(items)),
-        map(get(3), rows),
-        map(get(2), rows),
-        map(get(4), rows),
-        map(get(5), rows),
-        map(get(6), rows),
-        map(get(7), rows),
-        states,
-        retired,
-        completed,
-        (c / 1e9 if c else None for c in created),
-        timeouts,
-        places,
-        record_ids,
+        completed = [
+            state == "completed" or gone or (last is not None and seq <= last)
+            for state, gone, seq, last in zip(
+                states, retired, seqs, map(done.__getitem__, pg_ids), strict=True
+            )
+        ]
+    return EntryTable(
+        rows,
+        column(kinds[0]) if len(rows) > 1 else Same(0, count),
+        pg_id=numbers[1],
+        seq=numbers[0],
+        state=column(list(states)),
+        retired=column(retired),
+        completed=column(completed),
+        created_ns=numbers[2],
+        timeout_ms=numbers[3],
+        record_id=numbers[4],
     )
-    return list(map(tuple.__new__, repeat(FlightEntry), zip(*columns, strict=True)))

@@ -17,7 +17,7 @@ is right"), and every mismatch of a group is reported, up to the ledger's cap.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
 
 import mldebug.ledger as ledger
@@ -32,7 +32,9 @@ from mldebug.model import (
 )
 from mldebug.wording import ranks_text as _ranks_text
 
+from .flight_lanes import Book, Lane, call_of, empty_lane, lanes_of
 from .flight_model import FlightDump, FlightEntry, FlightGroup
+from .flight_table import first_of_groups
 from .flight_timing import arrival_findings
 
 DEFAULT_GROUP = rules.DEFAULT_GROUP
@@ -72,12 +74,12 @@ def _same_sizes_expected(op: str) -> bool:
 
 
 class _Group:
-    """One process group as all dumps saw it: per rank its collectives by seq and its last."""
+    """One process group as all dumps saw it: per rank its lane (flight_lanes) and last."""
 
     def __init__(self, name: str):
         self.name = name
         self.desc = ""
-        self.by_rank: dict[int, dict[int, FlightEntry]] = {}
+        self.by_rank: dict[int, Lane] = {}
         self.p2p: dict[int, list[FlightEntry]] = {}
         self.last: dict[int, int] = {}
         self.done: dict[int, int | None] = {}
@@ -87,15 +89,14 @@ class _Group:
     def add(
         self,
         rank: int,
-        entries: dict[int, FlightEntry],
+        lane: Lane,
         group: FlightGroup | None,
         p2p: list[FlightEntry] | None = None,
     ) -> None:
-        """One rank's collectives on this group (by seq) and its own view of the group."""
-        self.by_rank[rank] = entries
+        """One rank's collectives on this group and its own view of the group."""
+        self.by_rank[rank] = lane
         self.p2p[rank] = p2p or []
-        last = max(entries, default=0)
-        done = max((seq for seq, e in entries.items() if e.completed), default=None)
+        last, done = lane.last, lane.done
         if group is not None:
             self.desc = self.desc or group.desc
             self.config_ranks = self.config_ranks or group.ranks
@@ -104,103 +105,86 @@ class _Group:
             if group.last_completed is not None:
                 done = max(done or 0, group.last_completed)
         self.done[rank] = done
-        for entry in entries.values():
-            self.desc = self.desc or entry.group_desc
-            self.backend = self.backend or entry.backend
-            break
+        self.desc = self.desc or lane.desc
+        self.backend = self.backend or lane.backend
         self.last[rank] = last
 
     def entry(self, seq: int) -> FlightEntry | None:
         """An entry of collective `seq` from any rank that recorded it."""
-        for entries in self.by_rank.values():
-            if seq in entries:
-                return entries[seq]
+        for lane in self.by_rank.values():
+            if seq in lane:
+                return lane.get(seq)
         return None
 
 
-def _groups(dumps: list[FlightDump]) -> list[_Group]:
+def _groups(dumps: list[FlightDump], book: Book) -> list[_Group]:
     ranked: dict[int, FlightDump] = {}
     for dump in dumps:
         if dump.rank is not None and dump.rank not in ranked:
             ranked[dump.rank] = dump
     names: dict[str, _Group] = {}
-    default = {e.group for d in ranked.values() for e in d.entries if e.group_desc == DEFAULT_GROUP}
+    firsts = {rank: first_of_groups(dump.entries) for rank, dump in ranked.items()}
+    default = {g for f in firsts.values() for g, (_, desc) in f.items() if desc == DEFAULT_GROUP}
     default |= {g.name for d in ranked.values() for g in d.groups if g.desc == DEFAULT_GROUP}
     for rank, dump in sorted(ranked.items()):
-        collectives: dict[str, dict[int, FlightEntry]] = defaultdict(dict)
-        p2p: dict[str, list[FlightEntry]] = defaultdict(list)
-        for entry in dump.entries:  # one pass per dump: a dump may hold thousands of groups
-            if entry.p2p:
-                p2p[entry.group].append(entry)
-            else:
-                collectives[entry.group][entry.seq] = entry
+        lanes, p2p = lanes_of(dump, book)
         configs = {g.name: g for g in dump.groups}
-        mine = {e.group for e in dump.entries} | set(configs)
+        mine = set(firsts[rank]) | set(configs)
         for name in sorted(mine | default):
-            names.setdefault(name, _Group(name)).add(
-                rank, collectives.get(name, {}), configs.get(name), p2p.get(name)
-            )
+            lane = lanes.get(name) or empty_lane()
+            names.setdefault(name, _Group(name)).add(rank, lane, configs.get(name), p2p.get(name))
     return list(names.values())
 
 
-# The same few calls come back in every entry (the op, its sizes and dtypes, its line): one
-# shared ledger record per distinct call, so 2,000 entries x 1,024 ranks cost a dict lookup
-# each. Shared records carry no number and no times (seq 0): the ledger keys calls by their
-# number, and no verdict uses a dump's times yet.
-MAX_SHARED = 1 << 16
-_SHARED: dict[tuple, ledger.Call] = {}
-
-
-def _shared(entry: FlightEntry) -> ledger.Call:
-    key = (
-        entry.op,
-        entry.input_sizes,
-        entry.input_dtypes,
-        entry.output_sizes,
-        entry.location,
-        entry.state,
-    )
-    call = _SHARED.get(key)
-    if call is None:
-        call = _call(entry, -1)._replace(seq=0, entered=None, ended=None)
-        if len(_SHARED) < MAX_SHARED:
-            _SHARED[key] = call
-    return call
-
-
-def _call(entry: FlightEntry, rank: int) -> ledger.Call:
-    """One entry in the ledger's form (a p2p entry's peer: the other end, group ranks)."""
-    op = rules.op_name(entry.op)
-    peer = None
-    if entry.p2p or op in rules.P2P_OPS:
-        peers = rules.p2p_peers(entry.op)
-        if peers is not None:
-            peer = peers[1] if peers[0] == rank else peers[0]
-    return ledger.Call(
-        entry.seq,
-        op,
-        entry.input_sizes,
-        tuple(rules.dtype_name(d) for d in entry.input_dtypes),
-        entry.output_sizes,
-        entry.location,
-        entry.state or None,
-        entry.created,
-        entry.created if entry.completed else None,
-        peer,
-    )
-
-
 def _progress(group: _Group) -> dict[int, ledger.RankProgress]:
+    trimmed = _trimmed(group)
     return {
         rank: ledger.RankProgress(
             rank,
             group.last[rank],
             group.done.get(rank),
-            {seq: _shared(e) for seq, e in entries.items()},
-            p2p=tuple(_call(e, rank) for e in sorted(group.p2p.get(rank, []), key=_p2p_order)),
+            trimmed.get(id(lane.calls), lane.calls),
+            p2p=tuple(call_of(e, rank) for e in sorted(group.p2p.get(rank, []), key=_p2p_order)),
         )
-        for rank, entries in group.by_rank.items()
+        for rank, lane in group.by_rank.items()
     }
+
+
+MAX_DISTINCT = 64  # distinct lanes worth trimming (more: the ledger reads them whole)
+
+
+def _distinct(calls: Iterable[ledger.Call]) -> Iterable[ledger.Call]:
+    return {id(c): c for c in calls}.values()  # shared records: by identity, unhashed
+
+
+def _trimmed(group: _Group) -> dict[int, dict[int, ledger.Call]]:
+    """The lanes' calls cut to the numbers the ledger's verdict can turn on, per distinct
+    calls mapping (ranks whose rings say the same share one): where the calls made differ
+    (and the number before, for "a loop ran once more"), an all_to_all anywhere, and every
+    rank's last. At every other number all calls agree, and the ledger passes over it;
+    1,024 ranks then cost the ledger a few numbers each, not 2,000."""
+    distinct = {id(lane.calls): lane.calls for lane in group.by_rank.values()}
+    if len(distinct) > MAX_DISTINCT or len(group.by_rank) < 2:
+        return {}
+    lanes = list(distinct.values())
+    if any(c.op in rules.P2P_OPS for calls in lanes for c in _distinct(calls.values())):
+        return {}  # p2p numbered with the collectives: the ledger reads those whole
+    keep = set(group.last.values())
+    for seq in set().union(*lanes):
+        calls = [c for c in (calls.get(seq) for calls in lanes) if c is not None]
+        first = calls[0]
+        if first.op in rules.ALL_TO_ALL_OPS or any(
+            c is not first
+            and (
+                c.op != first.op
+                or c.shapes != first.shapes
+                or c.dtypes != first.dtypes
+                or c.state != first.state
+            )
+            for c in calls
+        ):
+            keep.update((seq, seq - 1))
+    return {key: {s: c for s, c in calls.items() if s in keep} for key, calls in distinct.items()}
 
 
 def _p2p_order(entry: FlightEntry) -> tuple[int, int]:
@@ -253,7 +237,8 @@ def _side_label(
     group: _Group, mismatch: ledger.Mismatch, rank: int, call: ledger.Call, p2p: set
 ) -> str:
     """`all_reduce #4 Float[4]` from the rank's entry; a p2p op by its own number."""
-    entry = group.by_rank.get(rank, {}).get(mismatch.seq)
+    lane = group.by_rank.get(rank)
+    entry = lane.get(mismatch.seq) if lane is not None else None
     if entry is None or mismatch in p2p:
         return f"{call.op} #{mismatch.seq}"
     return _call_text(entry)
@@ -263,7 +248,7 @@ def _behind_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Findin
     found = []
     waiting = verdict.waiting
     top = verdict.top
-    entry = next((group.by_rank[r][top] for r in waiting if top in group.by_rank[r]), None)
+    entry = next((group.by_rank[r].get(top) for r in waiting if top in group.by_rank[r]), None)
     for behind in verdict.behind:
         lasts = sorted({group.last.get(r, 0) for r in behind.ranks})
         parts = [
@@ -333,7 +318,7 @@ def _incomplete(group: _Group, verdict: ledger.GroupVerdict) -> Finding | None:
 def compare_flight_dumps(dumps: list[FlightDump]) -> list[Finding]:
     """Cross-rank findings from the dumps of one job (one per rank; unranked ones unused)."""
     findings: list[Finding] = []
-    for group in _groups(dumps):
+    for group in _groups(dumps, Book()):
         verdict = _verdict(group)
         found = _mismatch_findings(group, verdict) + _behind_findings(group, verdict)
         if not found:

@@ -8,6 +8,7 @@ groups (`pg_config`), per group the last enqueued / started / completed sequence
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -61,7 +62,7 @@ class FlightDump:
     version: str  # the dump format's version ("2.10")
     comm_lib_version: str  # NCCL's version; "" for gloo
     groups: tuple[FlightGroup, ...]
-    entries: tuple[FlightEntry, ...]
+    entries: Sequence[FlightEntry]  # a tuple, or a column table (flight_table.EntryTable)
     repaired: bool = False  # its pg_config was rebuilt from the entries (the gloo quirk)
     dropped: int = 0  # entries left out: malformed, or past the reader's cap
 

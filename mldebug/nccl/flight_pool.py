@@ -2,9 +2,9 @@
 
 A 1,024-rank job leaves 1,024 dumps of 2,000 entries: about 200 MB of pickles. Each
 worker reads a share of the files with the same checked reader (flight_read: plain data
-only, every cap) and sends back what it read, normalised; the parent's cost is then the
-unpickling of that compact form (our own objects, from our own worker), about a third of
-reading the dumps themselves. With one or two cores, or few files, it reads in-process.
+only, every cap) and sends back what it read, normalised: a column table (flight_table.py)
+of a few bytes an entry, which the parent unpickles (our own objects, from our own worker)
+in a small fraction of what reading the dumps costs. With one or two cores, or few files, it reads in-process.
 
     read_flight_dumps(paths, deadline=None, workers=None)
         -> (dumps in the order of paths, one problem line per file not read, files unread)
@@ -21,6 +21,7 @@ from itertools import repeat
 
 from .flight_model import FlightDump, FlightEntry
 from .flight_read import FlightDumpError, read_flight_dump
+from .flight_table import EntryTable
 
 MIN_FILES = 32  # fewer files are read faster than workers start
 CHUNK = 8  # files per task: few round trips, a fair share at the end
@@ -37,7 +38,10 @@ def _read_chunk(paths: list[str], plain: bool = False) -> list:
         except FlightDumpError as error:
             out.append(f"{path}: {error}")  # as `mldebug nccl` says a dump it cannot read
             continue
-        out.append((replace(dump, entries=()), list(map(tuple, dump.entries))) if plain else dump)
+        if plain and not isinstance(dump.entries, EntryTable):
+            out.append((replace(dump, entries=()), list(map(tuple, dump.entries))))
+        else:
+            out.append(dump)  # a column table: compact already (a few bytes an entry)
     return out
 
 

@@ -12,11 +12,13 @@ the entries and `pg_status`, and the dump is marked `repaired`.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
 import pickle
 import re
+from collections.abc import Sequence
 
 from mldebug.rundir import MAX_RANK
 from mldebug.safeio import json_depth_ok, read_head
@@ -24,6 +26,7 @@ from mldebug.textsafe import one_line
 
 from .flight_columns import fast_entries
 from .flight_model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
+from .flight_table import first_of_groups
 
 MAX_BYTES = 64 << 20  # 2,000 entries with stacks take about 2 MB; 20,000 about 20
 MAX_ENTRIES = 100_000
@@ -101,12 +104,22 @@ def read_flight_dump(path: str) -> FlightDump:
         raise FlightDumpError(f"{name}: cannot read it ({reason})") from None
     if len(data) > MAX_BYTES:
         raise FlightDumpError(f"{name}: over {MAX_BYTES >> 20} MiB, not read")
-    raw, form = _decode(data, name)
-    if not isinstance(raw, dict):
-        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no mapping at its top)")
-    if "entries" not in raw and "pg_config" not in raw:
-        raise FlightDumpError(f"{name}: not a Flight Recorder dump (no entries, no pg_config)")
-    return _dump(str(path), form, raw)
+    # The unpickled dump is tens of thousands of containers, garbage a moment later: the
+    # cyclic collector walking them again and again while the columns are pulled out cost
+    # a fifth of the read. Paused meanwhile (bounded: one capped file), as it was after.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        raw, form = _decode(data, name)
+        del data
+        if not isinstance(raw, dict):
+            raise FlightDumpError(f"{name}: not a Flight Recorder dump (no mapping at its top)")
+        if "entries" not in raw and "pg_config" not in raw:
+            raise FlightDumpError(f"{name}: not a Flight Recorder dump (no entries, no pg_config)")
+        return _dump(str(path), form, raw)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _decode(data: bytes, name: str) -> tuple[object, str]:
@@ -171,8 +184,9 @@ def _user_file(filename: str) -> bool:
     return known
 
 
-def _int(value: object) -> int | None:
-    """An int, also from the JSON form's strings ("-1"); None for anything else."""
+def int64_of(value: object) -> int | None:
+    """An int within int64, also from a decimal string ("-1", as JSON forms write some);
+    None for anything else (true, a float, a string that is no number)."""
     if type(value) is int:  # the usual case first
         return value if -(1 << 63) < value < 1 << 63 else None
     if isinstance(value, bool):
@@ -193,7 +207,7 @@ def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
     out = []
     for shape in value[:MAX_TENSORS]:
         if isinstance(shape, (list, tuple)):
-            out.append(tuple(d for d in (_int(x) for x in shape[:MAX_DIMS]) if d is not None))
+            out.append(tuple(d for d in (int64_of(x) for x in shape[:MAX_DIMS]) if d is not None))
     return tuple(out)
 
 
@@ -210,11 +224,20 @@ def _location(frames: object) -> str | None:
     for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, dict):
             continue
-        filename = _text(frame.get("filename"))
+        # Equal frames (==) must read alike: the column reader compares stacks by value.
+        name = frame.get("filename")
+        filename = _text(name) if type(name) is str else ""
         if _user_file(filename):
-            line = _int(frame.get("line"))
+            line = _line(frame.get("line"))
             return f"{filename}:{line}" if line is not None else filename
     return None
+
+
+def _line(value: object) -> int | None:
+    """A frame's line; the same for values equal by == (True, 1 and 1.0 alike)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1 << 63 else None
+    return int64_of(int(value)) if isinstance(value, int) else None
 
 
 def _ranks(value: object) -> tuple[int, ...] | None:
@@ -226,7 +249,7 @@ def _ranks(value: object) -> tuple[int, ...] | None:
         value = [part for part in text[1:-1].split(",") if part.strip()]
     if not isinstance(value, (list, tuple)):
         return None
-    ranks = [_int(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
+    ranks = [int64_of(v.strip() if isinstance(v, str) else v) for v in value[:MAX_RANK]]
     if not ranks or any(r is None or not 0 <= r < MAX_RANK for r in ranks):
         return None
     return tuple(r for r in ranks if r is not None)
@@ -245,7 +268,7 @@ def _status(raw: dict) -> dict[str, dict]:
 
 def _done(status: dict[str, dict], pg_id: int | None, known: dict) -> int | None:
     """The group's last completed collective by pg_status (its keys are group ids)."""
-    known[pg_id] = _int(status.get(str(pg_id), {}).get("last_completed_collective"))
+    known[pg_id] = int64_of(status.get(str(pg_id), {}).get("last_completed_collective"))
     return known[pg_id]
 
 
@@ -340,15 +363,15 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
     group, desc, backend, op, isz, osz, idt, odt, location = shape
     get = raw.get
     p2p = get("is_p2p") is True
-    seq = _int(get("p2p_seq_id" if p2p else "collective_seq_id"))
+    seq = int64_of(get("p2p_seq_id" if p2p else "collective_seq_id"))
     if seq is None:
         return None
     state = get("state")
     state = state if type(state) is str and state in _STATES else _text(state)
     retired = get("retired") is True
-    pg_id = _int(get("pg_id"))
+    pg_id = int64_of(get("pg_id"))
     done = status_done[pg_id] if pg_id in status_done else _done(status, pg_id, status_done)
-    created = _int(get("time_created_ns"))
+    created = int64_of(get("time_created_ns"))
     return FlightEntry(
         group,
         desc,
@@ -365,9 +388,9 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
         retired,
         state == "completed" or retired or (not p2p and done is not None and seq <= done),
         created / 1e9 if created else None,
-        _int(get("timeout_ms")),
+        int64_of(get("timeout_ms")),
         location,
-        _int(get("record_id")),
+        int64_of(get("record_id")),
     )
 
 
@@ -375,7 +398,7 @@ _STATES = {"scheduled": "scheduled", "started": "started", "completed": "complet
 
 
 def _groups(
-    raw: dict, entries: list[FlightEntry], status: dict[str, dict]
+    raw: dict, entries: Sequence[FlightEntry], status: dict[str, dict]
 ) -> tuple[list[FlightGroup], bool]:
     """The dump's groups, and whether they had to be rebuilt from its entries."""
     config = raw.get("pg_config")
@@ -390,25 +413,22 @@ def _groups(
                     name, _text(value.get("desc")), _ranks(value.get("ranks"))
                 )
     # The gloo quirk: entries of groups pg_config does not name (it holds only '').
-    ids: dict[str, int | None] = {}
-    for entry in entries:
-        ids.setdefault(entry.group, entry.pg_id)
+    ids = first_of_groups(entries)
     missing = [name for name in ids if name not in groups]
     for name in missing:
-        desc = next(e.group_desc for e in entries if e.group == name)
-        groups[name] = FlightGroup(name, desc, None)
+        groups[name] = FlightGroup(name, ids[name][1], None)
     out = []
     for name, group in groups.items():
-        pg_id = ids.get(name)
+        pg_id = ids[name][0] if name in ids else None
         state = status.get(str(pg_id) if pg_id is not None else name, {})
         out.append(
             FlightGroup(
                 group.name,
                 group.desc,
                 group.ranks,
-                last_enqueued=_int(state.get("last_enqueued_collective")),
-                last_started=_int(state.get("last_started_collective")),
-                last_completed=_int(state.get("last_completed_collective")),
+                last_enqueued=int64_of(state.get("last_enqueued_collective")),
+                last_started=int64_of(state.get("last_started_collective")),
+                last_completed=int64_of(state.get("last_completed_collective")),
             )
         )
     return out, bool(missing)
@@ -418,11 +438,14 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     status = _status(raw)
     items = raw.get("entries")
     items = items if isinstance(items, (list, tuple)) else []
+    total = len(items)
     done: dict = {}
     ring = list(items[:MAX_ENTRIES])
+    entries: Sequence[FlightEntry] | None
     entries = fast_entries(ring, _shape, _location_of, lambda pg: _done(status, pg, done))
     if entries is None:  # not plain enough for the columns: entry by entry, each checked
-        entries = [e for e in (_entry(item, status, done) for item in ring) if e]
+        entries = tuple(e for e in (_entry(item, status, done) for item in ring) if e)
+    del ring, items  # the unpickled objects go as soon as their columns are out
     groups, repaired = _groups(raw, entries, status)
     rank = rank_from_name(path)
     if rank is None:  # a world of one says who it is
@@ -431,7 +454,7 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
     if rank is not None:
         # pg_config names subgroups this rank is not in (torch records every new_group
         # call): a group whose ranks leave this rank out, with no entry of it, is not its own.
-        used = {e.group for e in entries}
+        used = set(first_of_groups(entries))
         groups = [g for g in groups if g.ranks is None or rank in g.ranks or g.name in used]
     return FlightDump(
         path=path,
@@ -441,7 +464,7 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
         # `nccl_version` until format 2.7, `comm_lib_version` since
         comm_lib_version=_text(raw.get("comm_lib_version") or raw.get("nccl_version")),
         groups=tuple(groups),
-        entries=tuple(entries),
+        entries=entries,
         repaired=repaired,
-        dropped=len(items) - len(entries),
+        dropped=total - len(entries),
     )

@@ -11,12 +11,15 @@ spread alike (NTP keeps it to milliseconds), so a rank late by more than that st
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter, defaultdict
 
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
+from .flight_arrivals import entry_order_columns
 from .flight_model import FlightDump
+from .flight_table import entry_times
 
 KIND_STRAGGLER = "straggler"  # the same kind as the agent's finding (analysis/timing.py)
 MIN_COLLECTIVES = 8
@@ -40,16 +43,17 @@ def _ms(seconds: float) -> str:
 def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
     """Per group: (seq, the rank that entered it last, the spread in seconds) for each
     collective every ranked dump recorded with a time, in seq order."""
+    fast = entry_order_columns(dumps)  # flight_arrivals: rank by rank from the columns
+    if fast is not None:
+        return fast
     created: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     ranks: dict[str, set[int]] = defaultdict(set)
     for dump in dumps:
         if dump.rank is None:
             continue
-        for entry in dump.entries:
-            if entry.p2p or entry.created is None:
-                continue
-            created[entry.group][entry.seq][dump.rank] = entry.created
-            ranks[entry.group].add(dump.rank)
+        for group, seq, when in entry_times(dump.entries):  # from the columns (flight_table)
+            created[group][seq][dump.rank] = when
+            ranks[group].add(dump.rank)
     order: dict[str, list[tuple[int, int, float]]] = {}
     for group, by_seq in created.items():
         members = ranks[group]
@@ -60,7 +64,9 @@ def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float
             times = by_seq[seq]
             if set(times) != members:
                 continue  # some rank's ring no longer holds it, or it never entered
-            last = max(times, key=lambda rank: (times[rank], -rank))
+            last = -max(zip(times.values(), map(operator.neg, times), strict=True))[
+                1
+            ]  # ties: lowest rank
             rows.append((seq, last, times[last] - min(times.values())))
         order[group] = rows
     return order

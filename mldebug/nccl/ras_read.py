@@ -25,6 +25,8 @@ from mldebug.rundir import MAX_RANK
 from mldebug.safeio import json_depth_ok, read_head
 from mldebug.textsafe import one_line
 
+from .flight_read import int64_of as _int
+from .logformats import VERSION
 from .ras_model import (
     ALL_OPS,
     FORMAT_JSON,
@@ -43,17 +45,17 @@ MAX_TEXT = 120
 _STATUSES = ("NOCOMM", "INIT", "RUNNING", "FINALIZE", "ABORT")
 
 _TEXT_HEAD = re.compile(rb"\s*NCCL version \S+ compiled with CUDA")
-_VERSION = re.compile(r"^NCCL version (\S+) compiled with CUDA (\S+)")
 _CUDA = re.compile(r"^CUDA runtime version (\d+), driver version (\d+)")
 _TABLE_ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+(?:-\d+)?)\s+(\d+)\s+(\d+)\s+([A-Z]+)\s+([A-Z,]+)\s*$"
 )
 _COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) ([A-Z]+)")
 _DIFFERENT_COUNTS = re.compile(r"^\s+Communicator ranks have different (\w+) operation counts")
-_GROUP_LAUNCHED = re.compile(r"^\s+(\d+) ranks have launched up to operation (\d+)")
-_GROUP_NONE = re.compile(r"^\s+(\d+) ranks have not launched any operations")
-_ONE_LAUNCHED = re.compile(r"^\s+Rank (\d+) has launched up to operation (\d+)(?: -- (.*))?")
-_ONE_NONE = re.compile(r"^\s+Rank (\d+) has not launched any operations(?: -- (.*))?")
+# "launched up to operation N" or "not launched any operations" (N = 0), by a group of
+# ranks or by one rank (then where it runs)
+_LAUNCHED = r"(?:launched up to operation (\d+)|not launched any operations)"
+_GROUP_LAUNCHED = re.compile(r"^\s+(\d+) ranks have " + _LAUNCHED)
+_ONE_LAUNCHED = re.compile(r"^\s+Rank (\d+) has " + _LAUNCHED + r"(?: -- (.*))?")
 _GROUP_STATUS = re.compile(r"^\s+(\d+) ranks have status (\w+)")
 _ONE_STATUS = re.compile(r"^\s+Rank (\d+) has status (\w+)(?: -- (.*))?")
 _RANK = re.compile(r"^\s+Rank (\d+) -- (.*)")
@@ -101,16 +103,6 @@ def parse_ras(data: bytes, where: str) -> RasReport:
 
 def _clean(value: object) -> str:
     return one_line(str(value))[:MAX_TEXT] if isinstance(value, (str, int)) else ""
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        return None
-    return number if -(1 << 63) < number < 1 << 63 else None
 
 
 # ---- JSON ----
@@ -338,8 +330,8 @@ def _from_text(text: str, where: str) -> RasReport:
                     context = "missing"
                 continue
             comm, section = None, line.strip()
-            if match := _VERSION.match(line):
-                version = match.group(1)[:MAX_TEXT]
+            if line.startswith("NCCL version ") and (match := VERSION.match(line)):
+                version = match.group("v")  # NCCL's version line, read as in its logs
             elif match := _CUDA.match(line):
                 runtime, driver = int(match.group(1)), int(match.group(2))
             continue
@@ -391,16 +383,15 @@ def _from_text(text: str, where: str) -> RasReport:
 def _comm_line(comm: _Comm, line: str, context: str, op: str) -> None:
     """One indented line of a `#G-I` section."""
     if context == "counts":
-        if match := _GROUP_LAUNCHED.match(line) or _GROUP_NONE.match(line):
-            launched = int(match.group(2)) if match.re is _GROUP_LAUNCHED else 0
+        if match := _GROUP_LAUNCHED.match(line):
+            launched = int(match.group(2) or 0)
             comm.groups.append([op, launched, int(match.group(1)), []])
             return
-        one = _ONE_LAUNCHED.match(line) or _ONE_NONE.match(line)
-        if one:
-            launched = int(one.group(2)) if one.re is _ONE_LAUNCHED else 0
+        if one := _ONE_LAUNCHED.match(line):
+            launched = int(one.group(2) or 0)
             rank = int(one.group(1))
             if rank < MAX_RANK:
-                comm.rank(rank, one.group(one.re.groups))["counts"][op] = launched
+                comm.rank(rank, one.group(3))["counts"][op] = launched
                 comm.groups.append([op, launched, 1, [rank]])
             return
         match = _RANK.match(line)

@@ -7,6 +7,7 @@ the ranks ahead (30 ranks at 640 and 2 at 641, NVIDIA/nccl#1911). So the side be
 one whose stacks are outside any collective; without stacks, the lower count.
 
     ras_findings(reports, stacks=None, rank_of=None) -> [Finding]
+    view_findings(report, views) -> [Finding], with the stacks and ranks of the views read
 stacks: pid -> the collective its main thread is in (None: outside any), for the processes
 read; rank_of: pid -> global rank, so findings name global ranks (else communicator ranks).
 """
@@ -16,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mldebug.ledger import RasCount, compare_group, from_ras_counts
-from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding, FindingPart
+from mldebug.model import (
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    Finding,
+    FindingPart,
+    RankView,
+)
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
 
@@ -53,6 +61,22 @@ def ras_findings(
                 )
             )
     return found[:MAX_FINDINGS]
+
+
+def view_findings(report: RasReport, views: Sequence[RankView]) -> list[Finding]:
+    """RAS's findings judged with the stacks of the ranks read (`dump` here, or every
+    node's for `dump --slurm/--hosts`). RAS names processes by pid: a pid read on two
+    hosts says nothing sure, and is left out."""
+    hosts: dict[int, set[str]] = {}
+    for view in views:
+        if view.target is not None and view.target.pid:
+            hosts.setdefault(view.target.pid, set()).add(view.target.host)
+    sure = [
+        v for v in views if v.target is not None and v.target.pid and len(hosts[v.target.pid]) == 1
+    ]
+    stacks = {v.target.pid: v.collective for v in sure}  # type: ignore[union-attr]
+    rank_of = {v.target.pid: v.rank for v in sure}  # type: ignore[union-attr]
+    return ras_findings([report], stacks, rank_of)
 
 
 def _source(report: RasReport) -> str:
