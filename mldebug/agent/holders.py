@@ -31,7 +31,7 @@ def _short(text: str) -> str:
 
 def _size(container: object) -> int | None:
     try:
-        return len(container) if isinstance(container, CONTAINERS) else None  # type: ignore[arg-type]
+        return len(container) if isinstance(container, CONTAINERS) else None
     except Exception:
         return None
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Input, Markdown, OptionList
 from textual.widgets.option_list import Option
 
@@ -68,7 +69,7 @@ class RecipesView(Horizontal):
         self._shown: str | None = None
         self._drawing = False
         self._query = ""  # what the box says now; a search for older text is dropped
-        self._timer = None
+        self._timer: Timer | None = None
         self._searches = 0  # searches asked for and not yet shown
 
     @property
