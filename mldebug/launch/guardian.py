@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SCAN_INTERVAL = 1.0
@@ -99,6 +100,18 @@ class GuardianLink:
             os.write(self._fd, line.encode("ascii"))  # short lines: one atomic write each
         except OSError:
             self.close()  # the guardian is gone: the job runs on without it
+
+
+def start_guardian(run_dir: Path, grace: float, say: Callable[[str], None]) -> GuardianLink | None:
+    """The guardian of a job about to start, or None (said in one line) where it cannot run."""
+    try:
+        return GuardianLink.start(run_dir, grace)
+    except OSError as error:
+        say(
+            f"mldebug: could not start the guardian ({error}): should mldebug run be "
+            "killed with SIGKILL, processes of the job that ignore SIGTERM may run on"
+        )
+        return None
 
 
 # -- the guardian process --------------------------------------------------------------
