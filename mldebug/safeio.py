@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 MAX_JSON_BYTES = 4 << 20  # cap on a JSON file read (run.json for 1,024 ranks is ~150 KB)
@@ -163,6 +164,20 @@ def create_new(path: str | os.PathLike) -> int:
     """A descriptor of a file created by this call (0600): an existing name, a symlink
     included, is an error (FileExistsError), so nothing planted is ever written through."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def write_request(folder: Path, name: str) -> Path:
+    """A fresh request file `folder/name` holding the time it was made: a new inode, renamed
+    in place, so a request within the same clock tick as the last one is still news to a
+    rank that compares inodes."""
+    temp = folder / f".{name}.{os.getpid()}.tmp"
+    fd = create_new(temp)
+    try:
+        os.write(fd, f"{time.time():.3f}\n".encode())
+    finally:
+        os.close(fd)
+    os.replace(temp, folder / name)
+    return folder / name
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

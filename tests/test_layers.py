@@ -37,7 +37,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "model_timing": frozenset(),  # the timing dataclasses of slow jobs, part of the model
     "ranges": frozenset(),
     "textsafe": frozenset(),
-    "wording": frozenset({"model", "ranges"}),
+    "wording": frozenset({"model", "ranges", "rankrules"}),
     # in-rank, standard library only
     "rankrules": frozenset(),
     "ledgerrules": frozenset(),

@@ -32,6 +32,9 @@ from collections import deque
 from .census import Census
 from .eventlog import emit, fail, fault_point
 from .memory_timeline import Timeline
+from .siblings import sibling
+
+_human = sibling("rankrules").human_bytes  # sizes worded as the outside words them
 
 PART = "memory"
 HISTORY_LEN = 64
@@ -70,14 +73,6 @@ def cuda_figures(stats: dict) -> dict:
         value = stats.get(key)
         figures[name] = int(value) if isinstance(value, (int, float)) else 0
     return figures
-
-
-def _human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
 
 
 class Memory:

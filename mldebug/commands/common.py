@@ -37,6 +37,52 @@ class Parser(argparse.ArgumentParser):
             super().print_help(file)
 
 
+def command_parser(name: str, description: str, epilog: str | None = None) -> Parser:
+    """The parser of `mldebug NAME`, its description and epilog shown with their own lines."""
+    return Parser(
+        prog=f"mldebug {name}",
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def report_exit_status(name: str, nothing_wrong: str, nothing_read: str) -> str:
+    """The exit codes of a command that reads files into a report (`nccl`, `explain`)."""
+    return f"""\
+exit status:
+  0    {nothing_wrong}
+  1    problems found: at least one error finding
+  2    bad command line
+  3    {nothing_read}
+  70   internal error: a bug in mldebug (`mldebug --debug {name} ...` shows the traceback)
+  74   the report could not be written (standard output closed, disk full)
+  141  the reader of the output went away (`mldebug {name} ... | head`)
+"""
+
+
+def add_json(parser: argparse.ArgumentParser, help: str = "print the report as JSON") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_duration(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    high: float,
+    default: float,
+    help: str,
+    metavar: str | None = None,
+) -> None:
+    """An option of seconds, more than 0 and at most `high`."""
+    parser.add_argument(
+        flag,
+        type=seconds(0, high, allow_low=False),
+        default=default,
+        metavar=metavar,
+        help=help,
+    )
+
+
 def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()  # "²".isdigit() is true, and int() refuses it
 

@@ -20,10 +20,12 @@ import json
 from mldebug.commands.common import (
     CLUSTER_HELP,
     TARGET_HELP,
-    Parser,
     add_cluster_arguments,
+    add_duration,
+    add_json,
     add_target_arguments,
     cluster_spec,
+    command_parser,
     count,
     reading_options,
     report_console,
@@ -70,16 +72,15 @@ DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not a
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug dump",
-        description="Read every rank's stack with py-spy, merge them across ranks and say\n"
+    parser = command_parser(
+        "dump",
+        "Read every rank's stack with py-spy, merge them across ranks and say\n"
         "which rank is the problem, at which line.",
-        epilog=f"{TARGET_HELP}\n{CLUSTER_HELP}\n{EXIT_STATUS}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        f"{TARGET_HELP}\n{CLUSTER_HELP}\n{EXIT_STATUS}",
     )
     add_target_arguments(parser)
     add_cluster_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json(parser)
     parser.add_argument("-n", "--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument(
         "--nonblocking",
@@ -102,19 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.4,
         help="seconds between readings (default 0.4)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=seconds(0, 600, allow_low=False),
-        default=5.0,
-        help="seconds allowed to read one rank (default 5)",
-    )
-    parser.add_argument(
+    add_duration(parser, "--timeout", 600, 5.0, "seconds allowed to read one rank (default 5)")
+    add_duration(
+        parser,
         "--deadline",
-        type=seconds(0, 3600, allow_low=False),
-        default=DEFAULT_DEADLINE,
-        metavar="SECONDS",
-        help="seconds allowed to the whole dump; ranks not read by then are reported as "
+        3600,
+        DEFAULT_DEADLINE,
+        "seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
+        "SECONDS",
     )
     parser.add_argument(
         "--census",

@@ -15,32 +15,26 @@ import json
 import shutil
 import sys
 
-from mldebug.commands.common import Parser, write_out
+from mldebug.commands.common import add_json, command_parser, report_exit_status, write_out
 from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
 
 MAX_STDIN = 32 << 20
 
-EXIT_STATUS = """\
-exit status:
-  0    nothing wrong found (warnings and info only)
-  1    problems found: at least one error finding
-  2    bad command line
-  3    nothing readable: no path given could be read, and no paste on stdin
-  70   internal error: a bug in mldebug (`mldebug --debug explain ...` shows the traceback)
-  74   the report could not be written (standard output closed, disk full)
-  141  the reader of the output went away (`mldebug explain ... | head`)
-"""
+EXIT_STATUS = report_exit_status(
+    "explain",
+    "nothing wrong found (warnings and info only)",
+    "nothing readable: no path given could be read, and no paste on stdin",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug explain",
-        description="Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
+    parser = command_parser(
+        "explain",
+        "Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
         "gloo messages, tracebacks, torchelastic summaries, OOMs, py-spy dumps, nvidia-smi\n"
         "tables, p2pBandwidthLatencyTest matrices and Flight Recorder dumps. Findings most\n"
         "sure first, each with the lines it rests on, its ranks, the fix and the recipe.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        EXIT_STATUS,
     )
     parser.add_argument(
         "paths",
@@ -48,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="files or directories; - (or nothing, with input piped) reads standard input",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json(parser)
     parser.add_argument("--all", action="store_true", help="every finding, not the first few")
     return parser
 

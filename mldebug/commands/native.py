@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import report_console, seconds, write_out
+from mldebug.commands.common import add_duration, report_console, write_out
 from mldebug.errors import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -52,12 +52,13 @@ def add_native_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PYTHON",
         help="the interpreter the crashed ranks ran (default: the one each core names)",
     )
-    group.add_argument(
+    add_duration(
+        group,
         "--gdb-timeout",
-        type=seconds(0, 600, allow_low=False),
-        default=60.0,
-        metavar="SECONDS",
-        help="seconds gdb may take for one rank or core (default 60)",
+        600,
+        60.0,
+        "seconds gdb may take for one rank or core (default 60)",
+        "SECONDS",
     )
 
 

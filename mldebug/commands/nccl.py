@@ -13,33 +13,27 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import Parser, write_out
+from mldebug.commands.common import add_json, command_parser, report_exit_status, write_out
 from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
 from mldebug.model import SEVERITY_ERROR
 
-EXIT_STATUS = """\
-exit status:
-  0    nothing wrong found (warnings and info only), or no NCCL/torch lines at all
-  1    problems found: at least one error finding
-  2    bad command line
-  3    nothing readable: no path given could be read
-  70   internal error: a bug in mldebug (`mldebug --debug nccl ...` shows the traceback)
-  74   the report could not be written (standard output closed, disk full)
-  141  the reader of the output went away (`mldebug nccl ... | head`)
-"""
+EXIT_STATUS = report_exit_status(
+    "nccl",
+    "nothing wrong found (warnings and info only), or no NCCL/torch lines at all",
+    "nothing readable: no path given could be read",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug nccl",
-        description="Read NCCL debug logs (NCCL_DEBUG=INFO), torch.distributed errors (the\n"
+    parser = command_parser(
+        "nccl",
+        "Read NCCL debug logs (NCCL_DEBUG=INFO), torch.distributed errors (the\n"
         "ProcessGroupNCCL watchdog, gloo, the TCPStore) and Flight Recorder dumps, one pass\n"
         "over each file, and say which rank is the odd one out.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        EXIT_STATUS,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log files or directories")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json(parser)
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="every rank's summary, not the first few"
     )
