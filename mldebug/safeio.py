@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import tempfile
@@ -128,6 +129,18 @@ def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
                     deeper.append(child)
         level, depth = deeper, depth + 1
     return True
+
+
+def json_number(value: object) -> float | None:
+    """A finite float from a JSON value read from a file; None for anything else (a string,
+    true, NaN, 1e400, an integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> dict | None:

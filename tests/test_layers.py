@@ -91,7 +91,7 @@ NEVER: dict[str, frozenset[str]] = {
     "analysis": COLLECTING | VIEWS | FRONT | {"nccl", "explain", "recipes", "doctor"},
     "model": frozenset(LAYERS) - {"model", "model_timing"},
     "model_timing": frozenset(LAYERS) - {"model_timing"},
-    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges"},
+    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges", "rankrules"},
     "collect": VIEWS | FRONT | {"analysis", "observe", "live", "launch", "cluster", "explain"},
     "nccl": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
     "report": COLLECTING | FRONT | {"analysis", "doctor"},

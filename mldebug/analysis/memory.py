@@ -29,7 +29,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from mldebug.analysis.census import census_text, changes, changes_text
-from mldebug.analysis.growth import Trend, duration_text, forecast, growing, trend
+from mldebug.analysis.growth import Trend, duration_text, forecast, growing, kendall_tau, trend
 from mldebug.model import (
     KIND_MEMORY_CENSUS,
     KIND_MEMORY_GROWTH,
@@ -76,18 +76,6 @@ def figure_name(cuda: bool) -> str:
     return "CUDA allocated" if cuda else "RSS"
 
 
-def _trend(values: Sequence[int]) -> float:
-    """Kendall's tau of the values against time: 1 when each is above all before it, 0 for
-    no trend, -1 falling (the Mann-Kendall trend test's statistic)."""
-    pairs = len(values) * (len(values) - 1) / 2
-    score = sum(
-        (later > value) - (later < value)
-        for index, value in enumerate(values)
-        for later in values[index + 1 :]
-    )
-    return score / pairs if pairs else 0.0
-
-
 def _slope(rows: Sequence[tuple]) -> float:
     """The Theil-Sen slope, bytes a step: the median slope over all pairs of rows, which one
     step of allocator noise does not move."""
@@ -122,7 +110,7 @@ def growth(agent: AgentState) -> Growth | None:
     if len(last) < window + 1 or last[-1][0] <= last[0][0]:
         return None
     rate = _slope(last)
-    if _trend([value for _, value in last]) >= MIN_TREND and rate >= MIN_RATE:
+    if kendall_tau([value for _, value in last]) >= MIN_TREND and rate >= MIN_RATE:
         grew = sum(1 for before, after in pairwise(last) if after[1] - before[1] > MIN_GROWTH)
         return Growth(figure_name(cuda), rate, last[0], last[-1], grew, window)
     return None
@@ -164,24 +152,33 @@ def growth_findings(views: Sequence[RankView]) -> list[Finding]:
             f"ranks {format_ranks(ranks)}: memory ({figure}) grew step after step, "
             f"{rate_text} per step"
         )
-    return [
-        Finding(
-            KIND_MEMORY_GROWTH,
-            ranks,
-            summary,
-            recipe="memory-growth",
-            severity=SEVERITY_WARNING,
-            detail="something kept from each step stays alive: a loss or an output kept with its "
-            "graph (use .item() or .detach()), a list that only grows, a cache without a bound",
-            parts=tuple(
-                FindingPart(
-                    (view.rank,),
-                    f"{found.rate / MiB:.1f} MiB per step ({found.figure}, grew {_how(found, 'its')})",
-                )
-                for view, found in grown[:MAX_PARTS]
-            ),
+    parts = [
+        (
+            (view.rank,),
+            f"{found.rate / MiB:.1f} MiB per step ({found.figure}, grew {_how(found, 'its')})",
         )
+        for view, found in grown[:MAX_PARTS]
     ]
+    detail = (
+        "something kept from each step stays alive: a loss or an output kept with its "
+        "graph (use .item() or .detach()), a list that only grows, a cache without a bound"
+    )
+    return [_growth_finding(ranks, summary, detail, parts)]
+
+
+def _growth_finding(
+    ranks: Sequence[int], summary: str, detail: str, parts: Sequence[tuple[tuple[int, ...], str]]
+) -> Finding:
+    """A memory growth warning: by step or by time, the same kind, recipe and parts."""
+    return Finding(
+        KIND_MEMORY_GROWTH,
+        tuple(ranks),
+        summary,
+        recipe="memory-growth",
+        severity=SEVERITY_WARNING,
+        detail=detail,
+        parts=tuple(FindingPart(who, label) for who, label in parts),
+    )
 
 
 def outlier_findings(views: Sequence[RankView]) -> list[Finding]:
@@ -287,24 +284,14 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
         "Something kept from each step stays alive: a loss or an output kept with its graph "
         "(use .item() or .detach()), a list that only grows, a cache without a bound"
     )
-    return [
-        Finding(
-            KIND_MEMORY_GROWTH,
-            ranks,
-            summary,
-            recipe="memory-growth",
-            severity=SEVERITY_WARNING,
-            detail=" ".join([*named, advice]),
-            parts=tuple(
-                FindingPart(
-                    (t.rank,),
-                    f"{_rate_text(t)} ({t.figure}, steady: tau {t.tau:.2f}, noise "
-                    f"{human(t.noise)})",
-                )
-                for t in grown[:MAX_PARTS]
-            ),
+    parts = [
+        (
+            (t.rank,),
+            f"{_rate_text(t)} ({t.figure}, steady: tau {t.tau:.2f}, noise {human(t.noise)})",
         )
-    ], set(ranks)
+        for t in grown[:MAX_PARTS]
+    ]
+    return [_growth_finding(ranks, summary, " ".join([*named, advice]), parts)], set(ranks)
 
 
 def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:

@@ -139,11 +139,12 @@ def _signature(call: CollectiveCall) -> tuple:
 def _describe(call: CollectiveCall) -> str:
     if len(_signature(call)) == 1:
         return call.op
-    return f"{call.op} of {ledger.tensors_text(_ledger_call(call))}"
+    return f"{call.op} of {ledger.tensors_text(ledger_call(call))}"
 
 
-def _ledger_call(call: CollectiveCall) -> ledger.Call:
-    """The agent's record of a call in the ledger's form."""
+def ledger_call(call: CollectiveCall) -> ledger.Call:
+    """The agent's record of a call in the ledger's form (live here, at exit in
+    launch/timeouts.py)."""
     return ledger.Call(
         call.seq,
         rules.op_name(call.op),
@@ -263,7 +264,7 @@ def _behind_findings(
         # Known behind while the others waited: its state was written after the first of
         # them made the call. How long that was, by the agents' clocks, sets the severity.
         lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
-        worded = ledger.Behind(tuple(ranks), _seq(last), _ledger_call(last) if last else None, "")
+        worded = ledger.Behind(tuple(ranks), _seq(last), ledger_call(last) if last else None, "")
         summary = ledger.behind_sentence(worded, verdict)
         if lag < 0:  # its last state predates the call: what it says may be old news
             head_text, colon, tail = summary.partition(": ")
@@ -346,7 +347,7 @@ def _done(view: RankView, group: str) -> int:
 
 def _rank_progress(view: RankView, group: str) -> ledger.RankProgress:
     """The rank's place in `group` in the ledger's form (made 0: no call on it yet)."""
-    calls = {seq: _ledger_call(call) for seq, call in _calls(view, group).items()}
+    calls = {seq: ledger_call(call) for seq, call in _calls(view, group).items()}
     return ledger.RankProgress(
         view.rank, _made(view, group), _done(view, group), calls, fresh=_fresh(view)
     )

@@ -94,14 +94,20 @@ def _completed(data: object, group: str) -> CollectiveCall | None:
     return CollectiveCall(call.group, call.seq, call.op, call.site, None, when, call.asynchronous)
 
 
-def _groups(value: object) -> tuple[GroupProgress, ...]:
+def _per_group(value: object) -> list[tuple[str, dict]]:
+    """(group, entry) of a section keyed by group name: the first MAX_GROUPS, each name a
+    text and each entry an object (the others are left out)."""
     if not isinstance(value, dict):
-        return ()
+        return []
+    named = ((_text(name), entry) for name, entry in list(value.items())[:MAX_GROUPS])
+    return [
+        (group, entry) for group, entry in named if group is not None and isinstance(entry, dict)
+    ]
+
+
+def _groups(value: object) -> tuple[GroupProgress, ...]:
     groups = []
-    for name, entry in list(value.items())[:MAX_GROUPS]:
-        group = _text(name)
-        if group is None or not isinstance(entry, dict):
-            continue
+    for group, entry in _per_group(value):
         groups.append(
             GroupProgress(
                 group=group,
@@ -115,12 +121,9 @@ def _groups(value: object) -> tuple[GroupProgress, ...]:
 
 def _flight(value: object) -> tuple[FlightGroup, ...]:
     """`flight_recorder`: per group torch's last recorded collective and its pending count."""
-    if not isinstance(value, dict):
-        return ()
     groups = []
-    for name, entry in list(value.items())[:MAX_GROUPS]:
-        group = _text(name)
-        if group is None or not isinstance(entry, dict) or not isinstance(entry.get("last"), dict):
+    for group, entry in _per_group(value):
+        if not isinstance(entry.get("last"), dict):
             continue
         last = entry["last"]
         seq, op, pending = _int(last.get("seq")), _text(last.get("op")), _int(entry.get("pending"))

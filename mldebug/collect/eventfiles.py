@@ -37,13 +37,8 @@ _BASE = frozenset({"time", "rank", "kind", "type", "message", "summary", "locati
 def parse_time(value: object) -> float | None:
     """Seconds since the epoch from a JSON value; None for what is not a time a clock can
     show (a string, true, NaN, 1e400, an integer too large for a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        when = float(value)
-    except OverflowError:
-        return None
-    return when if 0.0 <= when < LATEST_TIME else None
+    when = safeio.json_number(value)
+    return when if when is not None and 0.0 <= when < LATEST_TIME else None
 
 
 def _step(value: object) -> int | None:

@@ -11,12 +11,14 @@ one is refused the same way, in one line with exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from mldebug.errors import EXIT_USAGE, MldebugError, OutputError
+from mldebug.errors import EXIT_USAGE, MldebugError, NoTargetError, OutputError
 from mldebug.textsafe import printable
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
@@ -59,6 +61,17 @@ exit status:
   74   the report could not be written (standard output closed, disk full)
   141  the reader of the output went away (`mldebug {name} ... | head`)
 """
+
+
+def nothing_readable(problems: list[str], if_none: str, remedy: str) -> NoTargetError:
+    """The error of a report command that could read none of what it was given: the first
+    problems met (`if_none` where there were none), and what to give it instead."""
+    return NoTargetError(f"nothing readable: {'; '.join(problems[:3]) or if_none}", remedy)
+
+
+def write_report(as_json: bool, data: Callable[[], dict], text: Callable[[], str]) -> None:
+    """A report on stdout: JSON for scripts (`--json`), else text for people."""
+    write_out(json.dumps(data(), indent=1) + "\n" if as_json else text())
 
 
 def add_json(parser: argparse.ArgumentParser, help: str = "print the report as JSON") -> None:

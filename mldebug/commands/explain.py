@@ -11,12 +11,17 @@ Exit codes: EXIT_STATUS below (as `mldebug nccl`'s).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 
-from mldebug.commands.common import add_json, command_parser, report_exit_status, write_out
-from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
+from mldebug.commands.common import (
+    add_json,
+    command_parser,
+    nothing_readable,
+    report_exit_status,
+    write_report,
+)
+from mldebug.errors import EXIT_FINDINGS, EXIT_OK
 
 MAX_STDIN = 32 << 20
 
@@ -69,16 +74,17 @@ def main(argv: list[str]) -> int:
     stdin = _stdin() if "-" in paths else None
     report = explain(paths, stdin)
     if not report.readable:
-        problems = "; ".join(report.problems[:3]) or "the paste was empty"
-        raise NoTargetError(
-            f"nothing readable: {problems}",
+        raise nothing_readable(
+            report.problems,
+            "the paste was empty",
             "Give log files or directories, or pipe a log in: `cat slurm.out | mldebug explain -`.",
         )
-    if args.json:
-        write_out(json.dumps(json_report(report), indent=1) + "\n")
-    else:
-        width = None
-        if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap
-            width = max(60, min(shutil.get_terminal_size().columns, 120) - 1)
-        write_out(text_report(report, show_all=args.all, width=width))
+    width = None
+    if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap
+        width = max(60, min(shutil.get_terminal_size().columns, 120) - 1)
+    write_report(
+        args.json,
+        lambda: json_report(report),
+        lambda: text_report(report, show_all=args.all, width=width),
+    )
     return EXIT_FINDINGS if report.errors else EXIT_OK

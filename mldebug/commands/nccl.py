@@ -11,10 +11,15 @@ Exit codes: EXIT_STATUS below (and README).
 from __future__ import annotations
 
 import argparse
-import json
 
-from mldebug.commands.common import add_json, command_parser, report_exit_status, write_out
-from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
+from mldebug.commands.common import (
+    add_json,
+    command_parser,
+    nothing_readable,
+    report_exit_status,
+    write_report,
+)
+from mldebug.errors import EXIT_FINDINGS, EXIT_OK
 from mldebug.model import SEVERITY_ERROR
 
 EXIT_STATUS = report_exit_status(
@@ -47,14 +52,13 @@ def main(argv: list[str]) -> int:
 
     scan = scan_paths(args.paths)
     if scan.files_read == 0:
-        problems = "; ".join(scan.problems[:3]) or "no files in the directories given"
-        raise NoTargetError(
-            f"nothing readable: {problems}",
+        raise nothing_readable(
+            scan.problems,
+            "no files in the directories given",
             "Give NCCL log files (NCCL_DEBUG_FILE, a job's output) or directories holding them.",
         )
-    if args.json:
-        write_out(json.dumps(json_report(scan), indent=1) + "\n")
-    else:
-        write_out(text_report(scan, verbose=args.verbose))
+    write_report(
+        args.json, lambda: json_report(scan), lambda: text_report(scan, verbose=args.verbose)
+    )
     errors = any(f.severity == SEVERITY_ERROR for f in scan.findings)
     return EXIT_FINDINGS if errors else EXIT_OK

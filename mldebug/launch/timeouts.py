@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
+from mldebug.analysis.sequence import ledger_call
 from mldebug.model import AgentState, CollectiveCall
 from mldebug.ranges import format_ranks
 
@@ -181,19 +182,7 @@ def _members(states: Mapping[int, AgentState], group: str) -> dict[int, AgentSta
 def _progress(state: AgentState, group: str) -> ledger.RankProgress:
     """A rank's last state in the ledger's form; `done` unknown (a call that raised counts
     as ended, so a completion says nothing about who joined)."""
-    calls = {
-        seq: ledger.Call(
-            seq,
-            rules.op_name(call.op),
-            call.shapes,
-            tuple(rules.dtype_name(d) for d in call.dtypes),
-            site=call.site,
-            entered=call.enqueued,
-            ended=call.completed,
-        )
-        for (name, seq), call in _calls(state).items()
-        if name == group
-    }
+    calls = {seq: ledger_call(call) for (name, seq), call in _calls(state).items() if name == group}
     return ledger.RankProgress(state.rank, _made(state, group), None, calls)
 
 

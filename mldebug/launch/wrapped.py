@@ -11,7 +11,6 @@ more. An entry that fails is ignored, and said once.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
@@ -33,7 +32,7 @@ from mldebug.rundir import (
     parse_rank,
     same_dir,
 )
-from mldebug.safeio import read_json
+from mldebug.safeio import json_number, read_json
 
 MAX_HOST_CHARS = 255
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
@@ -54,13 +53,8 @@ def _pid(value: object) -> int | None:
 
 
 def _time(value: object, default: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    try:
-        value = float(value)
-    except OverflowError:
-        return default
-    return value if math.isfinite(value) else default
+    number = json_number(value)
+    return default if number is None else number
 
 
 class WrappedRanks:

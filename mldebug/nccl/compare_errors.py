@@ -198,6 +198,14 @@ def _by_error(
     return out
 
 
+def _reported(logs: list[RankLog], kind: str) -> list[tuple[list[RankLog], lp.ErrorFact]]:
+    """Per distinct error of `kind` (one per target): the logs that report it, and the
+    first report."""
+    return [
+        ([log for log, _ in entries], entries[0][1]) for entries in _by_error(logs, kind).values()
+    ]
+
+
 def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
     found = []
     refused = _by_error(logs, lp.ERR_REFUSED)
@@ -236,14 +244,13 @@ def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_CONNECTION,
             )
         )
-    for _, entries in _by_error(logs, lp.ERR_CLIENTS).items():
-        who = [log for log, _ in entries]
+    for who, first in _reported(logs, lp.ERR_CLIENTS):
         found.append(
             Finding(
                 KIND_CONNECTION,
                 ranks_in(who),
                 f"the store on {name_ranks(who)} gave up waiting for the other ranks "
-                f"({entries[0][1].text}): ranks never started or could not reach "
+                f"({first.text}): ranks never started or could not reach "
                 "MASTER_ADDR:MASTER_PORT",
                 recipe=RECIPE_CONNECTION,
             )
@@ -266,17 +273,16 @@ def dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_OUTSIDE,
             )
         )
-    for _, entries in _by_error(logs, lp.ERR_SIZE).items():
-        who = [log for log, _ in entries]
+    for who, first in _reported(logs, lp.ERR_SIZE):
         found.append(
             Finding(
                 KIND_DIST_ERROR,
                 ranks_in(who),
                 f"gloo on {name_ranks(who)} received a message of another size than expected "
-                f"({entries[0][1].text[:120]}): the ranks called a collective with different "
+                f"({first.text[:120]}): the ranks called a collective with different "
                 "sizes or in a different order",
                 recipe=RECIPE_MISMATCH,
-                location=entries[0][1].target,
+                location=first.target,
             )
         )
     gloo = [log for log, _ in next(iter(_by_error(logs, lp.ERR_GLOO_TIMEOUT).values()), [])]
