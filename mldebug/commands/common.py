@@ -15,10 +15,18 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mldebug.errors import EXIT_USAGE, MldebugError, NoTargetError, OutputError
+from mldebug.errors import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    MldebugError,
+    NoTargetError,
+    OutputError,
+)
+from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.textsafe import printable
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
@@ -49,9 +57,13 @@ def command_parser(name: str, description: str, epilog: str | None = None) -> Pa
     )
 
 
-def report_exit_status(name: str, nothing_wrong: str, nothing_read: str) -> str:
-    """The exit codes of a command that reads files into a report (`nccl`, `explain`)."""
-    return f"""\
+def report_parser(
+    name: str, description: str, exits: tuple[str, str], paths: tuple[str, str]
+) -> Parser:
+    """The parser of a command that reads files into a report (`nccl`, `explain`): PATH...
+    (`paths`: its nargs and help), --json, and their exit codes (`exits`: what 0 and 3 mean)."""
+    nothing_wrong, nothing_read = exits
+    epilog = f"""\
 exit status:
   0    {nothing_wrong}
   1    problems found: at least one error finding
@@ -61,6 +73,11 @@ exit status:
   74   the report could not be written (standard output closed, disk full)
   141  the reader of the output went away (`mldebug {name} ... | head`)
 """
+    parser = command_parser(name, description, epilog)
+    nargs, help = paths
+    parser.add_argument("paths", nargs=nargs, metavar="PATH", help=help)
+    add_json(parser)
+    return parser
 
 
 def nothing_readable(problems: list[str], if_none: str, remedy: str) -> NoTargetError:
@@ -320,3 +337,20 @@ def report_console(pipe_width: int = 140):
             raise BrokenPipeError
 
     return ReportConsole(highlight=False, width=None if sys.stdout.isatty() else pipe_width)
+
+
+def print_report_with(draw: Callable) -> None:
+    """`draw(console)` onto a report console; a write that fails (disk full, a closed file)
+    is one OutputError line, a reader that went away a BrokenPipeError."""
+    console = report_console()
+    try:
+        draw(console)
+    except BrokenPipeError:
+        raise
+    except OSError as error:  # the report is only written here: disk full, closed file
+        raise OutputError(f"could not write the report: {error}") from None
+
+
+def exit_of(findings: Iterable[Finding]) -> int:
+    """A report's exit code: 1 with an error finding, else 0."""
+    return EXIT_FINDINGS if any(f.severity == SEVERITY_ERROR for f in findings) else EXIT_OK

@@ -27,8 +27,9 @@ from mldebug.commands.common import (
     cluster_spec,
     command_parser,
     count,
+    exit_of,
+    print_report_with,
     reading_options,
-    report_console,
     seconds,
     target_of,
     write_out,
@@ -37,16 +38,12 @@ from mldebug.commands.dump_profile import add_profile_arguments, with_profile
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
 from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
-    EXIT_FINDINGS,
-    EXIT_OK,
     PTRACE_REMEDY,
     MldebugError,
-    OutputError,
     PermissionDeniedError,
 )
 from mldebug.model import (
     FAIL_PERMISSION,
-    SEVERITY_ERROR,
     STATE_UNREADABLE,
     JobSnapshot,
 )
@@ -236,14 +233,10 @@ def main(argv: list[str]) -> int:
 
         from mldebug.report.text import print_report
 
-        console = report_console()
-        try:
+        def draw(console) -> None:
             for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
-        except BrokenPipeError:
-            raise
-        except OSError as error:  # the report is only written here: disk full, closed file
-            raise OutputError(f"could not write the report: {error}") from None
-    has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
-    return EXIT_FINDINGS if has_errors else EXIT_OK
+
+        print_report_with(draw)
+    return exit_of(snapshot.findings)

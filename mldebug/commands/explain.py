@@ -5,7 +5,7 @@
     pbpaste | mldebug explain -                a paste from an issue thread or a chat
     mldebug explain --json logs/ -             any mix, as JSON
 
-Exit codes: EXIT_STATUS below (as `mldebug nccl`'s).
+Exit codes: as `mldebug nccl`'s (commands/common.report_parser).
 """
 
 from __future__ import annotations
@@ -15,39 +15,28 @@ import shutil
 import sys
 
 from mldebug.commands.common import (
-    add_json,
-    command_parser,
     nothing_readable,
-    report_exit_status,
+    report_parser,
     write_report,
 )
 from mldebug.errors import EXIT_FINDINGS, EXIT_OK
 
 MAX_STDIN = 32 << 20
 
-EXIT_STATUS = report_exit_status(
-    "explain",
-    "nothing wrong found (warnings and info only)",
-    "nothing readable: no path given could be read, and no paste on stdin",
-)
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
+    parser = report_parser(
         "explain",
         "Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
         "gloo messages, tracebacks, torchelastic summaries, OOMs, py-spy dumps, nvidia-smi\n"
         "tables, p2pBandwidthLatencyTest matrices and Flight Recorder dumps. Findings most\n"
         "sure first, each with the lines it rests on, its ranks, the fix and the recipe.",
-        EXIT_STATUS,
+        exits=(
+            "nothing wrong found (warnings and info only)",
+            "nothing readable: no path given could be read, and no paste on stdin",
+        ),
+        paths=("*", "files or directories; - (or nothing, with input piped) reads standard input"),
     )
-    parser.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="files or directories; - (or nothing, with input piped) reads standard input",
-    )
-    add_json(parser)
     parser.add_argument("--all", action="store_true", help="every finding, not the first few")
     return parser
 

@@ -13,16 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import add_duration, report_console, write_out
+from mldebug.commands.common import add_duration, exit_of, print_report_with, write_out
 from mldebug.errors import (
-    EXIT_FINDINGS,
-    EXIT_OK,
     PTRACE_REMEDY,
     MldebugError,
-    OutputError,
     PermissionDeniedError,
 )
-from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, JobSnapshot, NativeDump
+from mldebug.model import FAIL_PERMISSION, JobSnapshot, NativeDump
 
 EXIT_LINES = """\
   2    also: --core given a file that is not a core, or a core that does not match --exe
@@ -94,14 +91,12 @@ def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest)
         data["native"] = native_to_json(dumps, group_threads(dumps))
         write_out(json.dumps(data, indent=1) + "\n")
         return
-    console = report_console()
-    try:
+
+    def draw(console) -> None:
         print_rest(console)
         console.print(native_section(dumps, group_threads(dumps), verbose=verbose))
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        raise OutputError(f"could not write the report: {error}") from None
+
+    print_report_with(draw)
 
 
 def dump_cores(args, run_dir: str | None) -> int:
@@ -126,5 +121,4 @@ def dump_cores(args, run_dir: str | None) -> int:
         print_report(snapshot, console, verbose=args.verbose)
 
     emit(snapshot, dumps, args.json, args.verbose, rest)
-    has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
-    return EXIT_FINDINGS if has_errors else EXIT_OK
+    return exit_of(snapshot.findings)

@@ -5,7 +5,7 @@ dumps, read in one pass and compared across ranks.
     mldebug nccl slurm-1234.out ranks/       any mix of files and directories
     mldebug nccl --json logs/                the same as JSON (`findings` as in dump --json)
 
-Exit codes: EXIT_STATUS below (and README).
+Exit codes: in its --help (commands/common.report_parser) and the README.
 """
 
 from __future__ import annotations
@@ -13,32 +13,25 @@ from __future__ import annotations
 import argparse
 
 from mldebug.commands.common import (
-    add_json,
-    command_parser,
+    exit_of,
     nothing_readable,
-    report_exit_status,
+    report_parser,
     write_report,
-)
-from mldebug.errors import EXIT_FINDINGS, EXIT_OK
-from mldebug.model import SEVERITY_ERROR
-
-EXIT_STATUS = report_exit_status(
-    "nccl",
-    "nothing wrong found (warnings and info only), or no NCCL/torch lines at all",
-    "nothing readable: no path given could be read",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
+    parser = report_parser(
         "nccl",
         "Read NCCL debug logs (NCCL_DEBUG=INFO), torch.distributed errors (the\n"
         "ProcessGroupNCCL watchdog, gloo, the TCPStore) and Flight Recorder dumps, one pass\n"
         "over each file, and say which rank is the odd one out.",
-        EXIT_STATUS,
+        exits=(
+            "nothing wrong found (warnings and info only), or no NCCL/torch lines at all",
+            "nothing readable: no path given could be read",
+        ),
+        paths=("+", "log files or directories"),
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files or directories")
-    add_json(parser)
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="every rank's summary, not the first few"
     )
@@ -60,5 +53,4 @@ def main(argv: list[str]) -> int:
     write_report(
         args.json, lambda: json_report(scan), lambda: text_report(scan, verbose=args.verbose)
     )
-    errors = any(f.severity == SEVERITY_ERROR for f in scan.findings)
-    return EXIT_FINDINGS if errors else EXIT_OK
+    return exit_of(scan.findings)

@@ -17,7 +17,7 @@ from mldebug.model import (
 )
 from mldebug.nccl import logfacts as lp
 from mldebug.nccl.ranklog import RankLog, name_ranks, ranks_in
-from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text
 
 RECIPE_TIMEOUT = "nccl-watchdog-timeout"
 RECIPE_WARNINGS = "nccl-warnings"
@@ -198,11 +198,13 @@ def _by_error(
     return out
 
 
-def _reported(logs: list[RankLog], kind: str) -> list[tuple[list[RankLog], lp.ErrorFact]]:
-    """Per distinct error of `kind` (one per target): the logs that report it, and the
-    first report."""
+def _reported(
+    logs: list[RankLog], kind: str
+) -> list[tuple[str | None, list[RankLog], lp.ErrorFact]]:
+    """Per distinct error of `kind`: its target, the logs that report it, the first report."""
     return [
-        ([log for log, _ in entries], entries[0][1]) for entries in _by_error(logs, kind).values()
+        (target, [log for log, _ in entries], entries[0][1])
+        for target, entries in _by_error(logs, kind).items()
     ]
 
 
@@ -225,15 +227,14 @@ def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_CONNECTION,
             )
         )
-    for target, entries in _by_error(logs, lp.ERR_CLOSED).items():
-        who = [log for log, _ in entries]
+    for target, who, first in _reported(logs, lp.ERR_CLOSED):
         quiet = silent + [log for log in logs if log.rank is not None and not log.errors]
         found.append(
             Finding(
                 KIND_CONNECTION,
                 ranks_in(who),
                 f"{name_ranks(who)} lost the connection to {target or 'a peer'} "
-                f"({entries[0][1].text[:120]}): the process there ended first; its own "
+                f"({first.text[:120]}): the process there ended first; its own "
                 "log says why"
                 + (
                     f" ({name_ranks(quiet)} reported no error: "
@@ -244,7 +245,7 @@ def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_CONNECTION,
             )
         )
-    for who, first in _reported(logs, lp.ERR_CLIENTS):
+    for _, who, first in _reported(logs, lp.ERR_CLIENTS):
         found.append(
             Finding(
                 KIND_CONNECTION,
@@ -268,12 +269,12 @@ def dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
             Finding(
                 KIND_DIST_ERROR,
                 tuple(named),
-                f"{'rank' if len(named) == 1 else 'ranks'} {format_ranks(named)} did not "
+                f"{ranks_text(named)} did not "
                 f"reach monitored_barrier ({entries[0][1].text}), as {name_ranks(reporters)} reports",
                 recipe=RECIPE_OUTSIDE,
             )
         )
-    for who, first in _reported(logs, lp.ERR_SIZE):
+    for _, who, first in _reported(logs, lp.ERR_SIZE):
         found.append(
             Finding(
                 KIND_DIST_ERROR,
