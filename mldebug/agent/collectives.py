@@ -40,6 +40,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
@@ -159,7 +160,7 @@ class Group:
             self.completed = self.early.pop(self.completed.seq + 1)
 
     def entry(self) -> dict:
-        entry = {"size": self.size}
+        entry: dict[str, object] = {"size": self.size}
         if self.enqueued is not None:
             entry["enqueued"] = self.enqueued.enqueued_entry()
         if self.completed is not None:
@@ -201,7 +202,7 @@ class Tracer:
         self._by_pg: dict[int, tuple] = {}  # id(pg) -> (weakref to pg, Group)
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}
-        self.c10d = None
+        self.c10d: Any = None  # the program's torch._C._distributed_c10d, once it is there
         self.tensor_type = None
         self.work_type = None
         self.cuda = None
@@ -490,11 +491,12 @@ def wrap(tracer: Tracer, op: str, fn):
         return result
 
     try:
-        wrapper.__code__ = wrapper.__code__.replace(co_name=op, co_qualname=op)
+        # co_qualname is Python 3.11's (typeshed knows it only there); 3.10 refuses it here.
+        wrapper.__code__ = wrapper.__code__.replace(co_name=op, co_qualname=op)  # type: ignore[call-arg]
     except (AttributeError, TypeError, ValueError):
         pass
     functools.update_wrapper(wrapper, fn)
-    wrapper._mldebug_traced = fn
+    wrapper.__dict__["_mldebug_traced"] = fn  # how a second wrap finds the first
     return wrapper
 
 

@@ -199,7 +199,7 @@ class FlightDumps:
     waits for it. A failure is said once and the part stands aside."""
 
     def __init__(self, folder: str | None, rank: int, dumper=_pickle_dumper):
-        self.folder = folder
+        self.folder = folder or ""  # "": no folder, and the part is off
         self.rank = rank
         self._dumper = dumper
         self._served: tuple | None = None

@@ -93,11 +93,11 @@ def growth(agent: AgentState) -> Growth | None:
     when it did not, or the history is too short to say."""
     cuda = _uses_cuda(agent)
     column = 3 if cuda else 2
-    rows = [
-        (row[0], row[column])
-        for row in agent.memory_history
-        if row[column] is not None and row[0] is not None and row[0] >= WARMUP_STEPS
-    ]
+    rows: list[tuple[int, float]] = []  # (step, bytes) after the first steps
+    for row in agent.memory_history:
+        step, value = row[0], row[column]
+        if value is not None and step is not None and step >= WARMUP_STEPS:
+            rows.append((step, value))
     last = rows[-(GROWTH_STEPS + 1) :]
     if len(last) < GROWTH_STEPS + 1 or last[-1][0] <= last[0][0]:
         return None
@@ -129,7 +129,7 @@ def _live(views: Sequence[RankView]) -> list[RankView]:
 
 
 def growth_findings(views: Sequence[RankView]) -> list[Finding]:
-    grown = [(view, found) for view in _live(views) if (found := growth(view.agent))]
+    grown = [(view, found) for view in _live(views) if view.agent and (found := growth(view.agent))]
     if not grown:
         return []
     ranks = tuple(view.rank for view, _ in grown)
@@ -182,11 +182,12 @@ def _growth_finding(
 
 
 def outlier_findings(views: Sequence[RankView]) -> list[Finding]:
-    live = [v for v in _live(views) if v.agent.memory is not None]
-    cuda = any(_uses_cuda(v.agent) for v in live)
+    live = [(v, v.agent) for v in _live(views) if v.agent is not None]
+    read = [(view, agent, agent.memory) for view, agent in live if agent.memory is not None]
+    cuda = any(_uses_cuda(agent) for _, agent, _ in read)
     used = {}
-    for view in live:
-        value = view.agent.memory.cuda_allocated if cuda else view.agent.memory.rss
+    for view, _, memory in read:
+        value = memory.cuda_allocated if cuda else memory.rss
         if value is not None:
             used[view.rank] = value
     if len(used) < 2:

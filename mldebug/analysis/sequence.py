@@ -57,6 +57,13 @@ MAX_GROUPS = 64  # process groups compared per snapshot (the first named by the 
 P2P_OPS = rules.P2P_OPS
 
 
+def _agent(view: RankView) -> AgentState:
+    """The rank's agent state: the views judged here are those that have one (each
+    caller keeps only those)."""
+    assert view.agent is not None
+    return view.agent
+
+
 def interval_of(state: AgentState) -> float:
     return state.interval if state.interval is not None else DEFAULT_INTERVAL
 
@@ -107,11 +114,11 @@ def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
     listed = rules.ranks_of_group(group)
     if listed is not None:
         return [v for v in with_state if v.rank in listed]
-    return [v for v in with_state if any(g.group == group for g in v.agent.groups)]
+    return [v for v in with_state if any(g.group == group for g in _agent(v).groups)]
 
 
 def _progress(view: RankView, group: str):
-    for progress in view.agent.groups:
+    for progress in _agent(view).groups:
         if progress.group == group:
             return progress
     return None
@@ -123,7 +130,7 @@ def _seq(call: CollectiveCall | None) -> int:
 
 def _calls(view: RankView, group: str) -> dict[int, CollectiveCall]:
     """The rank's calls on `group` that its state names, by number."""
-    calls = {c.seq: c for c in view.agent.trace if c.group == group}
+    calls = {c.seq: c for c in _agent(view).trace if c.group == group}
     progress = _progress(view, group)
     if progress is not None and progress.enqueued is not None:
         calls.setdefault(progress.enqueued.seq, progress.enqueued)
@@ -192,7 +199,7 @@ class SequenceVerdict:
 def _waited(view: RankView, call: CollectiveCall) -> float:
     if call.enqueued is None:
         return 0.0
-    return max(0.0, view.agent.time - call.enqueued)
+    return max(0.0, _agent(view).time - call.enqueued)
 
 
 def _severity(seconds: float, interval: float) -> str | None:
@@ -219,7 +226,7 @@ def _mismatch_finding(
         and _seq(p.completed) < seq
         and (call := _calls(views[r], group).get(seq)) is not None
     ]
-    interval = max(interval_of(views[r].agent) for r in ranks)
+    interval = max(interval_of(_agent(views[r])) for r in ranks)
     severity = _severity(max(waits), interval) if waits else None
     odd = mismatch.sides[-1].call
     return Finding(
@@ -263,7 +270,7 @@ def _behind_findings(
         last = progress.enqueued if progress else None
         # Known behind while the others waited: its state was written after the first of
         # them made the call. How long that was, by the agents' clocks, sets the severity.
-        lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
+        lag = min(_agent(v).time for v in bucket) - started if started is not None else 0.0
         worded = ledger.Behind(tuple(ranks), _seq(last), ledger_call(last) if last else None, "")
         summary = ledger.behind_sentence(worded, verdict)
         if lag < 0:  # its last state predates the call: what it says may be old news
@@ -277,7 +284,7 @@ def _behind_findings(
             f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
             f"{_verb(ranks, 'it', 'them')}"
         )
-        interval = max(interval_of(v.agent) for v in (*bucket, *waiting))
+        interval = max(interval_of(_agent(v)) for v in (*bucket, *waiting))
         severity = _severity(min(lag, longest), interval) or SEVERITY_WARNING
         detail = (
             f"{_ranks_text(waiting_ranks)} made {_call_text(call, group)} and "
@@ -315,7 +322,7 @@ def _behind_findings(
 
 def _hang(text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
     ranks = [v.rank for v in waiting]
-    interval = max(interval_of(v.agent) for v in waiting)
+    interval = max(interval_of(_agent(v)) for v in waiting)
     severity = _severity(seconds, interval)
     if severity is None:
         return None
@@ -381,7 +388,7 @@ def _group_verdict(
     for view in waiting:
         call = _progress(view, group).enqueued
         waits[view.rank] = Wait(view.rank, group, call, _waited(view, call))
-    interval = max(interval_of(v.agent) for v in waiting)
+    interval = max(interval_of(_agent(v)) for v in waiting)
     if _severity(max(w.seconds for w in waits.values()), interval) is None:
         return {}, findings, covered  # a call in transit
     call = waits[waiting[0].rank].call
@@ -406,7 +413,7 @@ def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
     findings = []
     for bucket in sorted(buckets.values(), key=lambda b: (-len(b), b[0].rank)):
         ranks = [v.rank for v in bucket]
-        ages = sorted(v.heartbeat_age for v in bucket)
+        ages = sorted(v.heartbeat_age or 0.0 for v in bucket)  # frozen: each has an age
         age = f"{ages[0]:.0f} s" if ages[0] == ages[-1] else f"{ages[0]:.0f}-{ages[-1]:.0f} s"
         findings.append(
             Finding(
@@ -429,7 +436,7 @@ def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
 
 
 def _traced_pending(view: RankView) -> bool:
-    return any(_seq(g.enqueued) > _seq(g.completed) for g in view.agent.groups)
+    return any(_seq(g.enqueued) > _seq(g.completed) for g in _agent(view).groups)
 
 
 def _flight_wait(view: RankView) -> Wait | None:
@@ -437,11 +444,11 @@ def _flight_wait(view: RankView) -> Wait | None:
     not retired for two heartbeats: it waits in it (a C++ collective, DDP's all-reduce)."""
     if not _fresh(view) or _traced_pending(view):
         return None
-    for flight in view.agent.flight:
+    for flight in _agent(view).flight:
         if flight.retired or flight.pending == 0 or flight.created is None:
             continue
-        seconds = max(0.0, view.agent.time - flight.created)
-        if seconds > WAIT_ERROR_INTERVALS * interval_of(view.agent):
+        seconds = max(0.0, _agent(view).time - flight.created)
+        if seconds > WAIT_ERROR_INTERVALS * interval_of(_agent(view)):
             call = CollectiveCall(
                 flight.group,
                 flight.seq,
@@ -458,7 +465,7 @@ def _in_flight(view: RankView, group: str, seq: int) -> bool:
     """The rank's recorder shows collective #seq of `group` (or a later one) not retired."""
     return any(
         f.group == group and f.pending > 0 and f.seq >= seq and not f.retired
-        for f in view.agent.flight
+        for f in _agent(view).flight
     )
 
 
@@ -492,7 +499,7 @@ def _flight_findings(
             and not _in_flight(v, group, seq)
         ]
         if group != DEFAULT_GROUP:
-            elsewhere = [v for v in elsewhere if any(f.group == group for f in v.agent.flight)]
+            elsewhere = [v for v in elsewhere if any(f.group == group for f in _agent(v).flight)]
         if not elsewhere:
             continue
         ranks = [v.rank for v in elsewhere]
@@ -500,7 +507,7 @@ def _flight_findings(
         longest = max(w.seconds for w in group_waits)
         on = "" if group == DEFAULT_GROUP else f" on group {group}"
         # Its own recorder, read while it looked stuck too, says it is not in the call.
-        confirmed = all(v.agent.flight for v in elsewhere)
+        confirmed = all(_agent(v).flight for v in elsewhere)
         findings.append(
             Finding(
                 KIND_OUTLIER,
@@ -539,7 +546,7 @@ def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     names: dict[str, None] = {}
     for view in views:
         if view.agent is not None:
-            for progress in view.agent.groups:
+            for progress in _agent(view).groups:
                 names.setdefault(progress.group, None)
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []

@@ -53,7 +53,7 @@ def _frame(frame: Frame) -> list:
 
 
 def _thread(thread: ThreadStack) -> dict:
-    entry = {"name": thread.name, "frames": [_frame(f) for f in thread.frames]}
+    entry: dict[str, object] = {"name": thread.name, "frames": [_frame(f) for f in thread.frames]}
     if thread.active:
         entry["active"] = 1
     if thread.owns_gil:
@@ -332,7 +332,8 @@ class Reader:
                 seen.add(view.rank)
                 views.append(view)
         groups = self._groups(data.get("groups"), stacks, seen)
-        notes = data.get("notes") if isinstance(data.get("notes"), list) else []
+        said = data.get("notes")
+        notes = said if isinstance(said, list) else []
         return NodeReading(
             host=host,
             time=now,
@@ -396,7 +397,8 @@ class Reader:
             members = tuple(r for r in entry["ranks"][:MAX_RANKS] if _int(r) in ranks)
             if stack is None or not members or not stacks[stack]:
                 continue
-            state = entry.get("state") if entry.get("state") in STATES else "unknown"
+            said = entry.get("state")
+            state = said if isinstance(said, str) and said in STATES else "unknown"
             groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
         return tuple(groups)
 
@@ -425,7 +427,8 @@ def _events(value: object):
         rank, kind = _int(entry.get("rank"), 0, 1 << 20), _text(entry.get("kind"))
         if rank is None or not kind:
             continue
-        fields = entry.get("fields") if isinstance(entry.get("fields"), list) else []
+        said = entry.get("fields")
+        fields = said if isinstance(said, list) else []
         yield RankEvent(
             rank,
             _number(entry.get("time")),

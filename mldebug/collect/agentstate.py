@@ -52,8 +52,8 @@ def _shapes(value: object) -> tuple[tuple[int, ...], ...]:
     shapes = []
     for shape in value[:MAX_TENSORS]:
         if isinstance(shape, list) and len(shape) <= MAX_DIMS:
-            dims = [_int(d) for d in shape]
-            if all(d is not None for d in dims):
+            dims = [d for d in map(_int, shape) if d is not None]
+            if len(dims) == len(shape):
                 shapes.append(tuple(dims))
     return tuple(shapes)
 
@@ -145,11 +145,17 @@ def _flight(value: object) -> tuple[FlightGroup, ...]:
     return tuple(groups)
 
 
+def _section(value: dict, name: str) -> dict:
+    """value[name] where it is an object, else an empty one."""
+    section = value.get(name)
+    return section if isinstance(section, dict) else {}
+
+
 def _memory(value: object) -> MemoryReading | None:
     if not isinstance(value, dict):
         return None
-    cuda = value.get("cuda") if isinstance(value.get("cuda"), dict) else {}
-    nvml = value.get("nvml") if isinstance(value.get("nvml"), dict) else {}
+    cuda = _section(value, "cuda")
+    nvml = _section(value, "nvml")
     return MemoryReading(
         rss=_int(value.get("rss")),
         cuda_allocated=_int(cuda.get("allocated")),

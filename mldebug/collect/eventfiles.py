@@ -10,6 +10,7 @@ grew, and reads at most MAX_BYTES a poll across all ranks.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -158,7 +159,7 @@ class EventsReader:
         bad = 0
         for rank in ranks:
             found = self._files.get(
-                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p, each)
+                paths.events_file(rank), functools.partial(read_event_file, rank, max_bytes=each)
             )
             if found is not None:
                 events.extend(found[0])

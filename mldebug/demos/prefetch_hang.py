@@ -30,8 +30,10 @@ def next_batch(batches: queue.Queue) -> torch.Tensor:
 
 def average_gradients(model: torch.nn.Module, world: int) -> None:
     for param in model.parameters():
-        dist.all_reduce(param.grad)
-        param.grad /= world
+        grad = param.grad
+        assert grad is not None  # every parameter of the demo's model takes part in the loss
+        dist.all_reduce(grad)
+        grad /= world
 
 
 def main() -> None:

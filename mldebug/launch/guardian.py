@@ -126,6 +126,8 @@ def _snapshot() -> dict[int, tuple[int, int, int, str]]:
         if not name.isdigit():
             continue
         fields = proc_stat(int(name))
+        if fields is None:
+            continue
         try:
             table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[19]), fields[0])
         except (TypeError, ValueError, IndexError):

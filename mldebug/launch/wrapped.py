@@ -48,8 +48,9 @@ class _Watched:
 
 
 def _pid(value: object) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX
-    return value if ok else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX:
+        return value
+    return None
 
 
 def _time(value: object, default: float) -> float:
@@ -74,7 +75,7 @@ class WrappedRanks:
         if self._launcher is None:
             pid = _pid(self.manifest.data.get("launcher_pid"))
             fields = proc_stat(pid) if pid else None
-            if fields and len(fields) > 19 and fields[1] == str(os.getpid()):
+            if pid and fields and len(fields) > 19 and fields[1] == str(os.getpid()):
                 self._launcher = (pid, int(fields[19]))
         return self._launcher
 
