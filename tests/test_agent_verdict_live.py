@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from testkit.jobs import dump_json_until, running_job
-from testkit.jobs import line_of as testkit_line_of
+from testkit.jobs import line_of as marked_line
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 pytestmark = [
@@ -58,7 +58,7 @@ JOB = textwrap.dedent(
 
 
 def line_of(marker: str) -> int:
-    return testkit_line_of(JOB, marker)
+    return marked_line(JOB, marker)
 
 
 @pytest.fixture(scope="module")

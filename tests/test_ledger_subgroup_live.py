@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 from testkit.jobs import dump_json_until, running_job
-from testkit.jobs import line_of as testkit_line_of
+from testkit.jobs import line_of as marked_line
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -55,7 +55,7 @@ JOB = textwrap.dedent(
 
 
 def line_of(marker: str) -> int:
-    return testkit_line_of(JOB, marker)
+    return marked_line(JOB, marker)
 
 
 @pytest.fixture(scope="module")

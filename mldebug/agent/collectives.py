@@ -96,29 +96,23 @@ class Call:
         self.waits = None  # the Work objects / CUDA events it completes with
 
     def trace_entry(self) -> dict:
-        entry = {
-            "group": self.group.name,
-            "seq": self.seq,
-            "op": self.op,
-            "site": self.site,
-            "enqueued": self.enqueued,
-            "completed": self.completed,
-            "async": self.asynchronous,
-            "shapes": self.shapes,
-            "dtypes": self.dtypes,
-        }
-        self._extras(entry)
-        return entry
+        """The call in state.json's `trace`."""
+        return self._entry(group=self.group.name, enqueued=self.enqueued, completed=self.completed)
 
     def enqueued_entry(self) -> dict:
+        """The call as a group's last made one (`groups.<name>.enqueued`)."""
+        return self._entry(time=self.enqueued)
+
+    def _entry(self, **when) -> dict:
+        """What state.json says of every call made, with `when` (its group and times)."""
         entry = {
             "seq": self.seq,
             "op": self.op,
-            "time": self.enqueued,
             "site": self.site,
+            "async": self.asynchronous,
             "shapes": self.shapes,
             "dtypes": self.dtypes,
-            "async": self.asynchronous,
+            **when,
         }
         self._extras(entry)
         return entry

@@ -72,9 +72,14 @@ def _call(call: CollectiveCall | None, when: float | None) -> dict | None:
         "site": call.site,
         "time": when,
         "async": call.asynchronous,
-        "shapes": [list(s) for s in call.shapes],
-        "dtypes": list(call.dtypes),
+        **_tensors(call.shapes, call.dtypes),
     }
+
+
+def _tensors(shapes, dtypes, shapes_key: str = "shapes") -> dict:
+    """A call's tensors as state.json holds them (the Flight Recorder's part names its
+    shapes `sizes`, as torch does)."""
+    return {shapes_key: [list(s) for s in shapes], "dtypes": list(dtypes)}
 
 
 def agent_json(state: AgentState) -> dict:
@@ -107,8 +112,7 @@ def agent_json(state: AgentState) -> dict:
                 "enqueued": c.enqueued,
                 "completed": c.completed,
                 "async": c.asynchronous,
-                "shapes": [list(s) for s in c.shapes],
-                "dtypes": list(c.dtypes),
+                **_tensors(c.shapes, c.dtypes),
             }
             for c in state.trace
         ],
@@ -136,8 +140,7 @@ def agent_json(state: AgentState) -> dict:
                     "op": f.op,
                     "retired": f.retired,
                     "created": f.created,
-                    "sizes": [list(s) for s in f.shapes],
-                    "dtypes": list(f.dtypes),
+                    **_tensors(f.shapes, f.dtypes, "sizes"),
                 },
             }
             for f in state.flight
