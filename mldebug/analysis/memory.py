@@ -45,6 +45,7 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 from mldebug.wording import human_bytes as human
+from mldebug.wording import ranks_text
 
 GROWTH_STEPS = 8
 MIN_GROWTH = 64 << 10  # bytes between two steps; less is noise (the agent uses the same)
@@ -271,7 +272,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
             f"steadily, over their last {min(t.span for t in grown):.0f} s"
         )
     if alone and others:
-        summary += f", while {'rank' if len(others) == 1 else 'ranks'} {format_ranks(others)} "
+        summary += f", while {ranks_text(others)} "
         summary += "stays flat" if len(others) == 1 else "stay flat"
     if soonest is not None:
         found, when = soonest
