@@ -36,8 +36,6 @@ from mldebug.model import (
     KIND_MEMORY_OUTLIER,
     SEVERITY_INFO,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     AgentState,
     Finding,
     FindingPart,
@@ -124,9 +122,7 @@ def _how(found: Growth, whose: str) -> str:
 
 
 def _live(views: Sequence[RankView]) -> list[RankView]:
-    return [
-        v for v in views if v.agent is not None and v.state not in (STATE_EXITED, STATE_MISSING)
-    ]
+    return [v for v in views if v.agent is not None and not v.gone]
 
 
 def growth_findings(views: Sequence[RankView]) -> list[Finding]:

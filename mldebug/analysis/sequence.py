@@ -35,8 +35,6 @@ from mldebug.model import (
     KIND_OUTLIER,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     AgentState,
     CollectiveCall,
     Finding,
@@ -75,7 +73,7 @@ def frozen_after(state: AgentState) -> float:
 
 
 def alive(view: RankView) -> bool:
-    return view.state not in (STATE_EXITED, STATE_MISSING)
+    return not view.gone
 
 
 def _stale(view: RankView) -> bool:
