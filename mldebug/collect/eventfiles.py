@@ -10,10 +10,10 @@ grew, and reads at most MAX_BYTES a poll across all ranks.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +126,11 @@ def _lines(path: Path, max_bytes: int) -> list[str]:
     return lines
 
 
+def _reader_of(rank: int, each: int) -> Callable[[Path], tuple[list[RankEvent], int]]:
+    """How one rank's events file is read (its last `each` bytes)."""
+    return lambda path: read_event_file(rank, path, each)
+
+
 def read_event_file(
     rank: int, path: Path, max_bytes: int = EVENTS_BYTES
 ) -> tuple[list[RankEvent], int]:
@@ -158,9 +163,7 @@ class EventsReader:
         events: list[RankEvent] = []
         bad = 0
         for rank in ranks:
-            found = self._files.get(
-                paths.events_file(rank), functools.partial(read_event_file, rank, max_bytes=each)
-            )
+            found = self._files.get(paths.events_file(rank), _reader_of(rank, each))
             if found is not None:
                 events.extend(found[0])
                 bad += found[1]
