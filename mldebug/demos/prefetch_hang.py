@@ -29,11 +29,9 @@ def next_batch(batches: queue.Queue) -> torch.Tensor:
 
 
 def average_gradients(model: torch.nn.Module, world: int) -> None:
-    for param in model.parameters():
-        grad = param.grad
-        assert grad is not None  # every parameter of the demo's model takes part in the loss
+    for grad in (p.grad for p in model.parameters() if p.grad is not None):
         dist.all_reduce(grad)
-        grad /= world
+        grad /= world  # in place: the parameter's own gradient
 
 
 def main() -> None:
