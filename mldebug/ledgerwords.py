@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import mldebug.ledgerforms as forms
 import mldebug.ledgerrules as rules
-from mldebug.ledgerforms import (
-    KIND_DTYPES,
-    KIND_OP,
-    KIND_SHAPES,
-    KIND_STATE,
-    KIND_TOTALS,
-    Behind,
-    Call,
-    GroupVerdict,
-    Side,
-    numel,
-)
+from mldebug.ledgerforms import Behind, Call, GroupVerdict, Side, numel
 from mldebug.wording import ranks_text
 from mldebug.wording import verb as _verb
 
@@ -83,24 +73,24 @@ def _side_text(side: Side, kind: str) -> str:
     if call is None:
         return f"{ranks_text(side.ranks)} {_verb(side.ranks, 'makes', 'make')} no call #N"
     what = call.op
-    if kind in (KIND_SHAPES, KIND_DTYPES) and call.shapes:
+    if kind in (forms.KIND_SHAPES, forms.KIND_DTYPES) and call.shapes:
         what = f"{call.op} of {tensors_text(call)}"
-    elif kind == KIND_TOTALS:
+    elif kind == forms.KIND_TOTALS:
         sent = sum(numel(s) for s in call.shapes)
         got = sum(numel(s) for s in call.out_shapes)
         what = f"{call.op} sending {sent} and receiving {got} elements"
-    elif kind == KIND_STATE:
+    elif kind == forms.KIND_STATE:
         what = f"{call.op} ({call.state})"
     at = f" ({call.site})" if call.site else ""
     return f"{ranks_text(side.ranks)} {verb} {what}{at}"
 
 
 _WHY = {
-    KIND_OP: "different collectives",
-    KIND_SHAPES: "different tensors",
-    KIND_DTYPES: "different dtypes",
-    KIND_TOTALS: "all_to_all calls whose totals differ",
-    KIND_STATE: "one collective that only some started",
+    forms.KIND_OP: "different collectives",
+    forms.KIND_SHAPES: "different tensors",
+    forms.KIND_DTYPES: "different dtypes",
+    forms.KIND_TOTALS: "all_to_all calls whose totals differ",
+    forms.KIND_STATE: "one collective that only some started",
 }
 
 

@@ -30,6 +30,8 @@ STATE_UNKNOWN = "unknown"  # one sample only: cannot tell stuck from running
 # Its agent says it called a collective that has not completed for a while, whatever its
 # stack or CPU shows (on NCCL a rank waits at a later sync point, often spinning).
 STATE_WAITING = "waiting"
+# No process to read: it ended, or none was found for its rank.
+GONE_STATES = frozenset({STATE_EXITED, STATE_MISSING})
 
 # Finding kinds (the `kind` of a Finding; stable, scripts match on them).
 KIND_OUTLIER = "outlier"  # most ranks wait in a collective, a few are elsewhere
@@ -324,6 +326,11 @@ class RankView:
     agent: AgentState | None = None  # the rank's state.json, when its agent writes one
     # The rank waits for its DataLoader: pid of the worker process whose line user_frame is.
     dataloader_worker: int | None = None
+
+    @property
+    def gone(self) -> bool:
+        """No process to read any more, or none found (GONE_STATES)."""
+        return self.state in GONE_STATES
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Rules shared by the in-rank agent and the outside: which rank a process is, which
-frames are the user's own code, and how a frame is named for people.
+frames are the user's own code, and how a frame and a byte count are named for people.
 
 Stdlib only and free of imports from the package: the agent loads this file by its path
 inside every rank (the rank may run in another environment than mldebug), and the
@@ -128,3 +128,19 @@ def frame_label(frame) -> str:
     if frame.line is not None:
         where = f"{where}:{frame.line}"
     return f"{frame.function} ({where})"
+
+
+def human_bytes(size: float | None, compact: bool = False) -> str:
+    """A byte count for people: "512 B", "1.5 MiB", "3.2 GiB" (binary units, up to TiB);
+    compact for narrow table columns: "512B", "1.5M", "3.2G". None is "-". The agent's
+    events and the outside's verdicts word sizes alike (wording.human_bytes is this one)."""
+    if size is None:
+        return "-"
+    units = ("B", "K", "M", "G", "T") if compact else ("B", "KiB", "MiB", "GiB", "TiB")
+    sep = "" if compact else " "
+    size = float(size)
+    for unit in units:
+        if abs(size) < 1024 or unit == units[-1]:
+            return f"{size:.0f}{sep}{unit}" if unit == "B" else f"{size:.1f}{sep}{unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

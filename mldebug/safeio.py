@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 MAX_JSON_BYTES = 4 << 20  # cap on a JSON file read (run.json for 1,024 ranks is ~150 KB)
@@ -129,6 +131,18 @@ def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
+def json_number(value: object) -> float | None:
+    """A finite float from a JSON value read from a file; None for anything else (a string,
+    true, NaN, 1e400, an integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> dict | None:
     """A JSON object from a file, or None when it is missing, not a regular file, larger
     than `limit`, nested too deep, or not a JSON object."""
@@ -163,6 +177,20 @@ def create_new(path: str | os.PathLike) -> int:
     """A descriptor of a file created by this call (0600): an existing name, a symlink
     included, is an error (FileExistsError), so nothing planted is ever written through."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def write_request(folder: Path, name: str) -> Path:
+    """A fresh request file `folder/name` holding the time it was made: a new inode, renamed
+    in place, so a request within the same clock tick as the last one is still news to a
+    rank that compares inodes."""
+    temp = folder / f".{name}.{os.getpid()}.tmp"
+    fd = create_new(temp)
+    try:
+        os.write(fd, f"{time.time():.3f}\n".encode())
+    finally:
+        os.close(fd)
+    os.replace(temp, folder / name)
+    return folder / name
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

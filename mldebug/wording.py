@@ -1,5 +1,5 @@
 """How mldebug words the things every view and verdict names: rank sets, byte sizes and
-severities. One place, so a finding, the text report, the TUI and `mldebug nccl` say
+severities (byte sizes are rankrules.human_bytes, which the agent shares). One place, so a finding, the text report, the TUI and `mldebug nccl` say
 them alike. Standard library and the model only: the analysis and every view import it.
 """
 
@@ -9,6 +9,9 @@ from collections.abc import Iterable, Sequence
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING
 from mldebug.ranges import format_ranks
+from mldebug.rankrules import human_bytes
+
+__all__ = ["human_bytes", "ranks_text", "severity_mark", "verb"]
 
 # The mark a finding's severity is shown with, in the text report, the TUI and `nccl`.
 SEVERITY_MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲", SEVERITY_INFO: "●"}
@@ -24,21 +27,6 @@ def ranks_text(ranks: Iterable[int]) -> str:
 def verb(ranks: Sequence[int], one: str, many: str) -> str:
     """The verb's form for that many ranks: verb(ranks, "waits", "wait")."""
     return one if len(ranks) == 1 else many
-
-
-def human_bytes(size: float | None, compact: bool = False) -> str:
-    """A byte count for people: "512 B", "1.5 MiB", "3.2 GiB" (binary units, up to TiB);
-    compact for narrow table columns: "512B", "1.5M", "3.2G". None is "-"."""
-    if size is None:
-        return "-"
-    units = ("B", "K", "M", "G", "T") if compact else ("B", "KiB", "MiB", "GiB", "TiB")
-    sep = "" if compact else " "
-    size = float(size)
-    for unit in units:
-        if abs(size) < 1024 or unit == units[-1]:
-            return f"{size:.0f}{sep}{unit}" if unit == "B" else f"{size:.1f}{sep}{unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def severity_mark(severity: str) -> str:

@@ -1,15 +1,8 @@
 """Fixtures shared across test modules."""
 
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
-
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+from testkit.procs import sleepy_ranks
 
 
 @pytest.fixture
@@ -18,16 +11,5 @@ def sleepy_job():
 
     The Popen object gets `rank_pids`, the ranks' pids in rank order.
     """
-    proc = subprocess.Popen(
-        [sys.executable, str(SLEEPY), "4"],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
-        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+    with sleepy_ranks() as proc:
         yield proc
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

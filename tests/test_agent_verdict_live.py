@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-from testkit.jobs import dump_json, start, stop, wait_ready
+from testkit.jobs import dump_json_until, running_job
+from testkit.jobs import line_of as marked_line
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 pytestmark = [
@@ -58,32 +58,22 @@ JOB = textwrap.dedent(
 
 
 def line_of(marker: str) -> int:
-    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+    return marked_line(JOB, marker)
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("async_wait")
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    proc, run_dir = start(tmp_path, script, 3)
-    try:
-        wait_ready(proc, run_dir, 3)
-        yield script, run_dir
-    finally:
-        stop(proc)
+    with running_job(tmp_path_factory.mktemp("async_wait"), JOB, 3) as started:
+        yield started
 
 
 def test_the_rank_that_never_made_the_async_call_is_named_with_its_line(job):
     script, run_dir = job
     # Once the others have waited a couple of heartbeats, the verdict is an error.
-    deadline = time.monotonic() + 60
-    while True:
-        code, report = dump_json(run_dir)
-        first = report["findings"][0] if report["findings"] else {}
-        if first.get("severity") == "error" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    code, report = dump_json_until(
+        run_dir, lambda report: any(f["severity"] == "error" for f in report["findings"][:1])
+    )
+    first = report["findings"][0] if report["findings"] else {}
     assert code == 1, report["findings"]
     assert first["kind"] == "outlier" and first["ranks"] == [2], first
     assert first["location"] == f"{script}:{line_of('ELSEWHERE_LINE')}"

@@ -8,9 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
+from testkit.procs import SLEEPY
+
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.procs import SLEEPY, sleepy_ranks
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 
 WAIT_LINE = next(
     i for i, line in enumerate(SLEEPY.read_text().splitlines(), 1) if "WAIT_LINE" in line
@@ -62,20 +62,8 @@ def test_a_killed_rank_shows_as_missing(launcher):
 def launcher_in_run(tmp_path):
     """The sleepy job, started as `mldebug run` starts one in run directory tmp_path (only
     processes started with MLDEBUG_RUN_DIR naming a run directory are its ranks)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(SLEEPY), "4"],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "MLDEBUG_RUN_DIR": str(tmp_path)},
-    )
-    try:
-        ready = sorted((proc.stdout.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
-        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+    with sleepy_ranks({**os.environ, "MLDEBUG_RUN_DIR": str(tmp_path)}) as proc:
         yield proc
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_run_dir_reports_exit_codes(launcher_in_run, tmp_path):

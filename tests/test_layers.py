@@ -37,7 +37,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "model_timing": frozenset(),  # the timing dataclasses of slow jobs, part of the model
     "ranges": frozenset(),
     "textsafe": frozenset(),
-    "wording": frozenset({"model", "ranges"}),
+    "wording": frozenset({"model", "ranges", "rankrules"}),
     # in-rank, standard library only
     "rankrules": frozenset(),
     "ledgerrules": frozenset(),
@@ -91,7 +91,7 @@ NEVER: dict[str, frozenset[str]] = {
     "analysis": COLLECTING | VIEWS | FRONT | {"nccl", "explain", "recipes", "doctor"},
     "model": frozenset(LAYERS) - {"model", "model_timing"},
     "model_timing": frozenset(LAYERS) - {"model_timing"},
-    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges"},
+    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges", "rankrules"},
     "collect": VIEWS | FRONT | {"analysis", "observe", "live", "launch", "cluster", "explain"},
     "nccl": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
     "report": COLLECTING | FRONT | {"analysis", "doctor"},

@@ -10,10 +10,10 @@ The job starts once per module (importing torch in 3 ranks takes a while).
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
-from testkit.jobs import dump_json, start, stop, wait_ready
+from testkit.jobs import dump_json_until, running_job
+from testkit.jobs import line_of as marked_line
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -55,31 +55,25 @@ JOB = textwrap.dedent(
 
 
 def line_of(marker: str) -> int:
-    return next(i for i, line in enumerate(JOB.splitlines(), 1) if marker in line)
+    return marked_line(JOB, marker)
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("subgroup")
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    proc, run_dir = start(tmp_path, script, 3)
-    try:
-        wait_ready(proc, run_dir, 3)
-        yield script, run_dir
-    finally:
-        stop(proc)
+    with running_job(tmp_path_factory.mktemp("subgroup"), JOB, 3) as started:
+        yield started
 
 
 def test_a_member_of_a_ranks_subgroup_that_never_called_on_it_is_named_behind(job):
     script, run_dir = job
-    deadline = time.monotonic() + 90
-    while True:
-        code, report = dump_json(run_dir)
-        behind = [f for f in report["findings"] if f["kind"] == "outlier" and f["ranks"] == [1]]
-        if (behind and behind[0]["severity"] == "error") or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+
+    def behind_of(report: dict) -> list[dict]:
+        return [f for f in report["findings"] if f["kind"] == "outlier" and f["ranks"] == [1]]
+
+    _, report = dump_json_until(
+        run_dir, lambda report: any(f["severity"] == "error" for f in behind_of(report)[:1]), 90
+    )
+    behind = behind_of(report)
     assert behind, report["findings"]
     (finding,) = behind
     assert finding["summary"].startswith(

@@ -6,13 +6,11 @@ memory, with its rate per step, and rank 0 must not be.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 
 import pytest
-from testkit.jobs import start, stop, wait_ready
+from testkit.jobs import dump_json, start, stop, wait_ready
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -69,14 +67,7 @@ def job(tmp_path_factory):
 
 def test_dump_flags_the_rank_that_keeps_its_graphs_and_not_the_healthy_one(job):
     script, run_dir = job
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    findings = json.loads(done.stdout)["findings"]
+    findings = dump_json(run_dir)[1]["findings"]
     (grows,) = [f for f in findings if f["kind"] == "memory_growth"]
     assert grows["ranks"] == [1] and grows["severity"] == "warning", findings
     assert grows["recipe"] == "memory-growth"

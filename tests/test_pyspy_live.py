@@ -3,11 +3,11 @@
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
+from testkit.procs import sitting
 
 from mldebug.collect.pyspy import dump_stack, explain_by_status, find_pyspy
 from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, FAIL_PERMISSION, RankTarget
@@ -23,11 +23,8 @@ sit_here()
 
 @pytest.fixture
 def sitter():
-    proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    yield proc
-    proc.kill()
-    proc.wait()
+    with sitting(SITTER) as proc:
+        yield proc
 
 
 def test_reads_a_live_process(sitter):

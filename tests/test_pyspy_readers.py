@@ -12,9 +12,9 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import subprocess
-import sys
 
 import pytest
+from testkit.procs import sitting
 
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.readers import busy_detail, reader_of, tracer_pid
@@ -32,11 +32,8 @@ sit_here()
 
 @pytest.fixture
 def sitter():
-    proc = subprocess.Popen([sys.executable, "-c", SITTER], stdout=subprocess.PIPE, text=True)
-    proc.stdout.readline()
-    yield proc
-    proc.kill()
-    proc.wait()
+    with sitting(SITTER) as proc:
+        yield proc
 
 
 def test_eight_readers_at_once_all_read_the_stack_and_leave_it_running(sitter):

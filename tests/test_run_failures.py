@@ -115,7 +115,7 @@ def test_a_failure_while_summing_up_keeps_the_jobs_exit_code(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("the report broke")
 
-    monkeypatch.setattr("mldebug.launch.supervisor.collect_failures", broken)
+    monkeypatch.setattr("mldebug.launch.children.collect_failures", broken)
     paths = create_run_dir(tmp_path / "run")
     supervisor = Supervisor(
         LaunchSpec(paths=paths, command=[sys.executable, str(tmp_path / "job.py")], console=None)

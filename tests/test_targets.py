@@ -5,15 +5,13 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from testkit.procs import SLEEPY
 
 from mldebug.collect.crashes import with_crashes
 from mldebug.errors import NoTargetError
 from mldebug.targets import check_pid, job_key, rank_env, resolve_targets
-
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 
 
 def start_launcher(*args, env=None):

@@ -10,16 +10,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from testkit.procs import SLEEPY
 
 from mldebug import rundir
 from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes, with_crashes
 from mldebug.errors import NoTargetError
 from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets
 
-SLEEPY = Path(__file__).parent / "jobs" / "sleepy_ranks.py"
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 NOBODY = 65534
 

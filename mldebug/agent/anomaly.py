@@ -37,6 +37,7 @@ import math
 import os
 import sys
 import weakref
+from typing import Any
 
 from .eventlog import emit as emit_event
 from .eventlog import fail as fail_part
@@ -89,7 +90,7 @@ class _Module:
         return f"{self.name} ({self.cls})" if self.name else self.cls
 
 
-def qualified_names(root) -> list[tuple[object, str]]:
+def qualified_names(root) -> list[tuple[Any, str]]:  # torch modules: no types here
     """(module, name) for a root and everything under it, in named_modules() order, the
     wrappers' own level left out (DDP(Net).module.blocks.0 is `blocks.0`)."""
     out, seen = [], set()
@@ -134,8 +135,8 @@ class Detector:
         self.mode = mode
         self.is_library = is_library  # rankrules.is_library_path
         # The rank's step (None before the first): the agent's count, else our own.
-        self.step_of = step_of or (lambda: self.count or None)
         self.count = 0  # optimizer steps seen (without the agent's count)
+        self.step_of = step_of or (lambda: self.count or None)
         self.emit = emit or emit_event  # emit(kind, message, **fields): events.jsonl
         self.failed_report = failed or fail_part  # (part, error): said once
         self.pid = os.getpid()
@@ -147,7 +148,7 @@ class Detector:
         self.params: dict[int, tuple] = {}  # id(param) -> (weakref, _Module, param name)
         self.handles: list = []
         self.root_site = None
-        self.torch = None
+        self.torch: Any = None  # the program's torch, once it is imported
         self.module_file = None
         self._last_output = None  # weakref to the last tensor recorded as an output
         self._library_cache: dict[str, bool] = {}

@@ -40,6 +40,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
@@ -95,29 +96,23 @@ class Call:
         self.waits = None  # the Work objects / CUDA events it completes with
 
     def trace_entry(self) -> dict:
-        entry = {
-            "group": self.group.name,
-            "seq": self.seq,
-            "op": self.op,
-            "site": self.site,
-            "enqueued": self.enqueued,
-            "completed": self.completed,
-            "async": self.asynchronous,
-            "shapes": self.shapes,
-            "dtypes": self.dtypes,
-        }
-        self._extras(entry)
-        return entry
+        """The call in state.json's `trace`."""
+        return self._entry(group=self.group.name, enqueued=self.enqueued, completed=self.completed)
 
     def enqueued_entry(self) -> dict:
+        """The call as a group's last made one (`groups.<name>.enqueued`)."""
+        return self._entry(time=self.enqueued)
+
+    def _entry(self, **when) -> dict:
+        """What state.json says of every call made, with `when` (its group and times)."""
         entry = {
             "seq": self.seq,
             "op": self.op,
-            "time": self.enqueued,
             "site": self.site,
+            "async": self.asynchronous,
             "shapes": self.shapes,
             "dtypes": self.dtypes,
-            "async": self.asynchronous,
+            **when,
         }
         self._extras(entry)
         return entry
@@ -159,7 +154,7 @@ class Group:
             self.completed = self.early.pop(self.completed.seq + 1)
 
     def entry(self) -> dict:
-        entry = {"size": self.size}
+        entry: dict[str, object] = {"size": self.size}
         if self.enqueued is not None:
             entry["enqueued"] = self.enqueued.enqueued_entry()
         if self.completed is not None:
@@ -201,7 +196,7 @@ class Tracer:
         self._by_pg: dict[int, tuple] = {}  # id(pg) -> (weakref to pg, Group)
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}
-        self.c10d = None
+        self.c10d: Any = None  # the program's torch._C._distributed_c10d, once it is there
         self.tensor_type = None
         self.work_type = None
         self.cuda = None
@@ -490,11 +485,12 @@ def wrap(tracer: Tracer, op: str, fn):
         return result
 
     try:
-        wrapper.__code__ = wrapper.__code__.replace(co_name=op, co_qualname=op)
+        # co_qualname is Python 3.11's (typeshed knows it only there); 3.10 refuses it here.
+        wrapper.__code__ = wrapper.__code__.replace(co_name=op, co_qualname=op)  # type: ignore[call-arg]
     except (AttributeError, TypeError, ValueError):
         pass
     functools.update_wrapper(wrapper, fn)
-    wrapper._mldebug_traced = fn
+    wrapper.__dict__["_mldebug_traced"] = fn  # how a second wrap finds the first
     return wrapper
 
 

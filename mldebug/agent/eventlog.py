@@ -36,7 +36,7 @@ class _Writer:
         self._open_append = open_append
         self._step_of = step_of
         self._fd: int | None = None
-        self._lines: int | None = None
+        self._lines = 0  # lines in the file: counted when it is first opened
         self._lock = threading.Lock()
 
     def _count_existing(self) -> int:

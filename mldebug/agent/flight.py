@@ -40,15 +40,24 @@ _rules = _sibling("ledgerrules")  # the collective ledger's contract: group name
 DEFAULT_GROUP = _rules.DEFAULT_GROUP
 
 
-def _dumper():
-    """torch's JSON dump of its Flight Recorder, or None when torch.distributed is not
-    imported or not initialised (or this torch has none)."""
+def _c10d():
+    """torch's c10d bindings once torch.distributed is imported and initialised, else None
+    (the agent never imports torch itself)."""
     dist = sys.modules.get("torch.distributed")
     c10d = sys.modules.get("torch._C._distributed_c10d")
     if dist is None or c10d is None:
         return None
     initialised = getattr(dist, "is_initialized", None)
     if initialised is None or not initialised():
+        return None
+    return c10d
+
+
+def _dumper():
+    """torch's JSON dump of its Flight Recorder, or None when torch.distributed is not
+    imported or not initialised (or this torch has none)."""
+    c10d = _c10d()
+    if c10d is None:
         return None
     return getattr(c10d, "_dump_fr_trace_json", None) or getattr(
         c10d, "_dump_nccl_trace_json", None
@@ -177,12 +186,8 @@ MAX_WRITE = 256 << 20  # bytes of one dump written at most
 def _pickle_dumper():
     """torch's pickle dump of its Flight Recorder (with stacks), or None when
     torch.distributed is not imported or not initialised."""
-    dist = sys.modules.get("torch.distributed")
-    c10d = sys.modules.get("torch._C._distributed_c10d")
-    if dist is None or c10d is None:
-        return None
-    initialised = getattr(dist, "is_initialized", None)
-    if initialised is None or not initialised():
+    c10d = _c10d()
+    if c10d is None:
         return None
     return getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
 
@@ -194,7 +199,7 @@ class FlightDumps:
     waits for it. A failure is said once and the part stands aside."""
 
     def __init__(self, folder: str | None, rank: int, dumper=_pickle_dumper):
-        self.folder = folder
+        self.folder = folder or ""  # "": no folder, and the part is off
         self.rank = rank
         self._dumper = dumper
         self._served: tuple | None = None

@@ -22,7 +22,7 @@ from .siblings import sibling as _sibling
 
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
-DEFAULT_INTERVAL = 1.0
+DEFAULT_INTERVAL = _sibling("ledgerrules").DEFAULT_INTERVAL  # the one the readers assume
 POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
 # state.json's schema version, by the collective ledger's contract (open to added sections)

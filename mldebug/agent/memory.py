@@ -28,10 +28,14 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import Any
 
 from .census import Census
 from .eventlog import emit, fail, fault_point
 from .memory_timeline import Timeline
+from .siblings import sibling
+
+_human = sibling("rankrules").human_bytes  # sizes worded as the outside words them
 
 PART = "memory"
 HISTORY_LEN = 64
@@ -72,14 +76,6 @@ def cuda_figures(stats: dict) -> dict:
     return figures
 
 
-def _human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
 class Memory:
     def __init__(
         self,
@@ -96,9 +92,10 @@ class Memory:
         self._rss_of = rss_of
         self.history: deque[list] = deque(maxlen=HISTORY_LEN)
         self.off = False
-        self._last_sample = None
+        self._last_sample: float | None = None
         self._growth_told = False
-        self._nvml = None  # None: not tried; False: unavailable; else (module, handle)
+        # None: not tried; False: unavailable; else (the pynvml module, the device's handle)
+        self._nvml: bool | tuple[Any, Any] | None = None
         self._oom_count = 0
         self.device: int | None = None  # the rank's GPU, once known
         self._oom_files: list[str] | None = None
@@ -154,6 +151,8 @@ class Memory:
                 self._nvml = self._open_nvml(cuda, self.device)
                 if self._nvml is False:
                     return None
+            if not isinstance(self._nvml, tuple):
+                return None
             pynvml, handle = self._nvml
             total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
             used = None
@@ -317,7 +316,8 @@ class Memory:
             first = self._oom_files is None
             if first:
                 self._oom_files = self._write_oom_files(device)
-            where = ", ".join(self._oom_files) or "no files"
+            files = self._oom_files or []
+            where = ", ".join(files) or "no files"
             emit(
                 "oom",
                 f"CUDA out of memory on device {device} allocating {_human(alloc)} "
@@ -335,7 +335,7 @@ class Memory:
 
     def _write_oom_files(self, device) -> list[str]:
         torch = self._torch_of()
-        written = []
+        written: list[str] = []
         if self.rank_dir is None or self.safeio is None:
             return written
         summary = torch.cuda.memory_summary(device=device)

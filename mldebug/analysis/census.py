@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from mldebug.model import TensorCensus, TensorGroup, TensorHolder
+from mldebug.wording import human_bytes
 
 MIN_MORE = 16  # tensors more than before, for a change worth naming
 MANY = 100  # tensors of one kind in one census that are worth explaining without a change
@@ -108,16 +109,8 @@ def changes_text(rank: int, found: list[Change]) -> str:
     if len(found) > 1:
         other = found[1]
         text += f"; with them {other.more:,} more {kind_text(other.group)}"
-        text += f" ({_size(other.more_bytes)})" if other.more_bytes > 0 else ""
+        text += f" ({human_bytes(other.more_bytes)})" if other.more_bytes > 0 else ""
     return text
-
-
-def _size(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(nbytes) < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} GiB"
 
 
 def census_text(rank: int, census: TensorCensus, top: int = 3) -> str:

@@ -70,7 +70,9 @@ def theil_sen(points: Sequence[tuple[float, int]]) -> float:
     return statistics.median(slopes) if slopes else 0.0
 
 
-def kendall_tau(values: Sequence[int]) -> float:
+def kendall_tau(values: Sequence[float]) -> float:
+    """Kendall's tau of the values against time: 1 when each is above all before it, 0 for
+    no trend, -1 falling (the Mann-Kendall trend test's statistic)."""
     pairs = len(values) * (len(values) - 1) / 2
     score = sum(
         (later > value) - (later < value)

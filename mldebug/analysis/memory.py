@@ -29,15 +29,13 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from mldebug.analysis.census import census_text, changes, changes_text
-from mldebug.analysis.growth import Trend, duration_text, forecast, growing, trend
+from mldebug.analysis.growth import Trend, duration_text, forecast, growing, kendall_tau, trend
 from mldebug.model import (
     KIND_MEMORY_CENSUS,
     KIND_MEMORY_GROWTH,
     KIND_MEMORY_OUTLIER,
     SEVERITY_INFO,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     AgentState,
     Finding,
     FindingPart,
@@ -45,6 +43,7 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 from mldebug.wording import human_bytes as human
+from mldebug.wording import ranks_text
 
 GROWTH_STEPS = 8
 MIN_GROWTH = 64 << 10  # bytes between two steps; less is noise (the agent uses the same)
@@ -76,18 +75,6 @@ def figure_name(cuda: bool) -> str:
     return "CUDA allocated" if cuda else "RSS"
 
 
-def _trend(values: Sequence[int]) -> float:
-    """Kendall's tau of the values against time: 1 when each is above all before it, 0 for
-    no trend, -1 falling (the Mann-Kendall trend test's statistic)."""
-    pairs = len(values) * (len(values) - 1) / 2
-    score = sum(
-        (later > value) - (later < value)
-        for index, value in enumerate(values)
-        for later in values[index + 1 :]
-    )
-    return score / pairs if pairs else 0.0
-
-
 def _slope(rows: Sequence[tuple]) -> float:
     """The Theil-Sen slope, bytes a step: the median slope over all pairs of rows, which one
     step of allocator noise does not move."""
@@ -105,11 +92,11 @@ def growth(agent: AgentState) -> Growth | None:
     when it did not, or the history is too short to say."""
     cuda = _uses_cuda(agent)
     column = 3 if cuda else 2
-    rows = [
-        (row[0], row[column])
-        for row in agent.memory_history
-        if row[column] is not None and row[0] is not None and row[0] >= WARMUP_STEPS
-    ]
+    rows: list[tuple[int, float]] = []  # (step, bytes) after the first steps
+    for row in agent.memory_history:
+        step, value = row[0], row[column]
+        if value is not None and step is not None and step >= WARMUP_STEPS:
+            rows.append((step, value))
     last = rows[-(GROWTH_STEPS + 1) :]
     if len(last) < GROWTH_STEPS + 1 or last[-1][0] <= last[0][0]:
         return None
@@ -122,7 +109,7 @@ def growth(agent: AgentState) -> Growth | None:
     if len(last) < window + 1 or last[-1][0] <= last[0][0]:
         return None
     rate = _slope(last)
-    if _trend([value for _, value in last]) >= MIN_TREND and rate >= MIN_RATE:
+    if kendall_tau([value for _, value in last]) >= MIN_TREND and rate >= MIN_RATE:
         grew = sum(1 for before, after in pairwise(last) if after[1] - before[1] > MIN_GROWTH)
         return Growth(figure_name(cuda), rate, last[0], last[-1], grew, window)
     return None
@@ -135,13 +122,11 @@ def _how(found: Growth, whose: str) -> str:
 
 
 def _live(views: Sequence[RankView]) -> list[RankView]:
-    return [
-        v for v in views if v.agent is not None and v.state not in (STATE_EXITED, STATE_MISSING)
-    ]
+    return [v for v in views if v.agent is not None and not v.gone]
 
 
 def growth_findings(views: Sequence[RankView]) -> list[Finding]:
-    grown = [(view, found) for view in _live(views) if (found := growth(view.agent))]
+    grown = [(view, found) for view in _live(views) if view.agent and (found := growth(view.agent))]
     if not grown:
         return []
     ranks = tuple(view.rank for view, _ in grown)
@@ -164,32 +149,42 @@ def growth_findings(views: Sequence[RankView]) -> list[Finding]:
             f"ranks {format_ranks(ranks)}: memory ({figure}) grew step after step, "
             f"{rate_text} per step"
         )
-    return [
-        Finding(
-            KIND_MEMORY_GROWTH,
-            ranks,
-            summary,
-            recipe="memory-growth",
-            severity=SEVERITY_WARNING,
-            detail="something kept from each step stays alive: a loss or an output kept with its "
-            "graph (use .item() or .detach()), a list that only grows, a cache without a bound",
-            parts=tuple(
-                FindingPart(
-                    (view.rank,),
-                    f"{found.rate / MiB:.1f} MiB per step ({found.figure}, grew {_how(found, 'its')})",
-                )
-                for view, found in grown[:MAX_PARTS]
-            ),
+    parts = [
+        (
+            (view.rank,),
+            f"{found.rate / MiB:.1f} MiB per step ({found.figure}, grew {_how(found, 'its')})",
         )
+        for view, found in grown[:MAX_PARTS]
     ]
+    detail = (
+        "something kept from each step stays alive: a loss or an output kept with its "
+        "graph (use .item() or .detach()), a list that only grows, a cache without a bound"
+    )
+    return [_growth_finding(ranks, summary, detail, parts)]
+
+
+def _growth_finding(
+    ranks: Sequence[int], summary: str, detail: str, parts: Sequence[tuple[tuple[int, ...], str]]
+) -> Finding:
+    """A memory growth warning: by step or by time, the same kind, recipe and parts."""
+    return Finding(
+        KIND_MEMORY_GROWTH,
+        tuple(ranks),
+        summary,
+        recipe="memory-growth",
+        severity=SEVERITY_WARNING,
+        detail=detail,
+        parts=tuple(FindingPart(who, label) for who, label in parts),
+    )
 
 
 def outlier_findings(views: Sequence[RankView]) -> list[Finding]:
-    live = [v for v in _live(views) if v.agent.memory is not None]
-    cuda = any(_uses_cuda(v.agent) for v in live)
+    live = [(v, v.agent) for v in _live(views) if v.agent is not None]
+    read = [(view, agent, agent.memory) for view, agent in live if agent.memory is not None]
+    cuda = any(_uses_cuda(agent) for _, agent, _ in read)
     used = {}
-    for view in live:
-        value = view.agent.memory.cuda_allocated if cuda else view.agent.memory.rss
+    for view, _, memory in read:
+        value = memory.cuda_allocated if cuda else memory.rss
         if value is not None:
             used[view.rank] = value
     if len(used) < 2:
@@ -273,7 +268,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
             f"steadily, over their last {min(t.span for t in grown):.0f} s"
         )
     if alone and others:
-        summary += f", while {'rank' if len(others) == 1 else 'ranks'} {format_ranks(others)} "
+        summary += f", while {ranks_text(others)} "
         summary += "stays flat" if len(others) == 1 else "stay flat"
     if soonest is not None:
         found, when = soonest
@@ -287,24 +282,14 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
         "Something kept from each step stays alive: a loss or an output kept with its graph "
         "(use .item() or .detach()), a list that only grows, a cache without a bound"
     )
-    return [
-        Finding(
-            KIND_MEMORY_GROWTH,
-            ranks,
-            summary,
-            recipe="memory-growth",
-            severity=SEVERITY_WARNING,
-            detail=" ".join([*named, advice]),
-            parts=tuple(
-                FindingPart(
-                    (t.rank,),
-                    f"{_rate_text(t)} ({t.figure}, steady: tau {t.tau:.2f}, noise "
-                    f"{human(t.noise)})",
-                )
-                for t in grown[:MAX_PARTS]
-            ),
+    parts = [
+        (
+            (t.rank,),
+            f"{_rate_text(t)} ({t.figure}, steady: tau {t.tau:.2f}, noise {human(t.noise)})",
         )
-    ], set(ranks)
+        for t in grown[:MAX_PARTS]
+    ]
+    return [_growth_finding(ranks, summary, " ".join([*named, advice]), parts)], set(ranks)
 
 
 def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:

@@ -26,8 +26,6 @@ from mldebug.model import (
     KIND_NODE_UNREACHABLE,
     KIND_UNREADABLE,
     SEVERITY_ERROR,
-    STATE_EXITED,
-    STATE_MISSING,
     STATE_RUNNING,
     Frame,
     JobSnapshot,
@@ -76,7 +74,7 @@ def judge_quiet(snapshot: JobSnapshot) -> QuietVerdict:
         f.severity == SEVERITY_ERROR and f.kind not in NOT_ABOUT_THE_JOB for f in snapshot.findings
     ):
         return QuietVerdict(HANG)
-    live = [v for v in snapshot.ranks if v.state not in (STATE_EXITED, STATE_MISSING)]
+    live = [v for v in snapshot.ranks if not v.gone]
     if not live or any(v.state != STATE_RUNNING for v in live):
         return QuietVerdict(UNSURE)
     place = common_place(live)

@@ -35,8 +35,6 @@ from mldebug.model import (
     KIND_OUTLIER,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     AgentState,
     CollectiveCall,
     Finding,
@@ -57,6 +55,13 @@ MAX_GROUPS = 64  # process groups compared per snapshot (the first named by the 
 P2P_OPS = rules.P2P_OPS
 
 
+def _agent(view: RankView) -> AgentState:
+    """The rank's agent state: the views judged here are those that have one (each
+    caller keeps only those)."""
+    assert view.agent is not None
+    return view.agent
+
+
 def interval_of(state: AgentState) -> float:
     return state.interval if state.interval is not None else DEFAULT_INTERVAL
 
@@ -68,7 +73,7 @@ def frozen_after(state: AgentState) -> float:
 
 
 def alive(view: RankView) -> bool:
-    return view.state not in (STATE_EXITED, STATE_MISSING)
+    return not view.gone
 
 
 def _stale(view: RankView) -> bool:
@@ -107,11 +112,11 @@ def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
     listed = rules.ranks_of_group(group)
     if listed is not None:
         return [v for v in with_state if v.rank in listed]
-    return [v for v in with_state if any(g.group == group for g in v.agent.groups)]
+    return [v for v in with_state if any(g.group == group for g in _agent(v).groups)]
 
 
 def _progress(view: RankView, group: str):
-    for progress in view.agent.groups:
+    for progress in _agent(view).groups:
         if progress.group == group:
             return progress
     return None
@@ -123,7 +128,7 @@ def _seq(call: CollectiveCall | None) -> int:
 
 def _calls(view: RankView, group: str) -> dict[int, CollectiveCall]:
     """The rank's calls on `group` that its state names, by number."""
-    calls = {c.seq: c for c in view.agent.trace if c.group == group}
+    calls = {c.seq: c for c in _agent(view).trace if c.group == group}
     progress = _progress(view, group)
     if progress is not None and progress.enqueued is not None:
         calls.setdefault(progress.enqueued.seq, progress.enqueued)
@@ -139,11 +144,12 @@ def _signature(call: CollectiveCall) -> tuple:
 def _describe(call: CollectiveCall) -> str:
     if len(_signature(call)) == 1:
         return call.op
-    return f"{call.op} of {ledger.tensors_text(_ledger_call(call))}"
+    return f"{call.op} of {ledger.tensors_text(ledger_call(call))}"
 
 
-def _ledger_call(call: CollectiveCall) -> ledger.Call:
-    """The agent's record of a call in the ledger's form."""
+def ledger_call(call: CollectiveCall) -> ledger.Call:
+    """The agent's record of a call in the ledger's form (live here, at exit in
+    launch/timeouts.py)."""
     return ledger.Call(
         call.seq,
         rules.op_name(call.op),
@@ -191,7 +197,7 @@ class SequenceVerdict:
 def _waited(view: RankView, call: CollectiveCall) -> float:
     if call.enqueued is None:
         return 0.0
-    return max(0.0, view.agent.time - call.enqueued)
+    return max(0.0, _agent(view).time - call.enqueued)
 
 
 def _severity(seconds: float, interval: float) -> str | None:
@@ -218,7 +224,7 @@ def _mismatch_finding(
         and _seq(p.completed) < seq
         and (call := _calls(views[r], group).get(seq)) is not None
     ]
-    interval = max(interval_of(views[r].agent) for r in ranks)
+    interval = max(interval_of(_agent(views[r])) for r in ranks)
     severity = _severity(max(waits), interval) if waits else None
     odd = mismatch.sides[-1].call
     return Finding(
@@ -262,8 +268,8 @@ def _behind_findings(
         last = progress.enqueued if progress else None
         # Known behind while the others waited: its state was written after the first of
         # them made the call. How long that was, by the agents' clocks, sets the severity.
-        lag = min(v.agent.time for v in bucket) - started if started is not None else 0.0
-        worded = ledger.Behind(tuple(ranks), _seq(last), _ledger_call(last) if last else None, "")
+        lag = min(_agent(v).time for v in bucket) - started if started is not None else 0.0
+        worded = ledger.Behind(tuple(ranks), _seq(last), ledger_call(last) if last else None, "")
         summary = ledger.behind_sentence(worded, verdict)
         if lag < 0:  # its last state predates the call: what it says may be old news
             head_text, colon, tail = summary.partition(": ")
@@ -276,7 +282,7 @@ def _behind_findings(
             f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
             f"{_verb(ranks, 'it', 'them')}"
         )
-        interval = max(interval_of(v.agent) for v in (*bucket, *waiting))
+        interval = max(interval_of(_agent(v)) for v in (*bucket, *waiting))
         severity = _severity(min(lag, longest), interval) or SEVERITY_WARNING
         detail = (
             f"{_ranks_text(waiting_ranks)} made {_call_text(call, group)} and "
@@ -314,7 +320,7 @@ def _behind_findings(
 
 def _hang(text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
     ranks = [v.rank for v in waiting]
-    interval = max(interval_of(v.agent) for v in waiting)
+    interval = max(interval_of(_agent(v)) for v in waiting)
     severity = _severity(seconds, interval)
     if severity is None:
         return None
@@ -346,7 +352,7 @@ def _done(view: RankView, group: str) -> int:
 
 def _rank_progress(view: RankView, group: str) -> ledger.RankProgress:
     """The rank's place in `group` in the ledger's form (made 0: no call on it yet)."""
-    calls = {seq: _ledger_call(call) for seq, call in _calls(view, group).items()}
+    calls = {seq: ledger_call(call) for seq, call in _calls(view, group).items()}
     return ledger.RankProgress(
         view.rank, _made(view, group), _done(view, group), calls, fresh=_fresh(view)
     )
@@ -380,7 +386,7 @@ def _group_verdict(
     for view in waiting:
         call = _progress(view, group).enqueued
         waits[view.rank] = Wait(view.rank, group, call, _waited(view, call))
-    interval = max(interval_of(v.agent) for v in waiting)
+    interval = max(interval_of(_agent(v)) for v in waiting)
     if _severity(max(w.seconds for w in waits.values()), interval) is None:
         return {}, findings, covered  # a call in transit
     call = waits[waiting[0].rank].call
@@ -405,7 +411,7 @@ def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
     findings = []
     for bucket in sorted(buckets.values(), key=lambda b: (-len(b), b[0].rank)):
         ranks = [v.rank for v in bucket]
-        ages = sorted(v.heartbeat_age for v in bucket)
+        ages = sorted(v.heartbeat_age or 0.0 for v in bucket)  # frozen: each has an age
         age = f"{ages[0]:.0f} s" if ages[0] == ages[-1] else f"{ages[0]:.0f}-{ages[-1]:.0f} s"
         findings.append(
             Finding(
@@ -428,7 +434,7 @@ def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
 
 
 def _traced_pending(view: RankView) -> bool:
-    return any(_seq(g.enqueued) > _seq(g.completed) for g in view.agent.groups)
+    return any(_seq(g.enqueued) > _seq(g.completed) for g in _agent(view).groups)
 
 
 def _flight_wait(view: RankView) -> Wait | None:
@@ -436,11 +442,11 @@ def _flight_wait(view: RankView) -> Wait | None:
     not retired for two heartbeats: it waits in it (a C++ collective, DDP's all-reduce)."""
     if not _fresh(view) or _traced_pending(view):
         return None
-    for flight in view.agent.flight:
+    for flight in _agent(view).flight:
         if flight.retired or flight.pending == 0 or flight.created is None:
             continue
-        seconds = max(0.0, view.agent.time - flight.created)
-        if seconds > WAIT_ERROR_INTERVALS * interval_of(view.agent):
+        seconds = max(0.0, _agent(view).time - flight.created)
+        if seconds > WAIT_ERROR_INTERVALS * interval_of(_agent(view)):
             call = CollectiveCall(
                 flight.group,
                 flight.seq,
@@ -457,7 +463,7 @@ def _in_flight(view: RankView, group: str, seq: int) -> bool:
     """The rank's recorder shows collective #seq of `group` (or a later one) not retired."""
     return any(
         f.group == group and f.pending > 0 and f.seq >= seq and not f.retired
-        for f in view.agent.flight
+        for f in _agent(view).flight
     )
 
 
@@ -491,7 +497,7 @@ def _flight_findings(
             and not _in_flight(v, group, seq)
         ]
         if group != DEFAULT_GROUP:
-            elsewhere = [v for v in elsewhere if any(f.group == group for f in v.agent.flight)]
+            elsewhere = [v for v in elsewhere if any(f.group == group for f in _agent(v).flight)]
         if not elsewhere:
             continue
         ranks = [v.rank for v in elsewhere]
@@ -499,7 +505,7 @@ def _flight_findings(
         longest = max(w.seconds for w in group_waits)
         on = "" if group == DEFAULT_GROUP else f" on group {group}"
         # Its own recorder, read while it looked stuck too, says it is not in the call.
-        confirmed = all(v.agent.flight for v in elsewhere)
+        confirmed = all(_agent(v).flight for v in elsewhere)
         findings.append(
             Finding(
                 KIND_OUTLIER,
@@ -538,7 +544,7 @@ def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     names: dict[str, None] = {}
     for view in views:
         if view.agent is not None:
-            for progress in view.agent.groups:
+            for progress in _agent(view).groups:
                 names.setdefault(progress.group, None)
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []

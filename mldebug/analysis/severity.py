@@ -29,8 +29,6 @@ from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     AgentState,
     Finding,
     RankView,
@@ -66,7 +64,7 @@ def waits_of(views: Sequence[RankView]) -> dict[int, float]:
     """rank -> seconds it has waited in a collective, for the live ranks whose agent says."""
     found = {}
     for view in views:
-        if view.agent is None or view.state in (STATE_EXITED, STATE_MISSING):
+        if view.agent is None or view.gone:
             continue
         seconds = agent_wait(view.agent)
         if seconds is not None:

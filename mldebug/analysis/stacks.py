@@ -32,8 +32,6 @@ from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
-    STATE_EXITED,
-    STATE_MISSING,
     STATE_RUNNING,
     STATE_STUCK,
     STATE_UNREADABLE,
@@ -100,7 +98,7 @@ def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
 
 
 def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[Finding]:
-    gone = [v for v in views if v.state in (STATE_MISSING, STATE_EXITED)]
+    gone = [v for v in views if v.gone]
     if not gone:
         return []
     if not alive and all(v.exit_code == 0 for v in gone):
@@ -134,7 +132,7 @@ def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[
 def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
     """The root cause: the first rank that ended badly (and is gone), with what it raised."""
     # A rank that exited 0 did not crash, even if it handed an exception to its excepthook.
-    gone = {v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED) and v.exit_code != 0}
+    gone = {v.rank for v in views if v.gone and v.exit_code != 0}
     ended = [c for c in crashes if c.rank in gone]
     if not ended:
         return []
@@ -428,7 +426,7 @@ def stack_findings(
     agents' findings (`sequence`, with the threads a rank lost), frozen ranks, then the
     stack reasoning over the ranks those do not account for. Unsorted."""
     crash = _crash(views, crashes)
-    alive = any(v.state not in (STATE_MISSING, STATE_EXITED) for v in views)
+    alive = any(not v.gone for v in views)
     # With every rank gone, "not running" says nothing the root cause does not.
     findings = (
         crash
@@ -438,13 +436,9 @@ def stack_findings(
     # The ranks' agents first: their count of collectives says who waits for whom whatever
     # the stacks show. The stacks judge the ranks these findings do not account for.
     frozen = frozen_findings(views)
-    missing = sorted(v.rank for v in views if v.state in (STATE_MISSING, STATE_EXITED))
+    missing = sorted(v.rank for v in views if v.gone)
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    readable = [
-        v
-        for v in views
-        if v.state not in (STATE_MISSING, STATE_EXITED, STATE_UNREADABLE) and v.threads
-    ]
+    readable = [v for v in views if not v.gone and v.state != STATE_UNREADABLE and v.threads]
     threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen

@@ -54,7 +54,7 @@ def _frame(frame: Frame) -> list:
 
 
 def _thread(thread: ThreadStack) -> dict:
-    entry = {"name": thread.name, "frames": [_frame(f) for f in thread.frames]}
+    entry: dict[str, object] = {"name": thread.name, "frames": [_frame(f) for f in thread.frames]}
     if thread.active:
         entry["active"] = 1
     if thread.owns_gil:
@@ -73,9 +73,14 @@ def _call(call: CollectiveCall | None, when: float | None) -> dict | None:
         "site": call.site,
         "time": when,
         "async": call.asynchronous,
-        "shapes": [list(s) for s in call.shapes],
-        "dtypes": list(call.dtypes),
+        **_tensors(call.shapes, call.dtypes),
     }
+
+
+def _tensors(shapes, dtypes, shapes_key: str = "shapes") -> dict:
+    """A call's tensors as state.json holds them (the Flight Recorder's part names its
+    shapes `sizes`, as torch does)."""
+    return {shapes_key: [list(s) for s in shapes], "dtypes": list(dtypes)}
 
 
 def agent_json(state: AgentState) -> dict:
@@ -108,8 +113,7 @@ def agent_json(state: AgentState) -> dict:
                 "enqueued": c.enqueued,
                 "completed": c.completed,
                 "async": c.asynchronous,
-                "shapes": [list(s) for s in c.shapes],
-                "dtypes": list(c.dtypes),
+                **_tensors(c.shapes, c.dtypes),
             }
             for c in state.trace
         ],
@@ -137,8 +141,7 @@ def agent_json(state: AgentState) -> dict:
                     "op": f.op,
                     "retired": f.retired,
                     "created": f.created,
-                    "sizes": [list(s) for s in f.shapes],
-                    "dtypes": list(f.dtypes),
+                    **_tensors(f.shapes, f.dtypes, "sizes"),
                 },
             }
             for f in state.flight
@@ -335,7 +338,8 @@ class Reader:
                 seen.add(view.rank)
                 views.append(view)
         groups = self._groups(data.get("groups"), stacks, seen)
-        notes = data.get("notes") if isinstance(data.get("notes"), list) else []
+        said = data.get("notes")
+        notes = said if isinstance(said, list) else []
         return NodeReading(
             host=host,
             time=now,
@@ -400,7 +404,8 @@ class Reader:
             members = tuple(r for r in entry["ranks"][:MAX_RANKS] if _int(r) in ranks)
             if stack is None or not members or not stacks[stack]:
                 continue
-            state = entry.get("state") if entry.get("state") in STATES else "unknown"
+            said = entry.get("state")
+            state = said if isinstance(said, str) and said in STATES else "unknown"
             groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
         return tuple(groups)
 
@@ -429,7 +434,8 @@ def _events(value: object):
         rank, kind = _int(entry.get("rank"), 0, 1 << 20), _text(entry.get("kind"))
         if rank is None or not kind:
             continue
-        fields = entry.get("fields") if isinstance(entry.get("fields"), list) else []
+        said = entry.get("fields")
+        fields = said if isinstance(said, list) else []
         yield RankEvent(
             rank,
             _number(entry.get("time")),

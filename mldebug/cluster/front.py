@@ -121,6 +121,7 @@ class Collection:
 
     def via_slurm(self) -> None:
         spec = self.spec
+        assert spec.slurm is not None  # asked for only with --slurm
         job = slurm.slurm_job(spec.slurm, spec.env)
         self.job = f"SLURM job {job.job}"
         collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
@@ -195,9 +196,9 @@ class Collection:
         answer = fanout.run_one("pdsh", argv, spec.deadline + 5, env)
         by_host: dict[str, list[bytes]] = {}
         for line in answer.lines:
-            host, sep, rest = line.partition(b": ")
+            said_by, sep, rest = line.partition(b": ")
             if sep:
-                by_host.setdefault(host.decode("utf-8", "replace"), []).append(rest)
+                by_host.setdefault(said_by.decode("utf-8", "replace"), []).append(rest)
         for host in spec.hosts:
             lines = by_host.get(host, [])
             if not any(self._take(host, line) for line in reversed(lines)):

@@ -109,8 +109,9 @@ def compress(hosts: list[str]) -> str:
         if len(numbers) == 1:
             parts.append(f"{prefix}{str(numbers[0]).zfill(width)}")
             continue
-        runs, start = [], numbers[0]
-        for prev, cur in zip(numbers, numbers[1:] + [None], strict=True):
+        runs: list[str] = []
+        start: int | None = numbers[0]  # where the run being read began
+        for prev, cur in zip(numbers, [*numbers[1:], None], strict=True):
             if cur is None or cur != prev + 1:
                 low, high = str(start).zfill(width), str(prev).zfill(width)
                 runs.append(low if start == prev else f"{low}-{high}")

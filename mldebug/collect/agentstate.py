@@ -52,8 +52,8 @@ def _shapes(value: object) -> tuple[tuple[int, ...], ...]:
     shapes = []
     for shape in value[:MAX_TENSORS]:
         if isinstance(shape, list) and len(shape) <= MAX_DIMS:
-            dims = [_int(d) for d in shape]
-            if all(d is not None for d in dims):
+            dims = [d for d in map(_int, shape) if d is not None]
+            if len(dims) == len(shape):
                 shapes.append(tuple(dims))
     return tuple(shapes)
 
@@ -94,14 +94,20 @@ def _completed(data: object, group: str) -> CollectiveCall | None:
     return CollectiveCall(call.group, call.seq, call.op, call.site, None, when, call.asynchronous)
 
 
-def _groups(value: object) -> tuple[GroupProgress, ...]:
+def _per_group(value: object) -> list[tuple[str, dict]]:
+    """(group, entry) of a section keyed by group name: the first MAX_GROUPS, each name a
+    text and each entry an object (the others are left out)."""
     if not isinstance(value, dict):
-        return ()
+        return []
+    named = ((_text(name), entry) for name, entry in list(value.items())[:MAX_GROUPS])
+    return [
+        (group, entry) for group, entry in named if group is not None and isinstance(entry, dict)
+    ]
+
+
+def _groups(value: object) -> tuple[GroupProgress, ...]:
     groups = []
-    for name, entry in list(value.items())[:MAX_GROUPS]:
-        group = _text(name)
-        if group is None or not isinstance(entry, dict):
-            continue
+    for group, entry in _per_group(value):
         groups.append(
             GroupProgress(
                 group=group,
@@ -115,12 +121,9 @@ def _groups(value: object) -> tuple[GroupProgress, ...]:
 
 def _flight(value: object) -> tuple[FlightGroup, ...]:
     """`flight_recorder`: per group torch's last recorded collective and its pending count."""
-    if not isinstance(value, dict):
-        return ()
     groups = []
-    for name, entry in list(value.items())[:MAX_GROUPS]:
-        group = _text(name)
-        if group is None or not isinstance(entry, dict) or not isinstance(entry.get("last"), dict):
+    for group, entry in _per_group(value):
+        if not isinstance(entry.get("last"), dict):
             continue
         last = entry["last"]
         seq, op, pending = _int(last.get("seq")), _text(last.get("op")), _int(entry.get("pending"))
@@ -142,11 +145,17 @@ def _flight(value: object) -> tuple[FlightGroup, ...]:
     return tuple(groups)
 
 
+def _section(value: dict, name: str) -> dict:
+    """value[name] where it is an object, else an empty one."""
+    section = value.get(name)
+    return section if isinstance(section, dict) else {}
+
+
 def _memory(value: object) -> MemoryReading | None:
     if not isinstance(value, dict):
         return None
-    cuda = value.get("cuda") if isinstance(value.get("cuda"), dict) else {}
-    nvml = value.get("nvml") if isinstance(value.get("nvml"), dict) else {}
+    cuda = _section(value, "cuda")
+    nvml = _section(value, "nvml")
     return MemoryReading(
         rss=_int(value.get("rss")),
         cuda_allocated=_int(cuda.get("allocated")),

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
-from mldebug.safeio import create_new, make_private_dir
+from mldebug.safeio import make_private_dir, write_request
 
 CENSUS_DIR = "census"  # agent/census.py: REQUEST
 REQUEST_FILE = "request"
@@ -23,13 +23,7 @@ WAIT = 10.0  # seconds a dump waits for the ranks' answers at most
 def request_census(root: str | Path) -> float:
     """Write a fresh request (a new inode, renamed in place); the time it was made."""
     folder = make_private_dir(Path(root) / CENSUS_DIR)
-    temp = folder / f".{REQUEST_FILE}.{os.getpid()}.tmp"
-    fd = create_new(temp)
-    try:
-        os.write(fd, f"{time.time():.3f}\n".encode())
-    finally:
-        os.close(fd)
-    os.replace(temp, folder / REQUEST_FILE)
+    write_request(folder, REQUEST_FILE)
     return os.lstat(folder / REQUEST_FILE).st_mtime
 
 

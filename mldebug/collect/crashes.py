@@ -64,7 +64,7 @@ def read_crashes(run_dir: str | Path, manifest: dict | None = None) -> tuple[Ran
     crashes: dict[int, RankCrash] = {}
     first = manifest.get("first_failure")
     lead = rundir.parse_rank(first.get("rank")) if isinstance(first, dict) else None
-    if lead is not None:
+    if lead is not None and isinstance(first, dict):
         crash = _crash(first, lead)
         if crash is not None:
             crashes[crash.rank] = crash

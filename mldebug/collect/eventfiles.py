@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,13 +38,8 @@ _BASE = frozenset({"time", "rank", "kind", "type", "message", "summary", "locati
 def parse_time(value: object) -> float | None:
     """Seconds since the epoch from a JSON value; None for what is not a time a clock can
     show (a string, true, NaN, 1e400, an integer too large for a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        when = float(value)
-    except OverflowError:
-        return None
-    return when if 0.0 <= when < LATEST_TIME else None
+    when = safeio.json_number(value)
+    return when if when is not None and 0.0 <= when < LATEST_TIME else None
 
 
 def _step(value: object) -> int | None:
@@ -130,6 +126,11 @@ def _lines(path: Path, max_bytes: int) -> list[str]:
     return lines
 
 
+def _reader_of(rank: int, each: int) -> Callable[[Path], tuple[list[RankEvent], int]]:
+    """How one rank's events file is read (its last `each` bytes)."""
+    return lambda path: read_event_file(rank, path, each)
+
+
 def read_event_file(
     rank: int, path: Path, max_bytes: int = EVENTS_BYTES
 ) -> tuple[list[RankEvent], int]:
@@ -162,9 +163,7 @@ class EventsReader:
         events: list[RankEvent] = []
         bad = 0
         for rank in ranks:
-            found = self._files.get(
-                paths.events_file(rank), lambda p, r=rank: read_event_file(r, p, each)
-            )
+            found = self._files.get(paths.events_file(rank), _reader_of(rank, each))
             if found is not None:
                 events.extend(found[0])
                 bad += found[1]

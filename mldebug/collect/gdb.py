@@ -164,7 +164,7 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
     ran out of time. A live rank a killed gdb left stopped is resumed, unless it was
     stopped before gdb came (someone else's SIGSTOP is theirs)."""
     before = proc_stat(pid) if pid is not None else None
-    stopped_before = bool(before) and before[0] in ("T", "t")
+    stopped_before = before is not None and bool(before) and before[0] in ("T", "t")
     with tempfile.TemporaryFile() as out:
         popen = subprocess.Popen(
             command,
@@ -216,8 +216,8 @@ def demangle_names(gdb: str, names, timeout: float = 30.0) -> dict[str, str]:
     current = None
     for line in done.stdout[:MAX_OUTPUT].decode("utf-8", "replace").splitlines():
         if line.startswith(marker + " "):
-            index = line[len(marker) + 1 :].strip()
-            current = wanted[int(index)] if index.isdigit() and int(index) < len(wanted) else None
+            said = line[len(marker) + 1 :].strip()
+            current = wanted[int(said)] if said.isdigit() and int(said) < len(wanted) else None
         elif current is not None and line.strip() and current not in found:
             found[current] = line.strip()[: gdbparse.MAX_LINE]
     return found

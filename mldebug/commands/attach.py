@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from mldebug.commands.common import (
     CLUSTER_HELP,
     TARGET_HELP,
-    Parser,
     add_cluster_arguments,
+    add_duration,
     add_target_arguments,
     cluster_spec,
-    seconds,
+    command_parser,
     target_of,
 )
 from mldebug.errors import EXIT_USAGE, MldebugError
@@ -48,21 +48,16 @@ NO_TTY_REMEDY = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug attach",
-        description="Live view of a multi-rank job: every rank's state and stack, the merged\n"
+    parser = command_parser(
+        "attach",
+        "Live view of a multi-rank job: every rank's state and stack, the merged\n"
         "stack tree, the verdict on top, and the run's logs, events, memory and NCCL files.",
-        epilog=f"{TARGET_HELP}\n{CLUSTER_HELP}\n{KEYS_HELP}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        f"{TARGET_HELP}\n{CLUSTER_HELP}\n{KEYS_HELP}",
     )
     add_target_arguments(parser)
     add_cluster_arguments(parser)
-    parser.add_argument(
-        "--interval",
-        type=seconds(0, 3600, allow_low=False),
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between refreshes (default: 1.0)",
+    add_duration(
+        parser, "--interval", 3600, 1.0, "seconds between refreshes (default: 1.0)", "SECONDS"
     )
     parser.add_argument(
         "--native",

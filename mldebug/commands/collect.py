@@ -20,22 +20,28 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import Parser, count, observe_job, seconds, write_out
+from mldebug.commands.common import (
+    add_json,
+    command_parser,
+    count,
+    observe_job,
+    seconds,
+    write_out,
+)
 
 DEFAULT_DEADLINE = 20.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug collect",
-        description="Read this node's ranks and print one merged JSON document for the node\n"
+    parser = command_parser(
+        "collect",
+        "Read this node's ranks and print one merged JSON document for the node\n"
         "(what `mldebug dump --slurm/--hosts` runs on every node).",
-        epilog=__doc__.split("exit status:")[1].join(["exit status:", ""]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__.split("exit status:")[1].join(["exit status:", ""]),
     )
     parser.add_argument("--slurm-job", metavar="JOBID", help="only the tasks of this SLURM job")
     parser.add_argument("--run", metavar="DIR", help="only the ranks of this `mldebug run`")
-    parser.add_argument("--json", action="store_true", help="JSON output (the only format)")
+    add_json(parser, "JSON output (the only format)")
     parser.add_argument("--host", help="the name to give this node (default: its hostname)")
     parser.add_argument("-n", "--native", action="store_true", help="native (C/C++) frames too")
     parser.add_argument("--nonblocking", action="store_true", help="do not pause the ranks")

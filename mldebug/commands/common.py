@@ -11,12 +11,22 @@ one is refused the same way, in one line with exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mldebug.errors import EXIT_USAGE, MldebugError, OutputError
+from mldebug.errors import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    MldebugError,
+    NoTargetError,
+    OutputError,
+)
+from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.textsafe import printable
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
@@ -35,6 +45,72 @@ class Parser(argparse.ArgumentParser):
             write_out(self.format_help())
         else:
             super().print_help(file)
+
+
+def command_parser(name: str, description: str, epilog: str | None = None) -> Parser:
+    """The parser of `mldebug NAME`, its description and epilog shown with their own lines."""
+    return Parser(
+        prog=f"mldebug {name}",
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def report_parser(
+    name: str, description: str, exits: tuple[str, str], paths: tuple[str, str]
+) -> Parser:
+    """The parser of a command that reads files into a report (`nccl`, `explain`): PATH...
+    (`paths`: its nargs and help), --json, and their exit codes (`exits`: what 0 and 3 mean)."""
+    nothing_wrong, nothing_read = exits
+    epilog = f"""\
+exit status:
+  0    {nothing_wrong}
+  1    problems found: at least one error finding
+  2    bad command line
+  3    {nothing_read}
+  70   internal error: a bug in mldebug (`mldebug --debug {name} ...` shows the traceback)
+  74   the report could not be written (standard output closed, disk full)
+  141  the reader of the output went away (`mldebug {name} ... | head`)
+"""
+    parser = command_parser(name, description, epilog)
+    nargs, help = paths
+    parser.add_argument("paths", nargs=nargs, metavar="PATH", help=help)
+    add_json(parser)
+    return parser
+
+
+def nothing_readable(problems: list[str], if_none: str, remedy: str) -> NoTargetError:
+    """The error of a report command that could read none of what it was given: the first
+    problems met (`if_none` where there were none), and what to give it instead."""
+    return NoTargetError(f"nothing readable: {'; '.join(problems[:3]) or if_none}", remedy)
+
+
+def write_report(as_json: bool, data: Callable[[], dict], text: Callable[[], str]) -> None:
+    """A report on stdout: JSON for scripts (`--json`), else text for people."""
+    write_out(json.dumps(data(), indent=1) + "\n" if as_json else text())
+
+
+def add_json(parser: argparse.ArgumentParser, help: str = "print the report as JSON") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_duration(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    high: float,
+    default: float,
+    help: str,
+    metavar: str | None = None,
+) -> None:
+    """An option of seconds, more than 0 and at most `high`."""
+    parser.add_argument(
+        flag,
+        type=seconds(0, high, allow_low=False),
+        default=default,
+        metavar=metavar,
+        help=help,
+    )
 
 
 def _is_number(text: str) -> bool:
@@ -261,3 +337,20 @@ def report_console(pipe_width: int = 140):
             raise BrokenPipeError
 
     return ReportConsole(highlight=False, width=None if sys.stdout.isatty() else pipe_width)
+
+
+def print_report_with(draw: Callable) -> None:
+    """`draw(console)` onto a report console; a write that fails (disk full, a closed file)
+    is one OutputError line, a reader that went away a BrokenPipeError."""
+    console = report_console()
+    try:
+        draw(console)
+    except BrokenPipeError:
+        raise
+    except OSError as error:  # the report is only written here: disk full, closed file
+        raise OutputError(f"could not write the report: {error}") from None
+
+
+def exit_of(findings: Iterable[Finding]) -> int:
+    """A report's exit code: 1 with an error finding, else 0."""
+    return EXIT_FINDINGS if any(f.severity == SEVERITY_ERROR for f in findings) else EXIT_OK

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import Parser, pid, write_out
+from mldebug.commands.common import add_json, command_parser, pid, write_out
 from mldebug.doctor import FAIL, all_probes, run_checks
 from mldebug.errors import EXIT_FINDINGS, EXIT_OK
 from mldebug.textsafe import printable
@@ -28,13 +28,10 @@ exit status:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug doctor",
-        description="Check this machine for what breaks or hides a multi-rank job.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_parser(
+        "doctor", "Check this machine for what breaks or hides a multi-rank job.", EPILOG
     )
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    add_json(parser, "print the checks as JSON")
     parser.add_argument(
         "-p",
         "--pid",

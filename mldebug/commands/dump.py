@@ -20,13 +20,16 @@ import json
 from mldebug.commands.common import (
     CLUSTER_HELP,
     TARGET_HELP,
-    Parser,
     add_cluster_arguments,
+    add_duration,
+    add_json,
     add_target_arguments,
     cluster_spec,
+    command_parser,
     count,
+    exit_of,
+    print_report_with,
     reading_options,
-    report_console,
     seconds,
     target_of,
     write_out,
@@ -35,16 +38,12 @@ from mldebug.commands.dump_profile import add_profile_arguments, with_profile
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
 from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
-    EXIT_FINDINGS,
-    EXIT_OK,
     PTRACE_REMEDY,
     MldebugError,
-    OutputError,
     PermissionDeniedError,
 )
 from mldebug.model import (
     FAIL_PERMISSION,
-    SEVERITY_ERROR,
     STATE_UNREADABLE,
     JobSnapshot,
 )
@@ -70,16 +69,15 @@ DEFAULT_DEADLINE = 30.0  # seconds for a whole dump, however many ranks do not a
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug dump",
-        description="Read every rank's stack with py-spy, merge them across ranks and say\n"
+    parser = command_parser(
+        "dump",
+        "Read every rank's stack with py-spy, merge them across ranks and say\n"
         "which rank is the problem, at which line.",
-        epilog=f"{TARGET_HELP}\n{CLUSTER_HELP}\n{EXIT_STATUS}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        f"{TARGET_HELP}\n{CLUSTER_HELP}\n{EXIT_STATUS}",
     )
     add_target_arguments(parser)
     add_cluster_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json(parser)
     parser.add_argument("-n", "--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument(
         "--nonblocking",
@@ -102,19 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.4,
         help="seconds between readings (default 0.4)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=seconds(0, 600, allow_low=False),
-        default=5.0,
-        help="seconds allowed to read one rank (default 5)",
-    )
-    parser.add_argument(
+    add_duration(parser, "--timeout", 600, 5.0, "seconds allowed to read one rank (default 5)")
+    add_duration(
+        parser,
         "--deadline",
-        type=seconds(0, 3600, allow_low=False),
-        default=DEFAULT_DEADLINE,
-        metavar="SECONDS",
-        help="seconds allowed to the whole dump; ranks not read by then are reported as "
+        3600,
+        DEFAULT_DEADLINE,
+        "seconds allowed to the whole dump; ranks not read by then are reported as "
         f"timed out (default {DEFAULT_DEADLINE:g})",
+        "SECONDS",
     )
     parser.add_argument(
         "--census",
@@ -239,14 +233,10 @@ def main(argv: list[str]) -> int:
 
         from mldebug.report.text import print_report
 
-        console = report_console()
-        try:
+        def draw(console) -> None:
             for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
-        except BrokenPipeError:
-            raise
-        except OSError as error:  # the report is only written here: disk full, closed file
-            raise OutputError(f"could not write the report: {error}") from None
-    has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
-    return EXIT_FINDINGS if has_errors else EXIT_OK
+
+        print_report_with(draw)
+    return exit_of(snapshot.findings)

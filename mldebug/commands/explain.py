@@ -5,50 +5,38 @@
     pbpaste | mldebug explain -                a paste from an issue thread or a chat
     mldebug explain --json logs/ -             any mix, as JSON
 
-Exit codes: EXIT_STATUS below (as `mldebug nccl`'s).
+Exit codes: as `mldebug nccl`'s (commands/common.report_parser).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 
-from mldebug.commands.common import Parser, write_out
-from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
+from mldebug.commands.common import (
+    nothing_readable,
+    report_parser,
+    write_report,
+)
+from mldebug.errors import EXIT_FINDINGS, EXIT_OK
 
 MAX_STDIN = 32 << 20
 
-EXIT_STATUS = """\
-exit status:
-  0    nothing wrong found (warnings and info only)
-  1    problems found: at least one error finding
-  2    bad command line
-  3    nothing readable: no path given could be read, and no paste on stdin
-  70   internal error: a bug in mldebug (`mldebug --debug explain ...` shows the traceback)
-  74   the report could not be written (standard output closed, disk full)
-  141  the reader of the output went away (`mldebug explain ... | head`)
-"""
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug explain",
-        description="Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
+    parser = report_parser(
+        "explain",
+        "Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
         "gloo messages, tracebacks, torchelastic summaries, OOMs, py-spy dumps, nvidia-smi\n"
         "tables, p2pBandwidthLatencyTest matrices and Flight Recorder dumps. Findings most\n"
         "sure first, each with the lines it rests on, its ranks, the fix and the recipe.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        exits=(
+            "nothing wrong found (warnings and info only)",
+            "nothing readable: no path given could be read, and no paste on stdin",
+        ),
+        paths=("*", "files or directories; - (or nothing, with input piped) reads standard input"),
     )
-    parser.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="files or directories; - (or nothing, with input piped) reads standard input",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--all", action="store_true", help="every finding, not the first few")
     return parser
 
@@ -75,16 +63,17 @@ def main(argv: list[str]) -> int:
     stdin = _stdin() if "-" in paths else None
     report = explain(paths, stdin)
     if not report.readable:
-        problems = "; ".join(report.problems[:3]) or "the paste was empty"
-        raise NoTargetError(
-            f"nothing readable: {problems}",
+        raise nothing_readable(
+            report.problems,
+            "the paste was empty",
             "Give log files or directories, or pipe a log in: `cat slurm.out | mldebug explain -`.",
         )
-    if args.json:
-        write_out(json.dumps(json_report(report), indent=1) + "\n")
-    else:
-        width = None
-        if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap
-            width = max(60, min(shutil.get_terminal_size().columns, 120) - 1)
-        write_out(text_report(report, show_all=args.all, width=width))
+    width = None
+    if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap
+        width = max(60, min(shutil.get_terminal_size().columns, 120) - 1)
+    write_report(
+        args.json,
+        lambda: json_report(report),
+        lambda: text_report(report, show_all=args.all, width=width),
+    )
     return EXIT_FINDINGS if report.errors else EXIT_OK

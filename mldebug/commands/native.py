@@ -13,16 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from mldebug.commands.common import report_console, seconds, write_out
+from mldebug.commands.common import add_duration, exit_of, print_report_with, write_out
 from mldebug.errors import (
-    EXIT_FINDINGS,
-    EXIT_OK,
     PTRACE_REMEDY,
     MldebugError,
-    OutputError,
     PermissionDeniedError,
 )
-from mldebug.model import FAIL_PERMISSION, SEVERITY_ERROR, JobSnapshot, NativeDump
+from mldebug.model import FAIL_PERMISSION, JobSnapshot, NativeDump
 
 EXIT_LINES = """\
   2    also: --core given a file that is not a core, or a core that does not match --exe
@@ -52,12 +49,13 @@ def add_native_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PYTHON",
         help="the interpreter the crashed ranks ran (default: the one each core names)",
     )
-    group.add_argument(
+    add_duration(
+        group,
         "--gdb-timeout",
-        type=seconds(0, 600, allow_low=False),
-        default=60.0,
-        metavar="SECONDS",
-        help="seconds gdb may take for one rank or core (default 60)",
+        600,
+        60.0,
+        "seconds gdb may take for one rank or core (default 60)",
+        "SECONDS",
     )
 
 
@@ -93,14 +91,12 @@ def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest)
         data["native"] = native_to_json(dumps, group_threads(dumps))
         write_out(json.dumps(data, indent=1) + "\n")
         return
-    console = report_console()
-    try:
+
+    def draw(console) -> None:
         print_rest(console)
         console.print(native_section(dumps, group_threads(dumps), verbose=verbose))
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        raise OutputError(f"could not write the report: {error}") from None
+
+    print_report_with(draw)
 
 
 def dump_cores(args, run_dir: str | None) -> int:
@@ -125,5 +121,4 @@ def dump_cores(args, run_dir: str | None) -> int:
         print_report(snapshot, console, verbose=args.verbose)
 
     emit(snapshot, dumps, args.json, args.verbose, rest)
-    has_errors = any(f.severity == SEVERITY_ERROR for f in snapshot.findings)
-    return EXIT_FINDINGS if has_errors else EXIT_OK
+    return exit_of(snapshot.findings)

@@ -5,41 +5,33 @@ dumps, read in one pass and compared across ranks.
     mldebug nccl slurm-1234.out ranks/       any mix of files and directories
     mldebug nccl --json logs/                the same as JSON (`findings` as in dump --json)
 
-Exit codes: EXIT_STATUS below (and README).
+Exit codes: in its --help (commands/common.report_parser) and the README.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
-from mldebug.commands.common import Parser, write_out
-from mldebug.errors import EXIT_FINDINGS, EXIT_OK, NoTargetError
-from mldebug.model import SEVERITY_ERROR
-
-EXIT_STATUS = """\
-exit status:
-  0    nothing wrong found (warnings and info only), or no NCCL/torch lines at all
-  1    problems found: at least one error finding
-  2    bad command line
-  3    nothing readable: no path given could be read
-  70   internal error: a bug in mldebug (`mldebug --debug nccl ...` shows the traceback)
-  74   the report could not be written (standard output closed, disk full)
-  141  the reader of the output went away (`mldebug nccl ... | head`)
-"""
+from mldebug.commands.common import (
+    exit_of,
+    nothing_readable,
+    report_parser,
+    write_report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug nccl",
-        description="Read NCCL debug logs (NCCL_DEBUG=INFO), torch.distributed errors (the\n"
+    parser = report_parser(
+        "nccl",
+        "Read NCCL debug logs (NCCL_DEBUG=INFO), torch.distributed errors (the\n"
         "ProcessGroupNCCL watchdog, gloo, the TCPStore) and Flight Recorder dumps, one pass\n"
         "over each file, and say which rank is the odd one out.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        exits=(
+            "nothing wrong found (warnings and info only), or no NCCL/torch lines at all",
+            "nothing readable: no path given could be read",
+        ),
+        paths=("+", "log files or directories"),
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files or directories")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="every rank's summary, not the first few"
     )
@@ -53,14 +45,12 @@ def main(argv: list[str]) -> int:
 
     scan = scan_paths(args.paths)
     if scan.files_read == 0:
-        problems = "; ".join(scan.problems[:3]) or "no files in the directories given"
-        raise NoTargetError(
-            f"nothing readable: {problems}",
+        raise nothing_readable(
+            scan.problems,
+            "no files in the directories given",
             "Give NCCL log files (NCCL_DEBUG_FILE, a job's output) or directories holding them.",
         )
-    if args.json:
-        write_out(json.dumps(json_report(scan), indent=1) + "\n")
-    else:
-        write_out(text_report(scan, verbose=args.verbose))
-    errors = any(f.severity == SEVERITY_ERROR for f in scan.findings)
-    return EXIT_FINDINGS if errors else EXIT_OK
+    write_report(
+        args.json, lambda: json_report(scan), lambda: text_report(scan, verbose=args.verbose)
+    )
+    return exit_of(scan.findings)

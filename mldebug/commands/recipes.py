@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from mldebug.commands.common import Parser, report_console, write_out
+from mldebug.commands.common import add_json, command_parser, report_console, write_out
 from mldebug.errors import EXIT_OK, MldebugError, NoTargetError
 from mldebug.recipes import get_recipe, load_recipes
 from mldebug.recipes.search import MAX_QUERY_CHARS, search
@@ -33,11 +33,8 @@ exit status:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="mldebug recipes",
-        description="Troubleshooting recipes that mldebug's findings point to.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = command_parser(
+        "recipes", "Troubleshooting recipes that mldebug's findings point to.", EPILOG
     )
     parser.add_argument("id", nargs="?", help="recipe to print (omit to list them all)")
     parser.add_argument(
@@ -45,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="rank the recipes by these words or a pasted error message; - reads stdin",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json(parser, "print JSON")
     parser.add_argument(
         "--limit", type=int, default=5, metavar="N", help="search results shown (default 5)"
     )

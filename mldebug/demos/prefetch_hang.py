@@ -29,9 +29,9 @@ def next_batch(batches: queue.Queue) -> torch.Tensor:
 
 
 def average_gradients(model: torch.nn.Module, world: int) -> None:
-    for param in model.parameters():
-        dist.all_reduce(param.grad)
-        param.grad /= world
+    for grad in (p.grad for p in model.parameters() if p.grad is not None):
+        dist.all_reduce(grad)
+        grad /= world  # in place: the parameter's own gradient
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 OK = "OK"
 WARN = "WARN"
@@ -20,12 +20,7 @@ class Check:
     recipe: str | None = None
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "detail": self.detail,
-            "recipe": self.recipe,
-        }
+        return asdict(self)  # every field, by its name
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ def gpus_check(dev: Path = Path("/dev")) -> list[Check]:
 
 def _live_run_pids() -> set[int]:
     """Pids of the launchers and ranks of live `mldebug run` jobs of this user."""
-    pids = set()
+    pids: set[int] = set()
     try:
         runs = list_runs()
     except OSError:

@@ -4,7 +4,8 @@ fix, and what a fragment cannot tell. Converts to the `Finding` every view knows
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from mldebug.explain.text import Line
 from mldebug.model import SEVERITY_ERROR, Finding
@@ -62,15 +63,10 @@ class Explained:
         return replace(self, lines=tuple(dict.fromkeys(line.where for line in ranked))[:MAX_CITED])
 
     def as_finding(self) -> Finding:
-        return Finding(
-            self.kind,
-            self.ranks,
-            self.summary,
-            location=self.location,
-            recipe=self.recipe,
-            detail=self.detail,
-            severity=self.severity,
-        )
+        # Every field but `parts` is one of this finding's, under the same name.
+        shared = {f.name for f in fields(Finding)} & {f.name for f in fields(self)}
+        values: dict[str, Any] = {name: getattr(self, name) for name in shared}
+        return Finding(**values)
 
 
 def sure_word(confidence: float) -> str:

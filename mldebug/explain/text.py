@@ -49,6 +49,11 @@ class Line:
     def where(self) -> str:
         return f"{self.source}:{self.number}"
 
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The rank its prefix names, as a finding's ranks (none when no prefix names one)."""
+        return (self.rank,) if self.rank is not None else ()
+
 
 def _segments(raw: str) -> list[tuple[str, bool]]:
     """The pieces of one physical line: `\\r` redraws, and a bar with a message run into it."""

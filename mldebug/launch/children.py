@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mldebug.launch.coredumps import CoreCatcher
-from mldebug.launch.failures import exit_code_of
+from mldebug.launch.env import free_port, rank_env
+from mldebug.launch.failures import Failure, collect_failures, exit_code_of, with_cores
 from mldebug.launch.guardian import GuardianLink
 from mldebug.launch.manifest import Manifest
 from mldebug.launch.output import LAUNCHER
 from mldebug.launch.pipes import FULL_ERRNOS, Logs, PipeReader, Stream, make_pipe, pipe_size
+from mldebug.launch.procs import end_groups
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.wrapped import WrappedRanks
 from mldebug.procfs import proc_start_ticks, proc_stat
-from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED
+from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
 from mldebug.safeio import UntrustedDirError, make_private_dir
 
 
@@ -42,6 +45,53 @@ def first_failed(children: list[Child]) -> Child | None:
     """The child that failed first by itself (the one last seen alive earliest)."""
     ended = [c for c in children if c.returncode not in (None, 0) and not c.stopped]
     return min(ended, key=lambda c: c.last_alive) if ended else None
+
+
+def poll_children(children: list[Child], ended: Callable[[Child], None]) -> None:
+    """One look at each child still running: its last time alive, or `ended` once it is not."""
+    for child in children:
+        if child.returncode is None:
+            now = time.time()
+            if child.popen.poll() is None:
+                child.last_alive = now
+            else:
+                ended(child)
+
+
+def end_children(
+    children: list[Child], grace: float, hurry: threading.Event, ended: Callable[[Child], None]
+) -> None:
+    """End our children's process groups (SIGTERM, `grace`, SIGKILL; at once once `hurry`
+    is set) and wait for each; those still running are marked stopped by mldebug."""
+    for child in children:
+        if child.returncode is None and child.popen.poll() is None:
+            child.stopped = True
+    end_groups(own_groups(children), grace, hurry)
+    for child in children:
+        child.popen.wait()
+        if child.returncode is None:
+            ended(child)
+
+
+def job_failures(
+    children: list[Child],
+    paths: RunPaths,
+    hosts: dict[int, str],
+    vanished: dict[int, float],
+    cores: CoreCatcher | None,
+) -> tuple[list[Failure], list[int]]:
+    """The ranks' failures in the order they failed (by their exit and last time alive,
+    with the cores --core-dumps caught), and the ranks mldebug stopped, sorted."""
+    stopped = sorted(c.rank for c in children if c.stopped and c.rank is not None)
+    exits = {
+        c.rank: (c.returncode, c.last_alive)
+        for c in children
+        if c.rank is not None and c.returncode is not None
+    }
+    failures = collect_failures(paths, exits, stopped=set(stopped), hosts=hosts, vanished=vanished)
+    if cores is not None:
+        failures = with_cores(failures, cores.found)
+    return failures, stopped
 
 
 def own_groups(children: list[Child]) -> list[int]:
@@ -113,6 +163,36 @@ def start_child(
         rank_id = LAUNCHER if rank is None else rank
         reader.add(Stream(read, logs.open(path), rank_id, stream, prefix, shown))
     return popen
+
+
+def start_ranks(
+    spec: LaunchSpec,
+    base: dict[str, str],
+    children: list[Child],
+    *,
+    start: Callable[[int | None, dict[str, str]], subprocess.Popen],
+    manifest: Manifest,
+    logs: Logs,
+    host: str,
+    undo: Callable[[], None],
+) -> None:
+    """Native mode: start `spec.nproc` ranks with torchrun's environment, each added to
+    `children` and run.json as it starts; should one not start, `undo` ends those that did."""
+    port = spec.master_port or free_port()
+    if spec.nproc > 1 and "OMP_NUM_THREADS" not in base:
+        base["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks must not each use every core
+    run_id = spec.paths.root.name
+    for rank in range(spec.nproc):
+        make_rank_dir(spec.paths.rank_dir(rank), logs)
+        env = {**base, **rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
+        try:
+            popen = start(rank, env)
+        except OSError:
+            undo()
+            raise
+        children.append(Child(rank, popen))
+        manifest.set_rank(rank, local_rank=rank, host=host, pid=popen.pid)
+    manifest.update(world_size=spec.nproc, master_port=port)
 
 
 def record_end(

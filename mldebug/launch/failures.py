@@ -30,7 +30,7 @@ RECIPE_BY_EXCEPTION = (
     ("OutOfMemoryError", "cuda-oom"),
 )
 
-_SIGNAL_MEANINGS = {
+_SIGNAL_MEANINGS: dict[int, str] = {
     signal.SIGKILL: "killed (SIGKILL): OOM killer? (check `dmesg` or the job's memory limit)",
     signal.SIGSEGV: "segmentation fault (SIGSEGV): a crash in native code",
     signal.SIGABRT: "aborted (SIGABRT): a C++ assertion, abort() or an uncaught C++ exception",

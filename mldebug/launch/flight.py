@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from mldebug.safeio import create_new
+from mldebug.safeio import write_request
 
 FR_DIR = "fr"  # as the agent's MLDEBUG_FR_DIR and torch's dump prefix (launch/env.py)
 REQUEST_FILE = "request"  # mldebug/agent/flight.py: REQUEST_FILE
@@ -36,13 +36,7 @@ def request_dumps(root: Path) -> Path | None:
     folder = fr_dir(root)
     if not folder.is_dir() or folder.is_symlink():
         return None
-    temp = folder / f".{REQUEST_FILE}.{os.getpid()}.tmp"
-    fd = create_new(temp)
-    try:
-        os.write(fd, f"{time.time():.3f}\n".encode())
-    finally:
-        os.close(fd)
-    os.replace(temp, folder / REQUEST_FILE)
+    write_request(folder, REQUEST_FILE)
     return folder
 
 

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SCAN_INTERVAL = 1.0
@@ -101,6 +102,18 @@ class GuardianLink:
             self.close()  # the guardian is gone: the job runs on without it
 
 
+def start_guardian(run_dir: Path, grace: float, say: Callable[[str], None]) -> GuardianLink | None:
+    """The guardian of a job about to start, or None (said in one line) where it cannot run."""
+    try:
+        return GuardianLink.start(run_dir, grace)
+    except OSError as error:
+        say(
+            f"mldebug: could not start the guardian ({error}): should mldebug run be "
+            "killed with SIGKILL, processes of the job that ignore SIGTERM may run on"
+        )
+        return None
+
+
 # -- the guardian process --------------------------------------------------------------
 
 
@@ -113,6 +126,8 @@ def _snapshot() -> dict[int, tuple[int, int, int, str]]:
         if not name.isdigit():
             continue
         fields = proc_stat(int(name))
+        if fields is None:
+            continue
         try:
             table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[19]), fields[0])
         except (TypeError, ValueError, IndexError):

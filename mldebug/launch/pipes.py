@@ -401,7 +401,7 @@ class PipeReader:
         for stream in self.streams:
             if not stream.open:
                 continue
-            backlog = 0 if stuck or not stream.shown else feed.backlog(stream)
+            backlog = 0 if feed is None or stuck or not stream.shown else feed.backlog(stream)
             if stream in self._held and backlog <= MAX_PENDING // 2:
                 self._held.discard(stream)
                 self._selector.register(stream.fd, selectors.EVENT_READ, stream)

@@ -29,16 +29,18 @@ from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
 from mldebug.launch.children import (
     Child,
+    end_children,
     first_failed,
     guard_wrapped,
-    make_rank_dir,
-    own_groups,
+    job_failures,
+    poll_children,
     record_end,
     start_child,
+    start_ranks,
 )
 from mldebug.launch.coredumps import CoreCatcher
-from mldebug.launch.failures import collect_failures, describe_exit, with_cores
-from mldebug.launch.guardian import GuardianLink
+from mldebug.launch.failures import describe_exit
+from mldebug.launch.guardian import GuardianLink, start_guardian
 from mldebug.launch.lastwaits import LastWaits
 from mldebug.launch.logbook import LogBook
 from mldebug.launch.manifest import Manifest
@@ -102,7 +104,7 @@ class Supervisor:
 
     def start(self) -> None:
         spec = self.spec
-        self._start_guardian()
+        self._guardian = start_guardian(self.paths.root, self.spec.grace_period, self._say)
         if self.cores is not None:
             self.manifest.update(core_dumps=self.cores.summary())
             note = self.cores.start_note()
@@ -187,15 +189,6 @@ class Supervisor:
 
     # -- starting ----------------------------------------------------------------------
 
-    def _start_guardian(self) -> None:
-        try:
-            self._guardian = GuardianLink.start(self.paths.root, self.spec.grace_period)
-        except OSError as error:
-            self._say(
-                f"mldebug: could not start the guardian ({error}): should mldebug run be "
-                "killed with SIGKILL, processes of the job that ignore SIGTERM may run on"
-            )
-
     def _release_guardian(self) -> None:
         """The job is over and accounted for: the guardian has nothing left to do."""
         if self._guardian is not None:
@@ -233,23 +226,16 @@ class Supervisor:
         return envs.job_env(dict(os.environ), self.paths.root, self.spec.mode, self.spec.options)
 
     def _start_ranks(self) -> None:
-        spec = self.spec
-        port = spec.master_port or envs.free_port()
-        base = self._base_env()
-        if spec.nproc > 1 and "OMP_NUM_THREADS" not in base:
-            base["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks must not each use every core
-        run_id = self.paths.root.name
-        for rank in range(spec.nproc):
-            make_rank_dir(self.paths.rank_dir(rank), self.logs)
-            env = {**base, **envs.rank_env(rank, spec.nproc, spec.master_addr, port, run_id)}
-            try:
-                popen = self._start_child(rank, env)
-            except OSError:
-                self._end_children(grace=0)
-                raise
-            self.children.append(Child(rank, popen))
-            self.manifest.set_rank(rank, local_rank=rank, host=self.host, pid=popen.pid)
-        self.manifest.update(world_size=spec.nproc, master_port=port)
+        start_ranks(
+            self.spec,
+            self._base_env(),
+            self.children,
+            start=self._start_child,
+            manifest=self.manifest,
+            logs=self.logs,
+            host=self.host,
+            undo=lambda: self._end_children(grace=0),
+        )
 
     def _start_launcher(self) -> None:
         popen = self._start_child(None, self._base_env())
@@ -297,13 +283,7 @@ class Supervisor:
     def _watch_until_over(self) -> None:
         next_discovery = 0.0
         while True:
-            for child in self.children:
-                if child.returncode is None:
-                    now = time.time()
-                    if child.popen.poll() is None:
-                        child.last_alive = now
-                    else:
-                        self._child_ended(child)
+            poll_children(self.children, self._child_ended)
             if self.spec.mode == envs.MODE_WRAP:
                 if time.monotonic() >= next_discovery:
                     next_discovery = time.monotonic() + 0.5
@@ -338,14 +318,7 @@ class Supervisor:
 
     def _end_children(self, grace: float) -> None:
         """End whatever still runs: our children's process groups, then wrapped ranks."""
-        for child in self.children:
-            if child.returncode is None and child.popen.poll() is None:
-                child.stopped = True
-        procs.end_groups(own_groups(self.children), grace, self._hurry)
-        for child in self.children:
-            child.popen.wait()
-            if child.returncode is None:
-                self._child_ended(child)
+        end_children(self.children, grace, self._hurry, self._child_ended)
         if self.spec.mode == envs.MODE_WRAP:
             self._guard("reading the ranks' proc.json", self._discover)
             self.wrapped.end_left_over(grace, self._hurry, self._say)
@@ -382,21 +355,9 @@ class Supervisor:
     def _sum_up(self) -> None:
         spec = self.spec
         wrap = spec.mode == envs.MODE_WRAP
-        stopped = sorted(c.rank for c in self.children if c.stopped and c.rank is not None)
-        exits = {
-            c.rank: (c.returncode, c.last_alive)
-            for c in self.children
-            if c.rank is not None and c.returncode is not None
-        }
-        failures = collect_failures(
-            self.paths,
-            exits,
-            stopped=set(stopped),
-            hosts=self.manifest.hosts(),
-            vanished=self.wrapped.gone(),
+        failures, stopped = job_failures(
+            self.children, self.paths, self.manifest.hosts(), self.wrapped.gone(), self.cores
         )
-        if self.cores is not None:
-            failures = with_cores(failures, self.cores.found)
         launcher = self.children[0].returncode if wrap else None
         explanation = None
         if wants_explanation(failures, self._interrupted, launcher):

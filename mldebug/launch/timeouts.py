@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
+from mldebug.analysis.sequence import ledger_call
 from mldebug.model import AgentState, CollectiveCall
-from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text
 
 RECIPE_MISMATCH = "mismatched-collectives"
 RECIPE_MISSING = "rank-outside-collective"
@@ -181,19 +182,7 @@ def _members(states: Mapping[int, AgentState], group: str) -> dict[int, AgentSta
 def _progress(state: AgentState, group: str) -> ledger.RankProgress:
     """A rank's last state in the ledger's form; `done` unknown (a call that raised counts
     as ended, so a completion says nothing about who joined)."""
-    calls = {
-        seq: ledger.Call(
-            seq,
-            rules.op_name(call.op),
-            call.shapes,
-            tuple(rules.dtype_name(d) for d in call.dtypes),
-            site=call.site,
-            entered=call.enqueued,
-            ended=call.completed,
-        )
-        for (name, seq), call in _calls(state).items()
-        if name == group
-    }
+    calls = {seq: ledger_call(call) for (name, seq), call in _calls(state).items() if name == group}
     return ledger.RankProgress(state.rank, _made(state, group), None, calls)
 
 
@@ -278,7 +267,7 @@ def _together(lines: Mapping[int, str]) -> tuple[str, ...]:
     waits = []
     for line, ranks in list(shared.items())[:MAX_LINES]:
         shown = lines[ranks[0]] if len(ranks) == 1 else line
-        waits.append(f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}: {shown}")
+        waits.append(f"{ranks_text(ranks)}: {shown}")
     if len(shared) > MAX_LINES:
         waits.append(f"... and {len(shared) - MAX_LINES} more")
     return tuple(waits)
@@ -336,12 +325,11 @@ def explain(
             r for r in states if r not in timeouts and r in where and not where[r].collective
         ]
         if outside:
-            who = "rank" if len(outside) == 1 else "ranks"
             places = "; ".join(where[r].line for r in outside[:3])
             cause = Cause(
                 tuple(outside),
-                f"{who} {format_ranks(outside)} never joined the collective that "
-                f"{'rank' if len(timeouts) == 1 else 'ranks'} {format_ranks(timeouts)} "
+                f"{ranks_text(outside)} never joined the collective that "
+                f"{ranks_text(timeouts)} "
                 "timed out in: last seen outside any collective, in "
                 f"{places}",
                 DEFAULT_GROUP,

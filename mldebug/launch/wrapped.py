@@ -11,7 +11,6 @@ more. An entry that fails is ignored, and said once.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
@@ -33,7 +32,7 @@ from mldebug.rundir import (
     parse_rank,
     same_dir,
 )
-from mldebug.safeio import read_json
+from mldebug.safeio import json_number, read_json
 
 MAX_HOST_CHARS = 255
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
@@ -49,18 +48,14 @@ class _Watched:
 
 
 def _pid(value: object) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX
-    return value if ok else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX:
+        return value
+    return None
 
 
 def _time(value: object, default: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    try:
-        value = float(value)
-    except OverflowError:
-        return default
-    return value if math.isfinite(value) else default
+    number = json_number(value)
+    return default if number is None else number
 
 
 class WrappedRanks:
@@ -80,7 +75,7 @@ class WrappedRanks:
         if self._launcher is None:
             pid = _pid(self.manifest.data.get("launcher_pid"))
             fields = proc_stat(pid) if pid else None
-            if fields and len(fields) > 19 and fields[1] == str(os.getpid()):
+            if pid and fields and len(fields) > 19 and fields[1] == str(os.getpid()):
                 self._launcher = (pid, int(fields[19]))
         return self._launcher
 

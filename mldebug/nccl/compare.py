@@ -102,6 +102,25 @@ def _by(logs: list[RankLog], value_of) -> dict[str, list[RankLog]]:
     return groups
 
 
+def _not_most(ordered: list[tuple[str, list[RankLog]]]) -> list[RankLog]:
+    """The logs of every value but the most common (`ordered` as ranklog.sides gives it)."""
+    return [log for _, side in ordered[1:] for log in side]
+
+
+def _odd_out(
+    kind: str,
+    odd: list[RankLog],
+    summary: str,
+    recipe: str,
+    severity: str,
+    ordered: list[tuple[str, list[RankLog]]],
+) -> Finding:
+    """A finding on the ranks that differ from the rest, each value a part of it."""
+    return Finding(
+        kind, ranks_in(odd), summary, recipe=recipe, severity=severity, parts=parts_of(ordered)
+    )
+
+
 def _network(logs: list[RankLog]) -> list[Finding]:
     found = []
     nets = _by(logs, lambda log: log.network)
@@ -110,7 +129,7 @@ def _network(logs: list[RankLog]) -> list[Finding]:
         ordered, text = sides(nets)
         odd = [log for value, side in ordered if value == "Socket" for log in side]
         if not odd:
-            odd = [log for _, side in ordered[1:] for log in side]
+            odd = _not_most(ordered)
         with_ib = [log for log in odd if log.network == "Socket" and log.first("ib_devices")]
         found.append(
             Finding(
@@ -147,17 +166,13 @@ def _network(logs: list[RankLog]) -> list[Finding]:
         ifaces = _by(side, lambda log: log.interface)
         if len(ifaces) > 1:
             ordered, text = sides(ifaces)
-            odd = [log for _, s in ordered[1:] for log in s]
+            odd = _not_most(ordered)
+            said = (
+                f"{name_ranks(odd)} {verb(odd, 'uses', 'use')} another network interface for "
+                f"NCCL ({net}) than the rest: {text}"
+            )
             found.append(
-                Finding(
-                    KIND_NCCL_NETWORK,
-                    ranks_in(odd),
-                    f"{name_ranks(odd)} {verb(odd, 'uses', 'use')} another network interface for "
-                    f"NCCL ({net}) than the rest: {text}",
-                    recipe=RECIPE_SOCKETS,
-                    severity=SEVERITY_WARNING,
-                    parts=parts_of(ordered),
-                )
+                _odd_out(KIND_NCCL_NETWORK, odd, said, RECIPE_SOCKETS, SEVERITY_WARNING, ordered)
             )
     return found
 
@@ -175,19 +190,11 @@ def _versions(logs: list[RankLog]) -> list[Finding]:
         values = _by(logs, lambda log, attr=attr: log.first(attr))
         if len(values) > 1:
             ordered, text = sides(values)
-            odd = [log for _, side in ordered[1:] for log in side]
+            odd = _not_most(ordered)
             if len(ordered[0][1]) == len(ordered[1][1]):  # a tie: no side is the odd one
                 odd = [log for _, side in ordered for log in side]
-            found.append(
-                Finding(
-                    KIND_NCCL_VERSION,
-                    ranks_in(odd),
-                    f"the ranks run different {what} versions: {text}",
-                    recipe=RECIPE_VERSION,
-                    severity=severity,
-                    parts=parts_of(ordered),
-                )
-            )
+            said = f"the ranks run different {what} versions: {text}"
+            found.append(_odd_out(KIND_NCCL_VERSION, odd, said, RECIPE_VERSION, severity, ordered))
     return found
 
 

@@ -17,7 +17,7 @@ from mldebug.model import (
 )
 from mldebug.nccl import logfacts as lp
 from mldebug.nccl.ranklog import RankLog, name_ranks, ranks_in
-from mldebug.ranges import format_ranks
+from mldebug.wording import ranks_text
 
 RECIPE_TIMEOUT = "nccl-watchdog-timeout"
 RECIPE_WARNINGS = "nccl-warnings"
@@ -198,6 +198,16 @@ def _by_error(
     return out
 
 
+def _reported(
+    logs: list[RankLog], kind: str
+) -> list[tuple[str | None, list[RankLog], lp.ErrorFact]]:
+    """Per distinct error of `kind`: its target, the logs that report it, the first report."""
+    return [
+        (target, [log for log, _ in entries], entries[0][1])
+        for target, entries in _by_error(logs, kind).items()
+    ]
+
+
 def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
     found = []
     refused = _by_error(logs, lp.ERR_REFUSED)
@@ -217,15 +227,14 @@ def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_CONNECTION,
             )
         )
-    for target, entries in _by_error(logs, lp.ERR_CLOSED).items():
-        who = [log for log, _ in entries]
+    for target, who, first in _reported(logs, lp.ERR_CLOSED):
         quiet = silent + [log for log in logs if log.rank is not None and not log.errors]
         found.append(
             Finding(
                 KIND_CONNECTION,
                 ranks_in(who),
                 f"{name_ranks(who)} lost the connection to {target or 'a peer'} "
-                f"({entries[0][1].text[:120]}): the process there ended first; its own "
+                f"({first.text[:120]}): the process there ended first; its own "
                 "log says why"
                 + (
                     f" ({name_ranks(quiet)} reported no error: "
@@ -236,14 +245,13 @@ def connections(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_CONNECTION,
             )
         )
-    for _, entries in _by_error(logs, lp.ERR_CLIENTS).items():
-        who = [log for log, _ in entries]
+    for _, who, first in _reported(logs, lp.ERR_CLIENTS):
         found.append(
             Finding(
                 KIND_CONNECTION,
                 ranks_in(who),
                 f"the store on {name_ranks(who)} gave up waiting for the other ranks "
-                f"({entries[0][1].text}): ranks never started or could not reach "
+                f"({first.text}): ranks never started or could not reach "
                 "MASTER_ADDR:MASTER_PORT",
                 recipe=RECIPE_CONNECTION,
             )
@@ -261,22 +269,21 @@ def dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
             Finding(
                 KIND_DIST_ERROR,
                 tuple(named),
-                f"{'rank' if len(named) == 1 else 'ranks'} {format_ranks(named)} did not "
+                f"{ranks_text(named)} did not "
                 f"reach monitored_barrier ({entries[0][1].text}), as {name_ranks(reporters)} reports",
                 recipe=RECIPE_OUTSIDE,
             )
         )
-    for _, entries in _by_error(logs, lp.ERR_SIZE).items():
-        who = [log for log, _ in entries]
+    for _, who, first in _reported(logs, lp.ERR_SIZE):
         found.append(
             Finding(
                 KIND_DIST_ERROR,
                 ranks_in(who),
                 f"gloo on {name_ranks(who)} received a message of another size than expected "
-                f"({entries[0][1].text[:120]}): the ranks called a collective with different "
+                f"({first.text[:120]}): the ranks called a collective with different "
                 "sizes or in a different order",
                 recipe=RECIPE_MISMATCH,
-                location=entries[0][1].target,
+                location=first.target,
             )
         )
     gloo = [log for log, _ in next(iter(_by_error(logs, lp.ERR_GLOO_TIMEOUT).values()), [])]

@@ -127,7 +127,7 @@ def _decode(data: bytes, name: str) -> tuple[object, str]:
         try:
             # Through a BufferedReader: the C unpickler then takes whole buffers (peek)
             # instead of a read call per opcode, four times faster on a BytesIO alone.
-            stream = io.BufferedReader(io.BytesIO(data), 1 << 16)  # type: ignore[arg-type]
+            stream = io.BufferedReader(io.BytesIO(data), 1 << 16)
             return _PlainUnpickler(stream).load(), FORMAT_PICKLE
         except RecursionError:
             raise FlightDumpError(f"{name}: its pickle nests too deep") from None

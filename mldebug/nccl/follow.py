@@ -40,7 +40,7 @@ class RunFollower:
 
     def _targets(self) -> list[tuple[Path, int | None, int | None, int | None]]:
         """(path, rank, tail, head): read from `tail` bytes before the end, or up to `head`."""
-        found = []
+        found: list[tuple[Path, int | None, int | None, int | None]] = []
         try:
             names = sorted(n for n in os.listdir(self.paths.nccl_dir) if not n.startswith("."))
         except OSError:

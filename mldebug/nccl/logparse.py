@@ -168,19 +168,14 @@ class LogParser:
         proc = self._proc(host, None, prefix_rank)
         if body.startswith("NCCL version"):  # NCCL_DEBUG=VERSION, and NCCL 2.26+: no prefix
             read_version(proc, body)
-            self._bare_version = (
-                self._bare_version
-                or proc.nccl_version
-                and (
-                    proc.nccl_version,
-                    proc.cuda_runtime,
-                )
-            )
+            if not self._bare_version and proc.nccl_version:
+                self._bare_version = (proc.nccl_version, proc.cuda_runtime)
             return
         if read_torch(proc, body):
             self._pending_last_error = proc
 
     def _proc(self, host: str | None, pid: int | None, prefix_rank: int | None) -> ProcLog:
+        key: tuple  # ("pid", host, pid), ("rank", rank), ("file",) or ("others",)
         if pid is not None:
             key = ("pid", host, pid)
         elif prefix_rank is not None:

@@ -237,16 +237,16 @@ def join_pids(scan: Scan, paths: rundir.RunPaths) -> None:
     unknown = [p for log in scan.logs for p in log.procs if p.rank is None and p.pid is not None]
     if not unknown:
         return
-    known = {}
+    known: dict[int | None, tuple[int | None, object]] = {}  # pid -> (rank, host)
     for rank in paths.rank_ids()[:RUN_RANKS]:
         info = safeio.read_json(paths.proc_info(rank), 64 << 10) or {}
         pid = info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             known[pid] = (rank, info.get("host"))
     for proc in unknown:
-        rank, host = known.get(proc.pid, (None, None))
-        if rank is not None and (not host or not proc.host or str(host).startswith(proc.host)):
-            proc.claim_rank(rank, 3)
+        claimed, host = known.get(proc.pid, (None, None))
+        if claimed is not None and (not host or not proc.host or str(host).startswith(proc.host)):
+            proc.claim_rank(claimed, 3)
 
 
 def run_findings(root: str | Path | None, failed: bool = False) -> list[Finding]:

@@ -33,8 +33,6 @@ from mldebug.errors import MldebugError, NoTargetError
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_TIMEOUT,
-    STATE_EXITED,
-    STATE_MISSING,
     JobReadings,
     JobSnapshot,
     NativeDump,
@@ -57,11 +55,7 @@ def native_of_snapshot(
     """Every live rank's threads from gdb, lined up with py-spy's; the snapshot with the
     native findings added."""
     gdb = gdbs.find_gdb()
-    views = [
-        (v.rank, v.target)
-        for v in snapshot.ranks
-        if v.target is not None and v.state not in (STATE_EXITED, STATE_MISSING)
-    ]
+    views = [(v.rank, v.target) for v in snapshot.ranks if v.target is not None and not v.gone]
     ends = time.monotonic() + deadline
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="mldebug-gdb")
     futures = {

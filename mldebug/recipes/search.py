@@ -63,7 +63,7 @@ class Hit:
 def words(text: str) -> list[str]:
     """Lower-case words of `text` (identifiers, dotted and dashed names kept whole, their
     parts too), stopwords and one-letter words dropped."""
-    found = []
+    found: list[str] = []
     for word in _WORD.findall(text.lower()):
         parts = [word] + (re.split(r"[.-]", word) if ("." in word or "-" in word) else [])
         found.extend(p for p in parts if len(p) > 1 and p not in STOPWORDS)
@@ -111,9 +111,9 @@ class Index:
             term: math.log(1 + (count - df + 0.5) / (df + 0.5)) for term, df in frequency.items()
         }
 
-    def score(self, index: int, terms: set[str]) -> tuple[float, Counter]:
+    def score(self, index: int, terms: set[str]) -> tuple[float, dict[str, float]]:
         fields = self.fields[index]
-        per_term: Counter = Counter()
+        per_term: dict[str, float] = {}  # each term's share of the score
         for name, weight in FIELD_WEIGHTS.items():
             counts = fields[name]
             length = sum(counts.values())
@@ -121,7 +121,8 @@ class Index:
             for term in terms:
                 tf = counts.get(term, 0)
                 if tf:
-                    per_term[term] += weight * self.idf[term] * tf * (K1 + 1) / (tf + norm)
+                    share = weight * self.idf[term] * tf * (K1 + 1) / (tf + norm)
+                    per_term[term] = per_term.get(term, 0.0) + share
         return sum(per_term.values()), per_term
 
 
@@ -143,15 +144,16 @@ def search(query: str, index: Index | None = None, limit: int | None = None) -> 
         matched = tuple(m for m in recipe.match if _found(m, normal))
         score += sum(PHRASE_BONUS * (1 + len(words(m))) for m in matched)
         if score > 0:
-            best = tuple(term for term, _ in per_term.most_common(5))
+            ranked = sorted(per_term.items(), key=lambda item: -item[1])  # stable, as most_common
+            best = tuple(term for term, _ in ranked[:5])
             hits.append(Hit(recipe, round(score, 3), matched, best))
     evidence = fragmented(normal)
     if evidence:  # the numbers say fragmentation: that recipe goes just above the others
         top = max((hit.score for hit in hits), default=0.0)
         hits = [hit for hit in hits if hit.recipe.id != FRAGMENTATION]
-        recipe = next((r for r in index.recipes if r.id == FRAGMENTATION), None)
-        if recipe is not None:
-            hits.append(Hit(recipe, round(top + PHRASE_BONUS * 4, 3), (evidence,), ()))
+        fragmentation = next((r for r in index.recipes if r.id == FRAGMENTATION), None)
+        if fragmentation is not None:
+            hits.append(Hit(fragmentation, round(top + PHRASE_BONUS * 4, 3), (evidence,), ()))
     hits.sort(key=lambda hit: (-hit.score, hit.recipe.id))
     return hits[:limit] if limit is not None else hits
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import textwrap
 
 from mldebug.explain.finding import Explained, Explanation, sure_word
-from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING
 from mldebug.ranges import format_ranks
+from mldebug.report.facts import fact_lines, recipe_command
 from mldebug.report.jsonout import finding_to_json
 from mldebug.textsafe import one_line
+from mldebug.wording import ranks_text, severity_mark
 
 SCHEMA_VERSION = 1
-MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲"}
 SHOWN = 5  # findings in the text report unless --all
 QUOTE = 110  # characters of the first cited line quoted
 LOUD = (
@@ -49,13 +49,11 @@ def _quote(finding: Explained, report: Explanation) -> str | None:
 
 
 def finding_lines(number: int, finding: Explained, report: Explanation) -> list[str]:
-    mark = MARKS.get(finding.severity, "•")
+    mark = severity_mark(finding.severity)
     out = [f"{number}. {mark} {one_line(finding.summary)}"]
     facts = [f"sure: {sure_word(finding.confidence)} ({finding.confidence:.2f})"]
     if finding.ranks:
-        facts.append(
-            f"names {'rank' if len(finding.ranks) == 1 else 'ranks'} {format_ranks(finding.ranks)}"
-        )
+        facts.append(f"names {ranks_text(finding.ranks)}")
     if finding.location:
         facts.append(f"at {one_line(finding.location)}")
     out.append("   " + "   ".join(facts))
@@ -66,15 +64,13 @@ def finding_lines(number: int, finding: Explained, report: Explanation) -> list[
         quote = _quote(finding, report)
         if quote:
             out.append(f"     | {quote}")
-    if finding.note:
-        out.append(f"   from a fragment: {one_line(finding.note)}")
-    if finding.detail:
-        out.append(f"   {one_line(finding.detail)[:300]}")
-    if finding.fix:
-        out.append(f"   fix: {one_line(finding.fix)}")
-    if finding.recipe:
-        out.append(f"   recipe: mldebug recipes {finding.recipe}")
-    return out
+    told = [
+        ("from a fragment: ", finding.note),
+        ("", one_line(finding.detail)[:300]),
+        ("fix: ", finding.fix),
+        ("recipe: ", recipe_command(finding.recipe)),
+    ]
+    return out + fact_lines("   ", told)
 
 
 def _head(report: Explanation) -> str:

@@ -26,13 +26,14 @@ SCHEMA_VERSION = 1
 TRACE_ENTRIES = 8  # the newest calls of a rank's collective trace given per rank
 
 
+def fields_json(value: object, *names: str) -> dict:
+    """`value`'s attributes `names`, each under its own name (the JSON keys that are the
+    model's field names; a key named otherwise is added beside them)."""
+    return {name: getattr(value, name) for name in names}
+
+
 def frame_to_json(frame: Frame) -> dict:
-    return {
-        "function": frame.function,
-        "file": frame.file,
-        "line": frame.line,
-        "native": frame.native,
-    }
+    return fields_json(frame, "function", "file", "line", "native")
 
 
 def _frames(frames) -> list[dict]:
@@ -40,15 +41,8 @@ def _frames(frames) -> list[dict]:
 
 
 def thread_to_json(thread: ThreadStack) -> dict:
-    return {
-        "thread_id": thread.thread_id,
-        "name": thread.name,
-        "os_thread_id": thread.os_thread_id,
-        "active": thread.active,
-        "owns_gil": thread.owns_gil,
-        "pid": thread.pid,
-        "frames": _frames(thread.frames),
-    }
+    fields = fields_json(thread, "thread_id", "name", "os_thread_id", "active", "owns_gil", "pid")
+    return {**fields, "frames": _frames(thread.frames)}
 
 
 def _call_time(call: CollectiveCall | None, when: float | None) -> dict | None:
@@ -59,12 +53,7 @@ def _call_time(call: CollectiveCall | None, when: float | None) -> dict | None:
 
 def call_to_json(call: CollectiveCall) -> dict:
     return {
-        "group": call.group,
-        "seq": call.seq,
-        "op": call.op,
-        "site": call.site,
-        "enqueued": call.enqueued,
-        "completed": call.completed,
+        **fields_json(call, "group", "seq", "op", "site", "enqueued", "completed"),
         "async": call.asynchronous,
         "shapes": [list(shape) for shape in call.shapes],
         "dtypes": list(call.dtypes),

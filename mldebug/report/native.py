@@ -12,7 +12,7 @@ from rich.text import Text
 
 from mldebug.model import Frame, NativeDump, NativeGroup, NativeThread
 from mldebug.ranges import format_ranks
-from mldebug.report.jsonout import frame_to_json
+from mldebug.report.jsonout import fields_json, frame_to_json
 from mldebug.textsafe import one_line
 
 SHOWN_FRAMES = 6  # innermost native frames of a group in the text report (all with -v)
@@ -24,8 +24,7 @@ def _frames(frames: Sequence[Frame]) -> list[dict]:
 
 def thread_to_json(thread: NativeThread) -> dict:
     return {
-        "lwp": thread.lwp,
-        "name": thread.name,
+        **fields_json(thread, "lwp", "name"),
         "python_name": thread.python_name or None,
         "crashed": thread.crashed,
         "python": bool(thread.python_frames),
@@ -36,12 +35,7 @@ def thread_to_json(thread: NativeThread) -> dict:
 
 def dump_to_json(dump: NativeDump) -> dict:
     return {
-        "rank": dump.rank,
-        "pid": dump.pid,
-        "core": dump.core,
-        "executable": dump.executable,
-        "signal": dump.signal,
-        "failure": dump.failure,
+        **fields_json(dump, "rank", "pid", "core", "executable", "signal", "failure"),
         "detail": dump.failure_detail or None,
         "python_bt": dump.python_bt,
         "notes": list(dump.notes),

@@ -9,6 +9,7 @@ from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.nccl import flight, ranklog
 from mldebug.nccl.scan import Scan
 from mldebug.ranges import format_ranks
+from mldebug.report.facts import fact_lines, recipe_command
 from mldebug.report.jsonout import finding_to_json
 from mldebug.textsafe import one_line
 from mldebug.wording import human_bytes, severity_mark
@@ -19,14 +20,12 @@ RANKS_SHOWN = 8  # rank summaries in the text report unless --verbose
 
 def finding_lines(finding: Finding) -> list[str]:
     mark = severity_mark(finding.severity)
-    lines = [f"{mark} {one_line(finding.summary)}"]
-    if finding.location:
-        lines.append(f"    at {one_line(finding.location)}")
-    if finding.detail:
-        lines.append(f"    {one_line(finding.detail)[:600]}")
-    if finding.recipe:
-        lines.append(f"    what to do: mldebug recipes {finding.recipe}")
-    return lines
+    facts = [
+        ("at ", finding.location),
+        ("", one_line(finding.detail)[:600]),
+        ("what to do: ", recipe_command(finding.recipe)),
+    ]
+    return [f"{mark} {one_line(finding.summary)}", *fact_lines("    ", facts)]
 
 
 def _shown(scan: Scan, verbose: bool) -> list[ranklog.RankLog]:

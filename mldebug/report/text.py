@@ -226,18 +226,16 @@ def _rank_detail(view: RankView) -> RenderableType:
     if target is not None:
         head.append(f"  pid {target.pid}" + (f" on {one_line(target.host)}" if target.host else ""))
     head.append(f"  {view.state}", style=STATE_STYLE.get(view.state, ""))
-    if view.cpu_percent is not None:
-        head.append(f"  cpu {view.cpu_percent:.0f}%")
-    if view.rss_bytes is not None:
-        head.append(f"  rss {view.rss_bytes / 2**20:.0f} MiB")
-    if view.exit_code is not None:
-        head.append(f"  exit code {view.exit_code}")
-    if view.dataloader_worker is not None:
-        head.append(f"  waits for DataLoader worker {view.dataloader_worker}")
-    if view.step is not None:
-        head.append(f"  step {view.step}")
-    if view.heartbeat_age is not None:
-        head.append(f"  heartbeat {age_text(view.heartbeat_age)} ago")
+    for value, say in (
+        (view.cpu_percent, lambda cpu: f"cpu {cpu:.0f}%"),
+        (view.rss_bytes, lambda rss: f"rss {rss / 2**20:.0f} MiB"),
+        (view.exit_code, lambda code: f"exit code {code}"),
+        (view.dataloader_worker, lambda worker: f"waits for DataLoader worker {worker}"),
+        (view.step, lambda step: f"step {step}"),
+        (view.heartbeat_age, lambda age: f"heartbeat {age_text(age)} ago"),
+    ):
+        if value is not None:  # what is known of the rank, in this order
+            head.append(f"  {say(value)}")
     lines = [head]
     if view.agent is not None:
         lines += [Text(f"  {group_progress_text(g)}") for g in view.agent.groups[:8]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .names import infer as infer_from_name
 from .shrink import ShrinkError, shrink_config
@@ -26,7 +27,7 @@ class TinyModelError(RuntimeError):
 
 @dataclass
 class FullConfig:
-    config: object  # a transformers PretrainedConfig
+    config: Any  # a transformers PretrainedConfig (tiny/ imports no transformers types)
     source: str  # where it came from, for the log
 
 

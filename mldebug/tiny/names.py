@@ -13,6 +13,15 @@ import re
 
 HUB = "https://huggingface.co/{}/blob/main/config.json"
 
+# Llama 3 8B, Mistral 7B and Mixtral 8x7B share their layer shapes (their configs agree).
+_LLAMA3_8B_SHAPE = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+}
+
 # name (lower case, without the organisation) -> (model_type, full-size fields)
 KNOWN: dict[str, tuple[str, dict]] = {
     "gpt2": ("gpt2", {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}),
@@ -59,11 +68,7 @@ KNOWN: dict[str, tuple[str, dict]] = {
     "meta-llama-3-8b": (
         "llama",
         {
-            "hidden_size": 4096,
-            "intermediate_size": 14336,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
+            **_LLAMA3_8B_SHAPE,
             "vocab_size": 128256,
             "max_position_embeddings": 8192,
         },
@@ -71,11 +76,7 @@ KNOWN: dict[str, tuple[str, dict]] = {
     "mistral-7b-v0.1": (
         "mistral",
         {
-            "hidden_size": 4096,
-            "intermediate_size": 14336,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
+            **_LLAMA3_8B_SHAPE,
             "vocab_size": 32000,
             "max_position_embeddings": 32768,
             "sliding_window": 4096,
@@ -84,11 +85,7 @@ KNOWN: dict[str, tuple[str, dict]] = {
     "mixtral-8x7b-v0.1": (
         "mixtral",
         {
-            "hidden_size": 4096,
-            "intermediate_size": 14336,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
+            **_LLAMA3_8B_SHAPE,
             "vocab_size": 32000,
             "num_local_experts": 8,
             "num_experts_per_tok": 2,

@@ -112,7 +112,7 @@ def shrink_config(config, spec: TinySpec | None = None, **overrides):
 
 
 def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
-    model_type = values.get("model_type") or getattr(config, "model_type", "?")
+    model_type = str(values.get("model_type") or getattr(config, "model_type", "?"))
     for key, sub in list(values.items()):
         if isinstance(sub, dict) and "model_type" in sub:  # a nested config: text, vision...
             _shrink_dict(sub, spec, getattr(config, key, None))

@@ -8,6 +8,7 @@ so this module is standard library only and imports nothing else of mldebug.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 ENV_TINY_MODEL = "MLDEBUG_TINY_MODEL"  # the SPEC, as given ("" for the defaults)
 
@@ -55,7 +56,7 @@ _KEYS = [field.name for field in fields(TinySpec)]
 
 def parse_spec(text: str | None) -> TinySpec:
     """`TinySpec` from SPEC text; ValueError with a one-line reason when it is not one."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # checked per key below, TinySpec's fields
     for part in (text or "").split(","):
         part = part.strip()
         if not part:

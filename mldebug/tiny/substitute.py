@@ -130,7 +130,7 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
         ignored = _apply_config_kwargs(full.config, rest)
         small = shrink_config(full.config, spec)
     except (ShrinkError, TinyModelError) as error:
-        failure = error
+        failure: ShrinkError | TinyModelError | None = error
     else:
         failure = None
         # A tiny config AutoConfig handed out: the full one it came from is the "before".
@@ -212,7 +212,7 @@ def load_config(owner, original, name, args, kwargs, spec: TinySpec, report, aut
         _apply_config_kwargs(full.config, kwargs)
         small = shrink_config(full.config, spec)
     except (ShrinkError, TinyModelError) as error:
-        failure = error
+        failure: ShrinkError | TinyModelError | None = error
     else:
         failure = None
     if failure is not None:

@@ -117,19 +117,36 @@ def heartbeat_state(
 ) -> dict:
     """The document the agent's heartbeat writes (Heartbeat.state) for a rank whose trace,
     step counter and memory say what is given, at `time` by the rank's clock."""
-    beat = Heartbeat(
-        None,
-        None,
+    tracer = _Tracer(groups or {}, trace or [])
+    beat = heartbeat(rank, time, tracer, _Steps(step, step_time), _Memory(), started, interval)
+    beat.pid = pid
+    return beat.state()
+
+
+def heartbeat(
+    rank: int,
+    time: float,
+    tracer,
+    steps=None,
+    memory=None,
+    started: float | None = None,
+    interval: float = DEFAULT_INTERVAL,
+    path: Path | None = None,
+) -> Heartbeat:
+    """The agent's own Heartbeat of a rank at `time` by its clock (started 600 s before
+    unless told), over the tracer, step counter and memory reader given; it writes
+    state.json at `path` through the agent's atomic writer."""
+    return Heartbeat(
+        path,
+        write_json_atomic if path is not None else None,
         rank,
         started if started is not None else time - 600,
-        _Tracer(groups or {}, trace or []),
-        _Steps(step, step_time),
-        _Memory(),
+        tracer,
+        steps,
+        memory,
         interval,
         clock=lambda: time,
     )
-    beat.pid = pid
-    return beat.state()
 
 
 # The agent's own thread, as py-spy shows it in every rank the agent runs in.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mldebug import rankrules, rundir, safeio
 from mldebug.agent import collectives
-from mldebug.agent.heartbeat import Heartbeat
+from testkit.agent_states import heartbeat
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,8 @@ def write_state(
                 call.completed = made.completed
                 group.done(call)
             tracer.trace.append(call)
-    beat = Heartbeat(
-        paths.state_file(rank),
-        safeio.write_json_atomic,
-        rank,
-        now - 100,
-        tracer,
-        None,
-        None,
-        interval=interval,
-        clock=lambda: now,
+    beat = heartbeat(
+        rank, now, tracer, started=now - 100, interval=interval, path=paths.state_file(rank)
     )
     if not beat.write_once():
         raise OSError(f"state.json of rank {rank} could not be written")

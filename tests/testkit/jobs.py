@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,35 @@ def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
     )
     assert done.returncode in (0, 1), done.stderr
     return done
+
+
+def line_of(source: str, marker: str) -> int:
+    """The 1-based line of `source` that holds `marker` (a job script's `# NAME_LINE`)."""
+    return next(i for i, line in enumerate(source.splitlines(), 1) if marker in line)
+
+
+@contextmanager
+def running_job(folder: Path, source: str, nproc: int, **options) -> Iterator[tuple[Path, Path]]:
+    """`source` written to folder/job.py and run (`start`'s options), until every rank said
+    READY: (the script, the run directory); the job is stopped on the way out."""
+    script = folder / "job.py"
+    script.write_text(source)
+    proc, run_dir = start(folder, script, nproc, **options)
+    try:
+        wait_ready(proc, run_dir, nproc)
+        yield script, run_dir
+    finally:
+        stop(proc)
+
+
+def dump_json_until(
+    run_dir: Path, done: Callable[[dict], bool], timeout: float = 60
+) -> tuple[int, dict]:
+    """`dump_json` again each second until `done(report)` holds or `timeout` seconds have
+    passed: the last exit code and report (the test's asserts then say what was missed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code, report = dump_json(run_dir)
+        if done(report) or time.monotonic() > deadline:
+            return code, report
+        time.sleep(1)

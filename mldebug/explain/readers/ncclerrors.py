@@ -205,7 +205,7 @@ def _results(lines: list[Line], claimed: dict[str, list[Line]]) -> list[Explaine
                 "rank shows it)"
                 if not cause
                 else "",
-                ranks=(line.rank,) if line.rank is not None else (),
+                ranks=line.ranks,
                 note=""
                 if last
                 else 'the paste has no "Last error:" line: the cause is in NCCL\'s WARN output',

@@ -37,12 +37,28 @@ _GLOO_SET = re.compile(r"GLOO_SOCKET_IFNAME=(?P<value>\S+)")
 _FAILED = re.compile(
     r"timed out|Timeout|timeout|refused|closed by|reset by|Error|error|WARN|failed|hang",
 )
+# NCCL's words for a bootstrap that found no interface to use
+_NO_INTERFACE = ("no socket interface", "neither AF_INET", "No usable listening interface")
 BAD_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "tunl", "ip6tnl")
 MANY = 4  # interfaces in one list: NCCL spreads its sockets over all of them
 
 
 def _is_ip(text: str) -> bool:
     return bool(re.fullmatch(r"[0-9.]+|[0-9a-fA-F:]+", text)) and any(c in text for c in ".:")
+
+
+def _at_line(
+    line: Line,
+    kind: str,
+    summary: str,
+    confidence: float,
+    fix: str,
+    cited: list[Line] | None = None,
+) -> Explained:
+    """An interface finding of the rank `line` is from, resting on `cited` (the line itself
+    unless told)."""
+    found = Explained(kind, summary, confidence, RECIPE_IFACE, fix=fix, ranks=line.ranks)
+    return found.cited(cited if cited is not None else [line])
 
 
 def _gloo(lines: list[Line]) -> list[Explained]:
@@ -78,14 +94,13 @@ def _gloo(lines: list[Line]) -> list[Explained]:
                     "leave it unset so gloo uses the address the host name resolves to"
                 )
             found.append(
-                Explained(
+                _at_line(
+                    line,
                     KIND_GLOO_INTERFACE,
                     f"gloo could not bind: {why}",
                     0.95,
-                    RECIPE_IFACE,
-                    fix=fix,
-                    ranks=(line.rank,) if line.rank is not None else (),
-                ).cited([line])
+                    fix,
+                )
             )
         elif _MESH.search(text):
             local = _LOCAL.search(text)
@@ -95,31 +110,29 @@ def _gloo(lines: list[Line]) -> list[Explained]:
             ]
             if loop:
                 found.append(
-                    Explained(
+                    _at_line(
+                        line,
                         KIND_GLOO_INTERFACE,
                         f"gloo bound a loopback address ({loop[0]}) and told the other ranks to "
                         "connect there: this host's name resolves to 127.0.x.x (/etc/hosts, "
                         "host networking in a container), so no other node can reach it",
                         0.93,
-                        RECIPE_IFACE,
-                        fix="set GLOO_SOCKET_IFNAME to the interface that reaches the other "
+                        "set GLOO_SOCKET_IFNAME to the interface that reaches the other "
                         "nodes, or make the host name resolve to that interface's address",
-                        ranks=(line.rank,) if line.rank is not None else (),
-                    ).cited([line])
+                    )
                 )
             else:
                 found.append(
-                    Explained(
+                    _at_line(
+                        line,
                         KIND_GLOO_INTERFACE,
                         "gloo could not connect all ranks to each other (connectFullMesh "
                         "failed): the address a rank advertised is not reachable from the "
                         "others (wrong interface, a firewall, a rank that exited)",
                         0.7,
-                        RECIPE_IFACE,
-                        fix="check which address each rank binds (GLOO_SOCKET_IFNAME) and that "
+                        "check which address each rank binds (GLOO_SOCKET_IFNAME) and that "
                         "the ports between nodes are open",
-                        ranks=(line.rank,) if line.rank is not None else (),
-                    ).cited([line])
+                    )
                 )
     return found[:4]
 
@@ -198,46 +211,31 @@ def _nccl(lines: list[Line]) -> list[Explained]:
         used = [n for n in named for w in wanted if (n == w if exact else n.startswith(w))]
         if lists and not used:
             found.append(
-                Explained(
+                _at_line(
+                    line,
                     KIND_NCCL_INTERFACE,
                     f"NCCL_SOCKET_IFNAME is set to {value} but NCCL used "
                     f"{', '.join(sorted(named)[:6])}: no interface of that name exists on "
                     "this host, so NCCL fell back or failed",
                     0.9,
-                    RECIPE_IFACE,
-                    fix="name an interface that exists on every node (`ip -br addr`), a common "
+                    "name an interface that exists on every node (`ip -br addr`), a common "
                     "prefix (NCCL_SOCKET_IFNAME=en), or a per-node value in /etc/nccl.conf",
-                    ranks=(line.rank,) if line.rank is not None else (),
-                ).cited([line] + [g for group, _ in lists for g in group])
-            )
-        elif not lists and any(
-            w in line.text
-            for w in ("no socket interface", "neither AF_INET", "No usable listening interface")
-            for line in lines
-        ):
-            culprit = next(
-                l2
-                for l2 in lines
-                if any(
-                    w in l2.text
-                    for w in (
-                        "no socket interface",
-                        "neither AF_INET",
-                        "No usable listening interface",
-                    )
+                    cited=[line] + [g for group, _ in lists for g in group],
                 )
             )
+        elif not lists and any(w in other.text for w in _NO_INTERFACE for other in lines):
+            culprit = next(l2 for l2 in lines if any(w in l2.text for w in _NO_INTERFACE))
             found.append(
-                Explained(
+                _at_line(
+                    line,
                     KIND_NCCL_INTERFACE,
                     f"NCCL_SOCKET_IFNAME is set to {value} and NCCL found no such interface: "
                     "the bootstrap had no address to use",
                     0.9,
-                    RECIPE_IFACE,
-                    fix="name an interface that exists on every node (`ip -br addr`), or a "
+                    "name an interface that exists on every node (`ip -br addr`), or a "
                     "common prefix; unset it to let NCCL choose",
-                    ranks=(line.rank,) if line.rank is not None else (),
-                ).cited([line, culprit])
+                    cited=[line, culprit],
+                )
             )
     if bad and failing and not (asked_found and found):  # a working job: never cry wolf
         whys = sorted(bad)

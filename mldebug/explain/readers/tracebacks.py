@@ -58,7 +58,7 @@ def read(lines: list[Line], claimed: set[str]) -> list[Explained]:
                 recipe,
                 fix="start at the first traceback of the paste: what the other ranks raise "
                 "afterwards follows from it",
-                ranks=(line.rank,) if line.rank is not None else (),
+                ranks=line.ranks,
                 location=location,
             ).cited([line])
         )

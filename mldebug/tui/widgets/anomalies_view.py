@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -49,18 +50,29 @@ class AnomaliesView(Vertical):
         if findings == self._findings:
             return
         self._findings = findings
-        table = self.query_one("#findings-table", DataTable)
+        self._refill(
+            "#findings-table",
+            (
+                (
+                    f.severity,
+                    f.kind,
+                    format_ranks(f.ranks),
+                    f.summary,
+                    f.location or "-",
+                    f.recipe or "-",
+                )
+                for f in findings
+            ),
+        )
+
+    def _refill(self, table_id: str, rows: Iterable[tuple[str, ...]]) -> DataTable:
+        """The table's rows replaced by `rows`."""
+        table = self.query_one(table_id, DataTable)
         table.clear()
-        for finding in findings:
+        for row in rows:
             # Text, never str: DataTable reads a str as markup, and these come from ranks.
-            table.add_row(
-                plain(finding.severity),
-                plain(finding.kind),
-                plain(format_ranks(finding.ranks)),
-                plain(finding.summary),
-                plain(finding.location or "-"),
-                plain(finding.recipe or "-"),
-            )
+            table.add_row(*(plain(cell) for cell in row))
+        return table
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a finding opens its recipe."""
@@ -87,15 +99,12 @@ class AnomaliesView(Vertical):
         if events == self._events:
             return
         self._events = events
-        table = self.query_one("#events-table", DataTable)
-        table.clear()
-        for event in events:
-            table.add_row(
-                plain(event_time(event.time)),
-                plain(str(event.rank)),
-                plain(event.kind),
-                plain(event.message),
-                plain(event.location or "-"),
-            )
+        table = self._refill(
+            "#events-table",
+            (
+                (event_time(e.time), str(e.rank), e.kind, e.message, e.location or "-")
+                for e in events
+            ),
+        )
         if events:
             table.move_cursor(row=len(events) - 1, animate=False)

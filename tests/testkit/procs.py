@@ -1,0 +1,50 @@
+"""Plain Python processes for the tests that read a live process: a script that sits in a
+known function, and the sleepy job (4 "ranks" with rank environment, no torch)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SLEEPY = Path(__file__).parent.parent / "jobs" / "sleepy_ranks.py"
+
+
+@contextmanager
+def sitting(source: str) -> Iterator[subprocess.Popen]:
+    """`python -c source`, once it printed its first line (it is then where it sits);
+    killed on the way out."""
+    proc = subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def sleepy_ranks(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """The sleepy job's launcher, once its 4 ranks said they are up; the Popen gets
+    `rank_pids`, the ranks' pids in rank order. Its process group is killed on the way out."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SLEEPY), "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = proc.stdout
+        ready = sorted((lines.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
+        proc.rank_pids = [int(pid) for _, pid, _ in ready]
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
