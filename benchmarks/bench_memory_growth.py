@@ -183,6 +183,12 @@ def census_cost(count: int = 100_000) -> tuple[float, float, dict]:
     bare = time.perf_counter() - start
     assert held and held[0]["items"] == count
     census["lookup"] = (objects, lookup, bare)
+    # The moment the program is held: the grab of every object and the filter to tensors.
+    from mldebug.agent.gcgrab import objects_of, subclasses
+
+    start = time.perf_counter()
+    objects_of(subclasses(torch.Tensor))
+    census["held"] = time.perf_counter() - start
     del kept
     return took, walk, census
 
@@ -201,6 +207,10 @@ def main() -> int:
     print(f"what holds one of them (agent/holders.py), {objects:,} objects in the process:")
     print(f"  mldebug lookup (the container, then its variable): {lookup * 1e3:.0f} ms")
     print(f"  one bare gc.get_referrers: {bare * 1e3:.0f} ms")
+    print(
+        f"the program held up while a census takes the tensors from the collector "
+        f"(agent/gcgrab.py), {objects:,} objects: {census['held'] * 1e3:.0f} ms"
+    )
     if args.skip_jobs:
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:

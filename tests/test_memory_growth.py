@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 
 import pytest
 
@@ -253,6 +254,35 @@ def test_the_census_names_what_holds_the_groups_that_grew():
         "keeps its autograd graph alive (a loss kept without .item()); held by a list of 128 "
         "items, `kept`, a local of train() at test_memory_growth.py:"
     ), text
+
+
+def test_censuses_never_break_what_the_programs_thread_is_building():
+    # `tuple(generator)` shrinks the tuple it filled, which fails if anyone else holds it;
+    # the census's grab from the collector once made the program raise "SystemError:
+    # Objects/tupleobject.c:927: bad argument to internal function" within a second here.
+    torch = pytest.importorskip("torch")
+    stop, taken = threading.Event(), []
+
+    def census() -> None:
+        while not stop.is_set():
+            taken.append(take(torch, budget=0.5))
+
+    def numbers(n: int):
+        yield from range(n)
+
+    worker = threading.Thread(target=census)
+    worker.start()
+    built = 0
+    try:
+        until = time.monotonic() + 6
+        while time.monotonic() < until or len(taken) < 3:
+            assert len(tuple(numbers(2000))) == 2000
+            assert len(tuple(str(i) for i in range(50))) == 50
+            built += 1
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert len(taken) >= 3 and built > 100
 
 
 def test_a_census_holder_from_a_rank_is_data():

@@ -137,13 +137,24 @@ def recipe_references():
 
 
 def finding_calls():
-    """(kinds it can make, recipe ids it gives, where) for every Finding(...) call."""
+    """(kinds it can make, recipe ids it gives, where) for every Finding(...) call and every
+    call of a helper that makes one."""
     kinds = {name: getattr(model, name) for name in dir(model) if name.startswith("KIND_")}
     for path, tree in sources():
         constants = module_constants(tree)
         functions = enclosing_functions(tree)
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding"):
+            if not isinstance(node, ast.Call):
+                continue
+            # Finding(...), or a helper that makes one, handed the kind first and the recipe
+            # by name: _odd_out(KIND_NCCL_VERSION, ..., recipe=RECIPE_VERSION)
+            maker = (
+                node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in kinds
+                and any(k.arg == "recipe" for k in node.keywords)
+            )
+            if getattr(node.func, "id", "") != "Finding" and not maker:
                 continue
             function = functions.get(node)
             kind_arg = node.args[0] if node.args else None

@@ -21,17 +21,18 @@ the walk on 100k tensors).
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import time
 
+from .gcgrab import objects_of, subclasses
 from .holders import held_by
 
 BUDGET = 3.0  # seconds of walking the objects at most
 YIELD_EVERY = 4096  # objects walked between two moments the program's thread gets the GIL
 MAX_GROUPS = 24  # groups kept, the largest by count
 MAX_DIMS = 4
+SAMPLES = 3  # tensors of a group kept to look up what holds them
 TRACED = 3  # groups that grew most whose holders are looked up
 HOLDER_BUDGET = 1.0  # seconds for that, after the walk
 AUTO_RISE = 32 << 20  # bytes of growth since the last census that take another
@@ -87,12 +88,11 @@ def take(
     start = clock()
     tensor_type = torch.Tensor
     counts: dict[tuple, list[int]] = {}
-    samples: dict[tuple, object] = {}  # the last tensor seen of each group
+    samples: dict[tuple, list] = {}  # the first SAMPLES tensors seen of each group
     partial = False
     seen = 0
-    objects = gc.get_objects()
-    kinds: dict[type, bool] = {}  # type -> is a tensor type (type(), not isinstance: a lazy
-    # module attribute's __class__ may warn or import on access)
+    # Only the tensors are held across the walk, never the program's other objects (gcgrab).
+    objects = objects_of(subclasses(tensor_type))
     try:
         for index, obj in enumerate(objects):
             if not index % YIELD_EVERY:
@@ -100,19 +100,14 @@ def take(
                     partial = True
                     break
                 time.sleep(0)  # let the program's thread run: the walk never holds it long
-            kind = type(obj)
-            is_tensor = kinds.get(kind)
-            if is_tensor is None:
-                is_tensor = kinds[kind] = issubclass(kind, tensor_type)
-            if not is_tensor:
-                continue
             try:
                 key = _key(obj)
                 size = obj.nbytes
             except Exception:  # a tensor subclass that refuses: left out
                 continue
             seen += 1
-            samples[key] = obj
+            if len(group_samples := samples.setdefault(key, [])) < SAMPLES:
+                group_samples.append(obj)  # the youngest first: the collector lists them so
             entry = counts.get(key)
             if entry is None:
                 counts[key] = [1, size]
@@ -125,11 +120,17 @@ def take(
     ranked = sorted(counts.items(), key=lambda item: -item[1][0])[:MAX_GROUPS]
     holders: dict[tuple, list[dict]] = {}
     deadline = clock() + lookup_budget
+    skip = {id(samples), id(counts), *map(id, samples.values())}
     try:
         for key in _grown(ranked, before):
             if clock() > deadline:
                 break
-            holders[key] = held_by(samples[key], {id(samples), id(counts)}, deadline, clock)
+            for sample in samples[key]:  # the first one a variable is found for
+                found = held_by(sample, skip, deadline, clock)
+                if found and (found[0]["name"] or not holders.get(key)):
+                    holders[key] = found
+                if found and found[0]["name"]:
+                    break
     except Exception:  # the lookup is a help: a census never fails for it
         pass
     finally:

@@ -13,16 +13,19 @@ inside the ranks.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import threading
 import time
 import types
 
+from .gcgrab import referrers_of
+
 MAX_HOLDERS = 2  # containers named per tensor
 MAX_NAME = 80  # characters kept of a variable's or a type's name
-CONTAINERS = (list, dict, set, tuple, frozenset)
+CONTAINERS = (list, dict, set, frozenset)
+# built in place by the program (gcgrab): never taken from the collector
+UNSAFE = frozenset({tuple, str, bytes})
 
 
 def _short(text: str) -> str:
@@ -78,7 +81,7 @@ def _name(container: object, frames: list[types.FrameType]) -> tuple[str, str] |
 def _owner_attribute(container: object, skip: set[int]) -> tuple[str, str] | None:
     """An object whose attribute is `container` (its instance dict, or the object itself
     when its values are kept inline)."""
-    for referrer in gc.get_referrers(container):
+    for referrer in referrers_of(container, UNSAFE):
         if id(referrer) in skip or isinstance(referrer, types.FrameType):
             continue
         space = getattr(referrer, "__dict__", None) if not isinstance(referrer, dict) else None
@@ -95,7 +98,7 @@ def held_by(obj: object, skip: set[int], deadline: float, clock=time.monotonic) 
     frames = _program_frames()
     skip = skip | {id(frames)} | {id(f) for f in frames}
     found: list[dict] = []
-    referrers = [r for r in gc.get_referrers(obj) if id(r) not in skip]
+    referrers = [r for r in referrers_of(obj, UNSAFE) if id(r) not in skip]
     skip |= {id(referrers)}
     for referrer in referrers:
         if len(found) >= MAX_HOLDERS or clock() > deadline:

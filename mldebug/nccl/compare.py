@@ -111,9 +111,10 @@ def _odd_out(
     kind: str,
     odd: list[RankLog],
     summary: str,
+    ordered: list[tuple[str, list[RankLog]]],
+    *,
     recipe: str,
     severity: str,
-    ordered: list[tuple[str, list[RankLog]]],
 ) -> Finding:
     """A finding on the ranks that differ from the rest, each value a part of it."""
     return Finding(
@@ -172,7 +173,14 @@ def _network(logs: list[RankLog]) -> list[Finding]:
                 f"NCCL ({net}) than the rest: {text}"
             )
             found.append(
-                _odd_out(KIND_NCCL_NETWORK, odd, said, RECIPE_SOCKETS, SEVERITY_WARNING, ordered)
+                _odd_out(
+                    KIND_NCCL_NETWORK,
+                    odd,
+                    said,
+                    ordered,
+                    recipe=RECIPE_SOCKETS,
+                    severity=SEVERITY_WARNING,
+                )
             )
     return found
 
@@ -194,7 +202,11 @@ def _versions(logs: list[RankLog]) -> list[Finding]:
             if len(ordered[0][1]) == len(ordered[1][1]):  # a tie: no side is the odd one
                 odd = [log for _, side in ordered for log in side]
             said = f"the ranks run different {what} versions: {text}"
-            found.append(_odd_out(KIND_NCCL_VERSION, odd, said, RECIPE_VERSION, severity, ordered))
+            found.append(
+                _odd_out(
+                    KIND_NCCL_VERSION, odd, said, ordered, recipe=RECIPE_VERSION, severity=severity
+                )
+            )
     return found
 
 
