@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing_arrival import Arrival, CallRecord, arrivals
+from mldebug.analysis.timing_flight import FlightVerdict, judge_flight
 from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
 from mldebug.model_timing import (
     RankTiming,
@@ -242,6 +243,12 @@ def _straggler_finding(
     )
 
 
+def _flight_shares(verdict: FlightVerdict, splits: dict[int, _Split]) -> dict[int, float]:
+    counts = Counter(a.last for a in verdict.arrivals)
+    total = len(verdict.arrivals) or 1
+    return {rank: counts.get(rank, 0) / total for rank in splits}
+
+
 def _sure(found: evidence.Evidence, late: list[int], ranks: int, waited: int) -> str:
     """How sure: the steps compared and the chance of that order with every rank alike."""
     chance = max(found.chance[r] for r in late)
@@ -255,6 +262,36 @@ def _sure(found: evidence.Evidence, late: list[int], ranks: int, waited: int) ->
 
 def _chance_text(p: float) -> str:
     return "less than once in a million" if p < 1e-6 else f"once in {1 / p:,.0f}"
+
+
+def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
+    """DDP's C++ all-reduces, from the Flight Recorder rows: the rank late at most steps."""
+    rank = verdict.rank
+    if rank is None or rank not in splits:
+        return None
+    step = _median([s.step for r, s in splits.items() if r != rank])
+    if step <= 0 or verdict.lateness < WAIT_SHARE * step:
+        return None
+    hot = splits[rank].timing.work[0].site if splits[rank].timing.work else None
+    summary = (
+        f"rank {rank} is the straggler: it enters the {verdict.op} calls the Python trace does "
+        f"not see (DDP's, in torch's Flight Recorder) last at {verdict.late_steps} of "
+        f"{verdict.steps} steps; the others wait a median {_ms(verdict.lateness)} a step for it "
+        f"({_pct(verdict.lateness / step)} of their step time)"
+    )
+    if hot:
+        summary += f"; its main thread is mostly at {hot}"
+    return Finding(
+        KIND_STRAGGLER,
+        (rank,),
+        summary,
+        location=hot,
+        recipe="stragglers",
+        severity=SEVERITY_WARNING,
+        detail=f"{len(verdict.arrivals)} Flight Recorder collectives compared across "
+        f"{len(splits)} ranks: late that often comes by chance {_chance_text(verdict.chance)} "
+        "when no rank differs",
+    )
 
 
 def _all_input_bound(splits: dict[int, _Split]) -> Finding | None:
@@ -350,7 +387,16 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     found, shares = _stragglers(ready, waited)
     late = list(found.late) if found is not None else []
     findings: list[Finding] = []
-    straggler = _straggler_finding(found, ready, waited, shares) if found is not None and late else None
+    straggler = (
+        _straggler_finding(found, ready, waited, shares) if found is not None and late else None
+    )
+    if straggler is None:
+        flight = judge_flight({r: s.timing for r, s in ready.items()})
+        straggler = _flight_finding(flight, ready) if flight is not None else None
+        if straggler is not None:
+            late = list(straggler.ranks)
+            shares = _flight_shares(flight, ready) if flight is not None else shares
+            waited = waited or list(flight.arrivals if flight is not None else ())
     if straggler is not None:
         findings.append(straggler)
     else:

@@ -60,6 +60,7 @@ def fast_entries(
         or True in set(p2p)  # point-to-point ops: numbered by p2p_seq_id, the slow way
         or set(map(type, seqs)) != {int}
         or not all(map(_ints, (seqs, pg_ids, created, timeouts, record_ids)))
+        or any(map(operator.contains, items, repeat("duration_ms")))  # timed: the slow way
         or not set(map(type, states)) <= {str}
         or not set(states) <= _STATES
     ):
@@ -136,5 +137,6 @@ def fast_entries(
         timeouts,
         places,
         record_ids,
+        repeat(None, len(items)),  # duration: never in the fast way
     )
     return list(map(tuple.__new__, repeat(FlightEntry), zip(*columns, strict=True)))

@@ -1,18 +1,26 @@
 """Who enters each collective last, from Flight Recorder dumps with times (`mldebug nccl`).
 
-Each entry carries `time_created_ns`: when its rank enqueued the collective. Per group, for
-every collective #N that all the dumps recorded, the rank whose entry was created last is
-the one the others waited for, and the spread (latest minus earliest creation) is how long
-the first waited. A rank that enters last at most of them is named, with the median and the
-largest spread. The times are each host's clock: across nodes a clock offset shifts every
-spread alike (NTP keeps it to milliseconds), so a rank late by more than that still shows.
+Each entry carries `time_created_ns` (when its rank enqueued the collective) and, where the
+recorder timed it (NCCL with TORCH_NCCL_ENABLE_TIMING), `duration_ms`. The dumps become the
+collective ledger's RankProgress per group (calls by number, entry and end times) and the
+ledger says who came last at each #N that every ranked dump recorded
+(mldebug/ledgerarrival.py):
+
+  * with `duration_ms` on every rank: each rank's wait is its own duration, so no clock
+    agreement is needed; the rank that waited least came last, and the spread is how much
+    longer the rank that waited most waited;
+  * with creation times alone (gloo records no end): the rank that entered last, and the
+    spread is latest minus earliest creation. Those are each host's clock: across nodes a
+    clock offset shifts every spread alike (NTP keeps it to milliseconds).
+
+A rank that comes last at most of them is named, with the median and the largest spread.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 
+import mldebug.ledger as ledger
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
@@ -25,44 +33,38 @@ CHANCE = 1e-4  # ...and as often by chance (every rank as likely last) this rare
 MIN_SPREAD = 0.001  # seconds: the median spread, at least
 
 
-def _chance(last: int, compared: int, ranks: int) -> float:
-    """The binomial tail: one given rank last `last`+ times of `compared`, all alike."""
-    p = 1 / ranks
-    return sum(
-        math.comb(compared, k) * p**k * (1 - p) ** (compared - k) for k in range(last, compared + 1)
-    )
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
-    """Per group: (seq, the rank that entered it last, the spread in seconds) for each
-    collective every ranked dump recorded with a time, in seq order."""
-    created: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    ranks: dict[str, set[int]] = defaultdict(set)
+def progress_of(dumps: list[FlightDump]) -> dict[str, dict[int, ledger.RankProgress]]:
+    """group -> rank -> its collectives with times, as the ledger takes them."""
+    calls: dict[str, dict[int, dict[int, ledger.Call]]] = defaultdict(lambda: defaultdict(dict))
     for dump in dumps:
         if dump.rank is None:
             continue
         for entry in dump.entries:
             if entry.p2p or entry.created is None:
                 continue
-            created[entry.group][entry.seq][dump.rank] = entry.created
-            ranks[entry.group].add(dump.rank)
+            ended = entry.created + entry.duration if entry.duration is not None else None
+            calls[entry.group][dump.rank][entry.seq] = ledger.Call(
+                entry.seq, entry.op, entered=entry.created, ended=ended
+            )
+    return {
+        group: {r: ledger.RankProgress(r, max(c), calls=c) for r, c in by_rank.items()}
+        for group, by_rank in calls.items()
+    }
+
+
+def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
+    """Per group: (seq, the rank that came last, the spread in seconds) for each collective
+    every ranked dump recorded with a time, in seq order."""
     order: dict[str, list[tuple[int, int, float]]] = {}
-    for group, by_seq in created.items():
-        members = ranks[group]
+    for group, members in progress_of(dumps).items():
         if len(members) < 2:
             continue
-        rows = []
-        for seq in sorted(by_seq):
-            times = by_seq[seq]
-            if set(times) != members:
-                continue  # some rank's ring no longer holds it, or it never entered
-            last = max(times, key=lambda rank: (times[rank], -rank))
-            rows.append((seq, last, times[last] - min(times.values())))
-        order[group] = rows
+        found = ledger.arrivals(group, members)
+        order[group] = [(a.seq, a.last, a.spread) for a in found if a.ranks == len(members)]
     return order
 
 
@@ -80,7 +82,7 @@ def arrival_findings(dumps: list[FlightDump]) -> list[Finding]:
         share = last / len(rows)
         if share < LAST_SHARE or median < MIN_SPREAD:
             continue
-        if _chance(last, len(rows), members) * members >= CHANCE:
+        if ledger.binomial_tail(last, len(rows), 1 / members) * members >= CHANCE:
             continue
         widest = max(rows, key=lambda row: row[2])
         others = sorted(r for r, _ in counts.items() if r != rank)
