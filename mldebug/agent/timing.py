@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 
+from .collectives import user_site
 from .eventlog import fail, fault_point
 from .timing_flight import FlightCalls
 
@@ -40,7 +41,7 @@ MAX_CALLS = 256
 MAX_STEPS = 64
 MAX_STARTS = 1024  # step starts kept to place Flight Recorder entries in their step
 MAX_SITES = 16  # distinct call sites kept per table
-MAX_STACK = 64
+MAX_STACK = 64  # frames looked through for the main thread's wait
 SYNC_METHODS = ("item", "cpu", "tolist")
 
 
@@ -146,19 +147,9 @@ class Timing:
         self.syncs.add(self.site(frame), seconds)
 
     def site(self, frame) -> str | None:
-        """file:line of the innermost frame of the user's own code, from `frame` out."""
-        files = self._files
-        for _ in range(MAX_STACK):
-            if frame is None:
-                return None
-            path = frame.f_code.co_filename
-            library = files.get(path)
-            if library is None:
-                library = files[path] = bool(self.is_library(path)) or path == __file__
-            if not library:
-                return f"{path}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None
+        """file:line of the innermost frame of the user's own code, from `frame` out (this
+        file's wrappers passed over)."""
+        return user_site(frame, self._files, self.is_library, skip=__file__)
 
     # ------------------------------------------------------------------ the heartbeat's side
     def sample_main(self) -> None:

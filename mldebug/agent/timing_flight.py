@@ -29,12 +29,11 @@ from __future__ import annotations
 import bisect
 import io
 import pickle
-import sys
 import time
 from collections.abc import Callable, Sequence
 
 from .eventlog import fail, fault_point
-from .flight import group_name
+from .flight import _pickle_dumper, group_name
 
 PART = "timing_flight"
 READ_EVERY = 10.0  # seconds between two reads, at least
@@ -54,15 +53,8 @@ class _PlainOnly(pickle.Unpickler):
 
 def _dumper() -> Callable[[], object] | None:
     """A function returning the ring's entries as plain data, or None while
-    torch.distributed is not imported or not initialised."""
-    dist = sys.modules.get("torch.distributed")
-    c10d = sys.modules.get("torch._C._distributed_c10d")
-    if dist is None or c10d is None:
-        return None
-    initialised = getattr(dist, "is_initialized", None)
-    if initialised is None or not initialised():
-        return None
-    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+    torch.distributed is not imported or not initialised (agent/flight.py finds the dump)."""
+    dump = _pickle_dumper()
     if dump is None:
         return None
 
