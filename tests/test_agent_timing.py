@@ -143,6 +143,9 @@ def test_the_flight_recorder_is_read_at_a_bounded_rate_and_rarely_when_the_trace
 
     part = timing_flight.FlightCalls(dumper=dumper, clock=lambda: clock[0])
     starts = list
+    empty = timing_flight.FlightCalls(dumper=lambda: lambda: {"entries": []}, clock=lambda: 0.0)
+    empty.maybe_read({}, starts)
+    assert empty._next == timing_flight.READ_EVERY  # an empty ring: looked at again soon
     for _ in range(25):  # 25 heartbeats a second apart; the trace saw 2 of the 10
         part.maybe_read({"default_pg": 2}, starts)
         clock[0] += 1

@@ -132,8 +132,8 @@ class FlightCalls:
             newest: dict[str, int] = {}
             for group, seq, *_ in rows:
                 newest[group] = max(newest.get(group, 0), seq)
-            # The trace sees them all (or nothing is there yet): no reason to pay often.
-            seen = all(traced.get(g, 0) >= seq for g, seq in newest.items())
+            # The trace sees them all: no reason to pay often (an empty ring says nothing yet).
+            seen = bool(newest) and all(traced.get(g, 0) >= seq for g, seq in newest.items())
             gap = max(PROBE_EVERY if seen else READ_EVERY, self.cost / COST_SHARE)
             self._next = (now // gap + 1) * gap
             self.rows = [] if seen else rows
