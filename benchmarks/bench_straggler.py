@@ -14,9 +14,10 @@ Prints, in one run:
     15 s and of `dump --profile 5` now and then;
   * a DDP job (its all-reduces are C++): when the agent names rank 1 from torch's Flight
     Recorder;
-  * the agent's step-time cost with timing on vs the agent with timing off
-    (MLDEBUG_TIMING=0), 2 ranks doing a fixed amount of work a step, with dist.all_reduce
-    and with DDP (the Flight Recorder reads), runs alternated, medians compared; and the
+  * the agent's step-time cost, 2 ranks doing a fixed amount of work a step, with
+    dist.all_reduce and with DDP (the Flight Recorder reads): in one job whose agents switch
+    their timing off and on every 16 steps (medians of each), and across runs with the
+    agent's timing on vs off (MLDEBUG_TIMING=0), runs alternated, medians compared; and the
     hooks' own cost per call, timed in this process.
 """
 
@@ -60,9 +61,16 @@ if ddp:
     model = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 loader = DataLoader(TensorDataset(torch.randn(4096, 256)), batch_size=32)
-times = []
+# With "toggle": the agent's timing is switched off and on every 16 steps in this process
+# (the same job, the same moments of the machine's load): each block's steps timed apart.
+agent = sys.modules.get("_mldebug_agent")
+timing = getattr(getattr(agent, "_runtime", None), "timing", None) if len(sys.argv) > 4 else None
+times, blocks = [], {True: [], False: []}
 for epoch in range(int(sys.argv[1])):
     for (x,) in loader:
+        on = (len(times) // 16) % 2 == 0
+        if timing is not None:
+            timing.off = not on
         start = time.perf_counter()
         for _ in range(int(sys.argv[2])):
             y = model(x)
@@ -74,6 +82,11 @@ for epoch in range(int(sys.argv[1])):
         opt.zero_grad()
         loss.item()
         times.append(time.perf_counter() - start)
+        blocks[on].append(times[-1])
+if timing is not None:
+    timing.off = False
+    on, off = (sorted(blocks[k])[len(blocks[k]) // 2] for k in (True, False))
+    print(f"TOGGLED_ON {on:.6f} TOGGLED_OFF {off:.6f} STEPS {len(times)}", flush=True)
 times.sort()
 print(f"MEDIAN_STEP {times[len(times) // 2]:.6f} STEPS {len(times)}", flush=True)
 """
@@ -235,6 +248,26 @@ def overhead(folder: Path, pairs: int, mode: str, nproc: int = 2) -> dict:
             "runs": {k: len(medians[k]) for k in ("on", "off")}}  # fmt: skip
 
 
+def toggled(folder: Path, mode: str, nproc: int = 2) -> dict:
+    """One job whose agents switch their timing off and on every 16 steps: medians of the
+    steps with it on and with it off (the wrappers stay, inert: their check is timed apart)."""
+    script = folder / "fixed_work.py"
+    script.write_text(FIXED_WORK)
+    run_dir = folder / f"toggled-{mode}"
+    done = subprocess.run(
+        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc),
+         str(script), "8", "10", mode, "toggle"],
+        capture_output=True, text=True, timeout=900, cwd=folder, env=ENV,
+    )  # fmt: skip
+    found = {}
+    for rank in range(nproc):
+        logs = (run_dir / "ranks" / str(rank) / "stdout.log").read_text(errors="replace")
+        match = re.search(r"TOGGLED_ON ([0-9.]+) TOGGLED_OFF ([0-9.]+)", logs + done.stderr)
+        if match:
+            found[rank] = (float(match.group(1)), float(match.group(2)))
+    return {"ranks": found, "reads": flight_reads(run_dir) if mode == "ddp" else None}
+
+
 def flight_reads(run_dir: Path) -> int:
     """Whether rank 0's agent held Flight Recorder rows at its end (DDP: it read the ring)."""
     try:
@@ -295,7 +328,7 @@ def main() -> None:
     parser.add_argument("--factors", type=float, nargs="*", default=[1.1, 1.2, 1.33, 1.5, 2.0])
     parser.add_argument("--limit", type=float, default=60.0, help="seconds to wait per factor")
     parser.add_argument("--healthy-seconds", type=float, default=180.0)
-    parser.add_argument("--pairs", type=int, default=3, help="on/off run pairs for the cost")
+    parser.add_argument("--pairs", type=int, default=2, help="on/off run pairs for the cost")
     parser.add_argument("--save", type=Path, help="keep the 1.5x run's outputs here (docs)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
@@ -330,6 +363,19 @@ def main() -> None:
         for alarm in healthy["alarms"]:
             print(f"  {alarm}")
         for mode, words in (("python", "dist.all_reduce + DataLoader"), ("ddp", "DDP")):
+            got = toggled(folder, mode)
+            for rank, (on, off) in sorted(got["ranks"].items()):
+                reads = (
+                    f"; it held {got['reads']} Flight Recorder rows"
+                    if got["reads"] and rank == 0
+                    else ""
+                )
+                print(
+                    f"agent step time, same job ({words}), rank {rank}: timing on "
+                    f"{on * 1000:.2f} ms, off {off * 1000:.2f} ms: {(on - off) / off * 100:+.2f}% "
+                    f"(switched every 16 steps, medians){reads}",
+                    flush=True,
+                )
             cost = overhead(folder, args.pairs, mode)
             share = (cost["on"] - cost["off"]) / cost["off"] * 100
             pairs = ", ".join(f"{p:+.1f}%" for p in cost["paired"])
