@@ -19,6 +19,7 @@ Pure functions, standard library only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,10 +99,7 @@ def rank_sum_tail(total: int, steps: int, ranks: int) -> float:
     `steps` independent steps, reach `total` or more, when its place each step is equally
     likely any of 1..ranks (no rank differs from the others). Exact by convolution up to
     EXACT_CELLS, else the normal approximation."""
-    if steps <= 0 or ranks <= 1:
-        return 1.0
-    low = steps
-    if total <= low:
+    if steps <= 0 or ranks <= 1 or total <= steps:
         return 1.0
     if total > steps * ranks:
         return 0.0
@@ -109,6 +107,12 @@ def rank_sum_tail(total: int, steps: int, ranks: int) -> float:
         mean = steps * (ranks + 1) / 2
         sd = math.sqrt(steps * (ranks * ranks - 1) / 12)
         return 0.5 * math.erfc((total - 0.5 - mean) / (sd * math.sqrt(2)))
+    return _tails(steps, ranks)[total - steps]
+
+
+@functools.lru_cache(maxsize=64)
+def _tails(steps: int, ranks: int) -> tuple[float, ...]:
+    """P(sum >= steps + i) for each i: computed once per (steps, ranks), for every rank."""
     dist = [1.0]
     share = 1 / ranks
     for _ in range(steps):
@@ -122,4 +126,9 @@ def rank_sum_tail(total: int, steps: int, ranks: int) -> float:
                 window -= dist[index - ranks]
             new[index] = window * share
         dist = new
-    return min(1.0, max(0.0, sum(dist[total - low :])))
+    tails = []
+    running = 0.0
+    for p in reversed(dist):
+        running += p
+        tails.append(min(1.0, max(0.0, running)))
+    return tuple(reversed(tails))

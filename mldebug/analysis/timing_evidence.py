@@ -75,20 +75,17 @@ def judge(windows: Mapping[int, Sequence[StepTiming]]) -> Evidence:
     chance = {rank: 1.0 for rank in ranks}
     part_of = {rank: "" for rank in ranks}
     for name, value in PARTS:
-        sums = dict.fromkeys(ranks, 0)
+        sums = [0] * n
         for row in rows:
+            values = [value(row[r]) for r in ranks]
             # Ties share the lower place: equal values (zero data waits) are no evidence.
-            ordered = sorted(ranks, key=lambda r: value(row[r]))
-            place = 0
-            previous: float | None = None
-            for index, rank in enumerate(ordered):
-                current = value(row[rank])
-                if previous is None or current > previous:
-                    place = index + 1
-                previous = current
-                sums[rank] += place
-        for rank in ranks:
-            p = min(1.0, rank_sum_tail(sums[rank], m, n) * tries)
+            place, previous = 0, None
+            for index, i in enumerate(sorted(range(n), key=values.__getitem__)):
+                if values[i] != previous:
+                    place, previous = index + 1, values[i]
+                sums[i] += place
+        for i, rank in enumerate(ranks):
+            p = min(1.0, rank_sum_tail(sums[i], m, n) * tries)
             if p < chance[rank]:
                 chance[rank], part_of[rank] = p, name
     late = tuple(r for r in ranks if chance[r] < FALSE_ALARM)
