@@ -97,9 +97,6 @@ def timing_part(table: TimingTable | None) -> RenderableType | None:
 def timing_to_json(table: TimingTable | None) -> dict | None:
     if table is None:
         return None
-    return {
-        "source": table.source,
-        "compared": table.collectives,
-        "note": table.note,
-        "ranks": [{**asdict(row), "step_times": list(row.step_times)} for row in table.rows],
-    }
+    rows = [{**asdict(row), "step_times": list(row.step_times)} for row in table.rows]
+    found = {"source": table.source, "compared": table.collectives, "note": table.note}
+    return found | {"ranks": rows}
