@@ -249,14 +249,17 @@ def _flight_shares(verdict: FlightVerdict, splits: dict[int, _Split]) -> dict[in
     return {rank: counts.get(rank, 0) / total for rank in splits}
 
 
+_PART_WORDS = {"work": "time outside collectives", "compute": "compute", "data": "data wait"}
+
+
 def _sure(found: evidence.Evidence, late: list[int], ranks: int, waited: int) -> str:
     """How sure: the steps compared and the chance of that order with every rank alike."""
     chance = max(found.chance[r] for r in late)
-    part = found.part[late[0]]
+    part = _PART_WORDS.get(found.part[late[0]], found.part[late[0]])
     return (
-        f"{found.steps} steps compared across {ranks} ranks: a {part} that slow this often "
-        f"comes by chance {_chance_text(chance)} when no rank differs; {waited} collectives "
-        "the others waited at"
+        f"{found.steps} steps compared across {ranks} ranks: its {part} ranks this high by "
+        f"chance {_chance_text(chance)} when no rank differs; {waited} collectives the "
+        "others waited at"
     )
 
 
