@@ -4,16 +4,21 @@
 
 Prints, in one run:
   * per slowdown factor (rank 1 computes 1.1x ... 2x as long as the others, ±10% step jitter
-    on every rank, examples/straggler.py under `mldebug run`): how long after the first step
-    `mldebug run` printed its straggler line, at which step, and whether it named rank 1
-    (the agent); then `mldebug dump --profile 5` on the same job: what it named and how long
+    on every rank, examples/straggler.py under `mldebug run`): the step of rank 1 at which
+    the ranks' state files first name a straggler (what `mldebug dump` says), and when
+    `mldebug run` printed its straggler line (step, seconds after the first step), and
+    whether they named rank 1 (the agent); then `mldebug dump --profile 5` on the same job: what it named and how long
     it took (the sampling mode: it reads no agent file);
   * false alarms on a healthy job for --healthy-seconds (±10% jitter, a 1 s checkpoint pause
     on rank 0 every 25 steps, GC on): console lines, plus timing findings of a `dump` every
     15 s and of `dump --profile 5` now and then;
-  * the agent's step-time cost with timing on vs off (MLDEBUG_TIMING=0), 1 rank doing a
-    fixed amount of work a step (no waiting on others), runs alternated, medians compared;
-    and the hooks' own cost per call, timed in this process.
+  * a DDP job (its all-reduces are C++): when the agent names rank 1 from torch's Flight
+    Recorder;
+  * the agent's step-time cost, 2 ranks doing a fixed amount of work a step, with
+    dist.all_reduce and with DDP (the Flight Recorder reads): in one job whose agents switch
+    their timing off and on every 16 steps (medians of each), and across runs with the
+    agent's timing on vs off (MLDEBUG_TIMING=0), runs alternated, medians compared; and the
+    hooks' own cost per call, timed in this process.
 """
 
 from __future__ import annotations
@@ -50,22 +55,38 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 dist.init_process_group("gloo")
+ddp = sys.argv[3] == "ddp"
 model = torch.nn.Linear(256, 256)
+if ddp:
+    model = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 loader = DataLoader(TensorDataset(torch.randn(4096, 256)), batch_size=32)
-times = []
+# With "toggle": the agent's timing is switched off and on every 16 steps in this process
+# (the same job, the same moments of the machine's load): each block's steps timed apart.
+agent = sys.modules.get("_mldebug_agent")
+timing = getattr(getattr(agent, "_runtime", None), "timing", None) if len(sys.argv) > 4 else None
+times, blocks = [], {True: [], False: []}
 for epoch in range(int(sys.argv[1])):
     for (x,) in loader:
+        on = (len(times) // 16) % 2 == 0
+        if timing is not None:
+            timing.off = not on
         start = time.perf_counter()
         for _ in range(int(sys.argv[2])):
             y = model(x)
         loss = y.pow(2).mean()
         loss.backward()
-        dist.all_reduce(model.weight.grad)
+        if not ddp:
+            dist.all_reduce(model.weight.grad)
         opt.step()
         opt.zero_grad()
         loss.item()
         times.append(time.perf_counter() - start)
+        blocks[on].append(times[-1])
+if timing is not None:
+    timing.off = False
+    on, off = (sorted(blocks[k])[len(blocks[k]) // 2] for k in (True, False))
+    print(f"TOGGLED_ON {on:.6f} TOGGLED_OFF {off:.6f} STEPS {len(times)}", flush=True)
 times.sort()
 print(f"MEDIAN_STEP {times[len(times) // 2]:.6f} STEPS {len(times)}", flush=True)
 """
@@ -142,18 +163,22 @@ def save_outputs(run_dir: Path, console: Path, save: Path) -> None:
         (save / name).write_text(done.stdout)
 
 
-def factor_run(folder: Path, factor: float, nproc: int, limit: float, save=None) -> dict:
+def factor_run(
+    folder: Path, factor: float, nproc: int, limit: float, save=None, ddp: bool = False
+) -> dict:
     args = ["--slow-rank", str(SLOW_RANK), "--factor", str(factor), "--jitter", "0.1",
-            "--steps", "0"]  # fmt: skip
-    proc, run_dir, console = launch(folder, f"x{factor}", nproc, args)
+            "--steps", "0", *(["--ddp"] if ddp else [])]  # fmt: skip
+    proc, run_dir, console = launch(folder, f"x{factor}{'ddp' if ddp else ''}", nproc, args)
     try:
         ready = wait_ready(run_dir, nproc, proc)
-        agent = {"seconds": None, "step": None, "named": None, "first_step": None}
+        agent = {"seconds": None, "step": None, "named": None, "first_step": None,
+                 "first_named": None}  # fmt: skip
         while time.monotonic() < ready + limit:
             if agent["first_step"] is None:
                 finding = slow_finding(read_views(RunPaths(run_dir)))
-                if finding is not None and finding.ranks == (SLOW_RANK,):
+                if finding is not None:
                     agent["first_step"] = step_of(run_dir, SLOW_RANK)
+                    agent["first_named"] = finding.ranks
             lines = said(console)
             if lines:
                 agent["seconds"] = time.monotonic() - ready
@@ -162,6 +187,8 @@ def factor_run(folder: Path, factor: float, nproc: int, limit: float, save=None)
                 agent["named"] = match.group(1) if match else lines[0][:60]
                 break
             time.sleep(0.25)
+        if ddp:
+            return {"factor": factor, "agent": agent, "sampling": None}
         report, took = dump(run_dir, "--profile", "5")
         if save is not None:
             save_outputs(run_dir, console, save)
@@ -193,25 +220,61 @@ def healthy_run(folder: Path, nproc: int, seconds: float) -> dict:
         stop(proc)
 
 
-def overhead(folder: Path, repeats: int) -> dict:
+def overhead(folder: Path, pairs: int, mode: str, nproc: int = 2) -> dict:
+    """Step time of the same job under `mldebug run` with the agent's timing on and off
+    (MLDEBUG_TIMING=0: the agent without its timing), runs alternated, `pairs` of each."""
     script = folder / "fixed_work.py"
     script.write_text(FIXED_WORK)
     medians: dict[str, list[float]] = {"on": [], "off": []}
-    for index in range(repeats * 2):
-        mode = "on" if index % 2 == 0 else "off"
-        run_dir = folder / f"overhead{index}"
+    for index in range(pairs * 2):
+        on = index % 2 == (index // 2) % 2  # on, off, off, on, on, off...: no drift bias
+        run_dir = folder / f"overhead-{mode}{index}"
         done = subprocess.run(
-            [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", "1", str(script),
-             "2", "20"],
-            capture_output=True, text=True, timeout=600, cwd=folder,
-            env={**ENV, "MLDEBUG_TIMING": "1" if mode == "on" else "0"},
+            [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc),
+             str(script), "6", "10", mode],
+            capture_output=True, text=True, timeout=900, cwd=folder,
+            env={**ENV, "MLDEBUG_TIMING": "1" if on else "0"},
         )  # fmt: skip
         logs = (run_dir / "ranks" / "0" / "stdout.log").read_text(errors="replace")
         match = re.search(r"MEDIAN_STEP ([0-9.]+)", logs + done.stderr)
         if match:
-            medians[mode].append(float(match.group(1)))
+            medians["on" if on else "off"].append(float(match.group(1)))
+        if mode == "ddp" and on:
+            reads = flight_reads(run_dir)
+            medians.setdefault("reads", []).append(reads)
     on, off = statistics.median(medians["on"]), statistics.median(medians["off"])
-    return {"on": on, "off": off, "runs": {k: len(v) for k, v in medians.items()}}
+    paired = sorted((a - b) / b * 100 for a, b in zip(medians["on"], medians["off"], strict=False))
+    return {"on": on, "off": off, "paired": paired, "reads": medians.get("reads"),
+            "runs": {k: len(medians[k]) for k in ("on", "off")}}  # fmt: skip
+
+
+def toggled(folder: Path, mode: str, nproc: int = 2) -> dict:
+    """One job whose agents switch their timing off and on every 16 steps: medians of the
+    steps with it on and with it off (the wrappers stay, inert: their check is timed apart)."""
+    script = folder / "fixed_work.py"
+    script.write_text(FIXED_WORK)
+    run_dir = folder / f"toggled-{mode}"
+    done = subprocess.run(
+        [*MLDEBUG, "run", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc),
+         str(script), "8", "10", mode, "toggle"],
+        capture_output=True, text=True, timeout=900, cwd=folder, env=ENV,
+    )  # fmt: skip
+    found = {}
+    for rank in range(nproc):
+        logs = (run_dir / "ranks" / str(rank) / "stdout.log").read_text(errors="replace")
+        match = re.search(r"TOGGLED_ON ([0-9.]+) TOGGLED_OFF ([0-9.]+)", logs + done.stderr)
+        if match:
+            found[rank] = (float(match.group(1)), float(match.group(2)))
+    return {"ranks": found, "reads": flight_reads(run_dir) if mode == "ddp" else None}
+
+
+def flight_reads(run_dir: Path) -> int:
+    """Whether rank 0's agent held Flight Recorder rows at its end (DDP: it read the ring)."""
+    try:
+        state = json.loads((run_dir / "ranks" / "0" / "state.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return len((state.get("timing") or {}).get("flight") or [])
 
 
 def hook_costs() -> dict:
@@ -248,41 +311,47 @@ def hook_costs() -> dict:
     return costs
 
 
+def agent_text(agent: dict, limit: float) -> str:
+    first = agent["first_step"]
+    if first is not None and agent["first_named"] != (SLOW_RANK,):
+        return f"WRONG: dump named {agent['first_named']} at step {first}"
+    dumped = f"dump names it at step {first}" if first is not None else "dump never named it"
+    if agent["seconds"] is None:
+        return f"{dumped}; no console line within {limit:g} s"
+    right = "right" if agent["named"] == str(SLOW_RANK) else f"WRONG ({agent['named']})"
+    return f"{right}: {dumped}; console line at step {agent['step']}, {agent['seconds']:.1f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--factors", type=float, nargs="*", default=[1.1, 1.2, 1.33, 1.5, 2.0])
     parser.add_argument("--limit", type=float, default=60.0, help="seconds to wait per factor")
     parser.add_argument("--healthy-seconds", type=float, default=180.0)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=2, help="on/off run pairs for the cost")
     parser.add_argument("--save", type=Path, help="keep the 1.5x run's outputs here (docs)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         folder = Path(tmp)
         print(f"# {args.nproc} gloo ranks on {os.cpu_count()} CPUs; rank {SLOW_RANK} is slow; "
               "60 ms of compute a step, ±10% jitter on every rank", flush=True)  # fmt: skip
-        print("factor | agent: mldebug run's line (mldebug dump)     | sampling (dump --profile 5)")
+        print("factor | agent: first named by dump; mldebug run's console line | "
+              "sampling (dump --profile 5)")  # fmt: skip
         for factor in args.factors:
             save = args.save if factor == 1.5 else None
             got = factor_run(folder, factor, args.nproc, args.limit, save)
-            agent, sampling = got["agent"], got["sampling"]
-            if agent["seconds"] is None:
-                agent_text = f"not named within {args.limit:g} s"
-            else:
-                right = "right" if agent["named"] == str(SLOW_RANK) else f"WRONG ({agent['named']})"
-                agent_text = (
-                    f"{right}: {agent['seconds']:.1f} s, step {agent['step']} "
-                    f"(dump names it at step {agent['first_step']})"
-                )
+            sampling = got["sampling"]
             found = sampling["named"]
             if found:
-                ok = found == [("straggler", [SLOW_RANK])] or found == [
-                    ("input_bound", [SLOW_RANK])
-                ]
+                ok = found in ([("straggler", [SLOW_RANK])], [("input_bound", [SLOW_RANK])])
                 samp_text = f"{'right' if ok else 'WRONG'} {found} in {sampling['seconds']:.1f} s"
             else:
                 samp_text = f"nobody named ({sampling['note']}) in {sampling['seconds']:.1f} s"
-            print(f"{factor:>5}x | {agent_text:<44} | {samp_text}", flush=True)
+            text = agent_text(got["agent"], args.limit)
+            print(f"{factor:>5}x | {text:<62} | {samp_text}", flush=True)
+        ddp = factor_run(folder, 1.5, args.nproc, 90.0, ddp=True)
+        print(f" 1.5x DDP | {agent_text(ddp['agent'], 90.0)} (Flight Recorder rows, read every "
+              "10 s)", flush=True)  # fmt: skip
         healthy = healthy_run(folder, args.nproc, args.healthy_seconds)
         print(
             f"healthy job, {healthy['seconds']:.0f} s ({healthy['steps']} steps; jitter ±10%, "
@@ -293,14 +362,31 @@ def main() -> None:
         )
         for alarm in healthy["alarms"]:
             print(f"  {alarm}")
-        cost = overhead(folder, args.repeats)
-        share = (cost["on"] - cost["off"]) / cost["off"] * 100
-        print(
-            f"agent step time, 1 rank, fixed work: timing on {cost['on'] * 1000:.2f} ms, "
-            f"off (MLDEBUG_TIMING=0) {cost['off'] * 1000:.2f} ms: {share:+.1f}% "
-            f"(medians of {cost['runs']['on']} and {cost['runs']['off']} alternated runs)",
-            flush=True,
-        )
+        for mode, words in (("python", "dist.all_reduce + DataLoader"), ("ddp", "DDP")):
+            got = toggled(folder, mode)
+            for rank, (on, off) in sorted(got["ranks"].items()):
+                reads = (
+                    f"; it held {got['reads']} Flight Recorder rows"
+                    if got["reads"] and rank == 0
+                    else ""
+                )
+                print(
+                    f"agent step time, same job ({words}), rank {rank}: timing on "
+                    f"{on * 1000:.2f} ms, off {off * 1000:.2f} ms: {(on - off) / off * 100:+.2f}% "
+                    f"(switched every 16 steps, medians){reads}",
+                    flush=True,
+                )
+            cost = overhead(folder, args.pairs, mode)
+            share = (cost["on"] - cost["off"]) / cost["off"] * 100
+            pairs = ", ".join(f"{p:+.1f}%" for p in cost["paired"])
+            reads = f"; rank 0 held {cost['reads']} Flight Recorder rows" if cost["reads"] else ""
+            print(
+                f"agent step time, 2 ranks, fixed work ({words}): timing on "
+                f"{cost['on'] * 1000:.2f} ms, off (MLDEBUG_TIMING=0) {cost['off'] * 1000:.2f} ms:"
+                f" {share:+.1f}% (medians of {cost['runs']['on']}+{cost['runs']['off']} "
+                f"alternated runs; pairs {pairs}){reads}",
+                flush=True,
+            )
         hooks = hook_costs()
         print(
             "timing hooks per call: "

@@ -15,6 +15,9 @@ Other shapes of a slow (or healthy) job:
     --factor 1 --jitter 0.1 --checkpoint-every 25   a healthy job: ±10% jitter on every
                            rank, a 1 s pause on rank 0 every 25 steps (a checkpoint), GC on
     --steps 0              run until stopped (the default: 400 steps)
+    --ddp                  DistributedDataParallel all-reduces the gradients (in C++, during
+                           backward: the Python trace does not see them; the agent reads
+                           them from torch's Flight Recorder)
 
 It prints READY once the first step is done, and the step time every 50 steps.
 """
@@ -47,12 +50,12 @@ class SlowDataset(Dataset):
 
 
 def work(model: torch.nn.Module, batch: torch.Tensor, seconds: float) -> torch.Tensor:
-    """Forward and backward, repeated for `seconds` of wall time (the rank's compute)."""
+    """`seconds` of wall time of compute, then forward and backward (the rank's work)."""
     end = time.perf_counter() + seconds
-    loss = model(batch).pow(2).mean()
-    loss.backward()
     while time.perf_counter() < end:
         torch.mm(batch.T, batch)  # the forward pass of a bigger model
+    loss = model(batch).pow(2).mean()
+    loss.backward()  # DDP all-reduces the gradients here
     return loss.detach()
 
 
@@ -71,6 +74,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--checkpoint-seconds", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--ddp", action="store_true", help="DistributedDataParallel")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -78,7 +82,9 @@ def main() -> None:
     slow = rank == args.slow_rank
     data_delay = args.data_ms / 1000 * (args.data_factor if slow else 1.0)
     loader = DataLoader(SlowDataset(data_delay), batch_size=8, num_workers=0)
-    model = torch.nn.Linear(64, 64)
+    model: torch.nn.Module = torch.nn.Linear(64, 64)
+    if args.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     compute = args.compute_ms / 1000 * (args.factor if slow else 1.0)
     rng = random.Random(rank)
@@ -86,9 +92,10 @@ def main() -> None:
     for step, batch in enumerate(loader, 1):
         seconds = compute * (1 + rng.uniform(-args.jitter, args.jitter))
         loss = work(model, batch, seconds)
-        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-        dist.all_reduce(grads)
-        dist.all_reduce(loss)
+        if not args.ddp:
+            grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+            dist.all_reduce(grads)
+            dist.all_reduce(loss)
         optimizer.step()
         optimizer.zero_grad()
         if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:

@@ -23,7 +23,7 @@ same words whatever the source:
   differ between the two ends.
 
 `RankProgress.calls` carry entry and completion times (`Call.entered`, `Call.ended`) where a
-source has them, for a later "who arrives last" verdict; nothing here uses them yet.
+source has them: ledgerarrival.py's "who arrives last" (re-exported here) judges them.
 Pure functions, standard library only; the forms are in ledgerforms.py, the sentences in
 ledgerwords.py, both re-exported here.
 """
@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import mldebug.ledgerrules as rules
+from mldebug.ledgerarrival import Arrival, arrivals, binomial_tail, rank_sum_tail
 from mldebug.ledgerforms import (
     KIND_DTYPES,
     KIND_OP,
@@ -46,6 +47,7 @@ from mldebug.ledgerforms import (
     Mismatch,
     RankProgress,
     Side,
+    calls_by_number,
     numel,
 )
 from mldebug.ledgerwords import (
@@ -66,6 +68,7 @@ __all__ = [
     "KIND_SHAPES",
     "KIND_STATE",
     "KIND_TOTALS",
+    "Arrival",
     "Behind",
     "Call",
     "GroupVerdict",
@@ -73,13 +76,16 @@ __all__ = [
     "RankProgress",
     "RasCount",
     "Side",
+    "arrivals",
     "behind_sentence",
     "behind_text",
+    "binomial_tail",
     "call_text",
     "compare_group",
     "from_ras_counts",
     "hang_text",
     "mismatch_text",
+    "rank_sum_tail",
     "ranks_text",
     "tensors_text",
 ]
@@ -165,10 +171,7 @@ def _balanced(call: Call) -> bool:
 
 
 def _mismatches(group: str, members: Mapping[int, RankProgress], inputs: bool) -> list[Mismatch]:
-    by_seq: dict[int, dict[int, Call]] = {}
-    for rank, progress in members.items():
-        for seq, call in progress.calls.items():
-            by_seq.setdefault(seq, {})[rank] = call
+    by_seq = calls_by_number(members)
     found: list[Mismatch] = []
     seen: set[tuple[int, ...]] = set()
     for seq in sorted(by_seq):

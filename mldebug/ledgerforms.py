@@ -95,3 +95,12 @@ def numel(shape: Sequence[int]) -> int:
     for dim in shape:
         total *= dim
     return total
+
+
+def calls_by_number(members: Mapping[int, RankProgress]) -> dict[int, dict[int, Call]]:
+    """call #N -> {rank: its call #N}: the ledger's alignment of a group's members."""
+    by_seq: dict[int, dict[int, Call]] = {}
+    for rank, progress in members.items():
+        for seq, call in progress.calls.items():
+            by_seq.setdefault(seq, {})[rank] = call
+    return by_seq

@@ -27,6 +27,20 @@ class CallTiming:
 
 
 @dataclass(frozen=True)
+class FlightCallTiming:
+    """One collective of one rank from torch's Flight Recorder (DDP's C++ all-reduces the
+    trace does not see): when it was enqueued (the host's clock), its duration where the
+    recorder timed it (NCCL with TORCH_NCCL_ENABLE_TIMING), else None."""
+
+    group: str
+    seq: int
+    op: str
+    created: float
+    duration: float | None = None
+    step: int | None = None  # the rank's step it was enqueued in (its own count)
+
+
+@dataclass(frozen=True)
 class StepTiming:
     """One step's wall time and the seconds of it spent waiting, each kind apart."""
 
@@ -69,6 +83,7 @@ class RankTiming:
     loaders: tuple[LoaderTiming, ...] = ()
     syncs: tuple[SiteTiming, ...] = ()  # host-sync call sites, most seconds first
     work: tuple[SiteTiming, ...] = ()  # where the main thread worked, most seen first
+    flight: tuple[FlightCallTiming, ...] = ()  # Flight Recorder collectives, oldest first
 
 
 # Where a sampled main-thread stack was (RankProfile counts).

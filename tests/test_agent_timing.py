@@ -4,6 +4,9 @@ hook; the section state.json carries, read back by the collector."""
 
 from __future__ import annotations
 
+import datetime
+import io
+import pickle
 import time
 
 import pytest
@@ -90,3 +93,66 @@ def test_windows_are_bounded():
 
 def test_timing_can_be_turned_off():
     assert timing.enabled({}) and not timing.enabled({"MLDEBUG_TIMING": "0"})
+
+
+def test_torch_s_own_flight_recorder_is_read_through_the_plain_only_unpickler(tmp_path):
+    # A real gloo group of one in this process: torch's pickle of its ring, loaded with
+    # nothing but plain values allowed, gives the rows (group, number, op, created, step).
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from mldebug.agent import timing_flight
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        started = time.time()
+        for _ in range(3):
+            dist.all_reduce(torch.ones(4))
+        read = timing_flight._dumper()
+        assert read is not None
+        rows = timing_flight.rows_of(read(), [(started - 1, 7)])
+    finally:
+        dist.destroy_process_group()
+    assert [row[:3] for row in rows[-3:]] == [
+        ["default_pg", n, "all_reduce"] for n in (rows[-3][1], rows[-3][1] + 1, rows[-3][1] + 2)
+    ]
+    assert all(row[3] >= started - 1 and row[4] is None and row[5] == 7 for row in rows[-3:])
+    with pytest.raises(Exception, match="not a plain value"):
+        timing_flight._PlainOnly(io.BytesIO(pickle.dumps(datetime.date(2026, 12, 1)))).load()
+
+
+def test_the_flight_recorder_is_read_at_a_bounded_rate_and_rarely_when_the_trace_sees_all():
+    from mldebug.agent import timing_flight
+
+    clock = [1000.0]
+    reads = []
+
+    def dumper():
+        def read():
+            reads.append(clock[0])
+            entries = [
+                {"process_group": ["0", "default_pg"], "collective_seq_id": seq,
+                 "profiling_name": "gloo:all_reduce", "time_created_ns": int(seq * 1e9)}
+                for seq in range(1, 11)
+            ]  # fmt: skip
+            return {"entries": entries}
+
+        return read
+
+    part = timing_flight.FlightCalls(dumper=dumper, clock=lambda: clock[0])
+    starts = list
+    empty = timing_flight.FlightCalls(dumper=lambda: lambda: {"entries": []}, clock=lambda: 0.0)
+    empty.maybe_read({}, starts)
+    assert empty._next == timing_flight.READ_EVERY  # an empty ring: looked at again soon
+    for _ in range(25):  # 25 heartbeats a second apart; the trace saw 2 of the 10
+        part.maybe_read({"default_pg": 2}, starts)
+        clock[0] += 1
+    assert reads == [1000.0, 1010.0, 1020.0]  # at multiples of READ_EVERY on the wall clock
+    assert len(part.rows) == 10 and part.rows[0][:3] == ["default_pg", 1, "all_reduce"]
+    for _ in range(200):  # now the trace counts as far as the ring: probed once a minute
+        part.maybe_read({"default_pg": 10}, starts)
+        clock[0] += 1
+    assert reads[3:] == [1030.0, 1080.0, 1140.0, 1200.0]
+    assert part.rows == []

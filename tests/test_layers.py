@@ -25,7 +25,7 @@ RUNDIR = frozenset({"rundir", "safeio", "procfs"})
 IN_RANK = frozenset({"agent", "hooks", "rankrules", "ledgerrules", "tiny"}) | RUNDIR
 # The collective ledger: its contract (ledgerrules, in-rank) and the one comparer with its
 # forms and sentences, which every source of collective progress is adapted to.
-LEDGER = frozenset({"ledger", "ledgerforms", "ledgerrules", "ledgerwords"})
+LEDGER = frozenset({"ledger", "ledgerarrival", "ledgerforms", "ledgerrules", "ledgerwords"})
 ANY = None  # a front end: may import every unit
 
 # unit -> the units it may import (besides itself). Keep it in the order data walks.
@@ -43,7 +43,10 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "ledgerrules": frozenset(),
     "ledgerforms": frozenset({"ledgerrules"}),
     "ledgerwords": frozenset({"ledgerforms", "ledgerrules", "ranges", "wording"}),
-    "ledger": frozenset({"ledgerforms", "ledgerrules", "ledgerwords", "ranges", "wording"}),
+    "ledgerarrival": frozenset({"ledgerforms"}),
+    "ledger": frozenset(
+        {"ledgerarrival", "ledgerforms", "ledgerrules", "ledgerwords", "ranges", "wording"}
+    ),
     "safeio": frozenset(),
     "procfs": frozenset(),
     "rundir": frozenset({"safeio", "procfs"}),

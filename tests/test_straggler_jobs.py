@@ -6,10 +6,13 @@ what takes the time, so they share it):
   * `mldebug run`, 2 ranks, rank 1's DataLoader is 2x slower;
   * `mldebug run`, 2 healthy ranks: ±10% jitter, a 1 s checkpoint pause on rank 0 every 25
     steps, GC on (the 3-minute version is benchmarks/bench_straggler.py's);
+  * `mldebug run`, 3 ranks of DistributedDataParallel (its all-reduces are C++, unseen by the
+    Python trace), rank 1 computes 2x as long;
   * plain torchrun (`python -m torch.distributed.run`), 2 ranks, rank 1 computes 1.5x;
 THEN `mldebug run` names the straggler on its console within 30 s (and in events.jsonl),
-`dump` names the input-bound rank with its DataLoader, the healthy job gets no finding, and
-`dump --profile` names the plain job's straggler without any agent.
+`dump` names the input-bound rank with its DataLoader, the healthy job gets no finding, the
+DDP job's straggler is named from torch's Flight Recorder (and its two waiting ranks alone name
+nobody), and `dump --profile` names the plain job's straggler without any agent.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from pathlib import Path
 
 import pytest
 from testkit.jobs import MLDEBUG, dump_json, start, stop, wait_ready
+
+from mldebug.analysis.timing import judge_timing
+from mldebug.launch.stragglers import read_views
+from mldebug.rundir import RunPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "straggler.py"
@@ -47,6 +54,8 @@ def jobs(tmp_path_factory):
                      "--compute-ms", "30", "--steps", "0")),
         ("healthy", 2, ("--factor", "1", "--jitter", "0.1", "--checkpoint-every", "25",
                         "--compute-ms", "40", "--data-ms", "0.5", "--steps", "0")),
+        ("ddp", 3, ("--ddp", "--slow-rank", "1", "--factor", "2", "--compute-ms", "40",
+                    "--steps", "0")),
     ):  # fmt: skip
         logs[name] = folder / f"{name}.console"
         with logs[name].open("wb") as err:
@@ -68,7 +77,7 @@ def jobs(tmp_path_factory):
     )  # fmt: skip
     try:
         for name, (proc, run_dir) in started.items():
-            wait_ready(proc, run_dir, 3 if name == "slow" else 2, marker="READY")
+            wait_ready(proc, run_dir, 3 if name in ("slow", "ddp") else 2, marker="READY")
         yield {
             name: (run_dir, logs[name], time.monotonic()) for name, (_, run_dir) in started.items()
         } | {"plain": (plain, folder / "plain.out")}
@@ -130,6 +139,27 @@ def test_a_healthy_job_gets_no_finding(jobs):
         time.sleep(2)
     said = [line for line in console(log).splitlines() if "silences this line" in line]
     assert said == []
+
+
+def test_a_ddp_straggler_is_named_from_the_flight_recorder(jobs):
+    run_dir, log, ready = jobs["ddp"]
+    # WHEN the agents have read torch's Flight Recorder (every 10 s) THEN the console says it.
+    deadline = ready + 120
+    while time.monotonic() < deadline and "is the straggler" not in console(log):
+        time.sleep(0.5)
+    lines = [line for line in console(log).splitlines() if "is the straggler" in line]
+    assert lines, console(log)[-2000:]
+    assert lines[0].startswith(
+        "mldebug: rank 1 is the straggler: it enters the all_reduce calls the Python trace "
+        "does not see (DDP's, in torch's Flight Recorder) last at "
+    )
+    _, report = dump_json(run_dir)
+    found = [(f["kind"], f["ranks"]) for f in report["findings"] if f["kind"] in TIMING_KINDS]
+    assert found == [("straggler", [1])]
+    # The two ranks that wait for it, judged alone, are alike: nobody is named.
+    views = [v for v in read_views(RunPaths(run_dir)) if v.rank != 1]
+    assert all(v.agent.timing.flight for v in views)
+    assert judge_timing(views).findings == ()
 
 
 def test_dump_profile_names_the_straggler_of_a_plain_torchrun_job(jobs):

@@ -5,14 +5,18 @@ and the recorded windows of a real 3-rank gloo job whose rank 1 computes 1.5x as
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from timing_sim import simulate, snapshot, views
 
+from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing import judge_timing
 from mldebug.analysis.timing_arrival import CallRecord, arrivals
 from mldebug.collect.agentstate import parse_state
+from mldebug.ledger import rank_sum_tail
+from mldebug.model_timing import StepTiming
 
 DATA = Path(__file__).parent / "data" / "timing"
 
@@ -150,3 +154,55 @@ def test_the_recorded_job_names_its_slow_rank():
 def test_the_recorded_job_without_its_slow_rank_names_nobody():
     states = [s for s in recorded() if s["rank"] != 1]
     assert judge_timing(snapshot(states).ranks).findings == ()
+
+
+def recorded_look(name: str) -> list[dict]:
+    return [json.loads((DATA / f"{name}_state{r}.json").read_text()) for r in range(4)]
+
+
+def test_a_real_1_2x_straggler_is_named_at_step_14():
+    # A real 4-rank gloo job (examples/straggler.py --factor 1.2 --jitter 0.1 under
+    # `mldebug run` on a loaded 2-core machine), its state files at rank 1's step 14.
+    found = judge_timing(snapshot(recorded_look("straggler_1.2x_step14")).ranks)
+    assert [(f.kind, f.ranks) for f in found.findings] == [("straggler", (1,))]
+    assert "13 steps compared across 4 ranks: its compute ranks this high by chance once in " in (
+        found.findings[0].detail
+    )
+
+
+def test_a_real_healthy_look_the_test_alone_would_name_is_held_by_what_it_costs():
+    # The same job healthy (±10% jitter, rank 0 pausing 1 s every 25 steps) at step 464:
+    # rank 1 waited for data a little longer step after step (the machine's other load),
+    # enough for the rank-sum test; the others do not wait for it, so nobody is named.
+    states = recorded_look("healthy_step464")
+    ranks = snapshot(states).ranks
+    windows = {v.rank: v.agent.timing.steps for v in ranks}
+    assert evidence.judge(windows).late == (1,)
+    assert judge_timing(ranks).findings == ()
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_1_2x_is_named_within_12_steps(world):
+    for seed in range(10):
+        slow = simulate(world=world, slow_rank=2, factor=1.2, jitter=0.1, steps=12, seed=seed)
+        assert kinds(slow) == [("straggler", (2,))], seed
+
+
+def test_the_rank_sum_chance_is_exact_and_its_false_alarm_rate_holds():
+    assert rank_sum_tail(8, 2, 4) == pytest.approx(1 / 16)  # both steps last of 4
+    assert rank_sum_tail(2, 2, 4) == 1.0
+    assert rank_sum_tail(7, 2, 4) == pytest.approx(3 / 16)
+    # A big job: the normal approximation agrees with the exact sum near the mean.
+    assert rank_sum_tail(64 * 600, 64, 1024) == pytest.approx(
+        rank_sum_tail(64 * 600, 64, 1024), rel=1e-9
+    )
+    # Ranks alike, 400 looks of 12 steps: the test names a rank at FALSE_ALARM at most.
+    rng = random.Random(7)
+    named = 0
+    for _ in range(400):
+        rows = {r: [] for r in range(4)}
+        for step in range(12):
+            for r in range(4):
+                rows[r].append(StepTiming(step, 0.0, 0.1 + rng.random(), 0.0, rng.random()))
+        named += bool(evidence.judge(rows).late)
+    assert named <= 2  # 400 * 1e-3 is 0.4 expected

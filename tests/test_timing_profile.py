@@ -142,6 +142,29 @@ def test_a_rank_that_pauses_now_and_then_is_not_the_straggler():
     assert [f.ranks for f in judge_profiles(unordered)[1]] == [(0,)]
 
 
+def test_a_real_healthy_sample_with_checkpoint_pauses_names_nobody():
+    # 5 s of py-spy speedscope samples of a healthy 4-rank job (examples/straggler.py, ±10%
+    # jitter, rank 0 pausing 1 s every 25 steps), recorded on a loaded 2-core machine: rank 0
+    # paused in most of the slices' middle, the others waited then; elsewhere they are alike.
+    from mldebug.collect.profile import parse_speedscope
+
+    sampled = []
+    for rank in range(4):
+        text = (DATA / f"pyspy_healthy_checkpoint_rank{rank}.json").read_text()
+        stacks, timeline = parse_speedscope(text, 3472 + rank)
+        sampled.append(SampledStacks(rank, 3472 + rank, tuple(stacks), 5.0, timeline=timeline))
+    assert judge_profiles(sampled)[1] == []
+    # The median slice alone (yesterday's rule) named rank 0 on it.
+    from mldebug.analysis import timing_profile
+
+    steady = timing_profile.STEADY
+    timing_profile.STEADY = 0.0
+    try:
+        assert [f.ranks for f in judge_profiles(sampled)[1]] == [(0,)]
+    finally:
+        timing_profile.STEADY = steady
+
+
 def test_a_rank_slow_in_every_slice_is_the_straggler():
     sampled = [ordered(0, steps(0)), ordered(1, steps(3)), ordered(2, steps(3))]
     _, findings, _ = judge_profiles(sampled)

@@ -162,6 +162,22 @@ class Group:
         return entry
 
 
+def user_site(frame, files: dict, is_library, skip: str | None = None) -> str | None:
+    """file:line of the innermost frame of the user's own code, from `frame` out. `files`
+    caches path -> whether it is a library's; `skip`: a file of the agent's own to pass."""
+    for _ in range(MAX_STACK):
+        if frame is None:
+            return None
+        path = frame.f_code.co_filename
+        library = files.get(path)
+        if library is None:
+            library = files[path] = bool(is_library(path)) or path == skip
+        if not library:
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 def format_ranks(ranks) -> str:
     """`ranks:0-3,8,10-11` for a group's global ranks; a digest for very long lists."""
     return _rules.ranks_group_name(ranks)
@@ -256,18 +272,7 @@ class Tracer:
 
     # ------------------------------------------------------------------ one call
     def site(self, frame) -> str | None:
-        files = self._library_files
-        for _ in range(MAX_STACK):
-            if frame is None:
-                return None
-            path = frame.f_code.co_filename
-            library = files.get(path)
-            if library is None:
-                library = files[path] = bool(self.is_library(path))
-            if not library:
-                return f"{path}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None
+        return user_site(frame, self._library_files, self.is_library)
 
     def _tensors(self, args, kwargs):
         """Shapes and dtypes of the tensors among the arguments (at most MAX_TENSORS), and

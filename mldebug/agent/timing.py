@@ -12,7 +12,9 @@ the agent keeps, in bounded rolling windows:
   * `loaders`: the DataLoaders waited on (dataset class, num_workers, the user's line);
   * `syncs`: the host-sync call sites and the seconds blocked there;
   * `work`: the user lines the main thread was on outside collectives and data loading, as
-    the heartbeat saw them (about once a second): where a straggler spends its extra time.
+    the heartbeat saw them (about once a second): where a straggler spends its extra time;
+  * `flight`: the collectives the trace does not see (DDP's C++ all-reduces), from torch's
+    Flight Recorder, read at a bounded rate (agent/timing_flight.py).
 
 Cost per step: a perf_counter pair and an addition per collective, DataLoader batch and
 host sync (a wrapper each); the heartbeat copies the windows and encodes them. Each rank's
@@ -28,15 +30,18 @@ import threading
 import time
 from collections import deque
 
+from .collectives import user_site
 from .eventlog import fail, fault_point
+from .timing_flight import FlightCalls
 
 PART = "timing"
 ENV_TIMING = "MLDEBUG_TIMING"  # "0" or "off": no timing section, no timing hooks
 VERSION = 1
 MAX_CALLS = 256
 MAX_STEPS = 64
+MAX_STARTS = 1024  # step starts kept to place Flight Recorder entries in their step
 MAX_SITES = 16  # distinct call sites kept per table
-MAX_STACK = 64
+MAX_STACK = 64  # frames looked through for the main thread's wait
 SYNC_METHODS = ("item", "cpu", "tolist")
 
 
@@ -78,6 +83,8 @@ class Timing:
         self.loaders: dict[tuple, dict] = {}  # (id(dataset), num_workers) -> what it is
         self.syncs = _Sites()
         self.work = _Sites()
+        self.flight = FlightCalls()
+        self._starts: deque[tuple[float, int]] = deque(maxlen=MAX_STARTS)
         self._files: dict[str, bool] = {}
         self._main = threading.main_thread().ident
         # The step under way: when it began, and its seconds in collectives, data, syncs.
@@ -105,6 +112,7 @@ class Timing:
             fault_point(PART)
             with self._lock:
                 begun, self._begun = self._begun, now
+                self._starts.append((now, value + 1))  # the step under way from now on
                 coll, data, sync = self._collective, self._data, self._sync
                 self._collective = self._data = self._sync = 0.0
             if begun is None:
@@ -139,19 +147,9 @@ class Timing:
         self.syncs.add(self.site(frame), seconds)
 
     def site(self, frame) -> str | None:
-        """file:line of the innermost frame of the user's own code, from `frame` out."""
-        files = self._files
-        for _ in range(MAX_STACK):
-            if frame is None:
-                return None
-            path = frame.f_code.co_filename
-            library = files.get(path)
-            if library is None:
-                library = files[path] = bool(self.is_library(path)) or path == __file__
-            if not library:
-                return f"{path}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None
+        """file:line of the innermost frame of the user's own code, from `frame` out (this
+        file's wrappers passed over)."""
+        return user_site(frame, self._files, self.is_library, skip=__file__)
 
     # ------------------------------------------------------------------ the heartbeat's side
     def sample_main(self) -> None:
@@ -169,10 +167,21 @@ class Timing:
             inner = inner.f_back
         self.work.add(self.site(frame))
 
+    def _starts_copy(self) -> list[tuple[float, int]]:
+        with self._lock:
+            return list(self._starts)
+
     def section(self) -> dict:
+        if self.tracer is not None and not sys.is_finalizing():
+            try:
+                traced = {name: group.seq for name, group in list(self.tracer.groups.items())}
+            except RuntimeError:  # a group added meanwhile: the next heartbeat reads
+                traced = None
+            if traced is not None:
+                self.flight.maybe_read(traced, self._starts_copy)
         with self._lock:
             calls, steps = list(self.calls), list(self.steps)
-        return {
+        section = {
             "version": VERSION,
             "calls": calls,
             "steps": steps,
@@ -180,6 +189,9 @@ class Timing:
             "syncs": self.syncs.rows(),
             "work": self.work.rows(),
         }
+        if self.flight.rows:
+            section["flight"] = self.flight.rows
+        return section
 
     def stop(self, error: BaseException) -> None:
         self.off = True

@@ -3,7 +3,7 @@
 In synchronous training every rank's step takes as long as the slowest one's, so step times
 cannot name the straggler. What differs is how the time is spent: the straggler waits least
 inside collectives, arrives last at them (analysis/timing_arrival.py), and its work between
-collectives is the longest. From the `timing` section of each rank's state.json:
+collectives is the longest, step after step (analysis/timing_evidence.py says how sure). From the `timing` section of each rank's state.json:
 
   * `straggler`: one rank (or two) arrives last at most collectives the others wait at, the
     others wait for it a sizeable share of their step, and its work takes longer;
@@ -18,12 +18,13 @@ warm-up (the first step is never in the window) and ±10% jitter move no median 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing_arrival import Arrival, CallRecord, arrivals
+from mldebug.analysis.timing_flight import FlightVerdict, judge_flight
 from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
 from mldebug.model_timing import (
     RankTiming,
@@ -39,10 +40,9 @@ KIND_COMM_BOUND = "comm_bound"
 KIND_HOST_SYNC = "host_sync"
 
 MIN_STEPS = 8  # steps in each rank's window before anything is judged
-MIN_ARRIVALS = 8  # collectives the others waited at, compared across ranks
-LAST_SHARE = 0.6  # the straggler arrives last at this share of them, at least,
-CHANCE = 1e-4  # ...and that often would come by chance (every rank as likely) this rarely
-WAIT_SHARE = 0.05  # ...the others wait for it this share of their step, at least
+# A straggler: slower outside collectives step after step than chance allows (a rank-sum
+# test, analysis/timing_evidence.py), the others wait for it this share of their step...
+WAIT_SHARE = 0.05
 WORK_RATIO = 1.05  # ...and its work between collectives is this much longer
 LATE_SHARE = 0.02  # a collective someone waited at: lateness over this share of a step
 LATE_MIN = 0.001  # ...and over a millisecond
@@ -169,42 +169,25 @@ class TimingVerdict:
     findings: tuple[Finding, ...] = ()
 
 
-def chance_of(last: int, compared: int, ranks: float) -> float:
-    """How likely one given rank arrives last `last` or more times out of `compared` when
-    every one of `ranks` ranks is as likely to (the binomial tail)."""
-    p = 1 / ranks
-    return sum(
-        math.comb(compared, k) * p**k * (1 - p) ** (compared - k) for k in range(last, compared + 1)
-    )
-
-
 def _stragglers(
     splits: dict[int, _Split], waited: list[Arrival]
-) -> tuple[list[int], dict[int, float]]:
+) -> tuple[evidence.Evidence | None, dict[int, float]]:
+    """The ranks the rank-sum test names (analysis/timing_evidence.py), and each rank's
+    share of the collectives the others waited at that it arrived at last (the words)."""
     counts = Counter(a.last for a in waited)
     shares = {rank: counts.get(rank, 0) / len(waited) for rank in splits} if waited else {}
-    if len(waited) < MIN_ARRIVALS or len(splits) < 2:
-        return [], shares
-    ordered = sorted(shares, key=lambda rank: -shares[rank])
-    # Chance: any of the ranks could have been the one that stands out.
-    top = counts.get(ordered[0], 0)
-    unlikely = chance_of(top, len(waited), len(splits)) * len(splits) < CHANCE
-    if shares[ordered[0]] >= LAST_SHARE and unlikely:
-        return [ordered[0]], shares
-    # Two slow ranks share the last place between them (four ranks or more).
-    if (
-        len(splits) >= 4
-        and shares[ordered[1]] >= 0.3
-        and shares[ordered[0]] + shares[ordered[1]] >= 0.8
-        and chance_of(top + counts.get(ordered[1], 0), len(waited), len(splits) / 2) < CHANCE
-    ):
-        return sorted(ordered[:2]), shares
-    return [], shares
+    if len(splits) < 2:
+        return None, shares
+    return evidence.judge({rank: split.steps for rank, split in splits.items()}), shares
 
 
 def _straggler_finding(
-    late: list[int], splits: dict[int, _Split], waited: list[Arrival], shares: dict[int, float]
+    found: evidence.Evidence,
+    splits: dict[int, _Split],
+    waited: list[Arrival],
+    shares: dict[int, float],
 ) -> Finding | None:
+    late = list(found.late)
     others = [s for r, s in splits.items() if r not in late]
     slow = [splits[r] for r in late]
     if not others:
@@ -220,7 +203,7 @@ def _straggler_finding(
         return None
     ops = Counter(a.op or "collective" for a in waited if a.last in late)
     op = ops.most_common(1)[0][0] if ops else "collective"
-    share = sum(shares[r] for r in late)
+    share = sum(shares.get(r, 0.0) for r in late)
     who = f"rank {late[0]}" if len(late) == 1 else f"ranks {format_ranks(late)}"
     one = len(late) == 1
     tail = (
@@ -256,8 +239,61 @@ def _straggler_finding(
         location=hot,
         recipe="stragglers",
         severity=SEVERITY_WARNING,
-        detail=f"{len(waited)} collectives compared across {len(splits)} ranks "
-        f"over their last {min(len(s.steps) for s in splits.values())} steps",
+        detail=_sure(found, late, len(splits), len(waited)),
+    )
+
+
+def _flight_shares(verdict: FlightVerdict, splits: dict[int, _Split]) -> dict[int, float]:
+    counts = Counter(a.last for a in verdict.arrivals)
+    total = len(verdict.arrivals) or 1
+    return {rank: counts.get(rank, 0) / total for rank in splits}
+
+
+_PART_WORDS = {"work": "time outside collectives", "compute": "compute", "data": "data wait"}
+
+
+def _sure(found: evidence.Evidence, late: list[int], ranks: int, waited: int) -> str:
+    """How sure: the steps compared and the chance of that order with every rank alike."""
+    chance = max(found.chance[r] for r in late)
+    part = _PART_WORDS.get(found.part[late[0]], found.part[late[0]])
+    return (
+        f"{found.steps} steps compared across {ranks} ranks: its {part} ranks this high by "
+        f"chance {_chance_text(chance)} when no rank differs; {waited} collectives the "
+        "others waited at"
+    )
+
+
+def _chance_text(p: float) -> str:
+    return "less than once in a million" if p < 1e-6 else f"once in {1 / p:,.0f}"
+
+
+def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
+    """DDP's C++ all-reduces, from the Flight Recorder rows: the rank late at most steps."""
+    rank = verdict.rank
+    if rank is None or rank not in splits:
+        return None
+    step = _median([s.step for r, s in splits.items() if r != rank])
+    if step <= 0 or verdict.lateness < WAIT_SHARE * step:
+        return None
+    hot = splits[rank].timing.work[0].site if splits[rank].timing.work else None
+    summary = (
+        f"rank {rank} is the straggler: it enters the {verdict.op} calls the Python trace does "
+        f"not see (DDP's, in torch's Flight Recorder) last at {verdict.late_steps} of "
+        f"{verdict.steps} steps; the others wait a median {_ms(verdict.lateness)} a step for it "
+        f"({_pct(verdict.lateness / step)} of their step time)"
+    )
+    if hot:
+        summary += f"; its main thread is mostly at {hot}"
+    return Finding(
+        KIND_STRAGGLER,
+        (rank,),
+        summary,
+        location=hot,
+        recipe="stragglers",
+        severity=SEVERITY_WARNING,
+        detail=f"{len(verdict.arrivals)} Flight Recorder collectives compared across "
+        f"{len(splits)} ranks: late that often comes by chance {_chance_text(verdict.chance)} "
+        "when no rank differs",
     )
 
 
@@ -351,9 +387,19 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
         return TimingVerdict(_table(splits, {}, [], 0))
     step = _median([s.step for s in ready.values()])
     waited = _waited_at(arrivals(_records(ready)), step)
-    late, shares = _stragglers(ready, waited)
+    found, shares = _stragglers(ready, waited)
+    late = list(found.late) if found is not None else []
     findings: list[Finding] = []
-    straggler = _straggler_finding(late, ready, waited, shares) if late else None
+    straggler = (
+        _straggler_finding(found, ready, waited, shares) if found is not None and late else None
+    )
+    if straggler is None:
+        flight = judge_flight({r: s.timing for r, s in ready.items()})
+        straggler = _flight_finding(flight, ready) if flight is not None else None
+        if straggler is not None:
+            late = list(straggler.ranks)
+            shares = _flight_shares(flight, ready) if flight is not None else shares
+            waited = waited or list(flight.arrivals if flight is not None else ())
     if straggler is not None:
         findings.append(straggler)
     else:

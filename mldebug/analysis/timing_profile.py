@@ -4,8 +4,8 @@ No agent needed: each rank's main thread was sampled by py-spy at the same time.
 synchronous training the ranks that wait for a straggler are inside a collective a large
 share of their samples; the straggler, busy with its own work, the smallest. With the
 samples in order (speedscope), the seconds are judged one slice at a time: the straggler's
-gap to the others must hold in most slices (the median slice), so a rank that pauses now and
-then (a checkpoint every N steps) is not named; how sure is the mean gap over the slices in
+gap to the others must hold in most slices (the median slice) and be there in nearly all
+(STEADY), so a rank that pauses now and then (a checkpoint every N steps) is not named; how sure is the mean gap over the slices in
 standard errors of the slices. Without order, the two shares' standard errors are used, at
 most SAMPLES_A_SECOND samples a second counted as apart (samples close in time are alike).
 """
@@ -39,6 +39,7 @@ DATA_GAP = 0.1  # its data share over the others' median: its extra time is data
 SAMPLES_A_SECOND = 10
 SLICE_SECONDS = 0.5  # samples of this many seconds make one slice
 MIN_SLICES = 4
+STEADY = 0.8  # the straggler's gap is positive in this share of the slices, at least
 _DATA_FILES = ("torch/utils/data/",)
 
 
@@ -93,8 +94,9 @@ def _slices(sampled: SampledStacks, rate: float) -> list[float]:
 
 
 def _sliced_gap(slow: int, sampled: Sequence[SampledStacks], others: list[int]) -> tuple | None:
-    """(median gap over the slices, its z) between the others' median and `slow`, or None
-    when the samples carry no order (raw format) or too few slices."""
+    """(median gap over the slices, its z, the share of slices with a positive gap) between
+    the others' median and `slow`, or None when the samples carry no order (raw format) or
+    too few slices."""
     by_rank = {s.rank: s for s in sampled}
     if any(not by_rank[r].timeline for r in [slow, *others]):
         return None
@@ -109,7 +111,7 @@ def _sliced_gap(slow: int, sampled: Sequence[SampledStacks], others: list[int]) 
     mean = sum(gaps) / count
     spread = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (count - 1)) / math.sqrt(count)
     z = mean / spread if spread > 0 else (math.inf if mean > 0 else 0.0)
-    return _median(gaps), z
+    return _median(gaps), z, sum(g > 0 for g in gaps) / count
 
 
 def _share(part: int, profile: RankProfile) -> float:
@@ -153,7 +155,9 @@ def judge_profiles(
         sliced = _sliced_gap(slow.rank, sampled, [p.rank for p in others])
         steady = True
         if sliced is not None:
-            steady = sliced[0] >= MIN_GAP  # in most slices, not in a few long ones
+            # In most slices and nearly all, not in a few long ones: checkpoint pauses that
+            # fill 40% of a short sample move the median slice, not the rest.
+            steady = sliced[0] >= MIN_GAP and sliced[2] >= STEADY
             z = sliced[1]
         samples = min(p.samples for p in judged)
         if gap >= MIN_GAP and steady and waiting >= MIN_WAITING and z >= LIKELY:

@@ -7,7 +7,14 @@ section is no timing at all. Nothing here raises.
 from __future__ import annotations
 
 from mldebug.collect.eventfiles import parse_time
-from mldebug.model_timing import CallTiming, LoaderTiming, RankTiming, SiteTiming, StepTiming
+from mldebug.model_timing import (
+    CallTiming,
+    FlightCallTiming,
+    LoaderTiming,
+    RankTiming,
+    SiteTiming,
+    StepTiming,
+)
 
 MAX_CALLS = 256
 MAX_STEPS = 64
@@ -41,6 +48,19 @@ def _call(row: object) -> CallTiming | None:
     if completed < entered:
         return None
     return CallTiming(group, seq, op, entered, completed, row[5] is True)
+
+
+def _flight(row: object) -> FlightCallTiming | None:
+    if not isinstance(row, list) or len(row) != 6:
+        return None
+    group, seq, op, created = _text(row[0]), _int(row[1], 1), _text(row[2]), parse_time(row[3])
+    step = _int(row[5]) if row[5] is not None else None
+    duration = _seconds(row[4]) if row[4] is not None else None
+    if group is None or seq is None or op is None or created is None:
+        return None
+    if (row[4] is not None and duration is None) or (row[5] is not None and step is None):
+        return None
+    return FlightCallTiming(group, seq, op, created, duration, step)
 
 
 def _step(row: object) -> StepTiming | None:
@@ -91,4 +111,5 @@ def parse_timing(value: object) -> RankTiming | None:
         loaders=_rows(value.get("loaders"), _loader, MAX_SITES),
         syncs=_rows(value.get("syncs"), _site, MAX_SITES),
         work=_rows(value.get("work"), _site, MAX_SITES),
+        flight=_rows(value.get("flight"), _flight, MAX_CALLS),
     )

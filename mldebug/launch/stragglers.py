@@ -4,8 +4,8 @@ A daemon thread reads the ranks' state.json every CHECK_EVERY seconds and judges
 windows (analysis/timing.py). When the same rank(s) are named straggler (or input-bound
 alone) at PERSIST checks in a row, it says so once on the console and appends a `straggler`
 event to each named rank's events.jsonl; it says it again only once the job has been
-without a straggler for a while and another one appears. MLDEBUG_STRAGGLER=0 turns it off
-(the findings stay in `mldebug dump`).
+without a straggler for QUIET checks in a row and another one appears. MLDEBUG_STRAGGLER=0
+turns it off (the findings stay in `mldebug dump`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
 CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
 RANKS_A_SECOND = 256
 PERSIST = 2  # checks in a row that name the same ranks
+QUIET = 15  # checks in a row without a straggler before a new one is news again
 MAX_RANKS = 1024  # state files one check reads
 SILENCE = f"{ENV_STRAGGLER}=0 silences this line"
 
@@ -68,6 +69,7 @@ class StragglerWatch:
         self._seen: tuple[int, ...] = ()
         self._count = 0
         self._said: tuple[int, ...] = ()
+        self._quiet = 0
         self.said: list[str] = []
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mldebug-stragglers", daemon=True)
@@ -93,8 +95,9 @@ class StragglerWatch:
         ranks = finding.ranks if finding is not None else ()
         self._count = self._count + 1 if ranks and ranks == self._seen else (1 if ranks else 0)
         self._seen = ranks
+        self._quiet = 0 if ranks else self._quiet + 1
         if not ranks:
-            if self._count == 0:
+            if self._quiet >= QUIET:
                 self._said = ()  # a quiet spell: a later straggler is news again
             return None
         if self._count < self.persist or ranks == self._said or finding is None:

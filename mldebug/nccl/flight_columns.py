@@ -182,6 +182,7 @@ def fast_entries(
         not set(map(type, p2p)) <= _BOOL_OR_NONE
         or True in p2p  # point-to-point ops: numbered by p2p_seq_id, the slow way
         or set(map(type, seqs)) != {int}
+        or any(map(operator.contains, items, repeat("duration_ms")))  # timed: the slow way
         or not set(map(type, states)) <= {str}
         or not set(states) <= _STATES
     ):

@@ -38,6 +38,7 @@ class FlightEntry(NamedTuple):
     timeout_ms: int | None
     location: str | None  # file:line of the innermost frame outside torch, when recorded
     record_id: int | None
+    duration: float | None = None  # duration_ms in seconds, where timing was on (NCCL)
 
 
 @dataclass(frozen=True)

@@ -391,10 +391,18 @@ def _entry(raw: object, status: dict[str, dict], status_done: dict) -> FlightEnt
         int64_of(get("timeout_ms")),
         location,
         int64_of(get("record_id")),
+        _duration(get("duration_ms")),
     )
 
 
 _STATES = {"scheduled": "scheduled", "started": "started", "completed": "completed"}
+
+
+def _duration(value: object) -> float | None:
+    """duration_ms (a float, timing on) in seconds; None when absent or not a duration."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value / 1000 if 0 <= value < 7 * 86400 * 1000 else None
 
 
 def _groups(

@@ -141,6 +141,7 @@ class EntryTable(Sequence[FlightEntry]):
             pick(self.timeout_ms),
             shapes[8],
             pick(self.record_id),
+            repeat(None, n),  # duration: a timed ring is never a table (flight_columns)
         )
         return map(tuple.__new__, repeat(FlightEntry), zip(*fields, strict=True))
 

@@ -1,25 +1,31 @@
 """Who enters each collective last, from Flight Recorder dumps with times (`mldebug nccl`).
 
-Each entry carries `time_created_ns`: when its rank enqueued the collective. Per group, for
-every collective #N that all the dumps recorded, the rank whose entry was created last is
-the one the others waited for, and the spread (latest minus earliest creation) is how long
-the first waited. A rank that enters last at most of them is named, with the median and the
-largest spread. The times are each host's clock: across nodes a clock offset shifts every
-spread alike (NTP keeps it to milliseconds), so a rank late by more than that still shows.
+Each entry carries `time_created_ns` (when its rank enqueued the collective) and, where the
+recorder timed it (NCCL with TORCH_NCCL_ENABLE_TIMING), `duration_ms`. The dumps become the
+collective ledger's RankProgress per group (calls by number, entry and end times) and the
+ledger says who came last at each #N that every ranked dump recorded
+(mldebug/ledgerarrival.py):
+
+  * with `duration_ms` on every rank: each rank's wait is its own duration, so no clock
+    agreement is needed; the rank that waited least came last, and the spread is how much
+    longer the rank that waited most waited;
+  * with creation times alone (gloo records no end): the rank that entered last, and the
+    spread is latest minus earliest creation. Those are each host's clock: across nodes a
+    clock offset shifts every spread alike (NTP keeps it to milliseconds).
+
+A rank that comes last at most of them is named, with the median and the largest spread.
 """
 
 from __future__ import annotations
 
-import math
-import operator
 from collections import Counter, defaultdict
 
+import mldebug.ledger as ledger
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
 from .flight_arrivals import entry_order_columns
 from .flight_model import FlightDump
-from .flight_table import entry_times
 
 KIND_STRAGGLER = "straggler"  # the same kind as the agent's finding (analysis/timing.py)
 MIN_COLLECTIVES = 8
@@ -28,47 +34,43 @@ CHANCE = 1e-4  # ...and as often by chance (every rank as likely last) this rare
 MIN_SPREAD = 0.001  # seconds: the median spread, at least
 
 
-def _chance(last: int, compared: int, ranks: int) -> float:
-    """The binomial tail: one given rank last `last`+ times of `compared`, all alike."""
-    p = 1 / ranks
-    return sum(
-        math.comb(compared, k) * p**k * (1 - p) ** (compared - k) for k in range(last, compared + 1)
-    )
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
-    """Per group: (seq, the rank that entered it last, the spread in seconds) for each
-    collective every ranked dump recorded with a time, in seq order."""
-    fast = entry_order_columns(dumps)  # flight_arrivals: rank by rank from the columns
-    if fast is not None:
-        return fast
-    created: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    ranks: dict[str, set[int]] = defaultdict(set)
+def progress_of(dumps: list[FlightDump]) -> dict[str, dict[int, ledger.RankProgress]]:
+    """group -> rank -> its collectives with times, as the ledger takes them."""
+    calls: dict[str, dict[int, dict[int, ledger.Call]]] = defaultdict(lambda: defaultdict(dict))
     for dump in dumps:
         if dump.rank is None:
             continue
-        for group, seq, when in entry_times(dump.entries):  # from the columns (flight_table)
-            created[group][seq][dump.rank] = when
-            ranks[group].add(dump.rank)
+        for entry in dump.entries:
+            if entry.p2p or entry.created is None:
+                continue
+            ended = entry.created + entry.duration if entry.duration is not None else None
+            calls[entry.group][dump.rank][entry.seq] = ledger.Call(
+                entry.seq, entry.op, entered=entry.created, ended=ended
+            )
+    return {
+        group: {r: ledger.RankProgress(r, max(c), calls=c) for r, c in by_rank.items()}
+        for group, by_rank in calls.items()
+    }
+
+
+def entry_order(dumps: list[FlightDump]) -> dict[str, list[tuple[int, int, float]]]:
+    """Per group: (seq, the rank that came last, the spread in seconds) for each collective
+    every ranked dump recorded with a time, in seq order."""
+    # Rings read as column tables (untimed, one group: flight_arrivals) are ordered rank by
+    # rank from their columns, the same answer as the ledger's without building every call.
+    fast = entry_order_columns(dumps)
+    if fast is not None:
+        return fast
     order: dict[str, list[tuple[int, int, float]]] = {}
-    for group, by_seq in created.items():
-        members = ranks[group]
+    for group, members in progress_of(dumps).items():
         if len(members) < 2:
             continue
-        rows = []
-        for seq in sorted(by_seq):
-            times = by_seq[seq]
-            if set(times) != members:
-                continue  # some rank's ring no longer holds it, or it never entered
-            last = -max(zip(times.values(), map(operator.neg, times), strict=True))[
-                1
-            ]  # ties: lowest rank
-            rows.append((seq, last, times[last] - min(times.values())))
-        order[group] = rows
+        found = ledger.arrivals(group, members)
+        order[group] = [(a.seq, a.last, a.spread) for a in found if a.ranks == len(members)]
     return order
 
 
@@ -86,7 +88,7 @@ def arrival_findings(dumps: list[FlightDump]) -> list[Finding]:
         share = last / len(rows)
         if share < LAST_SHARE or median < MIN_SPREAD:
             continue
-        if _chance(last, len(rows), members) * members >= CHANCE:
+        if ledger.binomial_tail(last, len(rows), 1 / members) * members >= CHANCE:
             continue
         widest = max(rows, key=lambda row: row[2])
         others = sorted(r for r, _ in counts.items() if r != rank)

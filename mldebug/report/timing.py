@@ -11,6 +11,8 @@ last most often first, then a count of the rest. `timing_to_json` is the same fo
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -44,6 +46,18 @@ def sparkline(values: tuple[float, ...] | list[float], width: int = 24) -> str:
     return "".join(SPARK[round((v - low) / (high - low) * top)] for v in shown)
 
 
+def agent_cells(row: TimingRow) -> list[str]:
+    """An agent row's step time and shares, as `dump` and the Timing tab show them."""
+    return [
+        _ms(row.step_time),
+        _pct(row.waiting),
+        _pct(row.data),
+        _pct(row.sync),
+        _pct(row.compute),
+        _pct(row.last_share),
+    ]
+
+
 def ordered_rows(table: TimingTable) -> list[TimingRow]:
     """Stragglers first, then by arrival order (last arriver first), then by rank."""
     return sorted(
@@ -70,15 +84,7 @@ def timing_part(table: TimingTable | None) -> RenderableType | None:
         if sampling:
             cells = [str(row.samples or 0), _pct(row.waiting), _pct(row.data), _pct(row.compute)]
         else:
-            cells = [
-                _ms(row.step_time),
-                _pct(row.waiting),
-                _pct(row.data),
-                _pct(row.sync),
-                _pct(row.compute),
-                _pct(row.last_share),
-                "-" if row.arrival is None else str(row.arrival),
-            ]
+            cells = [*agent_cells(row), "-" if row.arrival is None else str(row.arrival)]
         grid.add_row(Text(str(row.rank)), *(Text(c) for c in cells), mark)
     parts: list[RenderableType] = [grid]
     if len(rows) > MAX_ROWS:
@@ -91,24 +97,6 @@ def timing_part(table: TimingTable | None) -> RenderableType | None:
 def timing_to_json(table: TimingTable | None) -> dict | None:
     if table is None:
         return None
-    return {
-        "source": table.source,
-        "compared": table.collectives,
-        "note": table.note,
-        "ranks": [
-            {
-                "rank": row.rank,
-                "step_time": row.step_time,
-                "waiting": row.waiting,
-                "data": row.data,
-                "sync": row.sync,
-                "compute": row.compute,
-                "last_share": row.last_share,
-                "arrival": row.arrival,
-                "samples": row.samples,
-                "straggler": row.straggler,
-                "step_times": list(row.step_times),
-            }
-            for row in table.rows
-        ],
-    }
+    rows = [{**asdict(row), "step_times": list(row.step_times)} for row in table.rows]
+    found = {"source": table.source, "compared": table.collectives, "note": table.note}
+    return found | {"ranks": rows}

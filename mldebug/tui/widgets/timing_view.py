@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from mldebug.model import Finding, JobSnapshot
 from mldebug.model_timing import TimingRow, TimingTable
-from mldebug.report.timing import ordered_rows, sparkline
+from mldebug.report.timing import agent_cells, ordered_rows, sparkline
 from mldebug.textsafe import printable
 
 COLUMNS = ("rank", "step", "waiting", "data", "sync", "compute", "last at", "step times", "")
@@ -22,26 +22,9 @@ EMPTY = (
 )
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.0f} ms"
-
-
 def row_cells(row: TimingRow) -> tuple[Text, ...]:
     mark = Text("◀ straggler", style="bold yellow") if row.straggler else Text("")
-    cells = [
-        str(row.rank),
-        _ms(row.step_time),
-        _pct(row.waiting),
-        _pct(row.data),
-        _pct(row.sync),
-        _pct(row.compute),
-        _pct(row.last_share),
-        sparkline(row.step_times),
-    ]
+    cells = [str(row.rank), *agent_cells(row), sparkline(row.step_times)]
     return (*(Text(c) for c in cells), mark)
 
 

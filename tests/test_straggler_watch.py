@@ -1,0 +1,51 @@
+"""`mldebug run`'s straggler line (mldebug/launch/stragglers.py) on run directories holding
+simulated agents' state files (tests/timing_sim.py, the agent's format), judged by the real
+analysis: said once when the same rank is named at two checks in a row, not again while it
+flickers, again only after a quiet spell."""
+
+from __future__ import annotations
+
+import json
+
+from timing_sim import simulate
+
+from mldebug.launch.stragglers import QUIET, StragglerWatch
+from mldebug.rundir import RunPaths
+
+
+def write(paths: RunPaths, states: list[dict]) -> None:
+    for state in states:
+        folder = paths.state_file(state["rank"]).parent
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.state_file(state["rank"]).write_text(json.dumps(state))
+
+
+def test_the_line_is_said_once_then_again_only_after_a_quiet_spell(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    paths = RunPaths(root)
+    said: list[str] = []
+    watch = StragglerWatch(paths, said.append)
+    slow = simulate(world=4, slow_rank=1, factor=1.5, jitter=0.1, steps=30)
+    healthy = simulate(world=4, jitter=0.1, steps=30, seed=4)
+    write(paths, slow)
+    assert watch.check() is None  # once is not yet persistent
+    line = watch.check()
+    assert line is not None and line.startswith("mldebug: rank 1 is the straggler: ")
+    assert line.endswith("(mldebug recipes stragglers; MLDEBUG_STRAGGLER=0 silences this line)")
+    events = [json.loads(x) for x in paths.events_file(1).read_text().splitlines()]
+    assert [(e["kind"], e["rank"]) for e in events] == [("straggler", 1)]
+    # A few looks without it (a window between two Flight Recorder reads), then it again.
+    write(paths, healthy)
+    for _ in range(QUIET - 1):
+        assert watch.check() is None
+    write(paths, slow)
+    assert watch.check() is None and watch.check() is None
+    assert len(said) == 1
+    # A real quiet spell: news again.
+    write(paths, healthy)
+    for _ in range(QUIET):
+        watch.check()
+    write(paths, slow)
+    watch.check()
+    assert watch.check() is not None and len(said) == 2
