@@ -43,5 +43,7 @@ def test_a_deadline_passed_leaves_the_rest_unread_and_returns(tmp_path):
     assert time.monotonic() - started < 60  # bounded: the workers are stopped, not awaited
 
 
-def test_few_files_or_few_cores_read_in_process():
-    assert worker_count(3) == 0
+def test_few_files_or_one_core_read_in_process_and_else_a_worker_a_core():
+    assert worker_count(3) == 0 and worker_count(1024, cores=1) == 0
+    assert worker_count(1024, cores=2) == 2  # a laptop: both cores read
+    assert worker_count(1024, cores=64) == 16 and worker_count(40, cores=64) == 6

@@ -4,7 +4,8 @@ A 1,024-rank job leaves 1,024 dumps of 2,000 entries: about 200 MB of pickles. E
 worker reads a share of the files with the same checked reader (flight_read: plain data
 only, every cap) and sends back what it read, normalised: a column table (flight_table.py)
 of a few bytes an entry, which the parent unpickles (our own objects, from our own worker)
-in a small fraction of what reading the dumps costs. With one or two cores, or few files, it reads in-process.
+in a small fraction of what reading the dumps costs. With one core, or few files, it reads
+in-process.
 
     read_flight_dumps(paths, deadline=None, workers=None)
         -> (dumps in the order of paths, one problem line per file not read, files unread)
@@ -52,12 +53,15 @@ def _rebuilt(item: object) -> FlightDump | str:
     return item  # type: ignore[return-value]
 
 
-def worker_count(files: int) -> int:
-    """Workers worth starting for `files` dumps on this machine (0: read in-process)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if files < MIN_FILES or (cores or 1) < 3:
+def worker_count(files: int, cores: int | None = None) -> int:
+    """Workers worth starting for `files` dumps on this machine (0: read in-process). As
+    many as there are cores: the parent mostly waits, then rebuilds compact tables."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cores = cores or os.cpu_count() or 1
+    if files < MIN_FILES or cores < 2:
         return 0
-    return min(MAX_WORKERS, (cores or 1) - 1, files // CHUNK + 1)
+    return min(MAX_WORKERS, cores, files // CHUNK + 1)
 
 
 def _context():
