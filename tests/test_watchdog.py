@@ -360,6 +360,40 @@ def test_a_short_wait_is_info_a_longer_one_a_warning_then_an_error(tmp_path):
     assert long.severity == "error" and "30 s" in long.detail
 
 
+def test_a_rank_still_for_a_moment_after_its_last_step_is_pausing_not_stuck(tmp_path):
+    # Rank 0 sits in time.sleep (a checkpoint) while rank 1 computes: "does not move and is
+    # in no collective", graded by how long rank 0's agent has seen no progress.
+    from mldebug.collect.agentstate import parse_state
+
+    def stuck(idle: float | None):
+        snapshot = stacks_snapshot({0: IN_SLEEP, 1: EVALUATING}, busy={1})
+        agents = {101: parse_state(agent_state(1, 4, 4, 0.0), 1)}
+        if idle is not None:
+            agents[100] = parse_state(agent_state(0, 4, 4, idle), 0)
+        targets = [view.target for view in snapshot.ranks]
+        samples = {
+            t.pid: tuple(
+                StackSample(
+                    t,
+                    999.2 + 0.4 * i,
+                    threads=view.threads,
+                    cpu_seconds=1.0 + (i if t.rank == 1 else 0),
+                    main_cpu_seconds=1.0 + (i if t.rank == 1 else 0),
+                )
+                for i in range(3)
+            )
+            for t, view in zip(targets, snapshot.ranks, strict=True)
+        }
+        found = build_snapshot(targets, samples, 2, now=1000.0, agents=agents).findings
+        return next(f for f in found if f.kind == "stuck")
+
+    pausing, still, unknown = stuck(1.5), stuck(8.0), stuck(None)
+    assert pausing.severity == "info" and pausing.ranks == (0,)
+    assert pausing.summary.endswith("(for 1.5 s so far: a pause that short is not a hang)")
+    assert still.severity == "warning" and "so far" not in still.summary
+    assert unknown.severity == "warning"  # no agent says how long: the stacks decide
+
+
 def test_a_wait_too_short_for_a_hang_is_looked_at_again_later(tmp_path):
     job = Job(tmp_path, on_hang=ON_HANG_STOP, timeout=10)
     job.snapshot = stacks_snapshot({0: IN_SLEEP, 1: IN_SLEEP})  # stuck, no collective: warning

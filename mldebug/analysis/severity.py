@@ -5,7 +5,8 @@ others wait a second in a barrier; every rank is in a collective that is still i
 What tells a pause from a hang is how long the waiting ranks have waited, which their
 agents know (the call they made and when, in state.json; torch's Flight Recorder entry when
 the agent read one). This step runs after the findings are made and grades the ones that
-say "someone waits" (outlier, hang) by that wait:
+say "someone waits" (outlier, hang) by that wait, and a rank that "does not move" (stuck) by
+how long its agent has seen no step and no collective:
 
   * shorter than SHORT_WAIT: info at most, and the summary says how long ("... for 1.2 s so
     far: a pause that short is not a hang");
@@ -26,6 +27,7 @@ from dataclasses import replace
 from mldebug.model import (
     KIND_HANG,
     KIND_OUTLIER,
+    KIND_STUCK,
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
@@ -60,6 +62,30 @@ def agent_wait(agent: AgentState) -> float | None:
     return longest
 
 
+def agent_idle(agent: AgentState) -> float | None:
+    """How long the rank has made no progress (no step, no collective made or completed),
+    by its agent's own clock (None: it has made none yet, as far as its agent knows)."""
+    moments = [agent.step_time]
+    for group in agent.groups:
+        for call in (group.enqueued, group.completed):
+            if call is not None:
+                moments += [call.enqueued, call.completed]
+    known = [m for m in moments if m is not None]
+    return max(0.0, agent.time - max(known)) if known else None
+
+
+def idle_of(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> seconds since its last progress, for the live ranks whose agent says."""
+    found = {}
+    for view in views:
+        if view.agent is None or view.gone:
+            continue
+        seconds = agent_idle(view.agent)
+        if seconds is not None:
+            found[view.rank] = seconds
+    return found
+
+
 def waits_of(views: Sequence[RankView]) -> dict[int, float]:
     """rank -> seconds it has waited in a collective, for the live ranks whose agent says."""
     found = {}
@@ -84,6 +110,20 @@ def _waiting_ranks(finding: Finding, waits: Mapping[int, float]) -> list[int]:
 
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def grade_stuck(finding: Finding, idle: Mapping[int, float], error_after: float) -> Finding:
+    """A rank seen still in one sample (a checkpoint's sleep, a slow save) that made
+    progress a moment ago is pausing, not stuck."""
+    if finding.kind != KIND_STUCK or finding.severity == SEVERITY_INFO:
+        return finding
+    if not finding.ranks or any(r not in idle for r in finding.ranks):
+        return finding  # a rank no agent speaks for: the stacks decide
+    still = max(idle[r] for r in finding.ranks)
+    if still >= min(SHORT_WAIT, error_after):
+        return finding
+    clause = f"for {_seconds(still)} so far: a pause that short is not a hang"
+    return replace(finding, severity=SEVERITY_INFO, summary=f"{finding.summary} ({clause})")
 
 
 def grade_finding(finding: Finding, waits: Mapping[int, float], error_after: float) -> Finding:
@@ -113,9 +153,11 @@ def grade(
 ) -> tuple[Finding, ...]:
     """The findings, the waits among them graded by how long they have lasted, in the
     order they came (errors first: a graded one moves after the others of its severity)."""
-    waits = waits_of(views)
-    if not waits:
+    waits, idle = waits_of(views), idle_of(views)
+    if not waits and not idle:
         return tuple(findings)
-    graded = [grade_finding(f, waits, error_after) for f in findings]
+    graded = [
+        grade_stuck(grade_finding(f, waits, error_after), idle, error_after) for f in findings
+    ]
     order = {id(f): i for i, f in enumerate(graded)}
     return tuple(sorted(graded, key=lambda f: (_RANK.get(f.severity, 3), order[id(f)])))
