@@ -21,7 +21,7 @@ alone: ranks in different collectives never meet, however short the wait so far.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.model import (
@@ -74,28 +74,28 @@ def agent_idle(agent: AgentState) -> float | None:
     return max(0.0, agent.time - max(known)) if known else None
 
 
-def idle_of(views: Sequence[RankView]) -> dict[int, float]:
-    """rank -> seconds since its last progress, for the live ranks whose agent says."""
+def _by_rank(
+    views: Sequence[RankView], measure: Callable[[AgentState], float | None]
+) -> dict[int, float]:
+    """rank -> `measure` of its agent's state, for the live ranks whose agent says."""
     found = {}
     for view in views:
         if view.agent is None or view.gone:
             continue
-        seconds = agent_idle(view.agent)
+        seconds = measure(view.agent)
         if seconds is not None:
             found[view.rank] = seconds
     return found
+
+
+def idle_of(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> seconds since its last progress."""
+    return _by_rank(views, agent_idle)
 
 
 def waits_of(views: Sequence[RankView]) -> dict[int, float]:
-    """rank -> seconds it has waited in a collective, for the live ranks whose agent says."""
-    found = {}
-    for view in views:
-        if view.agent is None or view.gone:
-            continue
-        seconds = agent_wait(view.agent)
-        if seconds is not None:
-            found[view.rank] = seconds
-    return found
+    """rank -> seconds it has waited in a collective."""
+    return _by_rank(views, agent_wait)
 
 
 def _waiting_ranks(finding: Finding, waits: Mapping[int, float]) -> list[int]:
