@@ -256,3 +256,90 @@ def test_whatever_the_files_claim_only_verified_ranks_are_read_once_each(tmp_pat
         assert all(0 <= t.rank < 1 << 20 for t in found.targets)
 
     check()
+
+
+# ---- ranks that end while they are read: how, once their launcher records it ----
+
+
+def _end_rank(proc) -> None:
+    """Kill the sleepy job's one rank and wait until it is reaped (its launcher waits)."""
+    (pid,) = proc.rank_pids
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank {pid} was not reaped")
+
+
+def _record_exit(run, pid, code, after_s):
+    """Write rank 0's exit code into run.json `after_s` from now, as `mldebug run` does once
+    it reaped the rank (the run stays marked running until every rank is reaped)."""
+    import threading
+
+    def write():
+        time.sleep(after_s)
+        make_run(run, [{"rank": 0, "pid": pid, "exit_code": code}], world_size=1)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    return writer
+
+
+def test_a_rank_that_ends_while_read_is_reported_as_its_launcher_records_it(tmp_path, jobs):
+    from mldebug.observe.pyspy import observe_once
+
+    run = tmp_path / "run"
+    # GIVEN a live rank, resolved as a target of its run
+    jobs.append(job := start_ranks(1, run_dir=run))
+    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
+    targets = resolve_targets(run_dir=run)
+    # WHEN it ends before its stack is read, and its launcher records exit 0 a moment later
+    _end_rank(job)
+    writer = _record_exit(run, job.rank_pids[0], 0, after_s=0.5)
+    snapshot, _ = observe_once(targets, samples=1)
+    writer.join()
+    # THEN the look says the job has ended, not that a rank is missing
+    assert [(f.kind, f.severity) for f in snapshot.findings] == [("ended", "info")]
+    assert snapshot.ranks[0].exit_code == 0
+
+
+def test_a_rank_that_ends_badly_while_read_is_reported_with_its_code(tmp_path, jobs):
+    from mldebug.observe.pyspy import observe_once
+
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(1, run_dir=run))
+    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
+    targets = resolve_targets(run_dir=run)
+    _end_rank(job)
+    writer = _record_exit(run, job.rank_pids[0], 137, after_s=0.3)
+    snapshot, _ = observe_once(targets, samples=1)
+    writer.join()
+    (missing,) = [f for f in snapshot.findings if f.kind == "missing"]
+    assert "rank 0 exited with code 137" in missing.summary
+    assert missing.severity == "error"
+
+
+def test_a_rank_whose_end_is_never_recorded_is_missing_after_a_bounded_wait(tmp_path, jobs):
+    from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
+
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(1, run_dir=run))
+    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
+    targets = resolve_targets(run_dir=run)
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    # GIVEN a run still marked running that never records rank 0's code: the wait ends
+    found = await_exit_codes(targets, {0}, clock=lambda: now[0], sleep=sleep)
+    assert found.exit_codes == {}
+    assert len(slept) == round(OUTCOME_WAIT_S / OUTCOME_POLL_S)
+    # AND a run marked over is not waited for at all
+    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], status="interrupted")
+    slept.clear()
+    assert await_exit_codes(targets, {0}, clock=lambda: now[0], sleep=sleep).exit_codes == {}
+    assert slept == []

@@ -16,22 +16,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from mldebug import rundir
 from mldebug.collect.crashes import with_crashes
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, NativeDump, StackSample
-from mldebug.targets import manifest_exit_codes
-
-
-def with_run_outcome(job: JobTargets) -> JobTargets:
-    """`job` with the exit codes and crashes its run directory records now.
-
-    A live view keeps its targets once the run is over (resolving it again finds nothing to
-    look at) and still has to learn how each rank ended.
-    """
-    manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
-    if manifest is None:
-        return job
-    return with_crashes(replace(job, exit_codes=manifest_exit_codes(manifest)), manifest)
+from mldebug.observe.outcome import with_run_outcome
 
 
 class CollectorPoller:

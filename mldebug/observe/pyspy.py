@@ -21,6 +21,7 @@ from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
 from mldebug.collect.eventfiles import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
+from mldebug.observe.outcome import await_exit_codes, ended_unrecorded
 
 
 class JobObserver:
@@ -106,4 +107,10 @@ def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobRe
     crashes its run directory records): the snapshot, and what was read (its notes)."""
     with JobObserver(with_crashes(job_targets), **options) as observer:
         snapshot = observer.poll()
-        return snapshot, observer.readings
+        readings = observer.readings
+    ended = ended_unrecorded(snapshot)
+    if ended and readings is not None:
+        # Ranks that ended while being read: how, once their launcher has written it.
+        readings = replace(readings, job=await_exit_codes(readings.job, ended))
+        snapshot = snapshot_of(readings)
+    return snapshot, readings

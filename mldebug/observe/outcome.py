@@ -1,0 +1,70 @@
+"""How the ranks of a run ended, as its run directory records it, and the short wait for
+that record when ranks end while they are being read.
+
+A rank found at the start of a look and gone by the time its stack is read has ended
+between the two. Its launcher (`mldebug run`) writes its exit code to run.json once it has
+reaped it, moments later; a look that reported it before that would call a job that has
+just finished well "ranks not running". So a look that saw ranks end waits, briefly and
+bounded, for their codes while the run is still marked running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import replace
+
+from mldebug import rundir
+from mldebug.collect.crashes import with_crashes
+from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets
+from mldebug.targets import manifest_exit_codes
+
+# The launcher reaps its ranks every fraction of a second; on a loaded machine, later.
+OUTCOME_WAIT_S = 3.0
+OUTCOME_POLL_S = 0.1
+
+
+def with_run_outcome(job: JobTargets, manifest: dict | None = None) -> JobTargets:
+    """`job` with the exit codes and crashes its run directory records now.
+
+    A live view keeps its targets once the run is over (resolving it again finds nothing to
+    look at) and still has to learn how each rank ended.
+    """
+    if manifest is None:
+        manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
+    if manifest is None:
+        return job
+    return with_crashes(replace(job, exit_codes=manifest_exit_codes(manifest)), manifest)
+
+
+def ended_unrecorded(snapshot: JobSnapshot) -> frozenset[int]:
+    """Ranks that were found and have exited, with no exit code known yet."""
+    return frozenset(
+        view.rank
+        for view in snapshot.ranks
+        if view.state == STATE_EXITED and view.exit_code is None and view.target is not None
+    )
+
+
+def await_exit_codes(
+    job: JobTargets,
+    ranks: Collection[int],
+    wait_s: float = OUTCOME_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobTargets:
+    """`job` with its run's record once it has an exit code for each of `ranks`, or once the
+    run is no longer marked running, or after `wait_s` (then with what it records by then)."""
+    if not job.run_dir or not ranks:
+        return job
+    deadline = clock() + wait_s
+    while True:
+        manifest = rundir.read_manifest(job.run_dir)
+        if manifest is None:
+            return job
+        recorded = manifest_exit_codes(manifest)
+        settled = all(rank in recorded for rank in ranks)
+        running = manifest.get("status") == rundir.STATUS_RUNNING
+        if settled or not running or clock() >= deadline:
+            return with_run_outcome(job, manifest)
+        sleep(OUTCOME_POLL_S)
