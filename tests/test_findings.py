@@ -102,6 +102,26 @@ def test_rank_that_exits_during_the_dump():
     assert snap.findings[0].kind == KIND_MISSING and snap.findings[0].ranks == (1,)
 
 
+def test_a_rank_that_finished_first_while_the_others_still_work_is_info():
+    # GIVEN rank 0 returned (exit 0) and rank 1 still computes its last step, or tears down
+    for last in (at("save_final", 77), in_op("destroy_process_group", "main", 190)):
+        busy = ((last, at("save_final", 78), last), {"main_cpu": (0.0, 0.3, 0.6)})
+        snap = snapshot({1: busy}, world=2, exit_codes={0: 0})
+        # THEN that is the job ending rank by rank: said, and no warning
+        (ended,) = [f for f in snap.findings if f.kind == KIND_MISSING]
+        assert ended.severity == SEVERITY_INFO and ended.ranks == (0,)
+        assert "finished (exit code 0) while rank 1 still runs" in ended.summary
+        assert all(f.severity == SEVERITY_INFO for f in snap.findings)
+
+
+def test_a_rank_that_finished_first_while_the_others_wait_in_a_collective_is_an_error():
+    # GIVEN rank 0 returned (exit 0) and rank 1 waits in all_reduce: rank 0 left early
+    snap = snapshot({1: still(in_op("all_reduce", "sync", 64))}, world=2, exit_codes={0: 0})
+    missing = snap.findings[0]
+    assert missing.kind == KIND_MISSING and missing.severity == SEVERITY_ERROR
+    assert "cannot complete a collective without it" in missing.summary
+
+
 def test_rendezvous_when_everyone_waits_in_init():
     init = (MODULE, MAIN, Frame("init_process_group", C10D, 1700))
     (finding,) = snapshot({r: still(init) for r in range(4)}, world=4).findings

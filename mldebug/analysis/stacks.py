@@ -112,6 +112,21 @@ def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[
             )
         ]
     ranks = [v.rank for v in gone]
+    if alive and all(v.exit_code == 0 for v in gone) and not _wait_on_others(views):
+        # A job's ranks end one by one: the first to return is not lost while the others
+        # still work (it is once they wait in a collective for it, below).
+        running = [v.rank for v in views if not v.gone]
+        return [
+            Finding(
+                KIND_MISSING,
+                tuple(ranks),
+                f"{ranks_text(ranks)} {verb(ranks, 'has', 'have')} finished (exit code 0) "
+                f"while {ranks_text(running)} still {verb(running, 'runs', 'run')}, in no "
+                "collective: ranks that end one by one",
+                recipe="missing-ranks",
+                severity=SEVERITY_INFO,
+            )
+        ]
     codes = [
         f"rank {v.rank} exited with code {v.exit_code}" for v in gone if v.exit_code is not None
     ]
@@ -127,6 +142,22 @@ def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[
             ranks, "it", "them"
         )
     return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
+
+
+def _wait_on_others(views: Sequence[RankView]) -> bool:
+    """Some rank still running is inside a collective (not its teardown), or its agent says
+    it waits in one."""
+    return any(
+        not v.gone
+        and (
+            v.state == STATE_WAITING
+            or (
+                v.collective not in (None, "destroy_process_group")
+                and not is_rendezvous(v.collective)
+            )
+        )
+        for v in views
+    )
 
 
 def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
