@@ -296,12 +296,15 @@ def test_a_rank_that_ends_while_read_is_reported_as_its_launcher_records_it(tmp_
     targets = resolve_targets(run_dir=run)
     # WHEN it ends before its stack is read, and its launcher records exit 0 a moment later
     _end_rank(job)
-    writer = _record_exit(run, job.rank_pids[0], 0, after_s=0.5)
+    writer = _record_exit(run, job.rank_pids[0], 0, after_s=1.0)
+    # (a look by the launcher itself, which is the one to record it, does not wait)
+    unwaited, _ = observe_once(targets, outcome_wait=0, samples=1)
     snapshot, _ = observe_once(targets, samples=1)
     writer.join()
     # THEN the look says the job has ended, not that a rank is missing
     assert [(f.kind, f.severity) for f in snapshot.findings] == [("ended", "info")]
     assert snapshot.ranks[0].exit_code == 0
+    assert [f.kind for f in unwaited.findings] == ["missing"]
 
 
 def test_a_rank_that_ends_badly_while_read_is_reported_with_its_code(tmp_path, jobs):

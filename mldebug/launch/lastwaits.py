@@ -52,7 +52,10 @@ class LastWaits:
 
         try:
             snapshot, _ = observe_once(
-                resolve_targets(run_dir=self.paths.root), samples=1, deadline=LAST_STACKS_DEADLINE
+                resolve_targets(run_dir=self.paths.root),
+                outcome_wait=0,  # this supervisor records how they end, once this returns
+                samples=1,
+                deadline=LAST_STACKS_DEADLINE,
             )
         except Exception:  # they ended meanwhile, or cannot be read: the states still tell
             return

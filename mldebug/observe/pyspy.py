@@ -21,7 +21,7 @@ from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
 from mldebug.collect.eventfiles import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
-from mldebug.observe.outcome import await_exit_codes, ended_unrecorded
+from mldebug.observe.outcome import OUTCOME_WAIT_S, await_exit_codes, ended_unrecorded
 
 
 class JobObserver:
@@ -102,15 +102,21 @@ def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
     )
 
 
-def observe_once(job_targets: JobTargets, **options) -> tuple[JobSnapshot, JobReadings | None]:
+def observe_once(
+    job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options
+) -> tuple[JobSnapshot, JobReadings | None]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
-    crashes its run directory records): the snapshot, and what was read (its notes)."""
+    crashes its run directory records): the snapshot, and what was read (its notes).
+
+    `outcome_wait`: seconds to wait for the exit codes of ranks that end while they are
+    read (observe.outcome); 0 for a caller that is itself the one to record them.
+    """
     with JobObserver(with_crashes(job_targets), **options) as observer:
         snapshot = observer.poll()
         readings = observer.readings
     ended = ended_unrecorded(snapshot)
-    if ended and readings is not None:
+    if ended and readings is not None and outcome_wait > 0:
         # Ranks that ended while being read: how, once their launcher has written it.
-        readings = replace(readings, job=await_exit_codes(readings.job, ended))
+        readings = replace(readings, job=await_exit_codes(readings.job, ended, outcome_wait))
         snapshot = snapshot_of(readings)
     return snapshot, readings
