@@ -1,6 +1,7 @@
 """How fast and how right are the slow-job findings, and what does the agent's timing cost?
 
     python benchmarks/bench_straggler.py [--nproc 4] [--healthy-seconds 180] [--factors ...]
+    python benchmarks/bench_straggler.py --cost-only [--pairs 2]   # the timing's cost alone
 
 Prints, in one run:
   * per slowdown factor (rank 1 computes 1.1x ... 2x as long as the others, ±10% step jitter
@@ -16,7 +17,8 @@ Prints, in one run:
     Recorder;
   * the agent's step-time cost, 2 ranks doing a fixed amount of work a step, with
     dist.all_reduce and with DDP (the Flight Recorder reads): in one job whose agents switch
-    their timing off and on every 16 steps (medians of each), and across runs with the
+    their timing off and on every 16 steps (medians of each, and each block against the
+    next: the mean difference with its 95% interval), and across runs with the
     agent's timing on vs off (MLDEBUG_TIMING=0), runs alternated, medians compared; and the
     hooks' own cost per call, timed in this process.
 """
@@ -87,6 +89,13 @@ if timing is not None:
     timing.off = False
     on, off = (sorted(blocks[k])[len(blocks[k]) // 2] for k in (True, False))
     print(f"TOGGLED_ON {on:.6f} TOGGLED_OFF {off:.6f} STEPS {len(times)}", flush=True)
+    # Each block (on) against the next (off): the machine's load drifts less within a pair
+    # than over the run; the mean of the pairs' differences and its standard error.
+    medians = [sorted(times[i : i + 16])[8] for i in range(0, len(times) - 15, 16)]
+    diffs = [(medians[i] - medians[i + 1]) / medians[i + 1] for i in range(0, len(medians) - 1, 2)]
+    mean = sum(diffs) / len(diffs)
+    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
+    print(f"TOGGLED_PAIRS {mean:.6f} SE {se:.6f} N {len(diffs)}", flush=True)
 times.sort()
 print(f"MEDIAN_STEP {times[len(times) // 2]:.6f} STEPS {len(times)}", flush=True)
 """
@@ -263,8 +272,9 @@ def toggled(folder: Path, mode: str, nproc: int = 2) -> dict:
     for rank in range(nproc):
         logs = (run_dir / "ranks" / str(rank) / "stdout.log").read_text(errors="replace")
         match = re.search(r"TOGGLED_ON ([0-9.]+) TOGGLED_OFF ([0-9.]+)", logs + done.stderr)
-        if match:
-            found[rank] = (float(match.group(1)), float(match.group(2)))
+        used = re.search(r"TOGGLED_PAIRS ([-0-9.e]+) SE ([0-9.e]+) N", logs)
+        if match and used:
+            found[rank] = tuple(float(m.group(i)) for m in (match, used) for i in (1, 2))
     return {"ranks": found, "reads": flight_reads(run_dir) if mode == "ddp" else None}
 
 
@@ -330,6 +340,7 @@ def main() -> None:
     parser.add_argument("--healthy-seconds", type=float, default=180.0)
     parser.add_argument("--pairs", type=int, default=2, help="on/off run pairs for the cost")
     parser.add_argument("--save", type=Path, help="keep the 1.5x run's outputs here (docs)")
+    parser.add_argument("--cost-only", action="store_true", help="the timing's cost alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         folder = Path(tmp)
@@ -337,7 +348,7 @@ def main() -> None:
               "60 ms of compute a step, ±10% jitter on every rank", flush=True)  # fmt: skip
         print("factor | agent: first named by dump; mldebug run's console line | "
               "sampling (dump --profile 5)")  # fmt: skip
-        for factor in args.factors:
+        for factor in [] if args.cost_only else args.factors:
             save = args.save if factor == 1.5 else None
             got = factor_run(folder, factor, args.nproc, args.limit, save)
             sampling = got["sampling"]
@@ -349,22 +360,23 @@ def main() -> None:
                 samp_text = f"nobody named ({sampling['note']}) in {sampling['seconds']:.1f} s"
             text = agent_text(got["agent"], args.limit)
             print(f"{factor:>5}x | {text:<62} | {samp_text}", flush=True)
-        ddp = factor_run(folder, 1.5, args.nproc, 90.0, ddp=True)
-        print(f" 1.5x DDP | {agent_text(ddp['agent'], 90.0)} (Flight Recorder rows, read every "
-              "10 s)", flush=True)  # fmt: skip
-        healthy = healthy_run(folder, args.nproc, args.healthy_seconds)
-        print(
-            f"healthy job, {healthy['seconds']:.0f} s ({healthy['steps']} steps; jitter ±10%, "
-            f"1 s checkpoint pause on rank 0 every 25 steps, GC on): {len(healthy['alarms'])} "
-            f"false alarms over the console and {healthy['dumps']} dumps "
-            f"({healthy['profiles']} with --profile)",
-            flush=True,
-        )
-        for alarm in healthy["alarms"]:
-            print(f"  {alarm}")
+        if not args.cost_only:
+            ddp = factor_run(folder, 1.5, args.nproc, 90.0, ddp=True)
+            print(f" 1.5x DDP | {agent_text(ddp['agent'], 90.0)} (Flight Recorder rows, read every "
+                  "10 s)", flush=True)  # fmt: skip
+            healthy = healthy_run(folder, args.nproc, args.healthy_seconds)
+            print(
+                f"healthy job, {healthy['seconds']:.0f} s ({healthy['steps']} steps; jitter ±10%, "
+                f"1 s checkpoint pause on rank 0 every 25 steps, GC on): {len(healthy['alarms'])} "
+                f"false alarms over the console and {healthy['dumps']} dumps "
+                f"({healthy['profiles']} with --profile)",
+                flush=True,
+            )
+            for alarm in healthy["alarms"]:
+                print(f"  {alarm}")
         for mode, words in (("python", "dist.all_reduce + DataLoader"), ("ddp", "DDP")):
             got = toggled(folder, mode)
-            for rank, (on, off) in sorted(got["ranks"].items()):
+            for rank, (on, off, paired, se) in sorted(got["ranks"].items()):
                 reads = (
                     f"; it held {got['reads']} Flight Recorder rows"
                     if got["reads"] and rank == 0
@@ -373,7 +385,8 @@ def main() -> None:
                 print(
                     f"agent step time, same job ({words}), rank {rank}: timing on "
                     f"{on * 1000:.2f} ms, off {off * 1000:.2f} ms: {(on - off) / off * 100:+.2f}% "
-                    f"(switched every 16 steps, medians){reads}",
+                    f"(switched every 16 steps, medians){reads}; block against next block: "
+                    f"{paired * 100:+.2f}% ± {1.96 * se * 100:.2f}% (95%)",
                     flush=True,
                 )
             cost = overhead(folder, args.pairs, mode)
