@@ -1,5 +1,6 @@
 """`dump --run DIR`, `attach --run DIR` and the newest-run default read (ptrace) only pids
-verified as ranks of that run: a run directory's files are claims, not facts.
+verified as ranks of that run: a run directory's files are claims, not facts. A rank that
+ends while it is read is reported with the exit code run.json records for it, a moment later.
 
 Ranks here are plain Python processes (tests/jobs/sleepy_ranks.py), no torch.
 """
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -17,6 +19,8 @@ from testkit.procs import SLEEPY
 from mldebug import rundir
 from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes, with_crashes
 from mldebug.errors import NoTargetError
+from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
+from mldebug.observe.pyspy import observe_once
 from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -272,10 +276,17 @@ def _end_rank(proc) -> None:
     raise AssertionError(f"rank {pid} was not reaped")
 
 
+def _one_rank_run(tmp_path, jobs):
+    """A run of one live sleepy rank, resolved as its target: (run dir, job, targets)."""
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(1, run_dir=run))
+    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
+    return run, job, resolve_targets(run_dir=run)
+
+
 def _record_exit(run, pid, code, after_s):
     """Write rank 0's exit code into run.json `after_s` from now, as `mldebug run` does once
     it reaped the rank (the run stays marked running until every rank is reaped)."""
-    import threading
 
     def write():
         time.sleep(after_s)
@@ -287,13 +298,8 @@ def _record_exit(run, pid, code, after_s):
 
 
 def test_a_rank_that_ends_while_read_is_reported_as_its_launcher_records_it(tmp_path, jobs):
-    from mldebug.observe.pyspy import observe_once
-
-    run = tmp_path / "run"
     # GIVEN a live rank, resolved as a target of its run
-    jobs.append(job := start_ranks(1, run_dir=run))
-    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
-    targets = resolve_targets(run_dir=run)
+    run, job, targets = _one_rank_run(tmp_path, jobs)
     # WHEN it ends before its stack is read, and its launcher records exit 0 a moment later
     _end_rank(job)
     writer = _record_exit(run, job.rank_pids[0], 0, after_s=1.0)
@@ -308,12 +314,7 @@ def test_a_rank_that_ends_while_read_is_reported_as_its_launcher_records_it(tmp_
 
 
 def test_a_rank_that_ends_badly_while_read_is_reported_with_its_code(tmp_path, jobs):
-    from mldebug.observe.pyspy import observe_once
-
-    run = tmp_path / "run"
-    jobs.append(job := start_ranks(1, run_dir=run))
-    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
-    targets = resolve_targets(run_dir=run)
+    run, job, targets = _one_rank_run(tmp_path, jobs)
     _end_rank(job)
     writer = _record_exit(run, job.rank_pids[0], 137, after_s=0.3)
     snapshot, _ = observe_once(targets, samples=1)
@@ -324,12 +325,7 @@ def test_a_rank_that_ends_badly_while_read_is_reported_with_its_code(tmp_path, j
 
 
 def test_a_rank_whose_end_is_never_recorded_is_missing_after_a_bounded_wait(tmp_path, jobs):
-    from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
-
-    run = tmp_path / "run"
-    jobs.append(job := start_ranks(1, run_dir=run))
-    make_run(run, [{"rank": 0, "pid": job.rank_pids[0]}], world_size=1)
-    targets = resolve_targets(run_dir=run)
+    run, job, targets = _one_rank_run(tmp_path, jobs)
     now = [0.0]
     slept: list[float] = []
 
