@@ -19,11 +19,13 @@ from dataclasses import replace
 import pytest
 from testkit.agent_states import (
     LOAD,
+    MODULE,
     NOW,
     SITE,
     SPIN,
     TRAIN,
     call,
+    heartbeat_state,
     pid_of,
     samples,
     snapshot,
@@ -493,3 +495,45 @@ def test_the_rank_behind_that_lost_a_thread_its_peer_runs_is_told_so(tmp_path):
     assert verdict.summary.endswith(
         "; rank 1 has no thread running prefetch (train.py), which rank 0 has: it may have died"
     )
+
+
+def _checkpoint_pause(tmp_path, last_progress_ago: float):
+    """Rank 0 sleeps in save_checkpoint; rank 1's stack waits in barrier, but its agent's
+    state (written 0.5 s ago, a heartbeat's age) saw it wait in nothing: its last
+    collective, broadcast #40, completed `last_progress_ago` seconds ago."""
+    c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    barrier = (MODULE, Frame("main", TRAIN, 131), Frame("barrier", c10d, 4000))
+    saving = (MODULE, Frame("save_checkpoint", TRAIN, 130))
+    done = NOW - last_progress_ago
+    made = {"seq": 40, "op": "broadcast", "site": SITE, "shapes": [[2]], "dtypes": ["int64"]}
+    groups = {
+        "default_pg": {
+            "size": 2,
+            "enqueued": {**made, "async": False, "time": done - 0.01},
+            "completed": {"seq": 40, "op": "broadcast", "time": done},
+        }
+    }
+    states = {
+        rank: heartbeat_state(
+            rank, pid_of(rank), NOW - 0.5, groups=groups, step=50, step_time=done - 0.02
+        )
+        for rank in (0, 1)
+    }
+    return snapshot(tmp_path, states, {0: saving, 1: barrier}, busy={0: False, 1: False})
+
+
+def test_a_wait_begun_since_the_agents_last_state_is_graded_by_its_last_progress(tmp_path):
+    # GIVEN a checkpoint pause: rank 1 entered the barrier after its agent last wrote
+    snap = _checkpoint_pause(tmp_path, last_progress_ago=1.5)
+    (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    # THEN it has waited at most since its broadcast completed, 1.5 s: a pause, info
+    assert outlier.ranks == (0,)
+    assert outlier.severity == SEVERITY_INFO
+    assert "for 1.5 s so far: a pause that short is not a hang" in outlier.summary
+
+
+def test_a_wait_in_a_collective_its_agent_never_saw_is_an_error_once_progress_is_old(tmp_path):
+    # GIVEN the same stacks, but rank 1's last progress was 60 s ago: a hang, whatever call
+    snap = _checkpoint_pause(tmp_path, last_progress_ago=60)
+    (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    assert outlier.severity == SEVERITY_ERROR

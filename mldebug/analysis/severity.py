@@ -14,8 +14,9 @@ how long its agent has seen no step and no collective:
     `--hang-timeout`): a warning at most;
   * longer: the finding keeps its severity, and its detail says the wait.
 
-A finding whose waiting ranks have no agent (a job not started by `mldebug run`) keeps its
-severity: the samples' span (a second) proves nothing either way. Mismatches are left
+A waiting rank whose agent saw it wait in no collective yet (its state.json is up to a
+heartbeat old) has waited at most since its last progress. A finding whose waiting ranks
+have no agent (a job not started by `mldebug run`) keeps its severity: the samples' span (a second) proves nothing either way. Mismatches are left
 alone: ranks in different collectives never meet, however short the wait so far.
 """
 
@@ -98,14 +99,33 @@ def waits_of(views: Sequence[RankView]) -> dict[int, float]:
     return _by_rank(views, agent_wait)
 
 
-def _waiting_ranks(finding: Finding, waits: Mapping[int, float]) -> list[int]:
-    """The ranks the finding says wait: a hang's own ranks; an outlier's other parts."""
+def waits_begun_since(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> the longest it can have waited, for the live ranks whose agent saw them wait
+    in no collective: a wait their stack shows began after their last progress (a state.json
+    is up to a heartbeat old), so it is at most the time since then, on the agent's clock
+    plus the state's age. A rank blocked for long has made no progress for as long."""
+    found = {}
+    for view in views:
+        if view.agent is None or view.gone or agent_wait(view.agent) is not None:
+            continue
+        idle = agent_idle(view.agent)
+        if idle is not None:
+            found[view.rank] = idle + (view.heartbeat_age or 0.0)
+    return found
+
+
+def _waiting_ranks(
+    finding: Finding, waits: Mapping[int, float], since: Mapping[int, float]
+) -> list[int]:
+    """The ranks the finding says wait and whose wait is known or bounded: a hang's own
+    ranks; an outlier's other parts (else the ranks whose agents say they wait)."""
     if finding.kind == KIND_HANG:
-        return [r for r in finding.ranks if r in waits]
+        return [r for r in finding.ranks if r in waits or r in since]
     culprits = set(finding.ranks)
     named = {r for part in finding.parts for r in part.ranks} - culprits
-    pool = named or (set(waits) - culprits)
-    return sorted(r for r in pool if r in waits)
+    if not named:
+        return sorted(set(waits) - culprits)
+    return sorted(r for r in named if r in waits or r in since)
 
 
 def _seconds(value: float) -> str:
@@ -126,13 +146,21 @@ def grade_stuck(finding: Finding, idle: Mapping[int, float], error_after: float)
     return replace(finding, severity=SEVERITY_INFO, summary=f"{finding.summary} ({clause})")
 
 
-def grade_finding(finding: Finding, waits: Mapping[int, float], error_after: float) -> Finding:
+def grade_finding(
+    finding: Finding,
+    waits: Mapping[int, float],
+    error_after: float,
+    since: Mapping[int, float] | None = None,
+) -> Finding:
+    """`waits`: rank -> how long it has waited (waits_of); `since`: rank -> the most it can
+    have waited, for ranks whose agent saw no wait yet (waits_begun_since)."""
     if finding.kind not in GRADED_KINDS or finding.severity == SEVERITY_INFO:
         return finding
-    ranks = _waiting_ranks(finding, waits)
+    since = since or {}
+    ranks = _waiting_ranks(finding, waits, since)
     if not ranks:
         return finding  # no agent says how long: the finding stands as the stacks made it
-    waited = max(waits[r] for r in ranks)
+    waited = max(waits[r] if r in waits else since[r] for r in ranks)
     if waited >= error_after:
         note = f"The waiting ranks have waited {_seconds(waited)}."
         detail = f"{finding.detail} {note}" if finding.detail else note
@@ -153,11 +181,12 @@ def grade(
 ) -> tuple[Finding, ...]:
     """The findings, the waits among them graded by how long they have lasted, in the
     order they came (errors first: a graded one moves after the others of its severity)."""
-    waits, idle = waits_of(views), idle_of(views)
+    waits, idle, since = waits_of(views), idle_of(views), waits_begun_since(views)
     if not waits and not idle:
         return tuple(findings)
     graded = [
-        grade_stuck(grade_finding(f, waits, error_after), idle, error_after) for f in findings
+        grade_stuck(grade_finding(f, waits, error_after, since), idle, error_after)
+        for f in findings
     ]
     order = {id(f): i for i, f in enumerate(graded)}
     return tuple(sorted(graded, key=lambda f: (_RANK.get(f.severity, 3), order[id(f)])))
