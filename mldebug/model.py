@@ -51,8 +51,6 @@ KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
 KIND_MEMORY_CENSUS = "memory_census"  # informational: a census of live tensors asked for
 KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug collect`
-KIND_FR_MISMATCH = "fr_mismatch"  # Flight Recorder: ranks' collective #N of a group differ
-KIND_FR_BEHIND = "fr_behind"  # Flight Recorder: ranks never joined the #N the others wait in
 KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
 KIND_FR_UNREAD = "fr_unread"  # Flight Recorder dumps of a run left unread for time (`dump`)
 # From NCCL debug logs and torch.distributed's error text (mldebug.nccl, `mldebug nccl`).
@@ -65,6 +63,20 @@ KIND_CONNECTION = "connection"  # connection refused / closed by peer / store cl
 KIND_DIST_ERROR = "dist_error"  # gloo and c10d errors: size mismatch, monitored barrier, ...
 KIND_NATIVE_CRASH = "native_crash"  # a rank died by a signal: its core's signal and crashing thread
 KIND_NATIVE_THREADS = "native_threads"  # threads without Python frames (gdb) wait in a collective
+
+# What saw a finding (Finding.sources): each source of evidence of a look.
+SOURCE_STACKS = "stacks"  # py-spy (or the rank's own faulthandler) stacks
+SOURCE_AGENT = "agent"  # the agent's collective ledger and state.json
+SOURCE_FLIGHT = "flight_recorder"  # torch's Flight Recorder dumps
+SOURCE_WATCHDOG = "watchdog"  # ProcessGroupNCCL's watchdog and timeout lines
+SOURCE_EXIT = "exit"  # the ranks' last states when they died (run.json, error files)
+SOURCE_RAS = "ras"  # NCCL's RAS launch counts
+SOURCE_GDB = "gdb"  # native threads read by gdb
+SOURCE_SAMPLING = "sampling"  # dump --profile's stack sampling
+SOURCE_TIMING = "timing"  # the agent's step and collective timings
+SOURCE_MEMORY = "memory"  # the agent's memory readings
+SOURCE_LOGS = "logs"  # NCCL and torch log lines, error files, pasted text
+SOURCE_NODES = "nodes"  # the several-nodes front end (a node that did not answer)
 
 SEVERITY_ERROR = "error"
 SEVERITY_WARNING = "warning"
@@ -363,15 +375,35 @@ class FindingPart:
 
 
 @dataclass(frozen=True)
+class CollectiveRef:
+    """The collective a finding is about: its group, its number on that group (the ledger's
+    sequence number, where known) and its op."""
+
+    group: str
+    seq: int | None = None
+    op: str | None = None
+
+
+@dataclass(frozen=True)
 class Finding:
+    """What the analysis found, as data: code ranks, de-duplicates and merges findings by
+    these fields. `summary`, `detail` and `since` are words for people, read by views only
+    (tests/test_findings_as_data.py holds every other module to that)."""
+
     kind: str  # one of KIND_*
-    ranks: tuple[int, ...]
+    ranks: tuple[int, ...]  # the culprits: the ranks the finding is about
     summary: str  # one sentence a person can act on
     location: str | None = None  # file:line
     recipe: str | None = None  # id of the recipe that explains what to do
     detail: str = ""
     severity: str = SEVERITY_ERROR
     parts: tuple[FindingPart, ...] = ()  # the groups a mismatch or outlier is made of
+    waiting: tuple[int, ...] = ()  # the ranks that wait for the culprits
+    waited: float | None = None  # seconds the waiting ranks have waited (the longest), if known
+    collective: CollectiveRef | None = None  # the collective it is about, where one is
+    sources: tuple[str, ...] = ()  # SOURCE_*: what saw it (several, once the judge merged)
+    facts: tuple[tuple[str, str], ...] = ()  # (name, value) pairs: exit code, limit, signal...
+    since: str = ""  # the judge's words on how long the wait has lasted (views append them)
 
 
 @dataclass(frozen=True)
@@ -387,6 +419,19 @@ class JobSnapshot:
     job: str = ""
     run_dir: str | None = None
     timing: TimingTable | None = None  # per rank where the time goes (analysis/timing.py)
+
+
+@dataclass(frozen=True)
+class SourceFindings:
+    """What one more source said of a look, for the judge (analysis/judge.py): the findings
+    its reader made of its own evidence (run files, NCCL RAS, gdb, sampling), notes for the
+    user, the kinds its direct measurement replaces, and a timing table that replaces the
+    agent's (sampling)."""
+
+    found: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    replaces: frozenset[str] = frozenset()
+    timing: TimingTable | None = None
 
 
 # ---- the run directory's files, as the live view reads them (mldebug.live.runfiles) ----

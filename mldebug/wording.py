@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING
+from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import human_bytes
 
-__all__ = ["human_bytes", "ranks_text", "severity_mark", "verb"]
+__all__ = ["finding_text", "human_bytes", "ranks_text", "severity_mark", "verb"]
 
 # The mark a finding's severity is shown with, in the text report, the TUI and `nccl`.
 SEVERITY_MARKS = {SEVERITY_ERROR: "✖", SEVERITY_WARNING: "▲", SEVERITY_INFO: "●"}
@@ -31,3 +31,9 @@ def verb(ranks: Sequence[int], one: str, many: str) -> str:
 
 def severity_mark(severity: str) -> str:
     return SEVERITY_MARKS.get(severity, NO_MARK)
+
+
+def finding_text(finding: Finding) -> str:
+    """A finding's sentence as people read it: its summary, then what the judge said of
+    how long the wait has lasted. For the views only: code reads a finding's fields."""
+    return f"{finding.summary} ({finding.since})" if finding.since else finding.summary

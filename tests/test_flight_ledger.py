@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-from mldebug.model import KIND_FR_BEHIND, KIND_FR_MISMATCH
+from mldebug.model import KIND_MISMATCH, KIND_OUTLIER
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
 
 FLIGHT = Path(__file__).resolve().parent / "data" / "flight"
@@ -24,7 +24,7 @@ def recorded(name: str) -> list:
 
 def test_rank_0_as_the_culprit_is_named_by_majority_and_the_innocent_are_not_blamed():
     (finding,) = compare_flight_dumps(recorded("rank0"))
-    assert finding.kind == KIND_FR_MISMATCH and finding.ranks == (0,)
+    assert finding.kind == KIND_MISMATCH and finding.ranks == (0,)
     assert finding.summary.startswith(
         "ranks make different tensors as call #4, which never match: ranks 1-2 call "
         "all_reduce of float32[4]"
@@ -93,7 +93,7 @@ def test_a_send_nobody_receives_names_the_receiver(tmp_path):
     recvs = [_entry(0, "nccl:recv 1<-0", [[4]], "completed", p2p_seq=1, p2p=True)]
     sends[0]["state"] = "completed"
     found = compare_flight_dumps(_dumps(tmp_path, {0: sends, 1: recvs}))
-    (finding,) = [f for f in found if f.kind == KIND_FR_MISMATCH]
+    (finding,) = [f for f in found if f.kind == KIND_MISMATCH]
     assert finding.ranks == (1,)
     assert finding.summary == "rank 1 never received send #2 of rank 0, which waits for it"
 
@@ -130,7 +130,7 @@ def test_every_mismatch_of_a_group_is_reported_not_only_the_first(tmp_path):
         ]
 
     found = compare_flight_dumps(_dumps(tmp_path, {r: calls(r) for r in range(3)}, world=3))
-    mismatches = [f for f in found if f.kind == KIND_FR_MISMATCH]
+    mismatches = [f for f in found if f.kind == KIND_MISMATCH]
     assert [f.summary.split(",")[0] for f in mismatches] == [
         "ranks make different tensors as call #2",
         "ranks make different tensors as call #4",
@@ -162,7 +162,7 @@ def test_a_subgroup_member_whose_dump_has_the_group_but_no_call_on_it_is_behind(
     pair["pg_id"] = 1
     paths = [dump(0, [world[0], pair]), dump(1, [world[1]]), dump(2, [world[2]])]
     (finding,) = compare_flight_dumps([read_flight_dump(str(p)) for p in paths])
-    assert finding.kind == KIND_FR_BEHIND and finding.ranks == (1,)
+    assert finding.kind == KIND_OUTLIER and finding.ranks == (1,)
     assert finding.summary == (
         "rank 1 never called all_reduce #1 on group 1: it has made no call on it yet; "
         "rank 0 waits in it"

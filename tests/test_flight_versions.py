@@ -32,7 +32,7 @@ def test_format_2_4_pickle_and_json_read_alike():
         )
         assert a.groups[0].last_completed == b.groups[0].last_completed == 2
     (finding,) = compare_flight_dumps(pickles)
-    assert finding.kind == "fr_behind" and finding.ranks == (1,)
+    assert finding.kind == "outlier" and finding.ranks == (1,)
 
 
 def test_format_2_7_nccl_version_host_names_and_subgroups():
@@ -73,7 +73,7 @@ def test_unknown_op_names_degrade_and_the_mismatch_is_still_found():
     ]
     assert found[0].entries[0].backend == "xccl"
     (finding,) = compare_flight_dumps(found)
-    assert finding.kind == "fr_mismatch" and finding.ranks == (2,)
+    assert finding.kind == "mismatch" and finding.ranks == (2,)
 
 
 def test_a_bare_process_group_name_is_read(tmp_path):

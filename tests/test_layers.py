@@ -25,7 +25,9 @@ RUNDIR = frozenset({"rundir", "safeio", "procfs"})
 IN_RANK = frozenset({"agent", "hooks", "rankrules", "ledgerrules", "tiny"}) | RUNDIR
 # The collective ledger: its contract (ledgerrules, in-rank) and the one comparer with its
 # forms and sentences, which every source of collective progress is adapted to.
-LEDGER = frozenset({"ledger", "ledgerarrival", "ledgerforms", "ledgerrules", "ledgerwords"})
+LEDGER = frozenset(
+    {"ledger", "ledgerarrival", "ledgerforms", "ledgerrules", "ledgerverdicts", "ledgerwords"}
+)
 ANY = None  # a front end: may import every unit
 
 # unit -> the units it may import (besides itself). Keep it in the order data walks.
@@ -44,6 +46,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "ledgerforms": frozenset({"ledgerrules"}),
     "ledgerwords": frozenset({"ledgerforms", "ledgerrules", "ranges", "wording"}),
     "ledgerarrival": frozenset({"ledgerforms"}),
+    # the one table from a ledger verdict to a finding's kind, severity and recipe
+    "ledgerverdicts": frozenset({"ledgerrules", "model", "model_timing"}),
     "ledger": frozenset(
         {"ledgerarrival", "ledgerforms", "ledgerrules", "ledgerwords", "ranges", "wording"}
     ),
@@ -65,7 +69,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # one look at a job as `dump --run` and the hang watchdog take it
     "look": PLAIN | RUNDIR | {"observe", "analysis", "nccl", "targets"},
     "live": PLAIN | RUNDIR | {"collect", "observe", "nccl", "explain", "targets"},
-    "cluster": PLAIN | RUNDIR | {"collect", "analysis", "observe", "targets"},
+    "cluster": PLAIN | RUNDIR | {"collect", "analysis", "observe", "targets", "nccl"},
     # views: render what they are handed
     "report": PLAIN | {"rankrules", "nccl", "explain"},  # renders nccl's Scan, explain's findings
     "tui": PLAIN | RUNDIR | {"rankrules", "report", "recipes"},  # RUNDIR: saved reports

@@ -27,7 +27,7 @@ def test_text_report_names_the_rank_and_the_recipe_and_exits_1():
     out = done.stdout
     assert out.startswith("mldebug nccl: 4 log files")
     assert "✖ rank 2 never called all_reduce #57; ranks 0-1,3 timed out in it" in out
-    assert "what to do: mldebug recipes nccl-watchdog-timeout" in out
+    assert "what to do: mldebug recipes rank-outside-collective" in out
     assert "PG 0: last enqueued 56, last completed 56" in out  # rank 2's summary
 
 

@@ -122,4 +122,4 @@ def test_dump_compares_the_flight_recorder_dumps_in_the_run(ended_run, tmp_path)
     (run / "fr" / "request").write_text("")
     report = dump_json(run)
     flight = [f for f in report["findings"] if f["kind"].startswith("fr_")]
-    assert [(f["kind"], f["ranks"]) for f in flight] == [("fr_mismatch", [2])]
+    assert [(f["kind"], f["ranks"]) for f in flight] == [("mismatch", [2])]

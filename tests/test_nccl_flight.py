@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mldebug.model import (
-    KIND_FR_BEHIND,
     KIND_FR_INCOMPLETE,
-    KIND_FR_MISMATCH,
+    KIND_MISMATCH,
+    KIND_OUTLIER,
     SEVERITY_WARNING,
 )
 from mldebug.nccl.flight import (
@@ -217,7 +217,7 @@ def test_huge_numbers_where_text_or_counts_belong_never_crash_it(tmp_path):
 @pytest.mark.parametrize("form", ["", "json"])
 def test_skipped_all_reduce_names_the_rank_that_did_not_join_it(form):
     (finding,) = compare_flight_dumps(scenario("skipped", form))
-    assert finding.kind == KIND_FR_MISMATCH and finding.recipe == "mismatched-collectives"
+    assert finding.kind == KIND_MISMATCH and finding.recipe == "mismatched-collectives"
     assert finding.ranks == (2,)
     assert finding.summary.startswith(
         "ranks make different collectives as call #4, which never match: ranks 0-1 call all_reduce"
@@ -234,7 +234,7 @@ def test_skipped_all_reduce_names_the_rank_that_did_not_join_it(form):
 @pytest.mark.parametrize("form", ["", "json"])
 def test_size_mismatch_names_the_rank_and_both_sizes_and_nothing_after_it(form):
     (finding,) = compare_flight_dumps(scenario("size", form))
-    assert finding.kind == KIND_FR_MISMATCH and finding.ranks == (2,)
+    assert finding.kind == KIND_MISMATCH and finding.ranks == (2,)
     assert finding.summary.startswith(
         "ranks make different tensors as call #4, which never match: ranks 0-1 call "
         "all_reduce of float32[4]"
@@ -246,7 +246,7 @@ def test_size_mismatch_names_the_rank_and_both_sizes_and_nothing_after_it(form):
 @pytest.mark.parametrize("form", ["", "json"])
 def test_rank_behind_is_named_with_the_collective_the_others_wait_in(form):
     (finding,) = compare_flight_dumps(scenario("behind", form))
-    assert finding.kind == KIND_FR_BEHIND and finding.recipe == "rank-behind"
+    assert finding.kind == KIND_OUTLIER and finding.recipe == "rank-outside-collective"
     assert finding.ranks == (2,)
     assert re.fullmatch(
         r"rank 2 never called all_reduce #6 \(.*record\.py:\d+\); ranks 0-1 wait in it"
@@ -274,7 +274,7 @@ def test_sizes_are_compared_where_every_member_must_pass_the_same(tmp_path, op, 
         paths.append(tmp_path / f"rank_{rank}")
         paths[-1].write_bytes(pickle.dumps(raw, protocol=2))
     found = compare_flight_dumps([read_flight_dump(str(p)) for p in paths])
-    mismatch = [f for f in found if f.kind == KIND_FR_MISMATCH]
+    mismatch = [f for f in found if f.kind == KIND_MISMATCH]
     assert bool(mismatch) == flagged, found
     if flagged:
         assert mismatch[0].summary.startswith("ranks make different tensors as call #4")
@@ -328,7 +328,7 @@ def test_the_agents_recorded_json_dumps_name_the_rank_that_skipped_the_all_reduc
     dumps = [read_flight_dump(str(p)) for p in sorted((DATA / "agent").glob("fr_gloo_rank*"))]
     assert [d.rank for d in dumps] == [0, 1]
     (finding,) = compare_flight_dumps(dumps)
-    assert finding.kind == KIND_FR_BEHIND and finding.ranks == (1,)
+    assert finding.kind == KIND_OUTLIER and finding.ranks == (1,)
     assert "rank 1 never called all_reduce #5" in finding.summary
     assert finding.summary.endswith("; rank 0 waits in it")
 
@@ -398,6 +398,7 @@ def test_the_flight_modules_import_only_the_model_and_plain_helpers():
         "mldebug.ledger",
         "mldebug.ledgerforms",
         "mldebug.ledgerrules",
+        "mldebug.ledgerverdicts",
         "mldebug.ledgerwords",
     }
     flight = [m for m in edges if m.startswith("mldebug.nccl.flight")]
@@ -426,7 +427,7 @@ def test_dump_reads_a_runs_dumps_for_a_bounded_time_and_says_what_it_left(tmp_pa
     for dump in (FLIGHT / "behind").glob("comm_lib_trace_rank_*"):
         (run / "fr" / dump.name).write_bytes(dump.read_bytes())
     kinds = [f.kind for f in scan.run_findings(run)]
-    assert KIND_FR_BEHIND in kinds and KIND_FR_UNREAD not in kinds
+    assert KIND_OUTLIER in kinds and KIND_FR_UNREAD not in kinds
     monkeypatch.setattr(scan, "RUN_FR_SECONDS", -1.0)  # out of time before the first
     (left,) = scan.run_findings(run)
     assert left.kind == KIND_FR_UNREAD and left.recipe == "rank-behind"

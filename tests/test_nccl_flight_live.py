@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.model import KIND_FR_BEHIND
+from mldebug.model import KIND_OUTLIER
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump, summarize_flight_dump
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
@@ -137,7 +137,7 @@ def test_the_dumps_read_back_name_the_rank_behind_at_its_line(hung):
     dumps = [read_flight_dump(str(run / "fr" / f"rank_{rank}")) for rank in (0, 1)]
     assert [d.rank for d in dumps] == [0, 1] and all(d.repaired for d in dumps)
     (finding,) = compare_flight_dumps(dumps)
-    assert finding.kind == KIND_FR_BEHIND and finding.ranks == (1,)
+    assert finding.kind == KIND_OUTLIER and finding.ranks == (1,)
     assert finding.summary == (
         f"rank 1 never called all_reduce #5 ({script}:{line_of('ALL_REDUCE')}); rank 0 waits in it"
     )
@@ -150,7 +150,7 @@ def test_the_hang_report_holds_the_comparison_of_the_dumps(hung):
     run, script = hung["run"], hung["script"]
     (report,) = sorted((run / "reports").glob("hang-*.json"))
     data = json.loads(report.read_text())
-    behind = [f for f in data["findings"] if f["kind"] == KIND_FR_BEHIND]
+    behind = [f for f in data["findings"] if f["kind"] == KIND_OUTLIER]
     assert [f["ranks"] for f in behind] == [[1]], data["findings"]
     assert behind[0]["recipe"] == "rank-behind"
     assert behind[0]["location"] == f"{script}:{line_of('ALL_REDUCE')}"

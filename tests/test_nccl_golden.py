@@ -20,6 +20,7 @@ from mldebug.model import (
     KIND_NCCL_TIMEOUT,
     KIND_NCCL_VERSION,
     KIND_NCCL_WARNING,
+    KIND_OUTLIER,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
 )
@@ -155,11 +156,14 @@ def test_interleaved_mpirun_output_is_told_apart_by_pid_and_the_missing_init_is_
 def test_watchdog_timeouts_compared_by_seqnum_name_the_rank_that_never_enqueued_the_work():
     result = scan("watchdog_2.4")
     (finding,) = result.findings
+    # A rank behind, as the ledger words and classes it whichever source saw it.
     assert (finding.kind, finding.ranks, finding.recipe) == (
-        KIND_NCCL_TIMEOUT,
+        KIND_OUTLIER,
         (2,),
-        "nccl-watchdog-timeout",
+        "rank-outside-collective",
     )
+    assert finding.waiting == (0, 1, 3) and finding.sources == ("watchdog",)
+    assert finding.collective is not None and finding.collective.seq == 57
     assert finding.summary.startswith(
         "rank 2 never called all_reduce #57; ranks 0-1,3 timed out in it (ALLREDUCE SeqNum 57 "
         "of PG 0"

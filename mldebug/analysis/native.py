@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.analysis.frames import is_user_frame, user_frame
+from mldebug.analysis.snapshot import Look, judged
 from mldebug.model import (
     KIND_NATIVE_CRASH,
     KIND_NATIVE_THREADS,
@@ -30,6 +31,7 @@ from mldebug.model import (
     NativeDump,
     NativeGroup,
     NativeThread,
+    SourceFindings,
     StackSample,
 )
 from mldebug.ranges import format_ranks
@@ -311,11 +313,19 @@ def by_rank(dumps: Iterable[NativeDump]) -> Mapping[int, NativeDump]:
     return {d.rank: d for d in dumps if d.rank is not None}
 
 
-def core_verdict(snapshot: JobSnapshot, dumps: Sequence[NativeDump]) -> JobSnapshot:
-    """A snapshot built from core files, judged as what it is: every rank in it died (of
-    the signal its core names), a verdict over the stacks says why the ranks were where
-    they died, then the crashes, then everything else."""
+def core_verdict(look: Look, dumps: Sequence[NativeDump]) -> JobSnapshot:
+    """A look built from core files, judged as what it is: every rank in it died (of the
+    signal its core names); a verdict over the stacks says why the ranks were where they
+    died, and the crashes and the native threads are weighed with it (a rank that "does not
+    move" or "could not be read" says nothing of a core)."""
     signals = {d.rank: d for d in dumps}
+    snapshot = judged(
+        look,
+        SourceFindings(
+            found=tuple(crash_findings(dumps)) + tuple(thread_findings(group_threads(dumps))),
+            replaces=frozenset({KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE}),
+        ),
+    )
     views = tuple(
         replace(
             v,
@@ -328,15 +338,4 @@ def core_verdict(snapshot: JobSnapshot, dumps: Sequence[NativeDump]) -> JobSnaps
     )
     # Dead ranks: their stacks are in the merged tree and in `native`; the table of ranks
     # by stack lists them once, as exited, with their signal and core.
-    groups = ()
-    kept = tuple(
-        f
-        for f in snapshot.findings
-        if f.kind not in (KIND_STUCK, KIND_PROGRESSING, KIND_UNREADABLE)
-    )
-    # A verdict over the stacks (a mismatch, a hang) says why the ranks were where they
-    # died; the crashes follow it, then everything else.
-    verdict = tuple(f for f in kept if f.severity == SEVERITY_ERROR)
-    rest = tuple(f for f in kept if f.severity != SEVERITY_ERROR)
-    findings = verdict + crash_findings(dumps) + rest + thread_findings(group_threads(dumps))
-    return replace(snapshot, ranks=views, groups=groups, findings=findings)
+    return replace(snapshot, ranks=views, groups=())

@@ -11,13 +11,13 @@ naming the node and what the scheduler says of its ranks.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from mldebug.analysis.findings import find_problems
+from mldebug.analysis.judge import Evidence
 from mldebug.analysis.merge import build_tree, merge_groups
 from mldebug.analysis.sequence import sequence_verdict
-from mldebug.analysis.snapshot import as_waiting
+from mldebug.analysis.snapshot import Look, as_waiting, judged
 from mldebug.model import (
     FAIL_TIMEOUT,
     KIND_NODE_UNREACHABLE,
@@ -30,6 +30,7 @@ from mldebug.model import (
     NodeFailure,
     NodeReading,
     RankView,
+    SourceFindings,
 )
 from mldebug.wording import ranks_text
 
@@ -62,9 +63,12 @@ def merge_nodes(
     world_size: int | None = None,
     job: str = "",
     now: float | None = None,
+    sources: Sequence[Callable[[Sequence[RankView]], SourceFindings]] = (),
 ) -> JobSnapshot:
-    """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none.
-    A rank two nodes both claim is kept from the first (the job key of either is wrong)."""
+    """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none;
+    `sources`: what else speaks of the merged ranks (NCCL RAS, asked through the nodes),
+    heard before the one judge's verdict. A rank two nodes both claim is kept from the first
+    (the job key of either is wrong)."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
     node_groups = []
@@ -109,15 +113,22 @@ def merge_nodes(
     failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
     crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
     events = [e for n in nodes for e in n.events]
-    findings = find_problems(ordered, world_size, failed, crashes, sequence=sequence, events=events)
-    errors = [f for f in findings if f.severity == SEVERITY_ERROR]
-    rest = [f for f in findings if f.severity != SEVERITY_ERROR]
-    return JobSnapshot(
+    said = [SourceFindings(found=tuple(unreachable_findings(failures)))]
+    said += [source(ordered) for source in sources]
+    evidence = Evidence(
+        views=tuple(ordered),
+        world_size=world_size,
+        failures=failed,
+        crashes=tuple(crashes),
+        sequence=sequence,
+        events=tuple(events),
+    )
+    snapshot = JobSnapshot(
         time=now,
         ranks=tuple(ordered),
         groups=groups,
         tree=build_tree(groups),
-        findings=tuple(errors + unreachable_findings(failures) + rest),
         world_size=world_size,
         job=job,
     )
+    return judged(Look(snapshot, evidence), *said)

@@ -28,13 +28,19 @@ from dataclasses import dataclass, replace
 
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
+from mldebug.ledgerverdicts import (
+    VERDICT_BEHIND,
+    VERDICT_HANG,
+    VERDICT_MISMATCH,
+    ledger_finding,
+    members_of,
+)
 from mldebug.model import (
     KIND_FROZEN,
-    KIND_HANG,
-    KIND_MISMATCH,
-    KIND_OUTLIER,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
+    SOURCE_AGENT,
+    SOURCE_FLIGHT,
     AgentState,
     CollectiveCall,
     Finding,
@@ -103,16 +109,11 @@ def _fresh(view: RankView) -> bool:
 
 
 def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
-    """The ranks (with a state) that belong to `group`: every rank for the world's group,
-    the listed ones for `ranks:0-3,8` (a member that never called on it included), else
-    those that called on it."""
+    """The ranks (with a state) that belong to `group` (the ledger's membership rule)."""
     with_state = [v for v in views if v.agent is not None and alive(v)]
-    if group == DEFAULT_GROUP:
-        return with_state
-    listed = rules.ranks_of_group(group)
-    if listed is not None:
-        return [v for v in with_state if v.rank in listed]
-    return [v for v in with_state if any(g.group == group for g in _agent(v).groups)]
+    called = {v.rank: [g.group for g in _agent(v).groups] for v in with_state}
+    members = members_of(group, called)
+    return [v for v in with_state if v.rank in members]
 
 
 def _progress(view: RankView, group: str):
@@ -227,12 +228,16 @@ def _mismatch_finding(
     interval = max(interval_of(_agent(views[r])) for r in ranks)
     severity = _severity(max(waits), interval) if waits else None
     odd = mismatch.sides[-1].call
-    return Finding(
-        KIND_MISMATCH,
-        tuple(ranks),
+    return ledger_finding(
+        VERDICT_MISMATCH,
+        ranks,
         mismatch.text,
+        source=SOURCE_AGENT,
+        group=group,
+        seq=seq,
+        op=odd.op if odd is not None else None,
+        waited=max(waits) if waits else None,
         location=odd.site if odd is not None else None,
-        recipe="mismatched-collectives",
         severity=severity or SEVERITY_WARNING,
         parts=tuple(
             FindingPart(side.ranks, f"{side.call.op} #{seq}", side.call.site)
@@ -290,12 +295,17 @@ def _behind_findings(
             "complete (their agents' count of collectives, whatever their stacks show)."
         )
         findings.append(
-            Finding(
-                KIND_OUTLIER,
-                tuple(ranks),
+            ledger_finding(
+                VERDICT_BEHIND,
+                ranks,
                 summary,
+                source=SOURCE_AGENT,
+                group=group,
+                seq=call.seq,
+                op=call.op,
+                waiting=waiting_ranks,
+                waited=longest,
                 location=head.user_frame.location if head.user_frame else None,
-                recipe="rank-outside-collective",
                 severity=severity,
                 detail=detail,
                 parts=(
@@ -324,12 +334,17 @@ def _hang(text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds:
     severity = _severity(seconds, interval)
     if severity is None:
         return None
-    return Finding(
-        KIND_HANG,
-        tuple(ranks),
+    return ledger_finding(
+        VERDICT_HANG,
+        ranks,
         text,
+        source=SOURCE_AGENT,
+        group=call.group,
+        seq=call.seq,
+        op=call.op,
+        waiting=ranks,
+        waited=seconds,
         location=call.site,
-        recipe="collective-hang",
         severity=severity,
         detail=(
             "Every rank's agent counts the same calls, so no rank skipped one: the wait is "
@@ -507,15 +522,20 @@ def _flight_findings(
         # Its own recorder, read while it looked stuck too, says it is not in the call.
         confirmed = all(_agent(v).flight for v in elsewhere)
         findings.append(
-            Finding(
-                KIND_OUTLIER,
-                tuple(ranks),
+            ledger_finding(
+                VERDICT_BEHIND,
+                ranks,
                 f"{_ranks_text(ranks)} {_verb(ranks, 'is', 'are')} not in {call.op} "
                 f"#{seq}{on}, which {_ranks_text(waiting)} {_verb(waiting, 'waits', 'wait')} "
                 f"in (torch's Flight Recorder); {_verb(ranks, 'it is', 'they are')} "
                 f"{_current(head)}",
+                source=SOURCE_FLIGHT,
+                group=group,
+                seq=seq,
+                op=call.op,
+                waiting=waiting,
+                waited=longest,
                 location=head.user_frame.location if head.user_frame else None,
-                recipe="rank-outside-collective",
                 severity=SEVERITY_ERROR if confirmed else SEVERITY_WARNING,
                 detail=(
                     f"{_ranks_text(waiting)} {_verb(waiting, 'has', 'have')} no traced call "

@@ -12,7 +12,10 @@ how long its agent has seen no step and no collective:
     far: a pause that short is not a hang");
   * shorter than the hang threshold (`error_after`, ERROR_AFTER unless the run says its own
     `--hang-timeout`): a warning at most;
-  * longer: the finding keeps its severity, and its detail says the wait.
+  * longer: the finding keeps its severity, and says the wait.
+
+The words go in the finding's `since` (views put them after its summary); the wait itself in
+its `waited`.
 
 A waiting rank whose agent saw it wait in no collective yet (its state.json is up to a
 heartbeat old) has waited at most since its last progress. A finding whose waiting ranks
@@ -143,7 +146,7 @@ def grade_stuck(finding: Finding, idle: Mapping[int, float], error_after: float)
     if still >= min(SHORT_WAIT, error_after):
         return finding
     clause = f"for {_seconds(still)} so far: a pause that short is not a hang"
-    return replace(finding, severity=SEVERITY_INFO, summary=f"{finding.summary} ({clause})")
+    return replace(finding, severity=SEVERITY_INFO, since=clause)
 
 
 def grade_finding(
@@ -162,9 +165,9 @@ def grade_finding(
         return finding  # no agent says how long: the finding stands as the stacks made it
     waited = max(waits[r] if r in waits else since[r] for r in ranks)
     if waited >= error_after:
-        note = f"The waiting ranks have waited {_seconds(waited)}."
-        detail = f"{finding.detail} {note}" if finding.detail else note
-        return replace(finding, detail=detail)
+        return replace(
+            finding, waited=waited, since=f"the waiting ranks have waited {_seconds(waited)}"
+        )
     if waited < min(SHORT_WAIT, error_after):
         severity = SEVERITY_INFO
         clause = f"for {_seconds(waited)} so far: a pause that short is not a hang"
@@ -173,7 +176,7 @@ def grade_finding(
         clause = f"for {_seconds(waited)} so far (a hang once it passes {_seconds(error_after)})"
     if _RANK[severity] < _RANK.get(finding.severity, 0):
         severity = finding.severity  # grading only ever lowers
-    return replace(finding, severity=severity, summary=f"{finding.summary} ({clause})")
+    return replace(finding, severity=severity, waited=waited, since=clause)
 
 
 def grade(

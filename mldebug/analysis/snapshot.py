@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import mldebug.ledger as ledger
-from mldebug.analysis.findings import find_problems
 from mldebug.analysis.frames import (
     collective_op,
     stack_key,
@@ -15,10 +14,11 @@ from mldebug.analysis.frames import (
     waits_for_dataloader,
     worker_user_frame,
 )
+from mldebug.analysis.judge import Evidence, judge
 from mldebug.analysis.merge import build_tree, group_stacks
 from mldebug.analysis.progress import moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
-from mldebug.analysis.severity import ERROR_AFTER, grade
+from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.states import rank_state
 from mldebug.analysis.timing import judge_timing
 from mldebug.model import (
@@ -29,12 +29,14 @@ from mldebug.model import (
     STATE_UNKNOWN,
     STATE_WAITING,
     AgentState,
+    Finding,
     Frame,
     JobSnapshot,
     RankCrash,
     RankEvent,
     RankTarget,
     RankView,
+    SourceFindings,
     StackSample,
     ThreadStack,
 )
@@ -148,7 +150,35 @@ def as_waiting(view: RankView, wait: Wait | None) -> RankView:
     )
 
 
-def build_snapshot(
+@dataclass(frozen=True)
+class Look:
+    """One look at a job before its verdict: the snapshot as read (no findings yet), and
+    the evidence the judge will weigh with what other sources add."""
+
+    snapshot: JobSnapshot
+    evidence: Evidence
+
+
+def judged(look: Look, *said: SourceFindings) -> JobSnapshot:
+    """The look's snapshot with the judge's verdict over its evidence and what the other
+    sources said (run files, RAS, gdb, sampling...): the one call to the judge of a look."""
+    found: list[Finding] = []
+    replaces: set[str] = set()
+    timing = look.snapshot.timing
+    for source in said:
+        found += source.found
+        replaces |= source.replaces
+        timing = source.timing if source.timing is not None else timing
+    evidence = replace(look.evidence, found=tuple(found), replaces=frozenset(replaces))
+    return replace(look.snapshot, findings=judge(evidence), timing=timing)
+
+
+def build_snapshot(*args, **kwargs) -> JobSnapshot:
+    """`see_job`'s look, judged with nothing more (see there for the arguments)."""
+    return judged(see_job(*args, **kwargs))
+
+
+def see_job(
     targets: Sequence[RankTarget],
     samples: Mapping[int, Sequence[StackSample]],
     world_size: int | None = None,
@@ -161,10 +191,10 @@ def build_snapshot(
     agents: Mapping[int, AgentState] | None = None,
     events: Sequence[RankEvent] = (),
     error_after: float = ERROR_AFTER,
-) -> JobSnapshot:
-    """Everything about a job at one moment. `samples` maps a target's pid to its samples,
-    `agents` to its agent's state.json (ranks started by `mldebug run`); `events`: what
-    the agents wrote in events.jsonl.
+) -> Look:
+    """Everything about a job at one moment, and the evidence for its verdict. `samples`
+    maps a target's pid to its samples, `agents` to its agent's state.json (ranks started
+    by `mldebug run`); `events`: what the agents wrote in events.jsonl.
 
     `partial`: the targets are some ranks only, by choice; ranks of the world size that are
     not among them are not reported as missing. `error_after`: seconds a wait must last to
@@ -206,25 +236,23 @@ def build_snapshot(
     # merged with the ranks still there: it no longer waits with them.
     stacks = {v.rank: v.threads[0].frames for v in views if v.threads and v.state != STATE_EXITED}
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
-    return JobSnapshot(
+    snapshot = JobSnapshot(
         time=now,
         ranks=tuple(views),
         groups=groups,
         tree=build_tree(groups),
-        findings=grade(
-            find_problems(
-                views,
-                None if partial else world_size,
-                failures,
-                crashes,
-                sequence=sequence,
-                events=events,
-            ),
-            views,
-            error_after,
-        ),
         world_size=world_size,
         job=job,
         run_dir=run_dir,
         timing=judge_timing(views).table,  # analysis/timing.py
     )
+    evidence = Evidence(
+        views=tuple(views),
+        world_size=None if partial else world_size,
+        failures=failures,
+        crashes=tuple(crashes),
+        sequence=sequence,
+        events=tuple(events),
+        error_after=error_after,
+    )
+    return Look(snapshot, evidence)

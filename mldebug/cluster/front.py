@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mldebug.analysis.nodes import merge_nodes
@@ -22,9 +22,16 @@ from mldebug.cluster import fanout, slurm
 from mldebug.cluster.document import Reader
 from mldebug.cluster.hostlist import compress
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
-from mldebug.collect.ras import with_carried
 from mldebug.errors import MldebugError, ToolMissingError
-from mldebug.model import JobSnapshot, NodeFailure, NodeReading, StackSample
+from mldebug.model import (
+    JobSnapshot,
+    NodeFailure,
+    NodeReading,
+    RankView,
+    SourceFindings,
+    StackSample,
+)
+from mldebug.nccl.ras_verdict import carried_findings
 from mldebug.textsafe import one_line
 
 REMOTE_ENV = "MLDEBUG_REMOTE"  # how to start mldebug on a node (default: this Python's)
@@ -205,13 +212,17 @@ class Collection:
                 self.failures.append(NodeFailure(host, _reason(answer)))
 
     def snapshot(self) -> JobSnapshot:
-        snapshot = merge_nodes(self.nodes, self.failures, job=self.job)
         answers = [node.ras for node in self.nodes if node.ras is not None]
-        if not answers:
-            return snapshot
-        snapshot, said = with_carried(snapshot, answers)  # NCCL RAS, judged with every stack
-        self.notes.extend(n for n in said if n not in self.notes)
-        return snapshot
+
+        def ras(views: Sequence[RankView]) -> SourceFindings:
+            """NCCL RAS, as the nodes carried it, judged with every node's stacks."""
+            said = carried_findings(views, answers)
+            self.notes.extend(n for n in said.notes if n not in self.notes)
+            return said
+
+        return merge_nodes(
+            self.nodes, self.failures, job=self.job, sources=[ras] if answers else []
+        )
 
 
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from mldebug import procfs
-from mldebug.model import JobSnapshot
 from mldebug.nccl.ras_model import RasReport
 from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras
-from mldebug.nccl.ras_verdict import view_findings
 from mldebug.textsafe import one_line
 
 DEFAULT_HOST = "localhost"
@@ -228,22 +226,3 @@ def quiet_notes(notes: Iterable[str]) -> tuple[str, ...]:
     """Nothing at NCCL's default address is not news (a job without NCCL 2.24+ is the usual
     case); an address the ranks named is."""
     return tuple(n for n in notes if f":{DEFAULT_PORT}: nothing listens" not in n)
-
-
-def with_carried(
-    snapshot: JobSnapshot, answers: Sequence[tuple[str, str]]
-) -> tuple[JobSnapshot, list[str]]:
-    """The job's snapshot with RAS's findings from the first answer its nodes carried that
-    reads (every process answers for the whole job), judged with every node's stacks; and
-    notes saying what was used and what could not be read."""
-    notes: list[str] = []
-    for source, text in answers:
-        try:
-            report = parse_ras(text.encode("utf-8", "replace"), source)
-        except RasError as error:
-            notes.append(f"RAS {one_line(str(error))}")
-            continue
-        found = view_findings(report, snapshot.ranks)
-        notes.append(f"NCCL RAS {source} answered (NCCL {report.nccl_version or '?'})")
-        return replace(snapshot, findings=snapshot.findings + tuple(found)), notes
-    return snapshot, notes

@@ -34,9 +34,15 @@ from mldebug.commands.common import (
     target_of,
     write_out,
 )
-from mldebug.commands.dump_profile import add_profile_arguments, with_profile
+from mldebug.commands.dump_profile import add_profile_arguments, profile_source
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
-from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
+from mldebug.commands.native import (
+    NativeSource,
+    add_native_arguments,
+    check_gdb,
+    dump_cores,
+    emit,
+)
 from mldebug.errors import (
     PTRACE_REMEDY,
     MldebugError,
@@ -135,7 +141,7 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _observe_here(args, pids: list[int], run_dir: str | None):
+def _observe_here(args, pids: list[int], run_dir: str | None, more=()):
     """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
     its snapshot and the notes reading left."""
     from mldebug.look import look_at_job
@@ -143,16 +149,10 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     job = _targets_from_args(pids, run_dir)
     if args.census:
         _ask_for_census(job)
-    snapshot, readings = look_at_job(job, **reading_options(args))
-    from mldebug.commands.dump_ras import with_ras  # NCCL's RAS, when an endpoint answers
+    from mldebug.commands.dump_ras import ras_source  # NCCL's RAS, when an endpoint answers
 
-    snapshot, readings = with_ras(snapshot, readings)
-    if args.profile:
-        from dataclasses import replace
-
-        snapshot, unsampled = with_profile(snapshot, job, args)
-        readings = replace(readings, notes=(*readings.notes, *unsampled))
-    return snapshot, readings
+    sources = [ras_source, *more] + ([profile_source(job, args)] if args.profile else [])
+    return look_at_job(job, sources=sources, **reading_options(args))
 
 
 def _ask_for_census(job) -> None:
@@ -192,8 +192,10 @@ def main(argv: list[str]) -> int:
         )
     if args.core is not None:
         return dump_cores(args, run_dir)
+    native = None
     if args.native_all:
         check_gdb()
+        native = NativeSource(args.gdb_timeout, args.deadline * 4)
     readings = None
     if spec is not None:
         from dataclasses import replace
@@ -205,14 +207,14 @@ def main(argv: list[str]) -> int:
         options += ["--nonblocking"] * args.nonblocking
         snapshot, notes = collect_cluster(replace(spec, collect_options=tuple(options)))
     else:
-        snapshot, readings = _observe_here(args, pids, run_dir)
+        snapshot, readings = _observe_here(args, pids, run_dir, [native] if native else [])
         notes = readings.notes
     if _all_refused(snapshot):
         raise PermissionDeniedError(
             f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
         )
-    if args.native_all and readings is not None:
-        snapshot, dumps = with_native(snapshot, readings, args.gdb_timeout, args.deadline * 4)
+    if native is not None and readings is not None:
+        dumps = native.dumps
 
         def rest(console) -> None:
             from rich.text import Text

@@ -2,17 +2,20 @@
 parallel, and say who the straggler is, without the agent (plain torchrun, srun...).
 
 The usual dump is taken first (its stacks, findings and table); the sampling follows, and
-its table and findings replace the agent's timing ones (the agent's stay in `--json` when
-no rank could be sampled).
+its table and findings replace the agent's timing ones before the judge weighs them (the
+agent's stay when no rank could be sampled).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import count, seconds
-from mldebug.model import JobSnapshot, JobTargets
+from mldebug.model import JobReadings, JobSnapshot, JobTargets, SourceFindings
+
+if TYPE_CHECKING:
+    from mldebug.look import Source
 
 MAX_SECONDS = 300.0
 MAX_RATE = 1000
@@ -36,23 +39,22 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def with_profile(
-    snapshot: JobSnapshot, job: JobTargets, args: argparse.Namespace
-) -> tuple[JobSnapshot, list[str]]:
-    """The snapshot with the sampled timing table and findings; notes for the ranks that
-    could not be sampled."""
-    from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER
-    from mldebug.analysis.timing_profile import judge_profiles, unsampled_notes
-    from mldebug.collect.profile import sample_job
+def profile_source(job: JobTargets, args: argparse.Namespace) -> Source:
+    """`--profile`: the source that samples the job's stacks for a while; its timing table
+    and its straggler/input-bound verdict replace the agent's (one answer, not two)."""
 
-    sampled = sample_job(job.targets, args.profile, args.rate)
-    table, found, profiles = judge_profiles(sampled)
-    notes = unsampled_notes(profiles)
-    if not table.rows:
-        return snapshot, notes
-    # The sampled verdict replaces the agent's straggler finding (one answer, not two).
-    kept = tuple(
-        f for f in snapshot.findings if not (found and f.kind in (KIND_STRAGGLER, KIND_INPUT_BOUND))
-    )
-    findings = tuple(found) + kept
-    return replace(snapshot, timing=table, findings=findings), notes
+    def sample(snapshot: JobSnapshot, readings: JobReadings) -> SourceFindings:
+        from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER
+        from mldebug.analysis.timing_profile import judge_profiles, unsampled_notes
+        from mldebug.collect.profile import sample_job
+
+        del snapshot, readings  # sampling reads the processes afresh
+        sampled = sample_job(job.targets, args.profile, args.rate)
+        table, found, profiles = judge_profiles(sampled)
+        notes = tuple(unsampled_notes(profiles))
+        if not table.rows:
+            return SourceFindings(notes=notes)
+        replaced = frozenset({KIND_STRAGGLER, KIND_INPUT_BOUND}) if found else frozenset()
+        return SourceFindings(found=tuple(found), notes=notes, replaces=replaced, timing=table)
+
+    return sample

@@ -19,7 +19,7 @@ from mldebug.errors import (
     MldebugError,
     PermissionDeniedError,
 )
-from mldebug.model import FAIL_PERMISSION, JobSnapshot, NativeDump
+from mldebug.model import FAIL_PERMISSION, JobSnapshot, NativeDump, SourceFindings
 
 EXIT_LINES = """\
   2    also: --core given a file that is not a core, or a core that does not match --exe
@@ -66,17 +66,25 @@ def check_gdb() -> None:
     find_gdb()
 
 
-def with_native(
-    snapshot: JobSnapshot, readings, timeout: float, deadline: float
-) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
-    from mldebug.observe.gdb import native_of_snapshot
+class NativeSource:
+    """`--native-all`: gdb reads every live rank's threads; what they say goes to the judge
+    with the rest of the look, and the threads to the report's native section."""
 
-    snapshot, dumps = native_of_snapshot(snapshot, readings, timeout=timeout, deadline=deadline)
-    if dumps and all(d.failure == FAIL_PERMISSION for d in dumps):
-        raise PermissionDeniedError(
-            "gdb could not attach to any rank (ptrace refused)", PTRACE_REMEDY
+    def __init__(self, timeout: float, deadline: float) -> None:
+        self.timeout, self.deadline = timeout, deadline
+        self.dumps: tuple[NativeDump, ...] = ()
+
+    def __call__(self, snapshot: JobSnapshot, readings) -> SourceFindings:
+        from mldebug.observe.gdb import native_of_snapshot
+
+        found, self.dumps = native_of_snapshot(
+            snapshot, readings, timeout=self.timeout, deadline=self.deadline
         )
-    return snapshot, dumps
+        if self.dumps and all(d.failure == FAIL_PERMISSION for d in self.dumps):
+            raise PermissionDeniedError(
+                "gdb could not attach to any rank (ptrace refused)", PTRACE_REMEDY
+            )
+        return SourceFindings(found=found)
 
 
 def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest) -> None:

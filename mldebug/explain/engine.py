@@ -47,9 +47,12 @@ from mldebug.model import (
     KIND_NCCL_TIMEOUT,
     KIND_NCCL_VERSION,
     KIND_NCCL_WARNING,
+    KIND_OUTLIER,
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
+    SOURCE_FLIGHT,
+    SOURCE_WATCHDOG,
     Finding,
 )
 from mldebug.nccl import scan as nccl_scan
@@ -90,12 +93,21 @@ NCCL_WORDS = {
 ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 
 
+def _fact(finding: Finding | Explained, name: str) -> str | None:
+    return next((value for key, value in finding.facts if key == name), None)
+
+
+def _behind(finding: Finding) -> bool:
+    """A rank behind, by the ledger (the NCCL watchdog's counts): the ranks it names are
+    those the others waited for."""
+    return finding.kind == KIND_OUTLIER and SOURCE_WATCHDOG in finding.sources
+
+
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
-    words = NCCL_WORDS.get(finding.kind, ())
-    if finding.kind == KIND_NCCL_WARNING and "): " in finding.summary:
-        # "NCCL WARN on ranks.. (3x): <the message> -> ncclRemoteError": that message's lines
-        message = finding.summary.split("): ", 1)[1].split(" -> ")[0]
-        words = (message[:40],)
+    words = NCCL_WORDS.get(KIND_NCCL_TIMEOUT if _behind(finding) else finding.kind, ())
+    message = _fact(finding, "message")
+    if finding.kind == KIND_NCCL_WARNING and message:
+        words = (message[:40],)  # the WARN message's own lines
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
     # the finding's own ranks' lines first (a partition: a long paste stays linear)
@@ -105,11 +117,12 @@ def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
 def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Explained]:
     out = []
     for finding in found:
-        if finding.kind.startswith("fr_"):
+        flight = SOURCE_FLIGHT in finding.sources
+        if flight:
             sure, cited = FR_SURE, []
         else:
             sure = NCCL_SURE.get(finding.kind, 0.5)
-            if finding.kind == KIND_NCCL_TIMEOUT and "never enqueued" in finding.summary:
+            if _behind(finding):
                 sure = 0.88
             if finding.kind == KIND_NCCL_VERSION and finding.severity != SEVERITY_ERROR:
                 sure = 0.4
@@ -123,8 +136,10 @@ def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Exp
             severity=finding.severity,
             detail=finding.detail,
             location=finding.location,
+            waiting=finding.waiting,
+            facts=finding.facts,
         ).cited(cited)
-        if finding.kind.startswith("fr_"):
+        if flight:
             explained = replace(explained, lines=tuple(d.path for d in dumps[:4]))
         out.append(explained)
     return out
@@ -136,14 +151,13 @@ def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Expla
     kept = []
     for f in theirs:
         if f.kind == KIND_NCCL_TIMEOUT and kinds & {KIND_TIMEOUT_SUSPECT, KIND_SEQ_SPREAD}:
-            if "never enqueued" not in f.summary:
-                continue
+            continue  # a timeout that names nobody behind: the readers say it better
         if f.kind == KIND_DIST_ERROR and kinds & {
             KIND_NCCL_ERROR,
             KIND_DUPLICATE_GPU,
             KIND_NCCL_CUDA_OOM,
         }:
-            if "NCCL" in f.summary or "last error" in f.detail:
+            if _fact(f, "error") == "nccl":
                 continue
         kept.append(f)
     return kept
@@ -169,11 +183,7 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
 
 def _waited_for(finding: Explained) -> bool:
     """Does the finding name the ranks the others waited for (not those that waited)?"""
-    if finding.kind == KIND_TIMEOUT_SUSPECT:
-        return True
-    if finding.kind == KIND_NCCL_TIMEOUT:
-        return "never enqueued" in finding.summary
-    return finding.kind == KIND_DIST_ERROR and " did not" in finding.summary
+    return finding.kind == KIND_TIMEOUT_SUSPECT or bool(finding.waiting)
 
 
 RECIPE_CRASH = "rank-crash"

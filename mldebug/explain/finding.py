@@ -53,6 +53,8 @@ class Explained:
     severity: str = SEVERITY_ERROR
     detail: str = ""
     location: str | None = None  # file:line in the user's code, where known
+    waiting: tuple[int, ...] = ()  # the ranks that waited for `ranks`, where it says
+    facts: tuple[tuple[str, str], ...] = ()  # (name, value): what code may ask of it
 
     def cited(self, lines) -> Explained:
         """This finding resting on `lines`: each once, in the order of their source."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
 from mldebug.safeio import read_json, read_tail
+from mldebug.wording import finding_text
 
 RECIPE = "rank-crash"
 RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains
@@ -378,9 +379,9 @@ def _timeout_head(first: Failure, where: str, explanation) -> list[str]:
     """A collective timeout first: the cause, what each rank waited in, then the timeout."""
     cause = explanation.cause
     if cause is not None and cause.culprits:
-        lines = [f"mldebug: root cause: {cause.summary}"]
+        lines = [f"mldebug: root cause: {finding_text(cause.finding())}"]
     elif cause is not None:
-        lines = [f"mldebug: no single rank to blame: {cause.summary}"]
+        lines = [f"mldebug: no single rank to blame: {finding_text(cause.finding())}"]
     else:
         lines = [
             f"mldebug: rank {first.rank} timed out in a collective: a symptom, not a cause; "

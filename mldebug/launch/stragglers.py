@@ -21,6 +21,7 @@ from mldebug.collect.agentstate import read_state
 from mldebug.model import STATE_RUNNING, Finding, RankView
 from mldebug.rundir import RunPaths
 from mldebug.safeio import open_append
+from mldebug.wording import finding_text
 
 ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
 CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
@@ -103,7 +104,7 @@ class StragglerWatch:
         if self._count < self.persist or ranks == self._said or finding is None:
             return None
         self._said = ranks
-        line = f"mldebug: {finding.summary} (mldebug recipes {finding.recipe}; {SILENCE})"
+        line = f"mldebug: {finding_text(finding)} (mldebug recipes {finding.recipe}; {SILENCE})"
         self.said.append(line)
         self._say(line)
         self._record(finding)
@@ -116,7 +117,7 @@ class StragglerWatch:
                 "rank": rank,
                 "kind": finding.kind,
                 "step": None,
-                "message": finding.summary,
+                "message": finding_text(finding),
                 "location": finding.location,
                 "source": "mldebug run",
             }

@@ -32,12 +32,17 @@ from dataclasses import dataclass
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
 from mldebug.analysis.sequence import ledger_call
-from mldebug.model import AgentState, CollectiveCall
+from mldebug.ledgerverdicts import (
+    OUTCOMES,
+    VERDICT_BEHIND,
+    VERDICT_HANG,
+    VERDICT_MISMATCH,
+    ledger_finding,
+    members_of,
+)
+from mldebug.model import SOURCE_EXIT, AgentState, CollectiveCall, Finding
 from mldebug.wording import ranks_text
 
-RECIPE_MISMATCH = "mismatched-collectives"
-RECIPE_MISSING = "rank-outside-collective"
-RECIPE_HANG = "collective-hang"
 DEFAULT_GROUP = rules.DEFAULT_GROUP
 MAX_LINES = 8  # per-rank lines in the report; ranks doing the same thing share one
 
@@ -84,7 +89,25 @@ class Cause:
     group: str
     seq: int
     location: str | None  # the culprit's call site (file:line), when known
-    recipe: str
+    verdict: str  # the ledger's verdict (ledgerverdicts.VERDICT_*): its kind and recipe
+
+    @property
+    def recipe(self) -> str:
+        return OUTCOMES[self.verdict].recipe
+
+    def finding(self, waiting: tuple[int, ...] = ()) -> Finding:
+        """The cause as a finding, by the ledger's table (the same kind and recipe as the
+        live verdict's)."""
+        return ledger_finding(
+            self.verdict,
+            self.culprits,
+            self.summary,
+            source=SOURCE_EXIT,
+            group=self.group,
+            seq=self.seq or None,
+            waiting=waiting,
+            location=self.location,
+        )
 
     def to_json(self) -> dict:
         return {
@@ -168,15 +191,10 @@ def _groups(states: Mapping[int, AgentState]) -> list[str]:
 
 
 def _members(states: Mapping[int, AgentState], group: str) -> dict[int, AgentState]:
-    """The ranks of `group`: every rank for the default group, the listed ones for a
-    `ranks:0-3,8` name (a member that never called on it included), else those that
-    called on it."""
-    if group == DEFAULT_GROUP:
-        return dict(states)
-    listed = rules.ranks_of_group(group)
-    if listed is not None:
-        return {r: s for r, s in states.items() if r in listed}
-    return {r: s for r, s in states.items() if any(g.group == group for g in s.groups)}
+    """The ranks of `group` (the ledger's membership rule, as for the live verdict)."""
+    called = {rank: [g.group for g in state.groups] for rank, state in states.items()}
+    members = members_of(group, called)
+    return {r: s for r, s in states.items() if r in members}
 
 
 def _progress(state: AgentState, group: str) -> ledger.RankProgress:
@@ -197,7 +215,7 @@ def _cause(states: Mapping[int, AgentState], group: str) -> Cause | None:
     if mismatch is not None and (behind is None or mismatch.seq <= behind.last + 1):
         odd = next((s for s in mismatch.sides if s.ranks == mismatch.culprits), None)
         site = odd.call.site if odd is not None and odd.call is not None else None
-        return Cause(mismatch.culprits, mismatch.text, group, mismatch.seq, site, RECIPE_MISMATCH)
+        return Cause(mismatch.culprits, mismatch.text, group, mismatch.seq, site, VERDICT_MISMATCH)
     if behind is None:
         return None
     waiting = verdict.waiting
@@ -209,7 +227,7 @@ def _cause(states: Mapping[int, AgentState], group: str) -> Cause | None:
     if rest:
         summary += f" (also behind: {ledger.ranks_text(rest)})"
     culprits = tuple(sorted(r for b in verdict.behind for r in b.ranks))
-    return Cause(culprits, summary, group, verdict.top, None, RECIPE_MISSING)
+    return Cause(culprits, summary, group, verdict.top, None, VERDICT_BEHIND)
 
 
 def _last_call(state: AgentState) -> CollectiveCall | None:
@@ -318,7 +336,7 @@ def explain(
                 group,
                 seq,
                 None,
-                RECIPE_HANG,
+                VERDICT_HANG,
             )
     if cause is None and timeouts:
         outside = [
@@ -335,6 +353,6 @@ def explain(
                 DEFAULT_GROUP,
                 0,
                 None,
-                RECIPE_MISSING,
+                VERDICT_BEHIND,
             )
     return Explanation(cause, waits)

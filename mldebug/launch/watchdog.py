@@ -42,6 +42,7 @@ from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths
 from mldebug.safeio import create_new, make_private_dir
 from mldebug.textsafe import printable
+from mldebug.wording import finding_text
 
 ON_HANG_KEEP = "keep"
 ON_HANG_STOP = "stop"
@@ -116,8 +117,9 @@ def verdict_of(snapshot) -> str:
     if not snapshot.findings:
         return "nothing found (every rank was read; see the report)"
     first = snapshot.findings[0]
-    where = f" ({first.location})" if first.location and first.location not in first.summary else ""
-    return printable(first.summary + where)
+    said = finding_text(first)
+    where = f" ({first.location})" if first.location and first.location not in said else ""
+    return printable(said + where)
 
 
 def _write_new(path: Path, content: str) -> None:

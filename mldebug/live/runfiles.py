@@ -151,4 +151,4 @@ def explained_nccl(
     NCCL's own OOM...) of kinds the run's NCCL reading did not find; each tail read once."""
     kinds = {f.kind for f in known}
     extra = [f for name, lines in nccl for f in _sure_in_tail(name, lines) if f.kind not in kinds]
-    return tuple({f.summary: f for f in extra}.values())
+    return tuple({(f.kind, f.ranks, f.location, f.recipe): f for f in extra}.values())

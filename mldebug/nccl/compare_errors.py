@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
+from mldebug.ledgerverdicts import VERDICT_BEHIND, VERDICT_HANG, ledger_finding
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
     KIND_NCCL_TIMEOUT,
+    SOURCE_LOGS,
+    SOURCE_WATCHDOG,
+    CollectiveRef,
     Finding,
     FindingPart,
 )
@@ -99,6 +103,7 @@ def timeouts(logs: list[RankLog]) -> list[Finding]:
             for log in logs
             if log.last_enqueued(pg) is not None
         )[:2000]
+        parts = (FindingPart(ranks_in(waiting), f"timed out in {_work(fact)}"),)
         if behind:
             late = [log for log, _ in behind]
             lasts = sorted({enqueued for _, enqueued in behind})
@@ -119,52 +124,79 @@ def timeouts(logs: list[RankLog]) -> list[Finding]:
                     "collective (stuck earlier, skipped it, or crashed)"
                 )
             )
-            culprits = late
-        else:
-            everyone = not unknown
-            verdict = (
-                _verdict(pg, seq, fact, waiting, [])
-                if everyone and not ahead and len(waiting) > 1 and seq is not None
-                else None
+            found.append(
+                ledger_finding(
+                    VERDICT_BEHIND,
+                    ranks_in(late),
+                    summary,
+                    source=SOURCE_WATCHDOG,
+                    detail=detail,
+                    parts=parts + (FindingPart(ranks_in(late), "never enqueued it"),),
+                    group=_group(pg),
+                    seq=seq,
+                    op=fact.op,
+                    waiting=ranks_in(waiting),
+                )
             )
+            continue
+        everyone = not unknown
+        verdict = (
+            _verdict(pg, seq, fact, waiting, [])
+            if everyone and not ahead and len(waiting) > 1 and seq is not None
+            else None
+        )
+        if verdict is not None and verdict.hang is not None:
             summary = (
-                (
-                    f"{verdict.hang} ({name_ranks(waiting)} timed out in {_work(fact)}{limit}, "
-                    "NCCL watchdog: the network, a GPU, a peer on another node)"
-                )
-                if verdict is not None and verdict.hang is not None
-                else (
-                    f"{name_ranks(waiting)} timed out in {_work(fact)}{limit} (NCCL watchdog)"
-                    + (
-                        f"; {name_ranks(ahead)} enqueued it too, so no rank is missing from it: the "
-                        "collective itself did not complete (network, GPU, a peer on another node)"
-                        if ahead and everyone
-                        else ""
-                    )
-                    + (
-                        "; every rank timed out in it, none is missing from it: the collective "
-                        "itself did not complete (network, GPU, a peer on another node)"
-                        if not ahead and everyone and len(waiting) > 1 and seq is not None
-                        else ""
-                    )
-                    + (
-                        f"; no watchdog or dump line from {name_ranks(unknown)} says how far "
-                        f"{'it' if len(unknown) == 1 else 'they'} got"
-                        if unknown
-                        else ""
-                    )
+                f"{verdict.hang} ({name_ranks(waiting)} timed out in {_work(fact)}{limit}, "
+                "NCCL watchdog: the network, a GPU, a peer on another node)"
+            )
+            found.append(
+                ledger_finding(
+                    VERDICT_HANG,
+                    ranks_in(waiting),
+                    summary,
+                    source=SOURCE_WATCHDOG,
+                    detail=detail,
+                    parts=parts,
+                    group=_group(pg),
+                    seq=seq,
+                    op=fact.op,
+                    waiting=ranks_in(waiting),
                 )
             )
-            culprits = waiting
+            continue
+        summary = (
+            f"{name_ranks(waiting)} timed out in {_work(fact)}{limit} (NCCL watchdog)"
+            + (
+                f"; {name_ranks(ahead)} enqueued it too, so no rank is missing from it: the "
+                "collective itself did not complete (network, GPU, a peer on another node)"
+                if ahead and everyone
+                else ""
+            )
+            + (
+                "; every rank timed out in it, none is missing from it: the collective "
+                "itself did not complete (network, GPU, a peer on another node)"
+                if not ahead and everyone and len(waiting) > 1 and seq is not None
+                else ""
+            )
+            + (
+                f"; no watchdog or dump line from {name_ranks(unknown)} says how far "
+                f"{'it' if len(unknown) == 1 else 'they'} got"
+                if unknown
+                else ""
+            )
+        )
         found.append(
             Finding(
                 KIND_NCCL_TIMEOUT,
-                ranks_in(culprits),
+                ranks_in(waiting),
                 summary,
                 recipe=RECIPE_TIMEOUT,
                 detail=detail,
-                parts=(FindingPart(ranks_in(waiting), f"timed out in {_work(fact)}"),)
-                + ((FindingPart(ranks_in(culprits), "never enqueued it"),) if behind else ()),
+                parts=parts,
+                waiting=ranks_in(waiting),
+                collective=CollectiveRef(_group(pg), seq, rules.op_name(fact.op or "?")),
+                sources=(SOURCE_WATCHDOG,),
             )
         )
     stuck = [log for log in logs if any(e.kind == lp.ERR_HEARTBEAT for e in log.errors)]
@@ -272,6 +304,8 @@ def dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 f"{ranks_text(named)} did not "
                 f"reach monitored_barrier ({entries[0][1].text}), as {name_ranks(reporters)} reports",
                 recipe=RECIPE_OUTSIDE,
+                waiting=ranks_in(reporters),
+                sources=(SOURCE_LOGS,),
             )
         )
     for _, who, first in _reported(logs, lp.ERR_SIZE):
@@ -297,6 +331,8 @@ def dist_errors(logs: list[RankLog], silent: list[RankLog]) -> list[Finding]:
                 f"{name_ranks(gloo)} timed out in a gloo collective ({text})"
                 + (f"; {name_ranks(quiet)} did not: look there first" if quiet else ""),
                 recipe=RECIPE_HANG if not quiet else RECIPE_OUTSIDE,
+                waiting=ranks_in(gloo) if quiet else (),
+                sources=(SOURCE_LOGS,),
             )
         )
     return found
@@ -335,6 +371,8 @@ def nccl_errors(logs: list[RankLog]) -> list[Finding]:
                 f"{name_ranks(who)}: {text}",
                 recipe=RECIPE_WARNINGS,
                 detail="; ".join(lasts[:3]),
+                facts=(("error", "nccl"),) + tuple(("last_error", t[:200]) for t in lasts[:1]),
+                sources=(SOURCE_LOGS,),
             )
         )
     return found

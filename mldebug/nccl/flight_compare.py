@@ -22,11 +22,18 @@ from dataclasses import replace
 
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
+from mldebug.ledgerverdicts import (
+    VERDICT_BEHIND,
+    VERDICT_HANG,
+    VERDICT_MISMATCH,
+    VERDICT_P2P,
+    ledger_finding,
+)
 from mldebug.model import (
-    KIND_FR_BEHIND,
     KIND_FR_INCOMPLETE,
-    KIND_FR_MISMATCH,
     SEVERITY_WARNING,
+    SOURCE_FLIGHT,
+    CollectiveRef,
     Finding,
     FindingPart,
 )
@@ -215,13 +222,17 @@ def _mismatch_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Find
         )
         odd = mismatch.culprits or sides[-1][0]
         located = next((call.site for ranks, call in sides if ranks == odd), None)
+        odd_call = next((call for ranks, call in sides if ranks == odd), None)
         found.append(
-            Finding(
-                kind=KIND_FR_MISMATCH,
-                ranks=tuple(odd),
-                summary=mismatch.text,
+            ledger_finding(
+                VERDICT_P2P if mismatch in p2p else VERDICT_MISMATCH,
+                odd,
+                mismatch.text,
+                source=SOURCE_FLIGHT,
+                group=_name(group),
+                seq=mismatch.seq,
+                op=odd_call.op if odd_call is not None else None,
                 location=located,
-                recipe="mismatched-collectives",
                 detail=(
                     f"from torch's Flight Recorder dumps: {DIFFER[mismatch.kind]} at "
                     f"collective #{mismatch.seq}"
@@ -265,15 +276,19 @@ def _behind_findings(group: _Group, verdict: ledger.GroupVerdict) -> list[Findin
                 0, FindingPart(tuple(waiting), f"waiting in {_call_text(entry)}", entry.location)
             )
         found.append(
-            Finding(
-                kind=KIND_FR_BEHIND,
-                ranks=behind.ranks,
-                summary=f"{behind.text}; {_ranks_text(waiting)} "
+            ledger_finding(
+                VERDICT_BEHIND,
+                behind.ranks,
+                f"{behind.text}; {_ranks_text(waiting)} "
                 f"{'waits' if len(waiting) == 1 else 'wait'} in it",
+                source=SOURCE_FLIGHT,
+                group=verdict.group,
+                seq=top,
+                op=verdict.call.op if verdict.call is not None else None,
+                waiting=waiting,
                 location=entry.location if entry is not None else None,
-                recipe="rank-behind",
                 detail="from torch's Flight Recorder dumps: the others wait for these ranks",
-                parts=tuple(parts),
+                parts=parts,
             )
         )
     return found
@@ -303,15 +318,35 @@ def _incomplete(group: _Group, verdict: ledger.GroupVerdict) -> Finding | None:
         else f"{entry.op} #{seq} of {where} had not completed on {_ranks_text(pending)} "
         f"{when}{timeout}"
     )
+    detail = f"from torch's Flight Recorder dumps: {_call_text(entry)} on {group.backend}"
+    parts = (FindingPart(tuple(pending), _call_text(entry), entry.location),)
+    if verdict.hang is not None and len(group.by_rank) > 1:
+        # Every member entered it and none completed it: the ledger's hang.
+        return ledger_finding(
+            VERDICT_HANG,
+            pending,
+            summary,
+            source=SOURCE_FLIGHT,
+            group=verdict.group,
+            seq=seq,
+            op=entry.op,
+            waiting=pending,
+            location=entry.location,
+            detail=detail,
+            severity=SEVERITY_WARNING,  # as the dumps were written: a timeout ended it since
+            parts=parts,
+        )
     return Finding(
         kind=KIND_FR_INCOMPLETE,
         ranks=tuple(pending),
         summary=summary,
         location=entry.location,
         recipe="nccl-watchdog-timeout" if nccl else "collective-hang",
-        detail=f"from torch's Flight Recorder dumps: {_call_text(entry)} on {group.backend}",
+        detail=detail,
         severity=SEVERITY_WARNING,
-        parts=(FindingPart(tuple(pending), _call_text(entry), entry.location),),
+        parts=parts,
+        collective=CollectiveRef(verdict.group, seq, rules.op_name(entry.op)),
+        sources=(SOURCE_FLIGHT,),
     )
 
 

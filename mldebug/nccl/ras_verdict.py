@@ -17,18 +17,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mldebug.ledger import RasCount, compare_group, from_ras_counts
+from mldebug.ledgerverdicts import VERDICT_BEHIND, ledger_finding
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
+    SOURCE_RAS,
     Finding,
     FindingPart,
     RankView,
+    SourceFindings,
 )
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
 
 from .ras_model import ALL_OPS, RasComm, RasCountGroup, RasReport
+from .ras_read import RasError, parse_ras
 
 KIND_NCCL_RAS = "nccl_ras"  # the lead may move this beside the other KIND_* in model.py
 NOT_COMPLETIONS = (
@@ -77,6 +81,25 @@ def view_findings(report: RasReport, views: Sequence[RankView]) -> list[Finding]
     stacks = {v.target.pid: v.collective for v in sure}  # type: ignore[union-attr]
     rank_of = {v.target.pid: v.rank for v in sure}  # type: ignore[union-attr]
     return ras_findings([report], stacks, rank_of)
+
+
+def carried_findings(
+    views: Sequence[RankView], answers: Sequence[tuple[str, str]]
+) -> SourceFindings:
+    """What the first RAS answer the nodes carried that reads says (every process answers
+    for the whole job), judged with every node's stacks; and notes saying what was used and
+    what could not be read."""
+    notes: list[str] = []
+    for source, text in answers:
+        try:
+            report = parse_ras(text.encode("utf-8", "replace"), source)
+        except RasError as error:
+            notes.append(f"RAS {one_line(str(error))}")
+            continue
+        found = view_findings(report, views)
+        notes.append(f"NCCL RAS {source} answered (NCCL {report.nccl_version or '?'})")
+        return SourceFindings(found=tuple(found), notes=tuple(notes))
+    return SourceFindings(notes=tuple(notes))
 
 
 def _source(report: RasReport) -> str:
@@ -251,11 +274,15 @@ def _behind(
         for ranks, at in ((early, early_at), (late, late_at))
         if ranks
     )
-    return Finding(
-        KIND_NCCL_RAS,
+    return ledger_finding(
+        VERDICT_BEHIND,
         late,
         one_line(summary),
-        recipe="rank-behind",
+        source=SOURCE_RAS,
+        group=f"{comm.hash or comm.label}:{op}",
+        seq=top,
+        op=None if op == ALL_OPS else op,
+        waiting=early,
         detail=one_line(f"{NOT_COMPLETIONS}{note}. {_source(report)}"),
         severity=SEVERITY_ERROR,
         parts=parts,

@@ -1,9 +1,9 @@
 """The orchestrator of the gdb path: read native threads (live ranks or core files) with
 mldebug.collect.gdb, then hand them to the analysis (mldebug.analysis.native).
 
-`native_of_snapshot` reads every live rank of a snapshot `mldebug dump` already made (py-spy
-readings included) with gdb, ranks side by side within a deadline, lines gdb's threads up
-with py-spy's and adds what the native threads say to the findings. `observe_cores` reads
+`native_of_snapshot` reads every live rank of a look `mldebug dump` takes (py-spy readings
+included) with gdb, ranks side by side within a deadline, lines gdb's threads up with
+py-spy's and says what the native threads say, for the judge to weigh with the rest. `observe_cores` reads
 core files, one per rank, and builds a snapshot from them as from live ranks: the Python
 frames py-bt finds in each core go through the same cross-rank verdict.
 """
@@ -26,13 +26,14 @@ from mldebug.analysis.native import (
     python_threads,
     thread_findings,
 )
-from mldebug.analysis.snapshot import build_snapshot
+from mldebug.analysis.snapshot import see_job
 from mldebug.collect import gdb as gdbs
 from mldebug.collect.cores import NotACoreError, core_info, core_plan, rank_from_name
 from mldebug.errors import MldebugError, NoTargetError
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_TIMEOUT,
+    Finding,
     JobReadings,
     JobSnapshot,
     NativeDump,
@@ -51,9 +52,9 @@ def native_of_snapshot(
     readings: JobReadings | None,
     timeout: float = 60.0,
     deadline: float = 120.0,
-) -> tuple[JobSnapshot, tuple[NativeDump, ...]]:
-    """Every live rank's threads from gdb, lined up with py-spy's; the snapshot with the
-    native findings added."""
+) -> tuple[tuple[Finding, ...], tuple[NativeDump, ...]]:
+    """Every live rank's threads from gdb, lined up with py-spy's: what they say, and the
+    threads."""
     gdb = gdbs.find_gdb()
     views = [(v.rank, v.target) for v in snapshot.ranks if v.target is not None and not v.gone]
     ends = time.monotonic() + deadline
@@ -79,9 +80,7 @@ def native_of_snapshot(
         good = [s for s in samples if s.failure is None and s.threads]
         dumps.append(align(dump, good[-1] if good else None))
     dumps.sort(key=lambda d: d.rank if d.rank is not None else -1)
-    groups = group_threads(dumps)
-    findings = snapshot.findings + thread_findings(groups)
-    return replace(snapshot, findings=findings), tuple(dumps)
+    return tuple(thread_findings(group_threads(dumps))), tuple(dumps)
 
 
 def read_rank_threads(
@@ -237,7 +236,5 @@ def observe_cores(
             samples[pid] = (
                 StackSample(target, when, failure=FAIL_ERROR, failure_detail="no Python frames"),
             )
-    snapshot = build_snapshot(
-        targets, samples, world, run_dir=str(root) if root else None, partial=True
-    )
-    return core_verdict(snapshot, dumps), tuple(dumps)
+    look = see_job(targets, samples, world, run_dir=str(root) if root else None, partial=True)
+    return core_verdict(look, dumps), tuple(dumps)

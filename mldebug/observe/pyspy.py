@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mldebug.analysis import progress
-from mldebug.analysis.snapshot import build_snapshot
+from mldebug.analysis.snapshot import Look, judged, see_job
 from mldebug.analysis.workers import waits_for_workers, with_workers
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.collector import JobCollector
@@ -59,6 +59,11 @@ class JobObserver:
         self.close()
 
     def poll(self) -> JobSnapshot:
+        """One look, judged with what it read."""
+        return judged(self.look())
+
+    def look(self) -> Look:
+        """One look, not judged yet: the caller adds other sources before the judge."""
         collector = self.collector
         with collector.polling() as poll:
             taken = poll.read_stacks()
@@ -81,13 +86,19 @@ class JobObserver:
             events, _ = self.events.read(readings.job.run_dir)
             readings = replace(readings, events=events)
         self.readings = readings
-        return snapshot_of(readings)
+        return look_of(readings)
 
 
 def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
-    """The analysis of what a poll read (`analysis`: build_snapshot's options, error_after)."""
+    """The analysis of what a poll read, judged (`analysis`: see_job's options)."""
+    return judged(look_of(readings, **analysis))
+
+
+def look_of(readings: JobReadings, **analysis) -> Look:
+    """The analysis of what a poll read, before its verdict (`analysis`: see_job's options,
+    error_after)."""
     job = readings.job
-    return build_snapshot(
+    return see_job(
         job.targets,
         readings.samples,
         readings.world_size,
@@ -105,18 +116,34 @@ def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
 def observe_once(
     job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options
 ) -> tuple[JobSnapshot, JobReadings | None]:
+    """One poll of a job, judged with what it read (see observe_look)."""
+    look, readings = observe_look(job_targets, outcome_wait, **options)
+    return judged(look), readings
+
+
+def observe_look(
+    job_targets: JobTargets,
+    outcome_wait: float = OUTCOME_WAIT_S,
+    error_after: float | None = None,
+    **options,
+) -> tuple[Look, JobReadings | None]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
-    crashes its run directory records): the snapshot, and what was read (its notes).
+    crashes its run directory records): the look before its verdict, and what was read
+    (its notes).
 
     `outcome_wait`: seconds to wait for the exit codes of ranks that end while they are
     read (observe.outcome); 0 for a caller that is itself the one to record them.
+    `error_after`: the wait that makes a hang, where the run says its own.
     """
+    analysis = {} if error_after is None else {"error_after": error_after}
     with JobObserver(with_crashes(job_targets), **options) as observer:
-        snapshot = observer.poll()
+        look = observer.look()
         readings = observer.readings
-    ended = ended_unrecorded(snapshot)
+    ended = ended_unrecorded(look.snapshot)
     if ended and readings is not None and outcome_wait > 0:
         # Ranks that ended while being read: how, once their launcher has written it.
         readings = replace(readings, job=await_exit_codes(readings.job, ended, outcome_wait))
-        snapshot = snapshot_of(readings)
-    return snapshot, readings
+        look = look_of(readings, **analysis)
+    elif analysis and readings is not None:
+        look = look_of(readings, **analysis)
+    return look, readings

@@ -21,6 +21,7 @@ from mldebug.model import (
 )
 from mldebug.ranges import format_ranks
 from mldebug.report.timing import timing_to_json
+from mldebug.wording import finding_text
 
 SCHEMA_VERSION = 1
 TRACE_ENTRIES = 8  # the newest calls of a rank's collective trace given per rank
@@ -121,7 +122,7 @@ def finding_to_json(finding: Finding) -> dict:
         "severity": finding.severity,
         "ranks": list(finding.ranks),
         "ranks_text": format_ranks(finding.ranks),
-        "summary": finding.summary,
+        "summary": finding_text(finding),
         "location": finding.location,
         "recipe": finding.recipe,
         "detail": finding.detail,
@@ -139,7 +140,7 @@ def snapshot_to_json(snapshot: JobSnapshot) -> dict:
         "job": snapshot.job,
         "run_dir": snapshot.run_dir,
         "world_size": snapshot.world_size,
-        "verdict": snapshot.findings[0].summary if snapshot.findings else None,
+        "verdict": finding_text(snapshot.findings[0]) if snapshot.findings else None,
         "findings": [finding_to_json(f) for f in snapshot.findings],
         "groups": [group_to_json(g) for g in snapshot.groups],
         "ranks": [rank_to_json(v) for v in snapshot.ranks],

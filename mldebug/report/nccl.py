@@ -12,7 +12,7 @@ from mldebug.ranges import format_ranks
 from mldebug.report.facts import fact_lines, recipe_command
 from mldebug.report.jsonout import finding_to_json
 from mldebug.textsafe import one_line
-from mldebug.wording import human_bytes, severity_mark
+from mldebug.wording import finding_text, human_bytes, severity_mark
 
 SCHEMA_VERSION = 1
 RANKS_SHOWN = 8  # rank summaries in the text report unless --verbose
@@ -25,7 +25,7 @@ def finding_lines(finding: Finding) -> list[str]:
         ("", one_line(finding.detail)[:600]),
         ("what to do: ", recipe_command(finding.recipe)),
     ]
-    return [f"{mark} {one_line(finding.summary)}", *fact_lines("    ", facts)]
+    return [f"{mark} {one_line(finding_text(finding))}", *fact_lines("    ", facts)]
 
 
 def _shown(scan: Scan, verbose: bool) -> list[ranklog.RankLog]:
@@ -167,7 +167,7 @@ def json_report(scan: Scan) -> dict:
         ],
         "flight_dumps": [{"path": d.path, "rank": d.rank} for d in scan.dumps],
         "problems": list(scan.problems),
-        "verdict": scan.findings[0].summary if scan.findings else None,
+        "verdict": finding_text(scan.findings[0]) if scan.findings else None,
         "findings": [finding_to_json(f) for f in scan.findings],
         "ranks": [rank_to_json(log) for log in scan.ranks if log.said_anything],
         "flight_summaries": [

@@ -32,6 +32,7 @@ from mldebug.ranges import format_ranks
 from mldebug.rankrules import frame_label, is_torch_collective, is_user_frame
 from mldebug.report.timing import timing_part
 from mldebug.textsafe import one_line, printable
+from mldebug.wording import finding_text
 
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
 STATE_STYLE = {
@@ -70,7 +71,7 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
         return Text("Verdict: nothing to report (no ranks could be judged)", style="bold")
     first = findings[0]
     text = Text("Verdict: ", style="bold")
-    text.append(printable(first.summary), style=SEVERITY_STYLE.get(first.severity, ""))
+    text.append(printable(finding_text(first)), style=SEVERITY_STYLE.get(first.severity, ""))
     if first.detail:
         text.append(f"\n  {printable(first.detail)}")
     if first.recipe:
@@ -94,7 +95,7 @@ def _findings(findings: Sequence[Finding]) -> RenderableType | None:
     for name in ("severity", "kind", "ranks", "summary"):
         table.add_column(name, overflow="fold")
     for finding in findings:
-        summary = finding.summary + (f"  [recipe {finding.recipe}]" if finding.recipe else "")
+        summary = finding_text(finding) + (f"  [recipe {finding.recipe}]" if finding.recipe else "")
         table.add_row(
             plain(finding.severity, SEVERITY_STYLE.get(finding.severity, "")),
             plain(finding.kind),

@@ -14,6 +14,7 @@ from mldebug.model import Finding, RankEvent, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.report.text import plain
 from mldebug.tui.messages import ShowRecipe
+from mldebug.wording import finding_text
 
 NO_EVENTS = "No events: no rank has written <run>/ranks/<rank>/events.jsonl."
 NO_RUN = (
@@ -57,7 +58,7 @@ class AnomaliesView(Vertical):
                     f.severity,
                     f.kind,
                     format_ranks(f.ranks),
-                    f.summary,
+                    finding_text(f),
                     f.location or "-",
                     f.recipe or "-",
                 )

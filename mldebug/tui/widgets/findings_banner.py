@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.textsafe import one_line, printable
-from mldebug.wording import SEVERITY_MARKS
+from mldebug.wording import SEVERITY_MARKS, finding_text
 
 MARK_STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "bold yellow", SEVERITY_INFO: "green"}
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
@@ -33,7 +33,7 @@ def banner_text(findings, polled: bool) -> Text:
             text.append("\n")
         mark = SEVERITY_MARKS.get(finding.severity, SEVERITY_MARKS[SEVERITY_INFO])
         text.append(f"{mark} ", style=MARK_STYLES.get(finding.severity, ""))
-        text.append(printable(finding.summary), style="bold" if index == 0 else "")
+        text.append(printable(finding_text(finding)), style="bold" if index == 0 else "")
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", style="italic")
     if len(shown) > MAX_SHOWN:

@@ -21,6 +21,7 @@ from mldebug.model import (
     JobSnapshot,
 )
 from mldebug.tui.cells import NONE, ColumnWidths, human_bytes
+from mldebug.wording import finding_text
 
 MEMORY_COLUMNS = (
     ("rank", "rank"),
@@ -46,7 +47,7 @@ def growth_text(snapshot: JobSnapshot) -> Text:
         if text:
             text.append("\n")
         style = "bold yellow" if finding.severity == "warning" else "bold"
-        text.append(finding.summary, style=style)  # rank-derived text: plain, never markup
+        text.append(finding_text(finding), style=style)  # rank-derived text: plain, never markup
         if finding.detail and finding.kind == KIND_MEMORY_GROWTH:
             text.append("\n  " + finding.detail, style="dim")
         for part in finding.parts if finding.kind == KIND_MEMORY_CENSUS else ():

@@ -12,7 +12,7 @@ from textual.widgets.option_list import Option
 from mldebug.model import SEVERITY_ERROR, SEVERITY_WARNING, RunFiles
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
-from mldebug.wording import severity_mark
+from mldebug.wording import finding_text, severity_mark
 
 NO_FILES = (
     "No NCCL log files in this run. Start it with `mldebug run --nccl-debug INFO ...` and each "
@@ -30,7 +30,7 @@ def report_text(files: RunFiles) -> Text:
     shown = files.nccl_findings
     for finding in shown:
         mark = severity_mark(finding.severity)
-        text.append(f"{mark} {one_line(finding.summary)}", STYLES.get(finding.severity, ""))
+        text.append(f"{mark} {one_line(finding_text(finding))}", STYLES.get(finding.severity, ""))
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", "cyan")
         text.append("\n")

@@ -12,6 +12,7 @@ from mldebug.model import Finding, JobSnapshot
 from mldebug.model_timing import TimingRow, TimingTable
 from mldebug.report.timing import agent_cells, ordered_rows, sparkline
 from mldebug.textsafe import printable
+from mldebug.wording import finding_text
 
 COLUMNS = ("rank", "step", "waiting", "data", "sync", "compute", "last at", "step times", "")
 KINDS = ("straggler", "input_bound", "comm_bound", "host_sync")
@@ -36,7 +37,7 @@ def summary_text(table: TimingTable | None, findings: tuple[Finding, ...]) -> Te
         return text
     if timing:
         text.append("▲ ", style="bold yellow")
-        text.append(printable(timing[0].summary), style="bold")
+        text.append(printable(finding_text(timing[0])), style="bold")
     else:
         text.append("● ", style="green")
         text.append("No rank keeps the others waiting.")

@@ -1,0 +1,117 @@
+"""The one judge: every source's evidence of one look in, the verdict out, once.
+
+A look gathers evidence from many sources: the ranks' stacks (py-spy, or the rank's own),
+their agents' ledger and state, torch's Flight Recorder dumps, the NCCL watchdog's lines,
+NCCL RAS, gdb's native threads, sampling, timing and memory, from one node or from many.
+The stack and agent analyses run here (`find_problems`); the other sources' readers hand
+in the findings they made of their own evidence (`Evidence.found`). Then, once:
+
+  1. what a direct measurement replaces goes (`Evidence.replaces`: `dump --profile`'s
+     sampled straggler verdict replaces the agent's);
+  2. findings that say the same thing are merged by their fields, never their words: the
+     same kind about the same culprits (and, where both name one, the same collective)
+     is one finding, seen by several sources;
+  3. each wait is graded by how long the waiting ranks have waited (analysis/severity.py);
+  4. the findings are ordered: errors first, then by kind (a crash, then what the ranks
+     wait for, then what is merely slow).
+
+Local `dump`, several nodes, `attach`, the hang watchdog, `nccl` and `explain` all end in
+`judge`; nothing is added to its verdict afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from mldebug.analysis.findings import find_problems, sort_findings
+from mldebug.analysis.sequence import SequenceVerdict
+from mldebug.analysis.severity import ERROR_AFTER, grade
+from mldebug.model import (
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    Finding,
+    RankCrash,
+    RankEvent,
+    RankView,
+)
+
+_WORSE = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one look saw. `views`: the ranks as read (stacks, agent state); `failures`:
+    rank -> why its stack could not be read; `crashes`: how ranks ended badly, earliest
+    first; `sequence`: the agents' ledger verdict when the caller computed it; `events`:
+    what the agents wrote (the first NaN); `found`: findings other sources' readers made
+    (logs, Flight Recorder dumps, RAS, gdb, sampling, nodes that did not answer);
+    `replaces`: kinds of the analyses here that a direct measurement among `found`
+    replaces; `error_after`: the wait that makes a hang (a run's --hang-timeout)."""
+
+    views: Sequence[RankView] = ()
+    world_size: int | None = None
+    failures: Mapping[int, str] = field(default_factory=dict)
+    crashes: Sequence[RankCrash] = ()
+    sequence: SequenceVerdict | None = None
+    events: Sequence[RankEvent] = ()
+    found: Sequence[Finding] = ()
+    replaces: frozenset[str] = frozenset()
+    error_after: float = ERROR_AFTER
+
+
+def judge(evidence: Evidence) -> tuple[Finding, ...]:
+    """The verdict of one look: graded, merged and ordered findings, worst first."""
+    made: list[Finding] = []
+    if evidence.views or evidence.world_size:
+        made = list(
+            find_problems(
+                evidence.views,
+                evidence.world_size,
+                dict(evidence.failures),
+                evidence.crashes,
+                sequence=evidence.sequence,
+                events=evidence.events,
+            )
+        )
+    made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)
+    graded = grade(merge_same(made), evidence.views, evidence.error_after)
+    return sort_findings(list(graded))
+
+
+def _same(a: Finding, b: Finding) -> bool:
+    """Do two findings say the same thing? The same kind about the same culprits, and the
+    same collective where both name one on the same group."""
+    if a.kind != b.kind or a.ranks != b.ranks or not a.ranks:
+        return False
+    one, other = a.collective, b.collective
+    if one is None or other is None or one.group != other.group:
+        return True
+    return one.seq is None or other.seq is None or one.seq == other.seq
+
+
+def merge_same(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per thing found: the first one's words (the analyses here come before
+    the other sources', which are made from older or coarser evidence), the worst severity,
+    every source, every waiting rank and the longest wait any of them knows."""
+    kept: list[Finding] = []
+    for finding in findings:
+        index = next((i for i, k in enumerate(kept) if _same(k, finding)), None)
+        if index is None:
+            kept.append(finding)
+            continue
+        first = kept[index]
+        worse = min(first.severity, finding.severity, key=lambda s: _WORSE.get(s, 3))
+        waits = [w for w in (first.waited, finding.waited) if w is not None]
+        kept[index] = replace(
+            first,
+            severity=worse,
+            sources=tuple(dict.fromkeys(first.sources + finding.sources)),
+            waiting=tuple(sorted(set(first.waiting) | set(finding.waiting))),
+            waited=max(waits) if waits else None,
+            location=first.location or finding.location,
+            recipe=first.recipe or finding.recipe,
+            collective=first.collective or finding.collective,
+        )
+    return kept
