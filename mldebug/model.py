@@ -387,7 +387,7 @@ class CollectiveRef:
 @dataclass(frozen=True)
 class Finding:
     """What the analysis found, as data: code ranks, de-duplicates and merges findings by
-    these fields. `summary`, `detail` and `since` are words for people, read by views only
+    these fields. `summary`, `detail`, `then` and `since` are words for people, read by views only
     (tests/test_findings_as_data.py holds every other module to that)."""
 
     kind: str  # one of KIND_*
@@ -403,6 +403,7 @@ class Finding:
     collective: CollectiveRef | None = None  # the collective it is about, where one is
     sources: tuple[str, ...] = ()  # SOURCE_*: what saw it (several, once the judge merged)
     facts: tuple[tuple[str, str], ...] = ()  # (name, value) pairs: exit code, limit, signal...
+    then: str = ""  # words a later step adds to the sentence (the thread a rank lost)
     since: str = ""  # the judge's words on how long the wait has lasted (views append them)
 
 

@@ -34,6 +34,8 @@ def severity_mark(severity: str) -> str:
 
 
 def finding_text(finding: Finding) -> str:
-    """A finding's sentence as people read it: its summary, then what the judge said of
-    how long the wait has lasted. For the views only: code reads a finding's fields."""
-    return f"{finding.summary} ({finding.since})" if finding.since else finding.summary
+    """A finding's sentence as people read it: its summary and what later steps added, then
+    what the judge said of how long the wait has lasted. For the views only: code reads a
+    finding's fields."""
+    said = finding.summary + finding.then
+    return f"{said} ({finding.since})" if finding.since else said

@@ -23,14 +23,18 @@ from pathlib import Path
 
 import pytest
 from testkit.agent_writer import Made, write_state
+from testkit.ras_fake import nccl_json
 
 import mldebug.ledger as ledger
 from mldebug import rundir, safeio
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.collect.agentstate import read_state
 from mldebug.launch.timeouts import explain
+from mldebug.ledgerverdicts import OUTCOMES, VERDICT_BEHIND, VERDICT_HANG, VERDICT_MISMATCH
 from mldebug.model import STATE_RUNNING, RankView
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
+from mldebug.nccl.ras_read import read_ras_file
+from mldebug.nccl.ras_verdict import ras_findings
 from mldebug.nccl.scan import scan_paths
 
 NOW = 1_700_000_000.0
@@ -330,3 +334,70 @@ def test_a_p2p_group_is_never_judged_by_its_counts(tmp_path):
     pair = Scenario("p2p", {0: [("send", 4)] * 2, 1: [("recv", 4)]}, "", world=2)
     states = agent_states(tmp_path, pair)
     assert live_summaries(states) == []
+
+
+# ---- one kind and one recipe per verdict, whichever source saw it ----------------------------
+
+
+def findings_of(scenario: Scenario, source: str, tmp_path: Path):
+    """What each source's real reader made of the scenario, as findings."""
+    if source == "agent":
+        states = agent_states(tmp_path, scenario)
+        views = [
+            RankView(rank, None, STATE_RUNNING, heartbeat_age=0.5, agent=state)
+            for rank, state in states.items()
+        ]
+        return list(sequence_verdict(views).findings)
+    if source == "exit":
+        cause = explain(agent_states(tmp_path, scenario)).cause
+        return [cause.finding()] if cause is not None else []
+    if source == "flight":
+        return compare_flight_dumps(flight_dumps(tmp_path, scenario))
+    if source == "watchdog":
+        return scan_paths([str(watchdog_logs(tmp_path, scenario))]).findings
+    assert source == "ras"
+    # NCCL RAS's JSON report of the counts (NCCL 2.29's writer, tests/testkit/ras_fake.py),
+    # read by the real reader and judged with the ranks' stacks: the ones behind are outside
+    # any collective, the others wait in all_reduce.
+    top = max(len(c) for c in scenario.calls.values())
+    ranks = [
+        (rank, "node-a", 61000 + rank, {"AllReduce": len(calls)})
+        for rank, calls in scenario.calls.items()
+    ]
+    path = tmp_path / "ras.json"
+    path.write_bytes(nccl_json("2.29.2", ranks))
+    stacks = {
+        61000 + r: ("all_reduce" if len(c) == top else None) for r, c in scenario.calls.items()
+    }
+    rank_of = {61000 + r: r for r in scenario.calls}
+    return ras_findings([read_ras_file(str(path))], stacks, rank_of)
+
+
+VERDICT_OF = {
+    "rank behind": VERDICT_BEHIND,
+    "rank several calls behind": VERDICT_BEHIND,
+    "op mismatch": VERDICT_MISMATCH,
+    "rank 0 is the culprit": VERDICT_MISMATCH,
+    "all in #M": VERDICT_HANG,
+    "subgroup member that never called": VERDICT_BEHIND,
+}
+TABLE_CASES = [
+    pytest.param(s, source, id=f"{s.name}-{source}")
+    for s in SCENARIOS
+    for source in (*s.sources, *(("ras",) if s.name == "rank behind" else ()))
+]
+
+
+@pytest.mark.parametrize("scenario, source", TABLE_CASES)
+def test_one_verdict_is_one_kind_and_one_recipe_from_every_source(scenario, source, tmp_path):
+    # GIVEN what the ranks called, in the source's own format, read by its real reader
+    found = findings_of(scenario, source, tmp_path)
+    # THEN the ledger's verdict comes out as the table's kind and recipe, with its culprits
+    outcome = OUTCOMES[VERDICT_OF[scenario.name]]
+    ours = [f for f in found if (f.kind, f.recipe) == (outcome.kind, outcome.recipe)]
+    assert ours, [(f.kind, f.recipe, f.summary) for f in found]
+    finding = ours[0]
+    if outcome.kind != "hang":
+        assert 2 in finding.ranks or 0 in finding.ranks
+        assert finding.collective is not None
+    assert finding.sources, finding

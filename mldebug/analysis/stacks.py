@@ -268,7 +268,7 @@ def _with_lost_thread(
     if lacking is None:
         return finding
     used.add(lacking)
-    return replace(finding, summary=finding.summary + _thread_clause(finding.ranks, lacking))
+    return replace(finding, then=finding.then + _thread_clause(finding.ranks, lacking))
 
 
 def _outliers(

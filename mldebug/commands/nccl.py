@@ -40,10 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from mldebug.analysis.judge import Evidence, judge
     from mldebug.nccl.scan import scan_paths
     from mldebug.report.nccl import json_report, text_report
 
     scan = scan_paths(args.paths)
+    scan.findings = list(judge(Evidence(found=tuple(scan.findings))))  # the one verdict
     if scan.files_read == 0:
         raise nothing_readable(
             scan.problems,

@@ -104,7 +104,8 @@ def _behind(finding: Finding) -> bool:
 
 
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
-    words = NCCL_WORDS.get(KIND_NCCL_TIMEOUT if _behind(finding) else finding.kind, ())
+    watchdog = SOURCE_WATCHDOG in finding.sources  # the ledger's verdict on its lines
+    words = NCCL_WORDS.get(KIND_NCCL_TIMEOUT if watchdog else finding.kind, ())
     message = _fact(finding, "message")
     if finding.kind == KIND_NCCL_WARNING and message:
         words = (message[:40],)  # the WARN message's own lines
@@ -121,24 +122,14 @@ def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Exp
         if flight:
             sure, cited = FR_SURE, []
         else:
-            sure = NCCL_SURE.get(finding.kind, 0.5)
+            watchdog = SOURCE_WATCHDOG in finding.sources
+            sure = NCCL_SURE.get(KIND_NCCL_TIMEOUT if watchdog else finding.kind, 0.5)
             if _behind(finding):
                 sure = 0.88
             if finding.kind == KIND_NCCL_VERSION and finding.severity != SEVERITY_ERROR:
                 sure = 0.4
             cited = _cite(finding, lines)
-        explained = Explained(
-            finding.kind,
-            finding.summary,
-            sure,
-            finding.recipe,
-            ranks=finding.ranks,
-            severity=finding.severity,
-            detail=finding.detail,
-            location=finding.location,
-            waiting=finding.waiting,
-            facts=finding.facts,
-        ).cited(cited)
+        explained = Explained.of(finding, sure).cited(cited)
         if flight:
             explained = replace(explained, lines=tuple(d.path for d in dumps[:4]))
         out.append(explained)
@@ -206,7 +197,7 @@ def _root_causes(found: list[Explained]) -> list[Explained]:
                 f,
                 confidence=max(f.confidence, 0.9 if suspects else 0.7),
                 recipe=f.recipe or RECIPE_CRASH,
-                summary=f.summary + after,
+                then=after,
             )
         out.append(f)
     return out

@@ -55,6 +55,7 @@ class Explained:
     location: str | None = None  # file:line in the user's code, where known
     waiting: tuple[int, ...] = ()  # the ranks that waited for `ranks`, where it says
     facts: tuple[tuple[str, str], ...] = ()  # (name, value): what code may ask of it
+    then: str = ""  # words the engine adds after the summary (what followed this cause)
 
     def cited(self, lines) -> Explained:
         """This finding resting on `lines`: each once, in the order of their source."""
@@ -63,6 +64,13 @@ class Explained:
             order.setdefault(line.source, len(order))
         ranked = sorted(lines, key=lambda line: (order[line.source], line.number))
         return replace(self, lines=tuple(dict.fromkeys(line.where for line in ranked))[:MAX_CITED])
+
+    @classmethod
+    def of(cls, finding: Finding, confidence: float, **more: Any) -> Explained:
+        """Another reader's finding as one of explain's: every field of the same name."""
+        shared = {f.name for f in fields(Finding)} & {f.name for f in fields(cls)}
+        values: dict[str, Any] = {name: getattr(finding, name) for name in shared}
+        return cls(**values, confidence=confidence, **more)
 
     def as_finding(self) -> Finding:
         # Every field but `parts` is one of this finding's, under the same name.

@@ -50,7 +50,7 @@ def _quote(finding: Explained, report: Explanation) -> str | None:
 
 def finding_lines(number: int, finding: Explained, report: Explanation) -> list[str]:
     mark = severity_mark(finding.severity)
-    out = [f"{number}. {mark} {one_line(finding.summary)}"]
+    out = [f"{number}. {mark} {one_line(finding.summary + finding.then)}"]
     facts = [f"sure: {sure_word(finding.confidence)} ({finding.confidence:.2f})"]
     if finding.ranks:
         facts.append(f"names {ranks_text(finding.ranks)}")
@@ -136,6 +136,7 @@ def text_report(report: Explanation, show_all: bool = False, width: int | None =
 def finding_json(finding: Explained) -> dict:
     data = finding_to_json(finding.as_finding())
     data.update(
+        summary=finding.summary + finding.then,
         confidence=round(finding.confidence, 2),
         evidence=list(finding.lines),
         fix=finding.fix,
@@ -154,6 +155,8 @@ def json_report(report: Explanation) -> dict:
         "flight_dumps": [{"path": d.path, "rank": d.rank} for d in report.scan.dumps],
         "problems": list(report.problems),
         "ranks_seen": sorted(report.ranks),
-        "verdict": report.findings[0].summary if report.findings else None,
+        "verdict": report.findings[0].summary + report.findings[0].then
+        if report.findings
+        else None,
         "findings": [finding_json(f) for f in report.findings],
     }

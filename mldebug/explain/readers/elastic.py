@@ -142,8 +142,10 @@ def read(lines: list[Line]) -> list[Explained]:
                         fix=fix,
                         note="the agent names the local rank on its node; the global rank "
                         "is in the summary below it (Root Cause)",
+                        facts=(("rank_scope", "local"),),
                     ).cited([line])
                 )
-    if any("Root Cause" not in f.note and f.summary.startswith("rank ") for f in found):
-        found = [f for f in found if not f.summary.startswith("local rank ")]  # said better
+    local = [f for f in found if ("rank_scope", "local") in f.facts]
+    if any(f.ranks for f in found if f not in local):  # the summary's global rank says it better
+        found = [f for f in found if f not in local]
     return found[:2]

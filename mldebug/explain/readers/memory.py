@@ -16,6 +16,7 @@ already at minimum - cannot decrease scale anymore".
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from mldebug.explain.finding import KIND_CUDA_OOM, KIND_DEVICE_NOT_SET, KIND_LOSS_SCALE, Explained
 from mldebug.explain.text import Line, window
@@ -63,7 +64,9 @@ def _gib(value: float) -> str:
     return f"{value / (1 << 30):.2f} GiB" if value >= 1 << 30 else f"{value / (1 << 20):.0f} MiB"
 
 
-def _oom(lines: list[Line], index: int) -> Explained:
+def _oom(lines: list[Line], index: int, together: tuple[int, ...] = ()) -> Explained:
+    """The CUDA OOM at lines[index]; `together`: the ranks it is said for (the same OOM
+    seen on each of them), else the one its line names."""
     around = window(lines, index, 0, 6)
     text = " ".join(line.text for line in around)
     tried = _TRIED.search(text)
@@ -83,6 +86,8 @@ def _oom(lines: list[Line], index: int) -> Explained:
         rank = int(next(g for g in named.groups() if g)) if named else None
     ranks = (rank,) if rank is not None else ()
     on = f"rank {rank}" if rank is not None else "a rank"
+    if together:
+        on = f"ranks {format_ranks(together)}" if len(together) > 1 else f"rank {together[0]}"
     gpu_text = f" on GPU {gpu.group(1)}" if gpu else ""
     asked = f" asking for {_gib(want)}" if want else ""
     near = lines[max(0, index - 40) : index + 40]
@@ -188,6 +193,7 @@ def _scale(lines: list[Line]) -> list[Explained]:
 
 def read(lines: list[Line]) -> list[Explained]:
     found: list[Explained] = []
+    at: list[int] = []  # the line of each finding
     seen: set[tuple] = set()
     for index, line in enumerate(lines):
         if "out of memory" in line.text and "CUDA" in line.text and "Cuda failure" not in line.text:
@@ -196,19 +202,15 @@ def read(lines: list[Line]) -> list[Explained]:
             if key not in seen:
                 seen.add(key)
                 found.append(got)
+                at.append(index)
     if len(found) > 1:  # the same OOM on many ranks: one finding
         first = found[0]
         same = [f for f in found if f.recipe == first.recipe and f.kind == first.kind]
         ranks = tuple(sorted({r for f in same for r in f.ranks}))
         if len(same) > 1 and ranks:
-            merged = Explained(
-                first.kind,
-                first.summary.replace(f"rank {first.ranks[0]}", f"ranks {format_ranks(ranks)}", 1)
-                if first.ranks
-                else first.summary,
-                first.confidence,
-                first.recipe,
-                fix=first.fix,
+            worded = _oom(lines, at[0], ranks if first.ranks else ())
+            merged = replace(
+                worded,
                 ranks=ranks,
                 lines=tuple(dict.fromkeys(w for f in same for w in f.lines))[:6],
             )
