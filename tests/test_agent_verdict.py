@@ -60,6 +60,7 @@ from mldebug.model import (
 from mldebug.recipes import get_recipe
 from mldebug.report.jsonout import snapshot_to_json
 from mldebug.report.text import render_text
+from mldebug.wording import finding_text
 
 
 def nccl_job(tmp_path, rank2_made: dict | None, **kwargs):
@@ -123,7 +124,7 @@ def test_a_wait_of_one_heartbeat_is_a_warning_and_a_call_in_transit_nothing(tmp_
     assert snap.findings[0].kind == KIND_OUTLIER
     # A wait this short is a pause, not a hang: info at most (analysis.severity, issue 20)
     assert snap.findings[0].severity == SEVERITY_INFO
-    assert snap.findings[0].summary.endswith("a pause that short is not a hang)")
+    assert finding_text(snap.findings[0]).endswith("a pause that short is not a hang)")
     # GIVEN they made it 0.2 s before: a call in transit, as in any healthy job
     states.update({r: state(r, call(38, enqueued=NOW - 0.7), 37) for r in (0, 1, 3)})
     snap = snapshot(tmp_path, states, stacks)
@@ -492,7 +493,7 @@ def test_the_rank_behind_that_lost_a_thread_its_peer_runs_is_told_so(tmp_path):
     snap = build_snapshot(targets, by_pid, world_size=2, agents=read_states(targets), now=NOW)
     verdict = snap.findings[0]
     assert verdict.ranks == (1,) and "never called all_reduce #13" in verdict.summary
-    assert verdict.summary.endswith(
+    assert finding_text(verdict).endswith(
         "; rank 1 has no thread running prefetch (train.py), which rank 0 has: it may have died"
     )
 
@@ -529,7 +530,7 @@ def test_a_wait_begun_since_the_agents_last_state_is_graded_by_its_last_progress
     # THEN it has waited at most since its broadcast completed, 1.5 s: a pause, info
     assert outlier.ranks == (0,)
     assert outlier.severity == SEVERITY_INFO
-    assert "for 1.5 s so far: a pause that short is not a hang" in outlier.summary
+    assert "for 1.5 s so far: a pause that short is not a hang" in finding_text(outlier)
 
 
 def test_a_wait_in_a_collective_its_agent_never_saw_is_an_error_once_progress_is_old(tmp_path):

@@ -82,7 +82,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "launch": PLAIN
     | RUNDIR
     | LEDGER
-    | {"rankrules", "collect", "observe", "look", "analysis", "targets", "nccl", "report"},
+    | {"rankrules", "collect", "observe", "look", "analysis", "targets", "nccl"},
     # front ends
     "commands": ANY,
     "cli": frozenset({"commands", "errors", "textsafe"}),
@@ -108,6 +108,8 @@ NEVER: dict[str, frozenset[str]] = {
     "explain": VIEWS - {"report"} | COLLECTING | FRONT,
     "cluster": VIEWS | FRONT,
     "observe": VIEWS | FRONT | {"live", "launch", "cluster"},
+    # the launcher never renders: it is handed the views' words (LaunchSpec.render)
+    "launch": VIEWS | FRONT,
 }
 # Third-party libraries a unit may bring in (textual and rich draw; torch only in ranks'
 # scripts; psutil reads processes). Checked on everything a unit reaches.

@@ -25,8 +25,10 @@ import pytest
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.launch.watchdog import ON_HANG_KEEP, ON_HANG_STOP, HangWatchdog, progress_token
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
+from mldebug.report.hang import hang_report
 from mldebug.rundir import RunPaths
 from mldebug.safeio import make_private_dir, write_json_atomic
+from mldebug.wording import finding_text
 
 TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
 MAIN = Frame("<module>", "/job/t.py", 40)
@@ -136,6 +138,7 @@ class Job:
             self.paths,
             timeout,
             on_hang,
+            render=hang_report,
             alive=lambda: self.alive,
             say=self.said.append,
             stop=self.stop,
@@ -355,9 +358,10 @@ def test_a_short_wait_is_info_a_longer_one_a_warning_then_an_error(tmp_path):
 
     short, longer, long = graded(1.2), graded(7.0), graded(30.0)
     assert short.severity == "info" and "rank 0" in short.summary
-    assert short.summary.endswith("(for 1.2 s so far: a pause that short is not a hang)")
-    assert longer.severity == "warning" and "for 7.0 s so far" in longer.summary
-    assert long.severity == "error" and "30 s" in long.detail
+    assert finding_text(short).endswith("(for 1.2 s so far: a pause that short is not a hang)")
+    assert longer.severity == "warning" and "for 7.0 s so far" in finding_text(longer)
+    assert long.severity == "error" and long.waited == 30.0
+    assert finding_text(long).endswith("(the waiting ranks have waited 30 s)")
 
 
 def test_a_rank_still_for_a_moment_after_its_last_step_is_pausing_not_stuck(tmp_path):
@@ -389,8 +393,8 @@ def test_a_rank_still_for_a_moment_after_its_last_step_is_pausing_not_stuck(tmp_
 
     pausing, still, unknown = stuck(1.5), stuck(8.0), stuck(None)
     assert pausing.severity == "info" and pausing.ranks == (0,)
-    assert pausing.summary.endswith("(for 1.5 s so far: a pause that short is not a hang)")
-    assert still.severity == "warning" and "so far" not in still.summary
+    assert finding_text(pausing).endswith("(for 1.5 s so far: a pause that short is not a hang)")
+    assert still.severity == "warning" and "so far" not in finding_text(still)
     assert unknown.severity == "warning"  # no agent says how long: the stacks decide
 
 

@@ -36,6 +36,13 @@ examples:
 """
 
 
+def _hang_report(snapshot, notes):
+    """The views' report of the hang watchdog's look (imported when a hang is looked at)."""
+    from mldebug.report.hang import hang_report
+
+    return hang_report(snapshot, notes)
+
+
 def _ranks(text: str) -> frozenset[int]:
     try:
         return frozenset(parse_ranks(text))
@@ -345,6 +352,7 @@ def main(argv: list[str]) -> int:
         prefix=not args.no_prefix,
         argv=["mldebug", "run", *argv],
         hang_timeout=args.hang_timeout,
+        render=_hang_report,
         on_hang=args.on_hang,
         core_dumps=args.core_dumps,
     )

@@ -3,7 +3,9 @@ its output goes. Plain data, read by the supervisor and written into run.json.""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
@@ -25,5 +27,8 @@ class LaunchSpec:
     prefix: bool = True
     argv: list[str] = field(default_factory=list)  # the mldebug command line, for run.json
     hang_timeout: float | None = None  # --hang-timeout: seconds without progress; None: off
+    # How the views say the watchdog's look (report/hang.py's hang_report), handed in by
+    # the command: the launcher never renders. Needed with hang_timeout.
+    render: Callable[[Any, Sequence[str]], tuple[str, str, dict]] | None = None
     on_hang: str = "keep"  # --on-hang: "keep" the job after the hang report, or "stop" it
     core_dumps: bool = False  # --core-dumps: ranks may dump core, cores go to <run>/cores/

@@ -124,11 +124,12 @@ class Supervisor:
         if spec.console is not None and spec.mode == envs.MODE_WRAP:
             self._start_tailer(spec.console, from_end=False)
         self._monitor.start()
-        if spec.hang_timeout:
+        if spec.hang_timeout and spec.render is not None:
             self.watchdog = HangWatchdog(
                 self.paths,
                 spec.hang_timeout,
                 spec.on_hang,
+                render=spec.render,
                 alive=self._job_alive,
                 say=self._say,
                 stop=self._stop_for_hang,

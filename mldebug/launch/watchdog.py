@@ -32,7 +32,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +42,6 @@ from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths
 from mldebug.safeio import create_new, make_private_dir
 from mldebug.textsafe import printable
-from mldebug.wording import finding_text
 
 ON_HANG_KEEP = "keep"
 ON_HANG_STOP = "stop"
@@ -102,24 +101,9 @@ def dump_job(root: Path, deadline: float = DUMP_DEADLINE, error_after: float | N
     return look_at_run(root, deadline, error_after)
 
 
-def render_reports(snapshot, notes=()) -> tuple[str, dict]:
-    """The report's text (every rank's threads: it is read later) and JSON, as `dump`'s."""
-    from mldebug.report.jsonout import snapshot_to_json
-    from mldebug.report.text import render_text
-
-    body = render_text(snapshot, verbose=True)
-    if notes:
-        body = "".join(f"{printable(note)}\n" for note in notes) + body
-    return body, snapshot_to_json(snapshot)
-
-
-def verdict_of(snapshot) -> str:
-    if not snapshot.findings:
-        return "nothing found (every rank was read; see the report)"
-    first = snapshot.findings[0]
-    said = finding_text(first)
-    where = f" ({first.location})" if first.location and first.location not in said else ""
-    return printable(said + where)
+# How the views say a look (report/hang.py's hang_report, handed in by the command that
+# starts the launcher): (verdict line, report text, report JSON).
+Render = Callable[[object, Sequence[str]], tuple[str, str, dict]]
 
 
 def _write_new(path: Path, content: str) -> None:
@@ -153,6 +137,7 @@ def _request_flight_dumps(paths: RunPaths) -> Path | None:
 class HangWatchdog:
     """Watches one run; `start()` runs it in a daemon thread until `close()`.
 
+    render(snapshot, notes): the views' (verdict line, report text, report JSON) of a look.
     alive(): a process of the job still runs. say(text): a message on the console.
     stop(): end the job (--on-hang stop). record(reports): the hangs so far, for run.json.
     dump(root): (snapshot, notes) of the job, or raises. The clock is injectable for tests.
@@ -164,6 +149,7 @@ class HangWatchdog:
         timeout: float,
         on_hang: str = ON_HANG_KEEP,
         *,
+        render: Render,
         alive: Callable[[], bool],
         say: Callable[[str], None],
         stop: Callable[[], None] | None = None,
@@ -176,6 +162,7 @@ class HangWatchdog:
         self.timeout = timeout
         self.on_hang = on_hang
         self._alive, self._say, self._stop, self._record = alive, say, stop, record
+        self._render = render
         from mldebug.look import hang_threshold
 
         threshold = hang_threshold(timeout)
@@ -247,8 +234,8 @@ class HangWatchdog:
             body = f"mldebug: no progress for {quiet:.0f}s; the dump failed: {verdict}\n"
             data: dict = {"verdict": None, "error": verdict, "findings": [], "ranks": []}
             return None, verdict, body, data
-        body, data = render_reports(snapshot, notes)
-        return snapshot, verdict_of(snapshot), body, data
+        verdict, body, data = self._render(snapshot, notes)
+        return snapshot, verdict, body, data
 
     def _write(self, when: float, body: str, data: dict, flight) -> tuple:
         text_path = json_path = None
