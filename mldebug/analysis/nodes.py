@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mldebug.analysis.findings import find_problems
+from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.merge import build_tree, merge_groups
+from mldebug.analysis.pods import pod_evidence
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.analysis.snapshot import as_waiting
 from mldebug.model import (
@@ -29,6 +30,7 @@ from mldebug.model import (
     JobSnapshot,
     NodeFailure,
     NodeReading,
+    PodStory,
     RankView,
 )
 from mldebug.wording import ranks_text
@@ -38,18 +40,19 @@ def unreachable_findings(failures: Sequence[NodeFailure]) -> list[Finding]:
     findings = []
     for failure in failures:
         known = (
-            f"its ranks {ranks_text(failure.ranks)} could not be read"
+            f"its {ranks_text(failure.ranks)} could not be read"
             if failure.ranks
             else "which ranks it runs is unknown"
         )
         said = f"; the scheduler says: {failure.scheduler_state}" if failure.scheduler_state else ""
+        what = "pod" if failure.pod else "node"
         findings.append(
             Finding(
                 KIND_NODE_UNREACHABLE,
                 failure.ranks,
-                f"node {failure.host} did not answer mldebug collect ({failure.reason}): "
+                f"{what} {failure.host} did not answer mldebug collect ({failure.reason}): "
                 f"{known}{said}",
-                recipe="node-unreachable",
+                recipe=failure.recipe,
                 severity=SEVERITY_ERROR,
             )
         )
@@ -62,8 +65,10 @@ def merge_nodes(
     world_size: int | None = None,
     job: str = "",
     now: float | None = None,
+    pods: Sequence[PodStory] = (),
 ) -> JobSnapshot:
-    """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none.
+    """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none;
+    `pods`: what Kubernetes says of the job's pods (analysis.pods), judged with the rest.
     A rank two nodes both claim is kept from the first (the job key of either is wrong)."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
@@ -88,8 +93,11 @@ def merge_nodes(
                     rank=rank,
                     target=None,
                     state=STATE_UNREADABLE,
-                    detail=f"its node {failure.host} did not answer",
+                    detail=f"its {'pod' if failure.pod else 'node'} {failure.host} did not answer",
                 )
+    told = pod_evidence(pods, set(views), now)
+    for view in told.views:  # the ranks of pods that ended or never started
+        views.setdefault(view.rank, view)
     for rank in range(world_size or 0):
         if rank not in views:
             views[rank] = RankView(
@@ -107,17 +115,18 @@ def merge_nodes(
         states,
     )
     failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
-    crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
+    crashes = sorted(
+        [c for n in nodes for c in n.crashes] + list(told.crashes), key=lambda c: c.time
+    )
     events = [e for n in nodes for e in n.events]
     findings = find_problems(ordered, world_size, failed, crashes, sequence=sequence, events=events)
-    errors = [f for f in findings if f.severity == SEVERITY_ERROR]
-    rest = [f for f in findings if f.severity != SEVERITY_ERROR]
+    findings = sort_findings([*findings, *unreachable_findings(failures), *told.findings])
     return JobSnapshot(
         time=now,
         ranks=tuple(ordered),
         groups=groups,
         tree=build_tree(groups),
-        findings=tuple(errors + unreachable_findings(failures) + rest),
+        findings=findings,
         world_size=world_size,
         job=job,
     )

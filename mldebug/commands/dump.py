@@ -38,6 +38,7 @@ from mldebug.commands.dump_profile import add_profile_arguments, with_profile
 from mldebug.commands.native import EXIT_LINES as NATIVE_EXIT_LINES
 from mldebug.commands.native import add_native_arguments, check_gdb, dump_cores, emit, with_native
 from mldebug.errors import (
+    K8S_PTRACE_REMEDY,
     PTRACE_REMEDY,
     MldebugError,
     PermissionDeniedError,
@@ -56,7 +57,7 @@ exit status:
   2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
-  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh;
+  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh; --k8s: kubectl;
        --native-all, --core: gdb)
   70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
   74   the report could not be written (standard output closed, disk full)
@@ -209,7 +210,8 @@ def main(argv: list[str]) -> int:
         notes = readings.notes
     if _all_refused(snapshot):
         raise PermissionDeniedError(
-            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
+            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)",
+            K8S_PTRACE_REMEDY if spec is not None and spec.k8s is not None else PTRACE_REMEDY,
         )
     if args.native_all and readings is not None:
         snapshot, dumps = with_native(snapshot, readings, args.gdb_timeout, args.deadline * 4)
