@@ -279,3 +279,33 @@ def test_no_pods_or_no_kubectl_say_what_to_do():
     assert done.returncode == 3 and "NotFound" in done.stderr
     done = _mldebug("dump", "--k8s", "pod/x", path=os.path.dirname(sys.executable))
     assert done.returncode == 5 and "kubectl is not installed" in done.stderr
+
+
+def test_a_restart_long_ago_is_information_only():
+    old = _story(
+        restarts=9, last_end=ContainerEnd("OOMKilled", exit_code=137, finished=NOW - 86400)
+    )
+    (finding,) = [f for f in _merged(old).findings if f.kind == KIND_POD_RESTARTS]
+    assert finding.severity == "info"
+
+
+def test_a_loop_of_runs_that_exit_0_is_still_not_running():
+    # restartPolicy Always: a container whose process returns 0 is started again and again.
+    looping = _story(running=False, waiting="CrashLoopBackOff: back-off 2m40s", restarts=6,
+                     last_end=ContainerEnd("Completed", exit_code=0, finished=NOW - 300))  # fmt: skip
+    findings = _merged(looping).findings
+    assert [f.kind for f in findings if f.kind in (KIND_CRASH, KIND_POD_NOT_RUNNING)] == [
+        KIND_POD_NOT_RUNNING
+    ]
+
+
+def test_a_succeeded_pod_without_its_container_status_is_no_finding():
+    done = _story(running=False, phase="Succeeded")
+    assert not [f for f in _merged(done).findings if f.kind == KIND_POD_NOT_RUNNING]
+
+
+def test_a_running_pod_whose_container_has_no_status_yet_counts_as_running():
+    data = recorded("pytorchjob-hung.json")["pods"]["items"][0]
+    data["status"]["containerStatuses"] = []
+    (found,) = read_pods({"items": [data]}, "pytorchjob")
+    assert found.story.running

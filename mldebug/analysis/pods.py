@@ -20,6 +20,7 @@ from mldebug.model import (
     KIND_POD_NOT_RUNNING,
     KIND_POD_RESTARTS,
     SEVERITY_ERROR,
+    SEVERITY_INFO,
     SEVERITY_WARNING,
     STATE_EXITED,
     STATE_MISSING,
@@ -33,6 +34,7 @@ from mldebug.wording import ranks_text
 
 GiB = 1 << 30
 MiB = 1 << 20
+RECENT_RESTART = 3600.0  # seconds: a restart older than this is told as information only
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,11 @@ def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) ->
     for pod in pods:
         unread = [r for r in pod.ranks if r not in read]
         end = None if pod.running else pod.ended
-        if end is None and not pod.running and pod.waiting and pod.last_end is not None:
+        failed_before = pod.last_end is not None and pod.last_end.exit_code != 0
+        if end is None and not pod.running and pod.waiting and failed_before:
             end = pod.last_end  # a crash loop: between restarts, the last run's end is why
+        if pod.phase == "Succeeded" and end is None:
+            end = ContainerEnd("Completed", exit_code=0)  # its container's status is gone
         if end is not None and end.exit_code == 0 and end.reason == "Completed":
             views += [RankView(r, None, STATE_EXITED, exit_code=0) for r in unread]
             continue
@@ -158,6 +163,9 @@ def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) ->
             continue
         if pod.restarts and pod.last_end is not None:
             times = "once" if pod.restarts == 1 else f"{pod.restarts} times"
+            # A restart long before this look is history, not what holds the job now.
+            finished = pod.last_end.finished
+            recent = finished is None or now - finished < RECENT_RESTART
             findings.append(
                 Finding(
                     KIND_POD_RESTARTS,
@@ -167,7 +175,7 @@ def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) ->
                     recipe="pod-oomkilled"
                     if pod.last_end.reason == "OOMKilled"
                     else "pod-restarts",
-                    severity=SEVERITY_WARNING,
+                    severity=SEVERITY_WARNING if recent else SEVERITY_INFO,
                 )
             )
     return PodEvidence(tuple(views), tuple(crashes), tuple(findings + _nodes(pods)))

@@ -80,7 +80,10 @@ def get_json(spec: K8sSpec, args: list[str], env: dict | None, required: bool = 
         return data
     if not required:
         return data if isinstance(data, dict) else None
-    why = answer.error or _said(answer) or f"exit code {answer.returncode}"
+    if answer.returncode == 0:
+        why = f"its answer is not one JSON object of at most {fanout.MAX_BYTES >> 20} MiB"
+    else:
+        why = answer.error or _said(answer) or f"exit code {answer.returncode}"
     low = why.lower()
     if "notfound" in low or "not found" in low:
         raise NoTargetError(

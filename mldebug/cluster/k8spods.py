@@ -281,7 +281,9 @@ def read_pod(data: object, kind: str = "pod") -> PodTarget | None:
         node=_text(spec.get("nodeName"), 253),
         phase=_text(status.get("phase"), 20),
         container=cname,
-        running="running" in now,
+        # No status for the container in a running pod (a status not yet written): it
+        # is taken to run, so that its collector says what it does.
+        running="running" in now or (not state and status.get("phase") == "Running"),
         restarts=_int(state.get("restartCount")) or 0,
         ended=ended,
         last_end=_end(before.get("terminated")),
