@@ -309,3 +309,25 @@ def test_a_running_pod_whose_container_has_no_status_yet_counts_as_running():
     data["status"]["containerStatuses"] = []
     (found,) = read_pods({"items": [data]}, "pytorchjob")
     assert found.story.running
+
+
+def test_many_pods_with_one_story_are_one_finding():
+    why = "0/64 nodes are available: 64 Insufficient nvidia.com/gpu."
+    pending = [
+        _story(name=f"big-worker-{i}", ranks=(2 * i + 2, 2 * i + 3), running=False,
+               phase="Pending", node="", unschedulable=why)
+        for i in range(64)
+    ]  # fmt: skip
+    (finding,) = pod_evidence(pending, set(), NOW).findings
+    assert finding.ranks == tuple(range(2, 130))
+    assert finding.summary.startswith(
+        "pods big-worker-0, big-worker-1, big-worker-2, big-worker-3 and 60 more (ranks 2-129) "
+        "are not running (Pending): unschedulable: 0/64 nodes"
+    )
+    lost = [
+        _story(name=f"w{i}", ranks=(i,), node=f"n{i}", node_problem="NotReady") for i in range(9)
+    ]
+    (finding,) = pod_evidence(lost, set(range(9)), NOW).findings
+    assert finding.summary.startswith(
+        "nodes n0, n1, n2, n3 and 5 more are NotReady: they hold pods w0"
+    )

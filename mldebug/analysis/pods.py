@@ -102,8 +102,18 @@ def _not_running(pod: PodStory) -> str:
     return "not started yet" if pod.phase == "Pending" else f"phase {pod.phase or 'unknown'}"
 
 
-def _ranks_of(pod: PodStory) -> str:
-    return f" ({ranks_text(pod.ranks)})" if pod.ranks else ""
+MAX_NAMED = 4  # pods named in one finding; the others are counted
+
+
+def _names(pods: Sequence[PodStory]) -> str:
+    """'pod a', 'pods a, b', 'pods a, b, c, d and 60 more'."""
+    names = ", ".join(p.name for p in pods[:MAX_NAMED])
+    more = f" and {len(pods) - MAX_NAMED} more" if len(pods) > MAX_NAMED else ""
+    return f"pod{'s' if len(pods) > 1 else ''} {names}{more}"
+
+
+def _ranks(pods: Sequence[PodStory]) -> tuple[int, ...]:
+    return tuple(sorted({r for p in pods for r in p.ranks}))
 
 
 def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) -> PodEvidence:
@@ -112,6 +122,8 @@ def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) ->
     views: list[RankView] = []
     crashes: list[RankCrash] = []
     findings: list[Finding] = []
+    waiting: dict[tuple[str, str], list[PodStory]] = {}  # not running, by what is said
+    restarted: dict[tuple[str, bool], list[PodStory]] = {}  # by how the last run ended
     for pod in pods:
         unread = [r for r in pod.ranks if r not in read]
         end = None if pod.running else pod.ended
@@ -152,32 +164,41 @@ def pod_evidence(pods: Sequence[PodStory], read: Collection[int], now: float) ->
                 RankView(r, None, STATE_MISSING, detail=f"its pod {pod.name}: {why}")
                 for r in unread
             ]
-            findings.append(
-                Finding(
-                    KIND_POD_NOT_RUNNING,
-                    pod.ranks,
-                    f"pod {pod.name}{_ranks_of(pod)} is not running ({pod.phase or '?'}): {why}",
-                    recipe="pod-pending",
-                )
-            )
+            waiting.setdefault((pod.phase or "?", why), []).append(pod)
             continue
         if pod.restarts and pod.last_end is not None:
-            times = "once" if pod.restarts == 1 else f"{pod.restarts} times"
             # A restart long before this look is history, not what holds the job now.
             finished = pod.last_end.finished
             recent = finished is None or now - finished < RECENT_RESTART
-            findings.append(
-                Finding(
-                    KIND_POD_RESTARTS,
-                    pod.ranks,
-                    f"pod {pod.name}{_ranks_of(pod)}: its container {pod.container} restarted "
-                    f"{times}; the last run ended: {ended_text(pod, pod.last_end, now)}",
-                    recipe="pod-oomkilled"
-                    if pod.last_end.reason == "OOMKilled"
-                    else "pod-restarts",
-                    severity=SEVERITY_WARNING if recent else SEVERITY_INFO,
-                )
+            restarted.setdefault((pod.last_end.reason, recent), []).append(pod)
+    for (phase, why), group in waiting.items():
+        ranks = _ranks(group)
+        findings.append(
+            Finding(
+                KIND_POD_NOT_RUNNING,
+                ranks,
+                f"{_names(group)}{f' ({ranks_text(ranks)})' if ranks else ''} "
+                f"{'is' if len(group) == 1 else 'are'} not running ({phase}): {why}",
+                recipe="pod-pending",
             )
+        )
+    for (reason, recent), group in restarted.items():
+        ranks = _ranks(group)
+        ends = [(p.last_end, p) for p in group if p.last_end is not None]  # all: grouped by it
+        end, last = max(ends, key=lambda pair: pair[0].finished or 0.0)
+        low, high = min(p.restarts for p in group), max(p.restarts for p in group)
+        times = "once" if high == 1 else f"{low if low == high else f'{low}-{high}'} times"
+        findings.append(
+            Finding(
+                KIND_POD_RESTARTS,
+                ranks,
+                f"{_names(group)}{f' ({ranks_text(ranks)})' if ranks else ''}: the training "
+                f"container restarted {times}; the last run ended: "
+                f"{ended_text(last, end, now)}",
+                recipe="pod-oomkilled" if reason == "OOMKilled" else "pod-restarts",
+                severity=SEVERITY_WARNING if recent else SEVERITY_INFO,
+            )
+        )
     return PodEvidence(tuple(views), tuple(crashes), tuple(findings + _nodes(pods)))
 
 
@@ -186,15 +207,22 @@ def _nodes(pods: Sequence[PodStory]) -> list[Finding]:
     for pod in pods:
         if pod.node and pod.node_problem:
             by_node.setdefault(pod.node, []).append(pod)
-    findings = []
+    by_problem: dict[str, list[str]] = {}
     for node, on in sorted(by_node.items()):
-        ranks = sorted(r for p in on for r in p.ranks)
-        named = ", ".join(p.name for p in on[:4]) + (", ..." if len(on) > 4 else "")
+        by_problem.setdefault(on[0].node_problem, []).append(node)
+    findings = []
+    for problem, nodes in by_problem.items():
+        on = [p for node in nodes for p in by_node[node]]
+        ranks = _ranks(on)
+        named = ", ".join(nodes[:MAX_NAMED])
+        named += f" and {len(nodes) - MAX_NAMED} more" if len(nodes) > MAX_NAMED else ""
         findings.append(
             Finding(
                 KIND_NODE_NOT_READY,
-                tuple(ranks),
-                f"node {node} is {on[0].node_problem}: it holds pod {named}"
+                ranks,
+                f"node{'s' if len(nodes) > 1 else ''} {named} "
+                f"{'is' if len(nodes) == 1 else 'are'} {problem}: "
+                f"{'it holds' if len(nodes) == 1 else 'they hold'} {_names(on)}"
                 + (f" ({ranks_text(ranks)})" if ranks else ""),
                 recipe="k8s-node-not-ready",
                 severity=SEVERITY_ERROR,
