@@ -69,9 +69,7 @@ K8S_PTRACE_REMEDY = (
     "    (the baseline and restricted Pod Security Standards forbid it: ask for an exemption)\n"
     "  * read from an ephemeral debug container that may trace the training one:\n"
     "    kubectl debug -it POD --target=CONTAINER --profile=general --image=IMAGE_WITH_MLDEBUG"
-    " -- mldebug dump\n"
-    "  * under `mldebug run`, the ranks' agents still say where each rank waits: "
-    "mldebug dump --run DIR in the pod"
+    " -- mldebug dump"
 )
 
 PYSPY_REMEDY = "Install it in the environment mldebug runs from: pip install py-spy"
