@@ -46,6 +46,10 @@ async def test_attach_k8s_shows_the_pods_ranks_and_the_verdict(pod_job):
     async with app.run_test(size=(140, 40)) as pilot:
         await _first_look(app, pilot)
         assert _rows(app) == {"0": "stuck", "1": "stuck", "2": "stuck", "3": "stuck"}
+        table = app.query_one(RankTable)
+        cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        hosts = {row[0]: row for row in cells}
+        assert "train-master-0" in hosts["1"] and "train-worker-0" in hosts["2"], cells
         banner = " ".join(str(app.query_one(FindingsBanner).render()).split())
         assert "rank 2 never reached all_reduce: it is stuck in load_shard" in banner
         await pilot.press("q")
