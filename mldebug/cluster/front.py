@@ -33,6 +33,7 @@ REMOTE_ENV = "MLDEBUG_REMOTE"  # how to start mldebug on a node (default: this P
 SSH_OPTIONS_ENV = "MLDEBUG_SSH_OPTIONS"
 SSH_DEFAULTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 NO_RANKS = 3  # `mldebug collect`'s exit code when a node has no rank process
+MAX_POD_NOTES = 16  # pods listed with their ranks above a --k8s report
 
 
 @dataclass(frozen=True)
@@ -237,11 +238,15 @@ class Collection:
             elif not any(self._take(answer.key, line) for line in reversed(answer.lines)):
                 self.failures.append(exec_failure(pod, answer))
         read = {node.host: [v.rank for v in node.views] for node in self.nodes}
-        for pod in pods:  # which pod holds which ranks, where: the report names ranks only
+        for pod in pods[:MAX_POD_NOTES]:  # which pod holds which ranks, and where
             ranks = read.get(pod.story.name) or list(pod.story.ranks)
             self.notes.append(
                 f"pod {pod.story.name} on node {pod.story.node or '(none)'}: "
                 + (ranks_text(ranks) if ranks else "ranks unknown")
+            )
+        if len(pods) > MAX_POD_NOTES:
+            self.notes.append(
+                f"... and {len(pods) - MAX_POD_NOTES} more pods (--json: each rank's pod is its host)"
             )
 
     def snapshot(self) -> JobSnapshot:
