@@ -331,3 +331,46 @@ def test_many_pods_with_one_story_are_one_finding():
     assert finding.summary.startswith(
         "nodes n0, n1, n2, n3 and 5 more are NotReady: they hold pods w0"
     )
+
+
+def _mldebug_with(*args: str, **env: str):
+    return subprocess.run(
+        [sys.executable, "-m", "mldebug", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PATH": f"{STAND_IN}{os.pathsep}{os.environ['PATH']}",
+            "KUBECTL_RECORDED": str(RECORDED / "pytorchjob-hung.json"),
+            **env,
+        },
+    )
+
+
+def test_a_pod_without_mldebug_is_named_with_the_image_to_fix():
+    # `env` in the pod finds no such program: what an image without mldebug answers.
+    done = _mldebug_with(
+        "dump", "--k8s", "pod/train-worker-0", "--namespace", "research", "--json",
+        MLDEBUG_REMOTE="/nonexistent/bin/mldebug",
+    )  # fmt: skip
+    (lost,) = [f for f in json.loads(done.stdout)["findings"] if f["kind"] == "node_unreachable"]
+    assert lost["recipe"] == "k8s-exec", lost
+    assert "mldebug is not in container pytorch" in lost["summary"]
+    assert "install it in the image" in lost["summary"] and lost["ranks"] == [2, 3]
+
+
+def test_a_pod_that_never_answers_is_cut_at_the_deadline():
+    done = _mldebug_with(
+        "dump", "--k8s", "pod/train-worker-0", "--namespace", "research", "--json",
+        "--deadline", "3",
+        MLDEBUG_REMOTE=f"{sys.executable} -c 'import time; time.sleep(120)'",
+    )  # fmt: skip
+    (lost,) = [f for f in json.loads(done.stdout)["findings"] if f["kind"] == "node_unreachable"]
+    assert "no answer within" in lost["summary"] and lost["ranks"] == [2, 3], lost
+
+
+def test_a_context_kubectl_does_not_know_is_one_clear_line():
+    done = _mldebug_with("dump", "--k8s", "pod/x", "--context", "nope")
+    assert done.returncode == 2 and 'context "nope" does not exist' in done.stderr
+    assert "Traceback" not in done.stderr
