@@ -265,6 +265,7 @@ def _mldebug(*args: str, recorded_file: str = "pytorchjob-hung.json", path: str 
         (["--k8s", "pytorchjob/x", "--pid", "1"], "drop TARGET"),
         (["--namespace", "x"], "go with --k8s"),
         (["--k8s", "pod/x", "--namespace", "Bad NS"], "--namespace"),
+        (["--k8s", "pod/x", "-n", "research"], "the namespace is --namespace research"),
     ],
 )
 def test_bad_k8s_arguments_are_one_line(args, said):

@@ -294,6 +294,8 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
 
 
 def _k8s_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float):
+    if args.target is not None and getattr(args, "native", False):
+        parser.error(f"-n is --native (as in py-spy): the namespace is --namespace {args.target}")
     if args.target is not None or args.pid or args.slurm or args.hosts or args.run:
         parser.error("--k8s reads the job's pods: drop TARGET, --pid, --slurm, --hosts, --run")
     from mldebug.cluster.front import ClusterSpec

@@ -184,8 +184,8 @@ def main(argv: list[str]) -> int:
         raise MldebugError(
             f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
         ) from None
+    spec = cluster_spec(parser, args, args.deadline)  # first: it says what a TARGET beside it is
     pids, run_dir = target_of(parser, args)
-    spec = cluster_spec(parser, args, args.deadline)
     if spec is not None and (args.core is not None or args.native_all):
         raise MldebugError(
             "--core and --native-all read this machine's ranks and cores only",
