@@ -61,4 +61,15 @@ PTRACE_REMEDY = (
     "  * run mldebug as root, keeping your environment: sudo -E $(which mldebug) ..."
 )
 
+K8S_PTRACE_REMEDY = (
+    "mldebug collect reads stacks with ptrace, which the pods' containers refused. Any one "
+    "of these fixes it:\n"
+    "  * give the training container the capability: securityContext.capabilities.add: "
+    "[SYS_PTRACE]\n"
+    "    (the baseline and restricted Pod Security Standards forbid it: ask for an exemption)\n"
+    "  * read from an ephemeral debug container that may trace the training one:\n"
+    "    kubectl debug -it POD --target=CONTAINER --profile=general --image=IMAGE_WITH_MLDEBUG"
+    " -- mldebug dump"
+)
+
 PYSPY_REMEDY = "Install it in the environment mldebug runs from: pip install py-spy"

@@ -51,6 +51,9 @@ KIND_MEMORY_GROWTH = "memory_growth"  # a rank's memory grew at each of its last
 KIND_MEMORY_OUTLIER = "memory_outlier"  # a rank uses far more memory than the others
 KIND_MEMORY_CENSUS = "memory_census"  # informational: a census of live tensors asked for
 KIND_NODE_UNREACHABLE = "node_unreachable"  # a node did not answer `mldebug collect`
+KIND_POD_NOT_RUNNING = "pod_not_running"  # Kubernetes: a pod of the job is not running yet
+KIND_POD_RESTARTS = "pod_restarts"  # Kubernetes: a pod's training container restarted
+KIND_NODE_NOT_READY = "node_not_ready"  # Kubernetes: a node that holds the job's pods
 KIND_FR_INCOMPLETE = "fr_incomplete"  # Flight Recorder: a collective all entered never completed
 KIND_FR_UNREAD = "fr_unread"  # Flight Recorder dumps of a run left unread for time (`dump`)
 # From NCCL debug logs and torch.distributed's error text (mldebug.nccl, `mldebug nccl`).
@@ -503,6 +506,45 @@ class NodeFailure:
     reason: str  # "timed out after 30 s", "ssh: connect refused", ...
     ranks: tuple[int, ...] = ()  # the ranks the scheduler placed there, when it says
     scheduler_state: str = ""  # what SLURM says of the node or job (squeue/scontrol)
+    recipe: str = "node-unreachable"  # what to do (k8s-exec: a pod refused kubectl exec)
+    pod: bool = False  # `host` is a Kubernetes pod (--k8s), not a machine
+
+
+# ---- what Kubernetes says of a job's pods (mldebug.cluster.k8spods) ----
+
+
+@dataclass(frozen=True)
+class ContainerEnd:
+    """How a container's run ended (a pod's containerStatuses[].state/lastState.terminated)."""
+
+    reason: str  # OOMKilled, Error, Completed, ContainerStatusUnknown, ...
+    exit_code: int | None = None
+    signal: int | None = None
+    finished: float | None = None  # epoch seconds
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PodStory:
+    """One pod of the job as the API server tells it: where it runs, which ranks the
+    controller's environment gives it, and how its training container fared."""
+
+    name: str
+    ranks: tuple[int, ...] = ()  # from RANK/PET_NODE_RANK/PET_NPROC_PER_NODE...; () unknown
+    node: str = ""  # spec.nodeName; "" while unscheduled
+    phase: str = ""  # Pending, Running, Succeeded, Failed, Unknown
+    container: str = ""  # the training container
+    running: bool = False  # the training container runs now
+    restarts: int = 0
+    ended: ContainerEnd | None = None  # the container's current state, when terminated
+    last_end: ContainerEnd | None = None  # how its run before the latest restart ended
+    waiting: str = ""  # "CrashLoopBackOff: back-off 5m0s restarting failed container"
+    memory_limit: int | None = None  # bytes (resources.limits.memory)
+    reason: str = ""  # the pod's status.reason (Evicted, ...)
+    message: str = ""  # the pod's status.message
+    unschedulable: str = ""  # why the scheduler did not place it (PodScheduled=False)
+    node_problem: str = ""  # its node's Ready condition when not True: "NotReady: ..."
+    warnings: tuple[str, ...] = ()  # its Warning events, newest last: "BackOff: ..."
 
 
 # ---- native stacks of every thread, read with gdb (mldebug.collect.gdb) ----

@@ -2,6 +2,7 @@
 
 import pytest
 from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
+from testkit.k8s import pod_job  # noqa: F401 (one job for the --k8s tests, shared)
 from testkit.procs import sleepy_ranks
 
 

@@ -22,6 +22,8 @@ _SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEV
 # Within a severity: a crash, then what the ranks wait for, then what is merely slow.
 _KIND_ORDER = (
     model.KIND_CRASH,
+    model.KIND_NODE_NOT_READY,
+    model.KIND_POD_NOT_RUNNING,
     model.KIND_NONFINITE,
     model.KIND_MISSING,
     model.KIND_FROZEN,

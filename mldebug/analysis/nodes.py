@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from mldebug.analysis.judge import Evidence
 from mldebug.analysis.merge import build_tree, merge_groups
+from mldebug.analysis.pods import pod_evidence
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.analysis.snapshot import Look, as_waiting, judged
 from mldebug.model import (
@@ -29,6 +30,7 @@ from mldebug.model import (
     JobSnapshot,
     NodeFailure,
     NodeReading,
+    PodStory,
     RankView,
     SourceFindings,
 )
@@ -39,18 +41,19 @@ def unreachable_findings(failures: Sequence[NodeFailure]) -> list[Finding]:
     findings = []
     for failure in failures:
         known = (
-            f"its ranks {ranks_text(failure.ranks)} could not be read"
+            f"its {ranks_text(failure.ranks)} could not be read"
             if failure.ranks
             else "which ranks it runs is unknown"
         )
         said = f"; the scheduler says: {failure.scheduler_state}" if failure.scheduler_state else ""
+        what = "pod" if failure.pod else "node"
         findings.append(
             Finding(
                 KIND_NODE_UNREACHABLE,
                 failure.ranks,
-                f"node {failure.host} did not answer mldebug collect ({failure.reason}): "
+                f"{what} {failure.host} did not answer mldebug collect ({failure.reason}): "
                 f"{known}{said}",
-                recipe="node-unreachable",
+                recipe=failure.recipe,
                 severity=SEVERITY_ERROR,
             )
         )
@@ -63,12 +66,14 @@ def merge_nodes(
     world_size: int | None = None,
     job: str = "",
     now: float | None = None,
+    pods: Sequence[PodStory] = (),
     sources: Sequence[Callable[[Sequence[RankView]], SourceFindings]] = (),
 ) -> JobSnapshot:
     """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none;
-    `sources`: what else speaks of the merged ranks (NCCL RAS, asked through the nodes),
-    heard before the one judge's verdict. A rank two nodes both claim is kept from the first
-    (the job key of either is wrong)."""
+    `pods`: what Kubernetes says of the job's pods (analysis.pods); `sources`: what else
+    speaks of the merged ranks (NCCL RAS, asked through the nodes). All are heard before the
+    one judge's verdict. A rank two nodes both claim is kept from the first (the job key of
+    either is wrong)."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
     node_groups = []
@@ -92,8 +97,11 @@ def merge_nodes(
                     rank=rank,
                     target=None,
                     state=STATE_UNREADABLE,
-                    detail=f"its node {failure.host} did not answer",
+                    detail=f"its {'pod' if failure.pod else 'node'} {failure.host} did not answer",
                 )
+    told = pod_evidence(pods, set(views), now)
+    for view in told.views:  # the ranks of pods that ended or never started
+        views.setdefault(view.rank, view)
     for rank in range(world_size or 0):
         if rank not in views:
             views[rank] = RankView(
@@ -111,9 +119,11 @@ def merge_nodes(
         states,
     )
     failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
-    crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
+    crashes = sorted(
+        [c for n in nodes for c in n.crashes] + list(told.crashes), key=lambda c: c.time
+    )
     events = [e for n in nodes for e in n.events]
-    said = [SourceFindings(found=tuple(unreachable_findings(failures)))]
+    said = [SourceFindings(found=tuple(unreachable_findings(failures)) + tuple(told.findings))]
     said += [source(ordered) for source in sources]
     evidence = Evidence(
         views=tuple(ordered),

@@ -21,23 +21,27 @@ from mldebug.analysis.nodes import merge_nodes
 from mldebug.cluster import fanout, slurm
 from mldebug.cluster.document import Reader
 from mldebug.cluster.hostlist import compress
+from mldebug.cluster.k8s import K8sSpec, exec_argv, exec_failure, find_pods
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
 from mldebug.errors import MldebugError, ToolMissingError
 from mldebug.model import (
     JobSnapshot,
     NodeFailure,
     NodeReading,
+    PodStory,
     RankView,
     SourceFindings,
     StackSample,
 )
 from mldebug.nccl.ras_verdict import carried_findings
 from mldebug.textsafe import one_line
+from mldebug.wording import ranks_text
 
 REMOTE_ENV = "MLDEBUG_REMOTE"  # how to start mldebug on a node (default: this Python's)
 SSH_OPTIONS_ENV = "MLDEBUG_SSH_OPTIONS"
 SSH_DEFAULTS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 NO_RANKS = 3  # `mldebug collect`'s exit code when a node has no rank process
+MAX_POD_NOTES = 16  # pods listed with their ranks above a --k8s report
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class ClusterSpec:
     parallel: int = fanout.DEFAULT_PARALLEL
     env: dict | None = field(default=None, compare=False)
     collect_options: tuple[str, ...] = ()  # passed on to every node's `mldebug collect`
+    k8s: K8sSpec | None = None  # the pods of a Kubernetes job, through kubectl exec
 
 
 def remote_mldebug() -> list[str]:
@@ -115,6 +120,8 @@ class Collection:
         self.failures: list[NodeFailure] = []
         self.notes: list[str] = []
         self.job = ""
+        self.pods: list[PodStory] = []  # what Kubernetes says of the job's pods
+        self.world_size: int | None = None  # what the pods' environment says, if any
 
     def _take(self, host: str, line: bytes) -> bool:
         data = _document(line)
@@ -211,7 +218,47 @@ class Collection:
             if not any(self._take(host, line) for line in reversed(lines)):
                 self.failures.append(NodeFailure(host, _reason(answer)))
 
+    def via_k8s(self) -> None:
+        """Each running pod's training container through `kubectl exec`, at most
+        `parallel` at a time; the pods' story from the API server beside it."""
+        spec = self.spec
+        assert spec.k8s is not None  # asked for only with --k8s
+        pods, notes = find_pods(spec.k8s, spec.env)
+        self.notes.extend(notes)
+        self.pods = [p.story for p in pods]
+        namespace = f" in namespace {spec.k8s.namespace}" if spec.k8s.namespace else ""
+        self.job = f"{spec.k8s.target.label()}{namespace}"
+        sizes = [p.world_size for p in pods if p.world_size]
+        self.world_size = max(sizes) if sizes else None
+        collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
+        runnable = {p.story.name: p for p in pods if p.story.running and p.container}
+        commands = [
+            (name, exec_argv(spec.k8s, p, collect, spec.env)) for name, p in runnable.items()
+        ]
+        answers = fanout.run_many(
+            commands, spec.deadline, spec.parallel, spec.env, total=spec.deadline * 4
+        )
+        for answer in answers:
+            pod = runnable[answer.key]
+            if answer.returncode == NO_RANKS:
+                said = [one_line(x) for x in answer.stderr.splitlines() if x.strip()]
+                self.notes.append(f"{answer.key}: {said[0][:300] if said else 'no rank process'}")
+            elif not any(self._take(answer.key, line) for line in reversed(answer.lines)):
+                self.failures.append(exec_failure(pod, answer))
+        read = {node.host: [v.rank for v in node.views] for node in self.nodes}
+        for pod in pods[:MAX_POD_NOTES]:  # which pod holds which ranks, and where
+            ranks = read.get(pod.story.name) or list(pod.story.ranks)
+            self.notes.append(
+                f"pod {pod.story.name} on node {pod.story.node or '(none)'}: "
+                + (ranks_text(ranks) if ranks else "ranks unknown")
+            )
+        if len(pods) > MAX_POD_NOTES:
+            self.notes.append(
+                f"... and {len(pods) - MAX_POD_NOTES} more pods (--json: each rank's pod is its host)"
+            )
+
     def snapshot(self) -> JobSnapshot:
+        sizes = [n.world_size for n in self.nodes if n.world_size] + [self.world_size or 0]
         answers = [node.ras for node in self.nodes if node.ras is not None]
 
         def ras(views: Sequence[RankView]) -> SourceFindings:
@@ -221,18 +268,25 @@ class Collection:
             return said
 
         return merge_nodes(
-            self.nodes, self.failures, job=self.job, sources=[ras] if answers else []
+            self.nodes,
+            self.failures,
+            world_size=max(sizes) or None,
+            job=self.job,
+            pods=self.pods,
+            sources=[ras] if answers else [],
         )
 
 
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
     """Read every node once: the merged snapshot, and notes for the user."""
     collection = Collection(spec)
-    if spec.slurm and not spec.hosts:
+    if spec.k8s is not None:
+        collection.via_k8s()
+    elif spec.slurm and not spec.hosts:
         collection.via_slurm()
     else:
         collection.via_hosts()
-    if not collection.nodes and not collection.failures:
+    if not collection.nodes and not collection.failures and not collection.pods:
         raise MldebugError(
             "\n".join(["no node has rank processes of yours to read", *collection.notes]),
             "Check the host list, or that the job runs.",

@@ -5,6 +5,11 @@ Inside a SLURM job the batch script and the `srun` it runs carry SLURM_PROCID=0 
 job's id too, but no step: the tasks `srun` started (the ranks) are the processes with a
 SLURM_STEP_ID. The step `mldebug collect` itself runs in is left out, and so is any other
 collector a front end started (they carry MLDEBUG_COLLECTOR).
+
+In a Kubernetes pod (`--pod HOSTNAME`, what `dump --k8s` passes) only the processes whose
+HOSTNAME is the pod's count: the container runtime puts it in every container's
+environment, and a collector that sees more than its pod (hostPID, a debug container in
+the node's process namespace) must not take another pod's ranks for its own.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ def _slurm_tasks(found: list) -> list:
     return kept
 
 
-def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTargets:
-    """The ranks on this node (of one SLURM job, or of one `mldebug run` directory, given
-    by its path or its name), as one job. NoTargetError when there are none."""
+def node_targets(
+    slurm_job: str | None = None, run: str | None = None, pod: str | None = None
+) -> JobTargets:
+    """The ranks on this node (of one SLURM job, of one `mldebug run` directory, given
+    by its path or its name, or of one pod), as one job. NoTargetError when none."""
     found = [(p, e) for p, e in discover_rank_processes() if COLLECTOR_MARK not in e]
     found = _slurm_tasks(found)
     if slurm_job is not None:
@@ -52,8 +59,11 @@ def node_targets(slurm_job: str | None = None, run: str | None = None) -> JobTar
             if (e.get("MLDEBUG_RUN_DIR") or "\0") in (run, os.path.abspath(run))
             or os.path.basename((e.get("MLDEBUG_RUN_DIR") or "").rstrip("/")) == run
         ]
+    if pod is not None:
+        found = [(p, e) for p, e in found if e.get("HOSTNAME") == pod]
     if not found:
         what = f" of SLURM job {slurm_job}" if slurm_job else f" of run {run}" if run else ""
+        what += f" in pod {pod}" if pod is not None else ""
         raise NoTargetError(f"no rank processes{what} on this node")
     host = rundir.hostname()
     targets = tuple(sorted((target_from_process(p, e, host) for p, e in found), key=_order))

@@ -205,7 +205,10 @@ def _attach_cluster(spec, interval: float) -> int:
     from mldebug.cluster.hostlist import compress
 
     first, _ = collect_cluster(spec)  # a wrong job or host list fails here, with its message
-    label = compress(list(spec.hosts)) if spec.hosts else f"SLURM job {spec.slurm}"
+    if spec.k8s is not None:
+        label = spec.k8s.target.label()
+    else:
+        label = compress(list(spec.hosts)) if spec.hosts else f"SLURM job {spec.slurm}"
     app = live_app(ClusterPoller(spec, first), interval=interval, job_name=label)
     return LiveView().run(app)
 

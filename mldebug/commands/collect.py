@@ -3,6 +3,7 @@
     mldebug collect                      every rank process of yours on this node
     mldebug collect --slurm-job JOBID    the tasks of one SLURM job on this node
     mldebug collect --run DIR|NAME       the ranks of one `mldebug run`
+    mldebug collect --pod HOSTNAME       in a Kubernetes pod: the pod's own processes
 
 It finds this node's ranks as `mldebug dump` does, reads their stacks a few times with
 py-spy (and their agents' state.json where they have one), judges each rank here, and
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--slurm-job", metavar="JOBID", help="only the tasks of this SLURM job")
     parser.add_argument("--run", metavar="DIR", help="only the ranks of this `mldebug run`")
+    parser.add_argument(
+        "--pod",
+        metavar="HOSTNAME",
+        help="only processes whose HOSTNAME is this (a Kubernetes pod's; what --k8s passes)",
+    )
     add_json(parser, "JSON output (the only format)")
     parser.add_argument("--host", help="the name to give this node (default: its hostname)")
     parser.add_argument("-n", "--native", action="store_true", help="native (C/C++) frames too")
@@ -71,7 +77,7 @@ def main(argv: list[str]) -> int:
 
     if args.native and args.nonblocking:
         raise_usage("--native and --nonblocking cannot be used together")
-    job = node_targets(args.slurm_job, args.run)
+    job = node_targets(args.slurm_job, args.run, args.pod)
     snapshot, readings = observe_job(job, args)
     host = args.host or rundir.hostname()
     # NCCL's RAS on this node (bounded, read-only): the front end judges the answer with

@@ -229,6 +229,9 @@ nodes' answers are merged into one report
   --slurm JOBID         the nodes of a running SLURM job, through srun --overlap
   --hosts HOSTLIST      these hosts (node[01-04],node07), through ssh (BatchMode) or pdsh;
                         with --slurm JOBID or --run DIR|NAME: only that job's ranks there
+  --k8s KIND/NAME       the pods of a Kubernetes job through kubectl exec: pytorchjob/NAME,
+                        trainjob/NAME, jobset/NAME, pod/NAME; or --k8s -l SELECTOR
+                        (--namespace NS, --context CTX; -n stays --native)
 """
 
 
@@ -246,10 +249,26 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="OPT",
         help="an ssh option for --hosts, e.g. -p2222 (also $MLDEBUG_SSH_OPTIONS); repeatable",
     )
+    parser.add_argument(
+        "--k8s",
+        nargs="?",
+        const="",
+        metavar="KIND/NAME",
+        help="a Kubernetes job's pods: pytorchjob/NAME, trainjob/NAME, jobset/NAME, pod/NAME",
+    )
+    parser.add_argument(
+        "-l", "--selector", metavar="SELECTOR", help="with --k8s: the pods with these labels"
+    )
+    parser.add_argument("--namespace", metavar="NS", help="with --k8s: the pods' namespace")
+    parser.add_argument("--context", metavar="CTX", help="with --k8s: the kubeconfig context")
 
 
 def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float):
     """The ClusterSpec the arguments ask for, or None for a job on this machine."""
+    if args.k8s is not None or args.selector is not None:
+        return _k8s_spec(parser, args, deadline)
+    if args.namespace is not None or args.context is not None:
+        parser.error("--namespace and --context go with --k8s")
     if args.slurm is None and args.hosts is None:
         return None
     if args.target is not None or args.pid:
@@ -272,6 +291,26 @@ def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, dead
         run=args.run,
         deadline=deadline,
     )
+
+
+def _k8s_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float):
+    if args.target is not None and getattr(args, "native", False):
+        parser.error(f"-n is --native (as in py-spy): the namespace is --namespace {args.target}")
+    if args.target is not None or args.pid or args.slurm or args.hosts or args.run:
+        parser.error("--k8s reads the job's pods: drop TARGET, --pid, --slurm, --hosts, --run")
+    from mldebug.cluster.front import ClusterSpec
+    from mldebug.cluster.k8s import K8sSpec
+    from mldebug.cluster.k8spods import is_name, parse_target
+
+    try:
+        target = parse_target(args.k8s or None, args.selector)
+    except ValueError as error:
+        parser.error(f"--k8s: {error}")
+    if args.namespace is not None and not is_name(args.namespace):
+        parser.error(f"--namespace {args.namespace!r} is not a Kubernetes namespace name")
+    if args.context is not None and (not args.context.isprintable() or not args.context):
+        parser.error("--context: a kubeconfig context name (kubectl config get-contexts)")
+    return ClusterSpec(deadline=deadline, k8s=K8sSpec(target, args.namespace, args.context))
 
 
 def reading_options(args: argparse.Namespace) -> dict:

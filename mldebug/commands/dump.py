@@ -44,6 +44,7 @@ from mldebug.commands.native import (
     emit,
 )
 from mldebug.errors import (
+    K8S_PTRACE_REMEDY,
     PTRACE_REMEDY,
     MldebugError,
     PermissionDeniedError,
@@ -62,7 +63,7 @@ exit status:
   2    bad command line (a bad TARGET, --pid, count or duration)
   3    nothing to look at: no such pid, no job found, several jobs found
   4    no permission: another user's pid, or ptrace refused for every rank
-  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh;
+  5    py-spy is not installed (--slurm: squeue/srun; --hosts: ssh or pdsh; --k8s: kubectl;
        --native-all, --core: gdb)
   70   internal error: a bug in mldebug (`mldebug --debug dump ...` shows the traceback)
   74   the report could not be written (standard output closed, disk full)
@@ -183,8 +184,8 @@ def main(argv: list[str]) -> int:
         raise MldebugError(
             f"--ranks: {args.ranks!r} is not a list of ranks like 0-3,7 ({error})"
         ) from None
+    spec = cluster_spec(parser, args, args.deadline)  # first: it says what a TARGET beside it is
     pids, run_dir = target_of(parser, args)
-    spec = cluster_spec(parser, args, args.deadline)
     if spec is not None and (args.core is not None or args.native_all):
         raise MldebugError(
             "--core and --native-all read this machine's ranks and cores only",
@@ -211,7 +212,8 @@ def main(argv: list[str]) -> int:
         notes = readings.notes
     if _all_refused(snapshot):
         raise PermissionDeniedError(
-            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)", PTRACE_REMEDY
+            f"could not read any rank's stack ({FAIL_PERMISSION}: ptrace refused)",
+            K8S_PTRACE_REMEDY if spec is not None and spec.k8s is not None else PTRACE_REMEDY,
         )
     if native is not None and readings is not None:
         dumps = native.dumps
