@@ -9,6 +9,7 @@ dropped, and the rest are sorted: most sure first.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,7 @@ from mldebug.explain.readers import (
     devices,
     elastic,
     memory,
+    messages,
     ncclerrors,
     network,
     stacks,
@@ -52,9 +54,12 @@ from mldebug.model import (
     SEVERITY_WARNING,
     Finding,
 )
+from mldebug.nccl import ras_read
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.logfacts import FileLog
 from mldebug.nccl.logparse import parse_bytes, rank_of_path
+from mldebug.nccl.ras_model import RasReport
+from mldebug.nccl.ras_verdict import KIND_NCCL_RAS
 
 MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
 MAX_TOTAL_BYTES = 128 << 20
@@ -69,6 +74,7 @@ NCCL_SURE = {
     KIND_CONNECTION: 0.66,
     KIND_DIST_ERROR: 0.7,
     KIND_NCCL_WARNING: 0.35,
+    KIND_NCCL_RAS: 0.8,
 }
 FR_SURE = 0.85
 # The words of the lines a finding of mldebug.nccl rests on, by kind.
@@ -86,6 +92,7 @@ NCCL_WORDS = {
     KIND_CONNECTION: ("onnection", "onnect", "clients joined"),
     KIND_DIST_ERROR: ("Timed out waiting", "enforce fail", "monitoredBarrier", "NCCL error"),
     KIND_NCCL_WARNING: ("NCCL WARN",),
+    KIND_NCCL_RAS: ("MISMATCH", "INCOMPLETE", "DEAD", "launched up to", " -- GPU "),
 }
 ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 
@@ -155,7 +162,7 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     # Progress bars split off the lines they were glued to stand between a message's lines:
     # only the timeouts reader, which asks who was still busy, reads them.
     text = [line for line in lines if not line.progress]
-    for reader in (collectives, network, ncclerrors, elastic, memory, devices, stacks):
+    for reader in (messages, collectives, network, ncclerrors, elastic, memory, devices, stacks):
         mine += reader.read(text)
     mine += timeouts.read(lines, scan.ranks)
     theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
@@ -202,6 +209,23 @@ def _root_causes(found: list[Explained]) -> list[Explained]:
     return out
 
 
+_RAS_START = re.compile(r"^[ \t]*NCCL version \S+ compiled with CUDA", re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def ras_in(text: str, source: str) -> list[RasReport]:
+    """A saved `ncclras` answer pasted (alone, or after other output): NCCL's RAS reader
+    (`mldebug nccl`'s) reads it from its first line on."""
+    start = _RAS_START.search(text) if "compiled with CUDA" in text else None
+    if start is None:
+        return []
+    data = _ANSI.sub("", text[start.start() :].replace("\r", ""))
+    try:
+        return [ras_read.parse_ras(data.encode("utf-8", "replace"), source)]
+    except ras_read.RasError:
+        return []
+
+
 def _read_text(path: str) -> tuple[bytes, bool]:
     data = safeio.read_head(path, MAX_SOURCE_BYTES + 1)
     return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
@@ -221,7 +245,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     files = [p for p in paths if p != "-"]
     found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
     result.problems += found.problems
-    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems)
+    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems, ras=found.ras)
     total = 0
     for log in found.logs:
         if log.error is not None:
@@ -243,7 +267,9 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     if stdin is not None:
         data = stdin[:MAX_SOURCE_BYTES]
         if data.strip():
-            lines = split_lines(data.decode("utf-8", "replace"), STDIN)
+            text = data.decode("utf-8", "replace")
+            scan.ras += ras_in(text, STDIN)
+            lines = split_lines(text, STDIN)
             scan.logs.append(_parsed(lines, STDIN))
             result.lines += lines
             result.sources.append(
@@ -264,7 +290,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
 def explain_text(text: str, source: str = STDIN) -> list[Explained]:
     """The findings of one text (the TUI's search box, tests, the benchmark)."""
     lines = split_lines(text, source)
-    scan = nccl_scan.Scan(logs=[_parsed(lines, source)])
+    scan = nccl_scan.Scan(logs=[_parsed(lines, source)], ras=ras_in(text, source))
     nccl_scan.finish(scan)
     return run_readers(lines, scan)
 

@@ -31,6 +31,15 @@ KIND_CUDA_OOM = "cuda_oom"
 KIND_LOSS_SCALE = "loss_scale_underflow"
 KIND_PYTHON_ERROR = "python_error"
 KIND_STACKS = "stacks"
+# The catalog's families (catalog.py, readers/messages.py).
+KIND_CUDA_ERROR = "cuda_error"
+KIND_DATALOADER = "dataloader_worker"
+KIND_PORT_IN_USE = "port_in_use"
+KIND_GPU_HARDWARE = "gpu_hardware"
+KIND_HOST_OOM = "host_oom"
+KIND_DDP_MODEL_MISMATCH = "ddp_model_mismatch"
+KIND_FSDP_STATE = "fsdp_state"
+KIND_NATIVE_CRASH = "native_crash"
 
 # The kinds only explain's readers make (the others are mldebug.nccl's and Flight Recorder's).
 EXPLAIN_KINDS = frozenset(
@@ -96,7 +105,7 @@ class Explanation:
 
     @property
     def readable(self) -> bool:
-        return bool(self.sources) or bool(self.scan.dumps)
+        return bool(self.sources) or bool(self.scan.dumps) or bool(self.scan.ras)
 
     @property
     def errors(self) -> bool:
