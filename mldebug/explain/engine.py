@@ -95,18 +95,32 @@ NCCL_WORDS = {
     KIND_NCCL_RAS: ("MISMATCH", "INCOMPLETE", "DEAD", "launched up to", " -- GPU "),
 }
 ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
+# mldebug.nccl's recipes for its dist_error findings: the ranks that did not reach a
+# collective (gloo, monitored_barrier), and NCCL errors torch raised.
+RECIPE_OUTSIDE = "rank-outside-collective"
+RECIPE_NCCL_RAISED = "nccl-warnings"
 
 
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
     words = NCCL_WORDS.get(finding.kind, ())
-    if finding.kind == KIND_NCCL_WARNING and "): " in finding.summary:
-        # "NCCL WARN on ranks.. (3x): <the message> -> ncclRemoteError": that message's lines
-        message = finding.summary.split("): ", 1)[1].split(" -> ")[0]
-        words = (message[:40],)
+    if finding.kind == KIND_NCCL_WARNING and finding.location:
+        # one WARN message: NCCL prints its source location before "NCCL WARN"
+        words = (f"{finding.location} NCCL WARN",)
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
     # the finding's own ranks' lines first (a partition: a long paste stays linear)
     return [ln for ln in hits if ln.rank in ranks] + [ln for ln in hits if ln.rank not in ranks]
+
+
+def _names_the_late(finding: Finding | Explained) -> bool:
+    """A timeout finding of mldebug.nccl that names the ranks the others waited for (ranks
+    that never enqueued the work), not the ranks that timed out: its ranks are none of the
+    ranks of its first part, those that timed out."""
+    if finding.kind != KIND_NCCL_TIMEOUT:
+        return False
+    parts = getattr(finding, "parts", ())
+    timed_out = set(parts[0].ranks) if parts else set(finding.ranks)
+    return bool(finding.ranks) and not set(finding.ranks) & timed_out
 
 
 def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Explained]:
@@ -116,7 +130,7 @@ def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Exp
             sure, cited = FR_SURE, []
         else:
             sure = NCCL_SURE.get(finding.kind, 0.5)
-            if finding.kind == KIND_NCCL_TIMEOUT and "never enqueued" in finding.summary:
+            if _names_the_late(finding):
                 sure = 0.88
             if finding.kind == KIND_NCCL_VERSION and finding.severity != SEVERITY_ERROR:
                 sure = 0.4
@@ -130,6 +144,7 @@ def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Exp
             severity=finding.severity,
             detail=finding.detail,
             location=finding.location,
+            late=_names_the_late(finding),
         ).cited(cited)
         if finding.kind.startswith("fr_"):
             explained = replace(explained, lines=tuple(d.path for d in dumps[:4]))
@@ -143,14 +158,14 @@ def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Expla
     kept = []
     for f in theirs:
         if f.kind == KIND_NCCL_TIMEOUT and kinds & {KIND_TIMEOUT_SUSPECT, KIND_SEQ_SPREAD}:
-            if "never enqueued" not in f.summary:
+            if not f.late:
                 continue
         if f.kind == KIND_DIST_ERROR and kinds & {
             KIND_NCCL_ERROR,
             KIND_DUPLICATE_GPU,
             KIND_NCCL_CUDA_OOM,
         }:
-            if "NCCL" in f.summary or "last error" in f.detail:
+            if f.recipe == RECIPE_NCCL_RAISED:  # torch's NCCL errors: ncclerrors reads them
                 continue
         kept.append(f)
     return kept
@@ -179,8 +194,9 @@ def _waited_for(finding: Explained) -> bool:
     if finding.kind == KIND_TIMEOUT_SUSPECT:
         return True
     if finding.kind == KIND_NCCL_TIMEOUT:
-        return "never enqueued" in finding.summary
-    return finding.kind == KIND_DIST_ERROR and " did not" in finding.summary
+        return finding.late
+    # gloo's and the monitored barrier's errors that name the ranks that did not come
+    return finding.kind == KIND_DIST_ERROR and finding.recipe == RECIPE_OUTSIDE
 
 
 RECIPE_CRASH = "rank-crash"

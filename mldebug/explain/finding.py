@@ -62,6 +62,9 @@ class Explained:
     severity: str = SEVERITY_ERROR
     detail: str = ""
     location: str | None = None  # file:line in the user's code, where known
+    # mldebug.nccl's timeout finding names the ranks that never enqueued the work the others
+    # timed out in (those the others waited for), not the ranks that timed out
+    late: bool = False
 
     def cited(self, lines) -> Explained:
         """This finding resting on `lines`: each once, in the order of their source."""
