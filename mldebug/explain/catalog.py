@@ -57,6 +57,8 @@ PARTS = {
     "state": r"[\w.]{1,80}",
     "dtypes": r"\{[^}\n]{1,200}\}",
     "flag": r"true|false|True|False|0|1",
+    "dims": r"\d{1,6},\d{1,6},\d{1,6}",
+    "kernel": r"[^\s()']{1,300}?\.cuh?:\d{1,6}",
     "loopback": r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}",
 }
 
@@ -166,7 +168,10 @@ def compile_format(fmt: str, choices: dict[str, tuple[str, ...]]) -> re.Pattern[
     for match in re.finditer(r"\{(\w+)\}", fmt):
         out.append(_literal(fmt[pos : match.start()]))
         name = match.group(1)
-        out.append(f"(?P<{name}>{part_regex(name, choices)})")
+        part = part_regex(name, choices)
+        if match.end() == len(fmt) and part.endswith("}?"):
+            part = part[:-1]  # a part that ends the message takes all it can
+        out.append(f"(?P<{name}>{part})")
         pos = match.end()
     out.append(_literal(fmt[pos:]))
     return re.compile("".join(out))
@@ -257,7 +262,7 @@ CATALOG: tuple[Message, ...] = (
         "device-assert",
         "CUDA device assert",
         "aten/src/ATen/native/cuda/*.cu CUDA_KERNEL_ASSERT (the device's printf of assert)",
-        "{path}: {text}: block: [{word}], thread: [{word2}] Assertion `{text2}` failed.",
+        "{kernel}: {text}: block: [{dims}], thread: [{dims2}] Assertion `{text2}` failed.",
         "a kernel's own check failed on the GPU (an index out of range: a label >= num_classes, "
         "a token id >= the vocabulary)",
         KIND_CUDA_ERROR,

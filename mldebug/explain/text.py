@@ -34,6 +34,14 @@ _EXTRA = re.compile(
 )
 
 
+# torchrun's --log-line-prefix-template (`node7:3:`, `3:`): a host that starts with a letter
+# and a rank, or a rank alone, each followed by ":" and no digit (NCCL's `host:pid:tid` and a
+# clock's `10:41:05` have digits there).
+_TEMPLATE = re.compile(
+    r"(?:(?P<host>[A-Za-z][\w.-]{0,63}):(?P<hrank>\d{1,5})|(?P<rank>\d{1,5})):(?![\d/])"
+)
+
+
 @dataclass(frozen=True)
 class Line:
     """One line of a source, cleaned: `text` is what follows the launcher prefixes."""
@@ -87,7 +95,12 @@ def _prefix(text: str) -> tuple[str | None, int | None, int]:
             continue
         got_host, got_rank, end = prefixes(text[pos:])
         if end == 0:
-            return host, rank, pos
+            template = _TEMPLATE.match(text, pos) if pos == 0 else None
+            if template is None:
+                return host, rank, pos
+            got_host = template.group("host")
+            got_rank = int(template.group("hrank") or template.group("rank"))
+            end = template.end() - pos
         if got_rank is not None and got_rank <= MAX_RANK:
             rank = got_rank
         host = got_host or host
