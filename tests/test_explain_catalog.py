@@ -51,6 +51,11 @@ VALUES = {
     "state": st.sampled_from(["TrainingState.IDLE", "TrainingState.PRE_BACKWARD"]),
     "dtypes": st.just("{torch.float32, torch.bfloat16}"),
     "flag": st.sampled_from(["true", "false", "0", "1"]),
+    "version": st.sampled_from(["2.21.5", "2.26.2+cuda12.6", "2.18.3"]),
+    "iface": st.sampled_from(["eth0:10.0.4.12<0>", "ib0:10.8.0.17<0>", "bond0:172.36.1.8<0>"]),
+    "float": st.sampled_from(["0.0001", "1e-05", "0.5"]),
+    "scope": st.sampled_from(["__global__", "__shared__", "__local__"]),
+    "access": st.sampled_from(["read", "write"]),
     "loopback": st.tuples(*[st.integers(0, 255)] * 3).map(lambda t: "127." + ".".join(map(str, t))),
 }
 PREFIXES = st.sampled_from(["", "[rank3]:", "[default3]:", "node7:3:", "3:", "3: "])
@@ -148,3 +153,17 @@ def test_corrected_pcie_errors_alone_are_information_not_a_warning():
     )
     found = explain_text(text)
     assert found and all(f.severity == "info" for f in found)
+
+
+NCCL_INFO = [m for m in CATALOG if m.reader == "nccl"]
+
+
+@pytest.mark.parametrize("message", NCCL_INFO, ids=lambda m: m.id)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_an_nccl_info_line_of_the_catalog_is_never_a_warning(message, data):
+    parts = data.draw(_lines(message))
+    line = f"gpu-node-14:4101:4190 [0] {message.format.format(**parts)}"
+    assert message.pattern.search(line)
+    found = explain_text(line + "\n", "info.log")
+    assert all(f.severity == "info" for f in found), [(f.kind, f.summary) for f in found]

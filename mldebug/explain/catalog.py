@@ -29,6 +29,7 @@ from mldebug.explain.finding import (
     KIND_FSDP_STATE,
     KIND_GLOO_INTERFACE,
     KIND_GPU_HARDWARE,
+    KIND_HARMLESS,
     KIND_HOST_OOM,
     KIND_LOSS_SCALE,
     KIND_NATIVE_CRASH,
@@ -37,7 +38,15 @@ from mldebug.explain.finding import (
     KIND_NCCL_INTERFACE,
     KIND_PORT_IN_USE,
 )
-from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING
+from mldebug.model import (
+    KIND_NCCL_INIT,
+    KIND_NCCL_NETWORK,
+    KIND_NCCL_VERSION,
+    KIND_RENDEZVOUS,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+)
 
 # What each placeholder matches. A name ending in a digit (`n2`) is its stem's kind.
 PARTS = {
@@ -59,6 +68,11 @@ PARTS = {
     "flag": r"true|false|True|False|0|1",
     "dims": r"\d{1,6},\d{1,6},\d{1,6}",
     "kernel": r"[^\s()']{1,300}?\.cuh?:\d{1,6}",
+    "version": r"\d+\.\d+\.\d+(?:\+cuda\d+\.\d+)?",
+    "iface": r"[\w.@-]{1,32}:[0-9A-Fa-f.:%\w]{1,64}<\d+>",
+    "float": r"\d+(?:\.\d+)?(?:e[+-]?\d+)?",
+    "scope": r"__global__|__shared__|__local__",
+    "access": r"read|write",
     "loopback": r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}",
 }
 
@@ -761,6 +775,189 @@ CATALOG: tuple[Message, ...] = (
         KIND_LOSS_SCALE,
         "fp16-loss-scale",
         reader="memory",
+    ),
+    # ---------------------------------------------------------------- more of torch
+    Message(
+        "store-based-barrier",
+        "torch c10d store-based barrier",
+        "torch/distributed/distributed_c10d.py _store_based_barrier (1.8-2.1)",
+        "Timed out initializing process group in store based barrier on rank {rank}, for key: "
+        "{text} (world_size={n}, worker_count={n2}, timeout={text2})",
+        "init_process_group waited for every rank and some never came: worker_count says how "
+        "many arrived of world_size",
+        KIND_RENDEZVOUS,
+        "missing-ranks",
+        confidence=0.86,
+        rank="none",
+        fix="find the ranks that never started or crashed before init_process_group (their "
+        "own output), and check WORLD_SIZE against the processes started",
+    ),
+    Message(
+        "rendezvous-timeout",
+        "torch.distributed.elastic rendezvous",
+        "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py (1.10-2.15)",
+        "RendezvousTimeoutError",
+        "torchrun's rendezvous timed out: not every node joined (a node that never started, "
+        "or cannot reach the rendezvous endpoint)",
+        KIND_RENDEZVOUS,
+        "rendezvous-hang",
+        confidence=0.8,
+        rank="none",
+    ),
+    Message(
+        "compute-sanitizer",
+        "NVIDIA compute-sanitizer",
+        "compute-sanitizer memcheck report (CUDA 11-12)",
+        "========= Invalid {scope} {access} of size {n} bytes",
+        "compute-sanitizer caught the kernel that reads or writes out of bounds (the line "
+        "below it names the kernel and thread)",
+        KIND_CUDA_ERROR,
+        "cuda-async-error",
+        confidence=0.93,
+        fix="the report's next lines name the kernel, the thread and the address; its host "
+        "backtrace shows the Python op that launched it",
+    ),
+    # ---------------------------------------------------------------- loss scalers
+    Message(
+        "fairseq-min-scale",
+        "fairseq loss scaler",
+        "fairseq/optim/dynamic_loss_scaler.py (0.10-0.12)",
+        "Minimum loss scale reached ({float}). Your loss is probably exploding.",
+        "fp16 overflowed at every step until fairseq's loss scale reached its minimum",
+        KIND_LOSS_SCALE,
+        "fp16-loss-scale",
+        confidence=0.88,
+        fix="lower the learning rate, clip gradients, or train in bf16",
+    ),
+    # ---------------------------------------------------------------- known and harmless
+    Message(
+        "pg-not-destroyed",
+        "torch ProcessGroupNCCL destructor",
+        "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (2.4-2.15)",
+        "process group has NOT been destroyed before",
+        "harmless at exit: the script did not call destroy_process_group() (call it at the "
+        "end of main to silence it)",
+        KIND_HARMLESS,
+        None,
+        severity=SEVERITY_INFO,
+        confidence=0.05,
+    ),
+    Message(
+        "destroy-not-called",
+        "torch ProcessGroupNCCL destructor",
+        "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (2.6-2.15)",
+        "destroy_process_group() was not called before program exit",
+        "harmless at exit: the script did not call destroy_process_group()",
+        KIND_HARMLESS,
+        None,
+        severity=SEVERITY_INFO,
+        confidence=0.05,
+    ),
+    Message(
+        "scheduler-before-optimizer",
+        "torch lr_scheduler",
+        "torch/optim/lr_scheduler.py (a GradScaler that skipped the first steps also causes it)",
+        "Detected call of `lr_scheduler.step()` before `optimizer.step()`.",
+        "harmless with fp16: the grad scaler skipped the first optimizer steps while it found "
+        "its scale, so the scheduler ran first",
+        KIND_HARMLESS,
+        None,
+        severity=SEVERITY_INFO,
+        confidence=0.05,
+    ),
+    Message(
+        "record-streams-deprecated",
+        "torch ProcessGroupNCCL",
+        "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (2.5-2.15)",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS is the default now, this environment variable is "
+        "thus deprecated.",
+        "harmless: an environment variable that no longer changes anything",
+        KIND_HARMLESS,
+        None,
+        severity=SEVERITY_INFO,
+        confidence=0.05,
+    ),
+    Message(
+        "find-unused-none",
+        "torch DDP reducer",
+        "torch/csrc/distributed/c10d/reducer.cpp (1.8-2.15)",
+        "find_unused_parameters=True was specified in DDP constructor, but did not find any "
+        "unused parameters in the forward pass.",
+        "harmless: find_unused_parameters=True costs a graph traversal per step and found "
+        "nothing; turn it off if the model has no unused parameters",
+        KIND_HARMLESS,
+        None,
+        severity=SEVERITY_INFO,
+        confidence=0.05,
+    ),
+    # ---------------------------------------------------------------- NCCL INFO (mldebug.nccl)
+    Message(
+        "nccl-version",
+        "NCCL INFO",
+        "src/init.cc showVersion (2.18-2.30)",
+        "NCCL version {version}",
+        "the NCCL version of the rank (compared across ranks by mldebug nccl)",
+        KIND_NCCL_VERSION,
+        "nccl-version-mismatch",
+        severity=SEVERITY_INFO,
+        reader="nccl",
+    ),
+    Message(
+        "nccl-bootstrap",
+        "NCCL INFO",
+        "src/bootstrap.cc bootstrapNetInit (2.18-2.30)",
+        "NCCL INFO Bootstrap : Using {iface}",
+        "the interface NCCL bootstraps over (read for the interface checks)",
+        KIND_NCCL_NETWORK,
+        "network-interface",
+        severity=SEVERITY_INFO,
+        reader="nccl",
+    ),
+    Message(
+        "nccl-net-socket",
+        "NCCL INFO",
+        "src/transport/net_socket.cc (2.18-2.30)",
+        "NCCL INFO NET/Socket : Using [0]{iface}",
+        "NCCL's socket transport and its interfaces",
+        KIND_NCCL_NETWORK,
+        "network-interface",
+        severity=SEVERITY_INFO,
+        reader="nccl",
+    ),
+    Message(
+        "nccl-using-network",
+        "NCCL INFO",
+        "src/init.cc (2.18-2.30)",
+        "NCCL INFO Using network {word}",
+        "the network transport NCCL chose (IB, Socket, a plugin)",
+        KIND_NCCL_NETWORK,
+        "nccl-sockets-instead-of-ib",
+        severity=SEVERITY_INFO,
+        reader="nccl",
+    ),
+    Message(
+        "nccl-init-complete",
+        "NCCL INFO",
+        "src/init.cc (2.18-2.30)",
+        "comm {word} rank {rank} nranks {n} cudaDev {n2} nvmlDev {n3} busId {word2} commId "
+        "{word3} - Init COMPLETE",
+        "a communicator finished its init on that rank",
+        KIND_NCCL_INIT,
+        "nccl-init-failure",
+        severity=SEVERITY_INFO,
+        rank="rank",
+        reader="nccl",
+    ),
+    Message(
+        "nccl-channel",
+        "NCCL INFO",
+        "src/transport.cc (P2P/IPC, P2P/CUMEM, SHM, NET, NVLS; 2.18-2.30)",
+        "NCCL INFO Channel {word} : {text} via {word2}",
+        "a channel's transport between two ranks",
+        KIND_NCCL_NETWORK,
+        "broken-p2p",
+        severity=SEVERITY_INFO,
+        reader="nccl",
     ),
 )
 

@@ -40,6 +40,7 @@ KIND_HOST_OOM = "host_oom"
 KIND_DDP_MODEL_MISMATCH = "ddp_model_mismatch"
 KIND_FSDP_STATE = "fsdp_state"
 KIND_NATIVE_CRASH = "native_crash"
+KIND_HARMLESS = "known_harmless"  # a warning torch prints that needs nothing done
 
 # The kinds only explain's readers make (the others are mldebug.nccl's and Flight Recorder's).
 EXPLAIN_KINDS = frozenset(

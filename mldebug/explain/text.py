@@ -38,7 +38,7 @@ _EXTRA = re.compile(
 # and a rank, or a rank alone, each followed by ":" and no digit (NCCL's `host:pid:tid` and a
 # clock's `10:41:05` have digits there).
 _TEMPLATE = re.compile(
-    r"(?:(?P<host>[A-Za-z][\w.-]{0,63}):(?P<hrank>\d{1,5})|(?P<rank>\d{1,5})):(?![\d/])"
+    r"(?:(?P<host>[A-Za-z][\w.-]{0,63}):(?P<hrank>\d{1,5})|(?P<rank>\d{1,5})):(?!\d)"
 )
 
 
