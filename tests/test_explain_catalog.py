@@ -167,3 +167,20 @@ def test_an_nccl_info_line_of_the_catalog_is_never_a_warning(message, data):
     assert message.pattern.search(line)
     found = explain_text(line + "\n", "info.log")
     assert all(f.severity == "info" for f in found), [(f.kind, f.summary) for f in found]
+
+
+def test_a_catalog_message_deep_in_a_long_log_is_still_read():
+    # GIVEN 30,000 lines of NCCL INFO chatter (a long log is read only around known words)
+    chatter = [
+        f"gpu-{i % 8}:{4100 + i % 8}:{4200 + i % 8} [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : "
+        f"{i % 8}[{i % 8}] -> {(i + 1) % 8}[{(i + 1) % 8}] via P2P/IPC/read"
+        for i in range(30_000)
+    ]
+    line = (
+        "RuntimeError: DDP expects same model across all ranks, but Rank 0 has 382 params, "
+        "while rank 5 has inconsistent 0 params."
+    )
+    text = "\n".join(chatter[:15_000] + [line] + chatter[15_000:])
+    # THEN the message the catalog knows (no word of the old list in it) is found
+    top = explain_text(text, "long.log")[0]
+    assert (top.kind, top.recipe, top.ranks) == ("ddp_model_mismatch", "ddp-model-mismatch", (5,))

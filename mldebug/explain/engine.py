@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mldebug import rundir, safeio
+from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
     KIND_CHILD_FAILED,
@@ -40,7 +41,7 @@ from mldebug.explain.readers import (
     timeouts,
     tracebacks,
 )
-from mldebug.explain.text import Line, normalised, ranks_seen, split_lines
+from mldebug.explain.text import Line, normalised, ranks_seen, split_lines, words_pattern
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -64,6 +65,9 @@ from mldebug.nccl.ras_verdict import KIND_NCCL_RAS
 MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
 MAX_TOTAL_BYTES = 128 << 20
 STDIN = "<stdin>"
+# The words that keep a long log's lines for the readers: text.WORDS and the cues of the
+# catalog's messages that readers/messages.py reads.
+WORDS = words_pattern(tuple(message.cue for message in OWN))
 
 # How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
 NCCL_SURE = {
@@ -276,7 +280,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
             continue
         total += len(data)
         rank = rank_of_path(log.path)
-        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank)
+        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank, WORDS)
         scan.logs.append(_parsed(lines, log.path, rank))
         result.lines += lines
         result.sources.append(Source(log.path, data.count(b"\n"), len(data), cut))
@@ -285,7 +289,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
         if data.strip():
             text = data.decode("utf-8", "replace")
             scan.ras += ras_in(text, STDIN)
-            lines = split_lines(text, STDIN)
+            lines = split_lines(text, STDIN, words=WORDS)
             scan.logs.append(_parsed(lines, STDIN))
             result.lines += lines
             result.sources.append(
@@ -305,7 +309,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
 
 def explain_text(text: str, source: str = STDIN) -> list[Explained]:
     """The findings of one text (the TUI's search box, tests, the benchmark)."""
-    lines = split_lines(text, source)
+    lines = split_lines(text, source, words=WORDS)
     scan = nccl_scan.Scan(logs=[_parsed(lines, source)], ras=ras_in(text, source))
     nccl_scan.finish(scan)
     return run_readers(lines, scan)
