@@ -3,7 +3,8 @@
     python benchmarks/bench_explain.py [-v]
     python benchmarks/bench_explain.py --wide [-v] [--hide-held-out]
 
-`--wide` scores the wide corpus of tests/data/explain_corpus/ (manifest.json, issue 26): pastes
+The plain run ends with the wide corpus's lines; `--wide` prints those alone. They score the
+wide corpus of tests/data/explain_corpus/ (manifest.json, issue 26): pastes
 modelled on public threads of many projects, in every pasting style, labelled from each
 thread's outcome before explain ran on them. It prints in one run: top finding and recipe
 right on the corpus, on the 40 cases held out, and false alarms on the healthy pastes, beside
@@ -269,6 +270,7 @@ def main() -> None:
     dense_log()
     weak = ", ".join(f"{k} ({n} of {classes[k]})" for k, n in wrong.most_common()) or "none"
     print(f"classes explain gets wrong: {weak}")
+    wide(args.verbose, args.hide_held_out)
 
 
 if __name__ == "__main__":
