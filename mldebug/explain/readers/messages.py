@@ -3,7 +3,8 @@ recipe, with every rank that printed it and the lines it rests on.
 
 A line may hold several messages (a paste whose line breaks were lost), so each pattern is
 searched, not matched at the start; a piece of a line is read by the first entry (in the
-catalog's order) that matches it, never by two.
+catalog's order) that matches it, never by two. Messages of one kind and recipe make one
+finding, worded by the first one met, as sure as the surest of them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class _Hits:
     lines: list[Line] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
     said: str = ""
+    sure: float = 0.0
 
 
 def _ranks_of(message: Message, line: Line, parts: dict[str, str]) -> set[int]:
@@ -36,7 +38,7 @@ def _ranks_of(message: Message, line: Line, parts: dict[str, str]) -> set[int]:
 
 
 def read(lines: list[Line]) -> list[Explained]:
-    hits: dict[tuple[str, str | None], _Hits] = {}
+    hits: dict[tuple[str, str | None], _Hits] = {}  # by (kind, recipe)
     for line in lines:
         text = line.text
         taken: list[tuple[int, int]] = []
@@ -51,8 +53,12 @@ def read(lines: list[Line]) -> list[Explained]:
             taken.append(match.span())
             parts = {k: v for k, v in match.groupdict().items() if v is not None}
             recipe = message.recipe_for(parts)
-            got = hits.setdefault((message.id, recipe), _Hits(message, recipe))
+            # one finding per kind and recipe: two messages of one cause (bind, then listen
+            # failed) are one finding, said by the first
+            got = hits.setdefault((message.kind, recipe), _Hits(message, recipe))
             got.lines.append(line)
+            if message.confidence > got.message.confidence:
+                got.sure = message.confidence
             got.ranks |= _ranks_of(message, line, parts)
             got.said = got.said or match.group(0)
     return [_finding(h) for h in hits.values()]
@@ -67,7 +73,7 @@ def _finding(hits: _Hits) -> Explained:
     return Explained(
         message.kind,
         f'{where}"{said}"{times}: {message.meaning}',
-        message.confidence,
+        max(message.confidence, hits.sure),
         hits.recipe,
         fix=message.fix,
         ranks=ranks,
