@@ -7,7 +7,9 @@
         all_reduce (torch/distributed/distributed_c10d.py:2050)
         train_step (train.py:88)
 
-Each process becomes one rank's view (its threads, main thread first) and the views go
+Each process becomes one rank's view (its threads, main thread first; the DataLoader
+worker processes `py-spy dump --subprocesses` prints after it, as dump's own reading shows
+them) and the views go
 through `analysis.find_problems`, the cross-rank verdict of `dump`: who waits in which
 collective, who is elsewhere, whose DataLoader holds it up, ranks in different collectives.
 A process's rank is the launcher prefix of its lines when there is one, else its order in
@@ -26,6 +28,7 @@ import re
 import sys
 
 from mldebug.analysis.findings import find_problems
+from mldebug.analysis.frames import is_dataloader_worker
 from mldebug.analysis.snapshot import assign_ranks, rank_view
 from mldebug.explain.finding import KIND_STACKS, Explained
 from mldebug.explain.text import Line
@@ -94,6 +97,24 @@ class _Proc:
         self.pid, self.rank, self.head = pid, rank, head
         self.threads: list[tuple[str, bool, list[Frame]]] = []
         self.lines: list[Line] = [head]
+        self.workers: list[_Proc] = []  # its DataLoader worker processes (py-spy --subprocesses)
+
+    def main_frames(self) -> list[Frame]:
+        main = next((t for t in self.threads if t[0] == "MainThread"), self.threads[0])
+        return list(reversed(main[2]))  # outermost first
+
+
+def _with_workers(procs: list[_Proc]) -> list[_Proc]:
+    """The ranks' processes; a DataLoader worker's (`py-spy dump --subprocesses` prints it
+    after its parent) joins the process before it, as the rank's worker."""
+    ranks: list[_Proc] = []
+    for proc in procs:
+        if ranks and is_dataloader_worker(proc.main_frames()):
+            ranks[-1].workers.append(proc)
+            ranks[-1].lines += proc.lines
+        else:
+            ranks.append(proc)
+    return ranks
 
 
 def _parse(lines: list[Line]) -> list[_Proc]:
@@ -133,17 +154,23 @@ def _parse(lines: list[Line]) -> list[_Proc]:
 
 def _sample(proc: _Proc, target: RankTarget) -> StackSample:
     ordered = sorted(proc.threads, key=lambda t: t[0] != "MainThread")  # the main one first
-    threads = tuple(
+    threads = [
         ThreadStack(index, name, tuple(reversed(frames)), active=active)
         for index, (name, active, frames) in enumerate(ordered)
-    )
-    return StackSample(target, 0.0, threads)
+    ]
+    for worker in proc.workers:  # as dump shows them: the worker's main thread, by its pid
+        threads.append(
+            ThreadStack(
+                len(threads), "DataLoader worker", tuple(worker.main_frames()), pid=worker.pid
+            )
+        )
+    return StackSample(target, 0.0, tuple(threads))
 
 
 def read(lines: list[Line]) -> list[Explained]:
     if not any(line.text.startswith("Process ") for line in lines):
         return []
-    procs = _parse(lines)
+    procs = _with_workers(_parse(lines))
     if len(procs) < 2:
         return []
     targets = []
