@@ -2,6 +2,7 @@
 it writes it (`format`, with `{name}` for its variable parts), where it comes from, what it
 means, how bad it is, where its rank is, and the recipe.
 
+The entries' type and how a format becomes a pattern are formats.py's.
 `readers/messages.py` reads every entry whose `reader` is "messages"; the others name the
 reader of `readers/` that reads them (a message whose meaning needs the lines around it: a
 torchelastic summary, an OOM's numbers, NCCL's "Last error:"). Every entry's format makes a
@@ -12,13 +13,10 @@ A placeholder's name says what it matches (PARTS); `choices` narrows one to list
 (the CUDA error strings of a family), and `recipe_by` picks the recipe by one part's value
 (a DataLoader worker killed by "Bus error" is /dev/shm, by "Killed" the OOM killer).
 Data only: the patterns are built once, on first use.
+__all__ names what the readers and the tests take from here.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
-from functools import cached_property
 
 from mldebug.explain.finding import (
     KIND_CHILD_FAILED,
@@ -38,43 +36,15 @@ from mldebug.explain.finding import (
     KIND_NCCL_INTERFACE,
     KIND_PORT_IN_USE,
 )
+from mldebug.explain.formats import PARTS, RANK_PREFIX, Message, compile_format
 from mldebug.model import (
     KIND_NCCL_INIT,
     KIND_NCCL_NETWORK,
     KIND_NCCL_VERSION,
     KIND_RENDEZVOUS,
-    SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
 )
-
-# What each placeholder matches. A name ending in a digit (`n2`) is its stem's kind.
-PARTS = {
-    "n": r"\d{1,12}",
-    "rank": r"\d{1,6}",
-    "pid": r"\d{1,10}",
-    "port": r"\d{1,5}",
-    "errno": r"\d{1,4}",
-    "xid": r"\d{1,4}",
-    "addr": r"[^\s()]{1,200}?",
-    "path": r"/[^\s()']{1,300}",
-    "bus": r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?",
-    "comm": r"[^\s()]{1,64}",
-    "word": r"[A-Za-z][\w .-]{0,80}?",
-    "text": r"[^\n]{1,400}?",
-    "states": r"\[[^\]\n]{1,300}\]",
-    "state": r"[\w.]{1,80}",
-    "dtypes": r"\{[^}\n]{1,200}\}",
-    "flag": r"true|false|True|False|0|1",
-    "dims": r"\d{1,6},\d{1,6},\d{1,6}",
-    "kernel": r"[^\s()']{1,300}?\.cuh?:\d{1,6}",
-    "version": r"\d+\.\d+\.\d+(?:\+cuda\d+\.\d+)?",
-    "iface": r"[\w.@-]{1,32}:[0-9A-Fa-f.:%\w]{1,64}<\d+>",
-    "float": r"\d+(?:\.\d+)?(?:e[+-]?\d+)?",
-    "scope": r"__global__|__shared__|__local__",
-    "access": r"read|write",
-    "loopback": r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}",
-}
 
 # The CUDA runtime's error strings (cudaGetErrorString, CUDA 11-12), by what they mean for a
 # training job. torch prints them as "CUDA error: <string>" (c10/cuda/CUDAException.h).
@@ -129,71 +99,6 @@ CUDNN_SETUP = (
 # and those a program's own fault raises (its kernel read out of bounds, an MMU fault).
 XID_HARDWARE = ("79", "74", "48", "63", "64", "92", "94", "95", "119", "120", "61", "62", "154")
 XID_PROGRAM = ("13", "31", "43")
-
-RANK_PREFIX = "prefix"  # the line's launcher prefix, or torch's own "[Rank N]" on it
-
-
-@dataclass(frozen=True)
-class Message:
-    id: str
-    family: str  # what prints it
-    source: str  # the file that prints it, and the versions read
-    format: str  # the message, `{name}` for each variable part (PARTS)
-    meaning: str  # what it says, said to the user
-    kind: str
-    recipe: str | None
-    severity: str = SEVERITY_ERROR
-    confidence: float = 0.8
-    rank: str = RANK_PREFIX  # RANK_PREFIX, or the name of the part that holds the rank
-    fix: str = ""
-    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    recipe_by: tuple[str, tuple[tuple[str, str], ...]] | None = None
-    reader: str = "messages"
-
-    @cached_property
-    def pattern(self) -> re.Pattern[str]:
-        return compile_format(self.format, dict(self.choices))
-
-    @cached_property
-    def cue(self) -> str:
-        """The longest fixed piece of the format: a line without it is not this message."""
-        pieces = re.split(r"\{\w+\}", self.format)
-        return max(pieces, key=len).strip()
-
-    def recipe_for(self, parts: dict[str, str]) -> str | None:
-        if self.recipe_by is None:
-            return self.recipe
-        name, table = self.recipe_by
-        value = parts.get(name, "")
-        return next((recipe for word, recipe in table if word == value), self.recipe)
-
-
-def part_regex(name: str, choices: dict[str, tuple[str, ...]]) -> str:
-    if name in choices:
-        return "|".join(re.escape(c) for c in sorted(choices[name], key=len, reverse=True))
-    return PARTS[name.rstrip("0123456789")]
-
-
-def compile_format(fmt: str, choices: dict[str, tuple[str, ...]]) -> re.Pattern[str]:
-    """The format as a pattern: fixed text literal (runs of spaces as any run of spaces),
-    each `{name}` as its part's pattern in a group of that name."""
-    out = []
-    pos = 0
-    for match in re.finditer(r"\{(\w+)\}", fmt):
-        out.append(_literal(fmt[pos : match.start()]))
-        name = match.group(1)
-        part = part_regex(name, choices)
-        if match.end() == len(fmt) and part.endswith("}?"):
-            part = part[:-1]  # a part that ends the message takes all it can
-        out.append(f"(?P<{name}>{part})")
-        pos = match.end()
-    out.append(_literal(fmt[pos:]))
-    return re.compile("".join(out))
-
-
-def _literal(text: str) -> str:
-    return r"\s+".join(re.escape(piece) for piece in re.split(r" +", text))
-
 
 ADDRESS_IN_USE = (
     "the port is already taken: a job still running (or a leftover torchrun of an earlier "
@@ -963,3 +868,5 @@ CATALOG: tuple[Message, ...] = (
 
 BY_ID = {message.id: message for message in CATALOG}
 OWN = tuple(message for message in CATALOG if message.reader == "messages")
+
+__all__ = ["BY_ID", "CATALOG", "OWN", "PARTS", "RANK_PREFIX", "Message", "compile_format"]
