@@ -1,6 +1,16 @@
 """Does `mldebug explain` put the cause first on what users paste, beside the plain way?
 
     python benchmarks/bench_explain.py [-v]
+    python benchmarks/bench_explain.py --wide [-v] [--hide-held-out]
+
+The plain run ends with the wide corpus's lines; `--wide` prints those alone. They score the
+wide corpus of tests/data/explain_corpus/ (manifest.json, issue 26): pastes
+modelled on public threads of many projects, in every pasting style, labelled from each
+thread's outcome before explain ran on them. It prints in one run: top finding and recipe
+right on the corpus, on the 40 cases held out, and false alarms on the healthy pastes, beside
+the plain way (`grep -i error | mldebug recipes --search -`: the first recipe of the search on
+every line grep finds; on a healthy paste, any line grep finds is a false alarm).
+`--hide-held-out` leaves the held-out cases out (while readers are being written).
 
 The cases are the corpus of tests/data/explain/ (index.json): fragments written for mldebug
 in the formats of public issue threads, each with the cause the thread established, as a
@@ -38,6 +48,8 @@ from mldebug.nccl.logparse import parse_bytes  # noqa: E402
 from mldebug.recipes.search import search  # noqa: E402
 
 CORPUS = HERE / "tests" / "data" / "explain"
+WIDE = HERE / "tests" / "data" / "explain_corpus"
+HEALTHY = "healthy"
 
 
 def grep_first_error(path: Path) -> str:
@@ -56,6 +68,74 @@ def nccl_recipe(data: bytes, name: str) -> str | None:
     nccl_scan.finish(scan)
     errors = [f for f in scan.findings if f.severity == "error"]
     return (errors or scan.findings or [None])[0] and (errors or scan.findings)[0].recipe
+
+
+def grep_errors(path: Path) -> str:
+    done = subprocess.run(["grep", "-i", "error", str(path)], capture_output=True)
+    return done.stdout.decode("utf-8", "replace")
+
+
+def alarms(found) -> list:
+    return [f for f in found if f.severity in ("error", "warning")]
+
+
+def wide(verbose: bool, hide_held_out: bool) -> None:
+    """The wide corpus: explain's top finding and recipe, and the plain way's recipe."""
+    cases = json.loads((WIDE / "manifest.json").read_text())["cases"]
+    if hide_held_out:
+        cases = [c for c in cases if not c["held_out"]]
+    got: Counter = Counter()
+    wrong: Counter = Counter()
+    for case in cases:
+        path = WIDE / case["file"]
+        found = explain_text(path.read_bytes().decode("utf-8", "replace"), case["file"])
+        lines = grep_errors(path)
+        hits = search(lines, limit=1) if lines.strip() else []
+        plain = hits[0].recipe.id if hits else None
+        group = "held" if case["held_out"] else "seen"
+        got[group] += 1
+        if case["kind"] == HEALTHY:
+            got[group + " healthy"] += 1
+            loud = alarms(found)
+            got[group + " alarms"] += bool(loud)
+            got[group + " plain alarms"] += bool(lines.strip())
+            ok = not loud
+            said = f"{loud[0].kind}/{loud[0].recipe}" if loud else "quiet"
+        else:
+            top = found[0] if found else None
+            ok = bool(top) and (top.kind, top.recipe) == (case["kind"], case["recipe"])
+            got[group + " plain"] += plain == case["recipe"]
+            said = f"{top.kind}/{top.recipe}" if top else "nothing"
+        got[group + " right"] += ok
+        if not ok:
+            wrong[case["kind"]] += 1
+        if verbose or not ok:
+            print(
+                f"  {'ok ' if ok else 'BAD'} {'H' if case['held_out'] else ' '} {case['file']:<44} "
+                f"explain {said:<44} plain {plain}  (want {case['kind']}/{case['recipe']})"
+            )
+    for group, name in (("seen", "corpus"), ("held", "held out")):
+        total = got[group]
+        if not total:
+            continue
+        problems = total - got[group + " healthy"]
+        print(
+            f"wide {name}: {total} pastes ({problems} problems, {got[group + ' healthy']} healthy)"
+        )
+        print(
+            f"  mldebug explain, top finding and recipe right (healthy: quiet): {share(got[group + ' right'], total)}"
+        )
+        print(
+            f"  grep -i error | recipes --search -, top recipe right:         {share(got[group + ' plain'], problems)}"
+        )
+        print(
+            f"  mldebug explain, false alarms on the healthy pastes:          {share(got[group + ' alarms'], got[group + ' healthy'])}"
+        )
+        print(
+            f"  grep -i error, a line found on the healthy pastes:            {share(got[group + ' plain alarms'], got[group + ' healthy'])}"
+        )
+    weak = ", ".join(f"{k} ({n})" for k, n in wrong.most_common()) or "none"
+    print(f"wide: kinds explain gets wrong: {weak}")
 
 
 def big_log(lines: int = 300_000) -> None:
@@ -113,7 +193,12 @@ def share(count: int, total: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-v", "--verbose", action="store_true", help="every case")
+    parser.add_argument("--wide", action="store_true", help="the wide corpus (issue 26) only")
+    parser.add_argument("--hide-held-out", action="store_true", help="--wide without the held out")
     args = parser.parse_args()
+    if args.wide:
+        wide(args.verbose, args.hide_held_out)
+        return
     cases = json.loads((CORPUS / "index.json").read_text())["cases"]
     got = Counter()
     wrong: Counter = Counter()
@@ -185,6 +270,7 @@ def main() -> None:
     dense_log()
     weak = ", ".join(f"{k} ({n} of {classes[k]})" for k, n in wrong.most_common()) or "none"
     print(f"classes explain gets wrong: {weak}")
+    wide(args.verbose, args.hide_held_out)
 
 
 if __name__ == "__main__":

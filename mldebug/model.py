@@ -406,6 +406,7 @@ class Finding:
     collective: CollectiveRef | None = None  # the collective it is about, where one is
     sources: tuple[str, ...] = ()  # SOURCE_*: what saw it (several, once the judge merged)
     facts: tuple[tuple[str, str], ...] = ()  # (name, value) pairs: exit code, limit, signal...
+    confidence: float | None = None  # how sure a reader of text is (explain): 0..1
     then: str = ""  # words a later step adds to the sentence (the thread a rank lost)
     since: str = ""  # the judge's words on how long the wait has lasted (views append them)
 

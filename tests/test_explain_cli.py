@@ -126,3 +126,32 @@ def test_escape_sequences_in_a_paste_never_reach_the_terminal():
     out = done.stdout
     assert b"\x1b" not in out and b"\x07" not in out
     assert done.returncode == 1
+
+
+RAS = DATA / "ras"
+
+
+def test_a_saved_ras_report_is_read_not_called_an_empty_paste(tmp_path):
+    # GIVEN an `ncclras` answer saved to a file (text, NCCL 2.26) and one in JSON (2.28.9)
+    done = mldebug(str(RAS / "text_2.26_mismatch.txt"))
+    out = done.stdout.decode()
+    # THEN explain reads it with mldebug nccl's RAS reader: the ranks behind, the recipe
+    assert done.returncode == 1, done.stderr
+    assert out.startswith("mldebug explain: 1 NCCL RAS report")
+    assert "30 ranks of 32 never launched AllGather #641" in out
+    assert "recipe: mldebug recipes rank-outside-collective" in out
+    assert "nothing readable" not in done.stderr.decode()
+    missing = mldebug(str(RAS / "json_2.28.9_missing.json"))
+    assert missing.returncode == 1
+    assert "recipe: mldebug recipes rank-outside-collective" in missing.stdout.decode()
+
+
+def test_a_ras_report_pasted_after_other_output_is_read_and_a_healthy_one_stays_quiet():
+    before = "[rank0]:step 1200 loss 2.31\r\n$ ncclras\r\n"
+    report = (RAS / "text_2.26_mismatch.txt").read_text().replace("\n", "\r\n")
+    done = mldebug("-", stdin=before + report)
+    assert done.returncode == 1
+    assert "recipe: mldebug recipes rank-outside-collective" in done.stdout.decode()
+    healthy = mldebug("-", stdin=(RAS / "text_2.26_healthy.txt").read_bytes())
+    assert healthy.returncode == 0, healthy.stdout.decode()
+    assert "Nothing wrong found" in healthy.stdout.decode()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mldebug.model import KIND_NCCL_INIT, KIND_NCCL_TIMEOUT
+from mldebug.model import KIND_NCCL_INIT, KIND_OUTLIER
 from mldebug.nccl.follow import RunFollower
 
 DATA = Path(__file__).parent / "data" / "nccl"
@@ -55,7 +55,7 @@ def test_a_ranks_stderr_is_read_from_its_tail_first(tmp_path):
     stderr.write_bytes(noise + stderr.read_bytes())
     scan = RunFollower(tmp_path, stderr_tail=4096).update()
     (finding,) = scan.findings
-    assert (finding.kind, finding.ranks) == (KIND_NCCL_TIMEOUT, (2,))
+    assert (finding.kind, finding.ranks) == (KIND_OUTLIER, (2,))
     log = next(log for log in scan.logs if log.path == str(stderr))
     assert log.bytes_read == stderr.stat().st_size  # followed to its end...
     assert log.lines < 200  # ...having read its last 4 KB only, not 20,000 lines of noise

@@ -62,7 +62,16 @@ def find_problems(
 
 def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:
     """Errors first; within a severity, the kinds in _KIND_ORDER's order (a crash, then
-    what the ranks wait for, then what is merely slow)."""
+    what the ranks wait for, then what is merely slow). Findings read from text carry how
+    sure their reader is (`confidence`, explain's): a verdict of those is most sure first,
+    then errors first."""
+    if findings and all(f.confidence is not None for f in findings):
+        return tuple(
+            sorted(
+                findings,
+                key=lambda f: (-(f.confidence or 0.0), _SEVERITY_ORDER.get(f.severity, 3)),
+            )
+        )
     findings = sorted(
         findings,
         key=lambda f: (

@@ -34,6 +34,13 @@ RENDEZVOUS_OPS = frozenset(
 )
 
 _C10D_FILES = ("torch/distributed/distributed_c10d.py",)
+# DeepSpeed's ZeRO gathers and reduce-scatters wait in these functions of its own (a py-spy
+# dump of a hung ZeRO-3 job often ends there, in a handle's wait, without a c10d frame).
+_ZERO_FILES = (
+    "deepspeed/runtime/zero/partition_parameters.py",
+    "deepspeed/runtime/comm/coalesced_collectives.py",
+)
+_ZERO_OPS = frozenset({"all_gather_coalesced", "_all_gather_dtype", "reduce_scatter_coalesced"})
 _RENDEZVOUS_FILES = ("torch/distributed/rendezvous.py", "torch/distributed/elastic/rendezvous/")
 
 
@@ -49,6 +56,8 @@ def stack_key(frames: Sequence[Frame]) -> tuple[tuple[str, str, int | None], ...
 def _file_role(path: str) -> str | None:
     if path.endswith(_C10D_FILES):
         return "c10d"
+    if path.endswith(_ZERO_FILES):
+        return "zero"
     if any(part in path for part in _RENDEZVOUS_FILES):
         return "rendezvous"
     return None
@@ -87,6 +96,8 @@ def collective_op(frames: Sequence[Frame]) -> str | None:
                 return name
         elif role == "rendezvous":
             return "rendezvous"
+        elif role == "zero" and short_name(frame.function) in _ZERO_OPS:
+            return short_name(frame.function)
     return None
 
 

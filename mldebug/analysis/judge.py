@@ -13,7 +13,8 @@ in the findings they made of their own evidence (`Evidence.found`). Then, once:
      is one finding, seen by several sources;
   3. each wait is graded by how long the waiting ranks have waited (analysis/severity.py);
   4. the findings are ordered: errors first, then by kind (a crash, then what the ranks
-     wait for, then what is merely slow).
+     wait for, then what is merely slow); findings read from text (explain's, which carry
+     how sure their reader is) most sure first.
 
 Local `dump`, several nodes, `attach`, the hang watchdog, `nccl` and `explain` all end in
 `judge`; nothing is added to its verdict afterwards.
@@ -81,9 +82,9 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
 
 
 def _same(a: Finding, b: Finding) -> bool:
-    """Do two findings say the same thing? The same kind about the same culprits, and the
-    same collective where both name one on the same group."""
-    if a.kind != b.kind or a.ranks != b.ranks or not a.ranks:
+    """Do two findings say the same thing? The same kind about the same culprits with the
+    same recipe, and the same collective where both name one on the same group."""
+    if a.kind != b.kind or a.ranks != b.ranks or not a.ranks or a.recipe != b.recipe:
         return False
     one, other = a.collective, b.collective
     if one is None or other is None or one.group != other.group:
@@ -113,5 +114,8 @@ def merge_same(findings: Sequence[Finding]) -> list[Finding]:
             location=first.location or finding.location,
             recipe=first.recipe or finding.recipe,
             collective=first.collective or finding.collective,
+            confidence=max(first.confidence or 0.0, finding.confidence or 0.0)
+            if first.confidence is not None or finding.confidence is not None
+            else None,
         )
     return kept

@@ -9,11 +9,14 @@ dropped, and the rest are sorted: most sure first.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from mldebug import rundir, safeio
+from mldebug.analysis.judge import Evidence, judge
+from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
     KIND_CHILD_FAILED,
@@ -32,13 +35,14 @@ from mldebug.explain.readers import (
     devices,
     elastic,
     memory,
+    messages,
     ncclerrors,
     network,
     stacks,
     timeouts,
     tracebacks,
 )
-from mldebug.explain.text import Line, normalised, ranks_seen, split_lines
+from mldebug.explain.text import Line, normalised, ranks_seen, split_lines, words_pattern
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -49,19 +53,24 @@ from mldebug.model import (
     KIND_NCCL_WARNING,
     KIND_OUTLIER,
     SEVERITY_ERROR,
-    SEVERITY_INFO,
-    SEVERITY_WARNING,
     SOURCE_FLIGHT,
+    SOURCE_RAS,
     SOURCE_WATCHDOG,
     Finding,
 )
+from mldebug.nccl import ras_read
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.logfacts import FileLog
 from mldebug.nccl.logparse import parse_bytes, rank_of_path
+from mldebug.nccl.ras_model import RasReport
+from mldebug.nccl.ras_verdict import KIND_NCCL_RAS
 
 MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
 MAX_TOTAL_BYTES = 128 << 20
 STDIN = "<stdin>"
+# The words that keep a long log's lines for the readers: text.WORDS and the cues of the
+# catalog's messages that readers/messages.py reads.
+WORDS = words_pattern(tuple(message.cue for message in OWN))
 
 # How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
 NCCL_SURE = {
@@ -72,6 +81,7 @@ NCCL_SURE = {
     KIND_CONNECTION: 0.66,
     KIND_DIST_ERROR: 0.7,
     KIND_NCCL_WARNING: 0.35,
+    KIND_NCCL_RAS: 0.8,
 }
 FR_SURE = 0.85
 # The words of the lines a finding of mldebug.nccl rests on, by kind.
@@ -89,8 +99,8 @@ NCCL_WORDS = {
     KIND_CONNECTION: ("onnection", "onnect", "clients joined"),
     KIND_DIST_ERROR: ("Timed out waiting", "enforce fail", "monitoredBarrier", "NCCL error"),
     KIND_NCCL_WARNING: ("NCCL WARN",),
+    KIND_NCCL_RAS: ("MISMATCH", "INCOMPLETE", "DEAD", "launched up to", " -- GPU "),
 }
-ORDER = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
 
 
 def _fact(finding: Finding | Explained, name: str) -> str | None:
@@ -103,12 +113,21 @@ def _behind(finding: Finding) -> bool:
     return finding.kind == KIND_OUTLIER and SOURCE_WATCHDOG in finding.sources
 
 
+def _words_kind(finding: Finding) -> str:
+    """The kind whose lines a finding rests on: a ledger verdict (a rank behind, a hang) by
+    the source that saw it (the watchdog's lines, RAS's report), else its own kind."""
+    if SOURCE_WATCHDOG in finding.sources:
+        return KIND_NCCL_TIMEOUT
+    if SOURCE_RAS in finding.sources:
+        return KIND_NCCL_RAS
+    return finding.kind
+
+
 def _cite(finding: Finding, lines: list[Line]) -> list[Line]:
-    watchdog = SOURCE_WATCHDOG in finding.sources  # the ledger's verdict on its lines
-    words = NCCL_WORDS.get(KIND_NCCL_TIMEOUT if watchdog else finding.kind, ())
-    message = _fact(finding, "message")
-    if finding.kind == KIND_NCCL_WARNING and message:
-        words = (message[:40],)  # the WARN message's own lines
+    words = NCCL_WORDS.get(_words_kind(finding), ())
+    if finding.kind == KIND_NCCL_WARNING and finding.location:
+        # one WARN message: NCCL prints its source location before "NCCL WARN"
+        words = (f"{finding.location} NCCL WARN",)
     ranks = set(finding.ranks)
     hits = [line for line in lines if any(w in line.text for w in words)]
     # the finding's own ranks' lines first (a partition: a long paste stays linear)
@@ -122,8 +141,7 @@ def _from_nccl(found: list[Finding], lines: list[Line], dumps: list) -> list[Exp
         if flight:
             sure, cited = FR_SURE, []
         else:
-            watchdog = SOURCE_WATCHDOG in finding.sources
-            sure = NCCL_SURE.get(KIND_NCCL_TIMEOUT if watchdog else finding.kind, 0.5)
+            sure = NCCL_SURE.get(_words_kind(finding), 0.5)
             if _behind(finding):
                 sure = 0.88
             if finding.kind == KIND_NCCL_VERSION and finding.severity != SEVERITY_ERROR:
@@ -160,7 +178,7 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     # Progress bars split off the lines they were glued to stand between a message's lines:
     # only the timeouts reader, which asks who was still busy, reads them.
     text = [line for line in lines if not line.progress]
-    for reader in (collectives, network, ncclerrors, elastic, memory, devices, stacks):
+    for reader in (messages, collectives, network, ncclerrors, elastic, memory, devices, stacks):
         mine += reader.read(text)
     mine += timeouts.read(lines, scan.ranks)
     theirs = _drop_restated(mine, _from_nccl(scan.findings, lines, scan.dumps))
@@ -168,8 +186,25 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     # A WARN line one of the readers explained is not a finding of its own.
     theirs = [f for f in theirs if f.kind != KIND_NCCL_WARNING or not said & set(f.lines)]
     claimed = {where for f in mine + theirs for where in f.lines}
-    found = _root_causes(mine + theirs + tracebacks.read(text, claimed))
-    return sorted(found, key=lambda f: (-f.confidence, ORDER.get(f.severity, 3)))
+    return judged(_root_causes(mine + theirs + tracebacks.read(text, claimed)))
+
+
+def judged(found: list[Explained]) -> list[Explained]:
+    """The readers' findings through the one judge (analysis/judge.py): the same thing said
+    twice is one finding, and the verdict is ordered most sure first. Each finding goes in
+    by its fields and comes back as the reader's own (its lines, fix and note)."""
+    tagged = [
+        replace(f.as_finding(), facts=f.facts + ((_TAG, str(i)),), confidence=f.confidence)
+        for i, f in enumerate(found)
+    ]
+    out = []
+    for finding in judge(Evidence(found=tuple(tagged))):
+        first = found[int(dict(finding.facts)[_TAG])]
+        out.append(replace(first, ranks=finding.ranks, severity=finding.severity))
+    return out
+
+
+_TAG = "explained"  # a fact the judge carries through: which reader's finding this is
 
 
 def _waited_for(finding: Explained) -> bool:
@@ -203,6 +238,23 @@ def _root_causes(found: list[Explained]) -> list[Explained]:
     return out
 
 
+_RAS_START = re.compile(r"^[ \t]*NCCL version \S+ compiled with CUDA", re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def ras_in(text: str, source: str) -> list[RasReport]:
+    """A saved `ncclras` answer pasted (alone, or after other output): NCCL's RAS reader
+    (`mldebug nccl`'s) reads it from its first line on."""
+    start = _RAS_START.search(text) if "compiled with CUDA" in text else None
+    if start is None:
+        return []
+    data = _ANSI.sub("", text[start.start() :].replace("\r", ""))
+    try:
+        return [ras_read.parse_ras(data.encode("utf-8", "replace"), source)]
+    except ras_read.RasError:
+        return []
+
+
 def _read_text(path: str) -> tuple[bytes, bool]:
     data = safeio.read_head(path, MAX_SOURCE_BYTES + 1)
     return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
@@ -222,7 +274,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     files = [p for p in paths if p != "-"]
     found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
     result.problems += found.problems
-    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems)
+    scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems, ras=found.ras)
     total = 0
     for log in found.logs:
         if log.error is not None:
@@ -237,14 +289,16 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
             continue
         total += len(data)
         rank = rank_of_path(log.path)
-        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank)
+        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank, WORDS)
         scan.logs.append(_parsed(lines, log.path, rank))
         result.lines += lines
         result.sources.append(Source(log.path, data.count(b"\n"), len(data), cut))
     if stdin is not None:
         data = stdin[:MAX_SOURCE_BYTES]
         if data.strip():
-            lines = split_lines(data.decode("utf-8", "replace"), STDIN)
+            text = data.decode("utf-8", "replace")
+            scan.ras += ras_in(text, STDIN)
+            lines = split_lines(text, STDIN, words=WORDS)
             scan.logs.append(_parsed(lines, STDIN))
             result.lines += lines
             result.sources.append(
@@ -264,8 +318,8 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
 
 def explain_text(text: str, source: str = STDIN) -> list[Explained]:
     """The findings of one text (the TUI's search box, tests, the benchmark)."""
-    lines = split_lines(text, source)
-    scan = nccl_scan.Scan(logs=[_parsed(lines, source)])
+    lines = split_lines(text, source, words=WORDS)
+    scan = nccl_scan.Scan(logs=[_parsed(lines, source)], ras=ras_in(text, source))
     nccl_scan.finish(scan)
     return run_readers(lines, scan)
 

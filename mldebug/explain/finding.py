@@ -31,6 +31,16 @@ KIND_CUDA_OOM = "cuda_oom"
 KIND_LOSS_SCALE = "loss_scale_underflow"
 KIND_PYTHON_ERROR = "python_error"
 KIND_STACKS = "stacks"
+# The catalog's families (catalog.py, readers/messages.py).
+KIND_CUDA_ERROR = "cuda_error"
+KIND_DATALOADER = "dataloader_worker"
+KIND_PORT_IN_USE = "port_in_use"
+KIND_GPU_HARDWARE = "gpu_hardware"
+KIND_HOST_OOM = "host_oom"
+KIND_DDP_MODEL_MISMATCH = "ddp_model_mismatch"
+KIND_FSDP_STATE = "fsdp_state"
+KIND_NATIVE_CRASH = "native_crash"
+KIND_HARMLESS = "known_harmless"  # a warning torch prints that needs nothing done
 
 # The kinds only explain's readers make (the others are mldebug.nccl's and Flight Recorder's).
 EXPLAIN_KINDS = frozenset(
@@ -70,7 +80,7 @@ class Explained:
         """Another reader's finding as one of explain's: every field of the same name."""
         shared = {f.name for f in fields(Finding)} & {f.name for f in fields(cls)}
         values: dict[str, Any] = {name: getattr(finding, name) for name in shared}
-        return cls(**values, confidence=confidence, **more)
+        return cls(**{**values, "confidence": confidence, **more})
 
     def as_finding(self) -> Finding:
         # Every field but `parts` is one of this finding's, under the same name.
@@ -106,7 +116,7 @@ class Explanation:
 
     @property
     def readable(self) -> bool:
-        return bool(self.sources) or bool(self.scan.dumps)
+        return bool(self.sources) or bool(self.scan.dumps) or bool(self.scan.ras)
 
     @property
     def errors(self) -> bool:

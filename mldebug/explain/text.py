@@ -34,6 +34,14 @@ _EXTRA = re.compile(
 )
 
 
+# torchrun's --log-line-prefix-template (`node7:3:`, `3:`): a host that starts with a letter
+# and a rank, or a rank alone, each followed by ":" and no digit (NCCL's `host:pid:tid` and a
+# clock's `10:41:05` have digits there).
+_TEMPLATE = re.compile(
+    r"(?:(?P<host>[A-Za-z][\w.-]{0,63}):(?P<hrank>\d{1,5})|(?P<rank>\d{1,5})):(?!\d)"
+)
+
+
 @dataclass(frozen=True)
 class Line:
     """One line of a source, cleaned: `text` is what follows the launcher prefixes."""
@@ -87,7 +95,12 @@ def _prefix(text: str) -> tuple[str | None, int | None, int]:
             continue
         got_host, got_rank, end = prefixes(text[pos:])
         if end == 0:
-            return host, rank, pos
+            template = _TEMPLATE.match(text, pos) if pos == 0 else None
+            if template is None:
+                return host, rank, pos
+            got_host = template.group("host")
+            got_rank = int(template.group("hrank") or template.group("rank"))
+            end = template.end() - pos
         if got_rank is not None and got_rank <= MAX_RANK:
             rank = got_rank
         host = got_host or host
@@ -149,28 +162,43 @@ WORDS = (
     "SIG",
 )
 _WORDS = re.compile("|".join(re.escape(word) for word in WORDS))
+
+
+def words_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
+    """WORDS and, of each cue (a message's fixed text) WORDS does not find, its longest
+    word: one short pattern for split_lines (a long alternation costs per line)."""
+    extra = []
+    for cue in cues:
+        if cue and not _WORDS.search(cue):
+            extra.append(max(re.findall(r"[\w=`]+", cue) or [cue], key=len))
+    return re.compile("|".join(re.escape(word) for word in WORDS + tuple(sorted(set(extra)))))
+
+
 SMALL = 20_000  # lines: a paste or a short log is read whole
 AROUND = 60  # lines kept before and after each line holding a word
 
 
-def _kept(raw: list[str]) -> list[int]:
+def _kept(raw: list[str], words: re.Pattern[str]) -> list[int]:
     """The numbers (0-based) of the lines worth reading: all of a short text; in a long
     one, the lines around those holding one of WORDS."""
     if len(raw) <= SMALL:
         return list(range(len(raw)))
     keep = bytearray(len(raw) + 1)
     for index, line in enumerate(raw):
-        if _WORDS.search(line):
+        if words.search(line):
             start = max(0, index - AROUND)
             keep[start : index + AROUND + 1] = b"\1" * (min(len(raw), index + AROUND + 1) - start)
     return [i for i in range(len(raw)) if keep[i]]
 
 
-def split_lines(data: str, source: str, rank: int | None = None) -> list[Line]:
-    """Every line of `data` (a paste, a file), cleaned; `rank` for lines no prefix names."""
+def split_lines(
+    data: str, source: str, rank: int | None = None, words: re.Pattern[str] | None = None
+) -> list[Line]:
+    """Every line of `data` (a paste, a file), cleaned; `rank` for lines no prefix names.
+    A long text keeps the lines around those holding one of `words` (default WORDS)."""
     lines: list[Line] = []
     raws = data.split("\n")[:MAX_LINES]
-    for index in _kept(raws):
+    for index in _kept(raws, words or _WORDS):
         number, raw = index + 1, raws[index][:MAX_LINE]
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)

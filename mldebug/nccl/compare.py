@@ -237,7 +237,6 @@ def _warnings(logs: list[RankLog]) -> list[Finding]:
                 recipe=RECIPE_WARNINGS,
                 severity=SEVERITY_WARNING,
                 detail=" <- ".join(reversed(chain)) if chain else "",
-                facts=(("message", sample.text[:200]),),
             )
         )
     if len(ordered) > MAX_WARN_FINDINGS:

@@ -82,9 +82,13 @@ def _head(report: Explanation) -> str:
         if names == ["<stdin>"]
         else f"{len(names)} {'file' if len(names) == 1 else 'files'}"
     )
-    head = f"mldebug explain: {what} ({count} lines, {size / 1024:.1f} KB)"
+    parts = [f"{what} ({count} lines, {size / 1024:.1f} KB)"] if names else []
     if report.scan.dumps:
-        head += f", {len(report.scan.dumps)} Flight Recorder dumps"
+        parts.append(f"{len(report.scan.dumps)} Flight Recorder dumps")
+    if report.scan.ras:
+        ras = len(report.scan.ras)
+        parts.append(f"{ras} NCCL RAS {'report' if ras == 1 else 'reports'}")
+    head = "mldebug explain: " + (", ".join(parts) or f"{what} (0 lines)")
     if report.ranks:
         head += f"; ranks seen: {format_ranks(report.ranks)}"
     return head

@@ -82,6 +82,7 @@ def _verdict(code: int, lines: list[Line]) -> tuple[str, str, float, str]:
 
 def read(lines: list[Line]) -> list[Explained]:
     found: list[Explained] = []
+    summaries = 0  # findings read from a Root Cause block (the agent's line says less)
     for index, line in enumerate(lines):
         text = line.text.strip()
         if text.startswith("Root Cause (first observed failure)"):
@@ -110,7 +111,9 @@ def read(lines: list[Line]) -> list[Explained]:
                 continue
             why, recipe, sure, fix = _verdict(code, lines)
             where = f" on {host}" if host else ""
-            found.append(
+            summaries += 1
+            found.insert(
+                summaries - 1,
                 Explained(
                     KIND_CHILD_FAILED,
                     f"rank {rank if rank is not None else '?'}{where} ended first (exitcode "
@@ -125,7 +128,7 @@ def read(lines: list[Line]) -> list[Explained]:
                         if "To enable traceback" in trace
                         else ""
                     ),
-                ).cited(cited)
+                ).cited(cited),
             )
         elif "failed (exitcode:" in text and not found:
             match = _FAILED.search(text)
@@ -142,10 +145,8 @@ def read(lines: list[Line]) -> list[Explained]:
                         fix=fix,
                         note="the agent names the local rank on its node; the global rank "
                         "is in the summary below it (Root Cause)",
-                        facts=(("rank_scope", "local"),),
                     ).cited([line])
                 )
-    local = [f for f in found if ("rank_scope", "local") in f.facts]
-    if any(f.ranks for f in found if f not in local):  # the summary's global rank says it better
-        found = [f for f in found if f not in local]
+    if summaries:  # the summary names the global rank: the agent's line is said better
+        found = found[:summaries]
     return found[:2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     KIND_DUPLICATE_GPU,
     KIND_NCCL_CUDA_OOM,
@@ -70,6 +71,17 @@ _CAUSES = (
     ("remote process", RECIPE_CONNECTION, "a peer exited or the network failed"),
     ("socket", RECIPE_IFACE, "a socket between ranks failed"),
 )
+
+
+def _known(last: str) -> tuple[str | None, str] | None:
+    """What the catalog says of NCCL's "Last error:" message, when it knows it."""
+    for message in OWN:
+        if message.cue in last:
+            match = message.pattern.search(last)
+            if match:
+                parts = {k: v for k, v in match.groupdict().items() if v is not None}
+                return message.recipe_for(parts), message.meaning
+    return None
 
 
 def _ranks(lines: list[Line]) -> tuple[int, ...]:
@@ -179,7 +191,7 @@ def _results(lines: list[Line], claimed: dict[str, list[Line]]) -> list[Explaine
                 last = tail[:300]
                 cited.append(later)
                 break
-        cause = next(((r, why) for word, r, why in _CAUSES if word in last), None)
+        cause = next(((r, why) for word, r, why in _CAUSES if word in last), None) or _known(last)
         key = (code, last[:60])
         if key in seen:
             continue
