@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import (
     CLUSTER_HELP,
@@ -48,6 +49,13 @@ from mldebug.model import (
     JobSnapshot,
 )
 from mldebug.ranges import parse_ranks
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rich.console import Console
+
+    from mldebug.model import JobReadings, JobTargets
 
 EXIT_STATUS = """\
 exit status:
@@ -121,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _targets_from_args(pids: list[int], run_dir: str | None):
+def _targets_from_args(pids: list[int], run_dir: str | None) -> JobTargets:
     from mldebug.targets import resolve_targets
 
     return resolve_targets(pids, run_dir if not pids else None)
@@ -135,7 +143,9 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _observe_here(args, pids: list[int], run_dir: str | None):
+def _observe_here(
+    args: argparse.Namespace, pids: list[int], run_dir: str | None
+) -> tuple[JobSnapshot, JobReadings]:
     """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
     its snapshot and the notes reading left."""
     from mldebug.look import look_at_job
@@ -155,7 +165,7 @@ def _observe_here(args, pids: list[int], run_dir: str | None):
     return snapshot, readings
 
 
-def _ask_for_census(job) -> None:
+def _ask_for_census(job: JobTargets) -> None:
     """--census: every rank's agent counts its live tensors before the dump reads it."""
     from mldebug.collect.census import request_census, wait_for_census
 
@@ -195,6 +205,7 @@ def main(argv: list[str]) -> int:
     if args.native_all:
         check_gdb()
     readings = None
+    notes: Sequence[str]  # the cluster's list, or this machine's readings' tuple
     if spec is not None:
         from dataclasses import replace
 
@@ -214,7 +225,7 @@ def main(argv: list[str]) -> int:
     if args.native_all and readings is not None:
         snapshot, dumps = with_native(snapshot, readings, args.gdb_timeout, args.deadline * 4)
 
-        def rest(console) -> None:
+        def rest(console: Console) -> None:
             from rich.text import Text
 
             from mldebug.report.text import print_report
@@ -233,7 +244,7 @@ def main(argv: list[str]) -> int:
 
         from mldebug.report.text import print_report
 
-        def draw(console) -> None:
+        def draw(console: Console) -> None:
             for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)
