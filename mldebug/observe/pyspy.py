@@ -12,6 +12,7 @@ builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`,
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from mldebug.analysis import progress
 from mldebug.analysis.snapshot import build_snapshot
@@ -32,7 +33,7 @@ class JobObserver:
     poller), as often as they re-resolve it.
     """
 
-    def __init__(self, job_targets: JobTargets, **options) -> None:
+    def __init__(self, job_targets: JobTargets, **options: Any) -> None:
         self.collector = JobCollector(job_targets, moved=progress.moved, **options)
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
@@ -55,7 +56,7 @@ class JobObserver:
     def __enter__(self) -> JobObserver:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def poll(self) -> JobSnapshot:
@@ -84,7 +85,7 @@ class JobObserver:
         return snapshot_of(readings)
 
 
-def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
+def snapshot_of(readings: JobReadings, **analysis: Any) -> JobSnapshot:
     """The analysis of what a poll read (`analysis`: build_snapshot's options, error_after)."""
     job = readings.job
     return build_snapshot(
@@ -103,8 +104,8 @@ def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
 
 
 def observe_once(
-    job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options
-) -> tuple[JobSnapshot, JobReadings | None]:
+    job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options: Any
+) -> tuple[JobSnapshot, JobReadings]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
     crashes its run directory records): the snapshot, and what was read (its notes).
 
@@ -114,6 +115,7 @@ def observe_once(
     with JobObserver(with_crashes(job_targets), **options) as observer:
         snapshot = observer.poll()
         readings = observer.readings
+    assert readings is not None  # poll() sets them
     ended = ended_unrecorded(snapshot)
     if ended and readings is not None and outcome_wait > 0:
         # Ranks that ended while being read: how, once their launcher has written it.
