@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import mldebug.ledger as ledger
 import mldebug.ledgerrules as rules
 from mldebug.analysis.sequence import ledger_call
-from mldebug.model import AgentState, CollectiveCall
+from mldebug.model import AgentState, CollectiveCall, JobSnapshot
 from mldebug.wording import ranks_text
 
 RECIPE_MISMATCH = "mismatched-collectives"
@@ -105,7 +105,7 @@ class Place:
     collective: str | None = None  # the torch.distributed op it was in, if any
 
 
-def places_of(snapshot) -> dict[int, Place]:
+def places_of(snapshot: JobSnapshot) -> dict[int, Place]:
     """rank -> where its last stack stood, from a JobSnapshot (a dump of the job)."""
     places = {}
     for view in snapshot.ranks:
