@@ -4,6 +4,7 @@ fix, and what a fragment cannot tell. Converts to the `Finding` every view knows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -54,7 +55,7 @@ class Explained:
     detail: str = ""
     location: str | None = None  # file:line in the user's code, where known
 
-    def cited(self, lines) -> Explained:
+    def cited(self, lines: Sequence[Line]) -> Explained:
         """This finding resting on `lines`: each once, in the order of their source."""
         order: dict[str, int] = {}
         for line in lines:
