@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.model import JobReadings, JobSnapshot, JobTargets
@@ -56,7 +57,7 @@ def with_run_findings(snapshot: JobSnapshot, run_dir: str | Path | None) -> JobS
 
 
 def look_at_job(
-    job: JobTargets, error_after: float | None = None, **options
+    job: JobTargets, error_after: float | None = None, **options: Any
 ) -> tuple[JobSnapshot, JobReadings]:
     """(snapshot, readings) of one look at the job. `options`: the collector's (samples,
     interval, deadline, ...); `error_after`: the wait that makes a hang, else the run's
