@@ -3,19 +3,17 @@
 This module stays import-light: it is loaded inside every training rank by the hooks.
 """
 
-from __future__ import annotations
-
 import operator as _operator
 import sys as _sys
 
-TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+TYPE_CHECKING = False  # no typing (nor __future__) import in ranks; mypy reads this block
 if TYPE_CHECKING:
     from typing import SupportsIndex
 
 __version__ = "0.1.0"
 
 
-def step(n: SupportsIndex | None = None) -> None:
+def step(n: "SupportsIndex | None" = None) -> None:
     """Tell mldebug the training step: `mldebug.step()` counts one more, `mldebug.step(n)`
     sets it to n. For loops without a torch.optim optimizer (whose steps are counted by
     themselves); once called, the program's count is the step.

@@ -13,11 +13,11 @@ Whatever fails here prints one line and stands aside; the program runs on unchan
 Stdlib only, no heavy imports: this runs in every Python process of the job.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
+# Annotations naming these are quoted: no `from __future__` import, as no other import,
+# in every process of the job.
 TYPE_CHECKING = False  # typing is not imported at start-up; mypy reads this block
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
@@ -32,7 +32,7 @@ def _say(text: str) -> None:
         pass
 
 
-def _load_module(name: str, spec: ModuleSpec) -> ModuleType:
+def _load_module(name: str, spec: "ModuleSpec") -> "ModuleType":
     import importlib.util
 
     module = importlib.util.module_from_spec(spec)
@@ -45,7 +45,7 @@ def _load_module(name: str, spec: ModuleSpec) -> ModuleType:
     return module
 
 
-def _run_next_sitecustomize() -> ModuleType | None:
+def _run_next_sitecustomize() -> "ModuleType | None":
     import importlib.machinery
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +56,7 @@ def _run_next_sitecustomize() -> ModuleType | None:
     return _load_module("_mldebug_chained_sitecustomize", spec)
 
 
-def _start_agent() -> ModuleType | None:
+def _start_agent() -> "ModuleType | None":
     if os.environ.get("MLDEBUG_HOOK") != "1":
         return None
     import importlib.util
