@@ -6,10 +6,14 @@ This module stays import-light: it is loaded inside every training rank by the h
 import operator as _operator
 import sys as _sys
 
+TYPE_CHECKING = False  # no typing (nor __future__) import in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from typing import SupportsIndex
+
 __version__ = "0.1.0"
 
 
-def step(n=None):
+def step(n: "SupportsIndex | None" = None) -> None:
     """Tell mldebug the training step: `mldebug.step()` counts one more, `mldebug.step(n)`
     sets it to n. For loops without a torch.optim optimizer (whose steps are counted by
     themselves); once called, the program's count is the step.

@@ -24,7 +24,7 @@ class MldebugError(Exception):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, remedy: str = "", exit_code: int | None = None):
+    def __init__(self, message: str, remedy: str = "", exit_code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.remedy = remedy

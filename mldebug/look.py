@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.snapshot import judged
@@ -63,7 +64,7 @@ def look_at_job(
     job: JobTargets,
     error_after: float | None = None,
     sources: Sequence[Source] = (),
-    **options,
+    **options: Any,
 ) -> tuple[JobSnapshot, JobReadings]:
     """(snapshot, readings) of one look at the job. `options`: the collector's (samples,
     interval, deadline, ...); `error_after`: the wait that makes a hang, else the run's

@@ -13,6 +13,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from typing import Any
+
 # (rank, local rank, world size) as torchrun, Open MPI, MPICH/Intel MPI and Slurm name them,
 # most specific launcher first.
 RANK_VARIABLES = (
@@ -104,12 +108,12 @@ def short_path(path: str) -> str:
     return path
 
 
-def is_user_frame(frame) -> bool:
+def is_user_frame(frame: Any) -> bool:
     """A frame (anything with `file` and `native`) of the user's own code."""
     return not frame.native and not is_library_path(frame.file)
 
 
-def is_torch_collective(frame) -> bool:
+def is_torch_collective(frame: Any) -> bool:
     """A frame of torch.distributed's own collective or point-to-point call (not a wrapper
     of it, mldebug's included): where a rank waits, worth showing when frames are folded."""
     name = frame.function.rsplit(".", 1)[-1]
@@ -120,7 +124,7 @@ def is_torch_collective(frame) -> bool:
     )
 
 
-def frame_label(frame) -> str:
+def frame_label(frame: Any) -> str:
     """`function (file:line)` with the path shortened for people."""
     if frame is None:
         return "?"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,7 +155,7 @@ def select_ranks(
             continue
         keys[proc.pid] = (job_key(environ), rank_env(environ)[0])
 
-    def ancestors(pid: int):
+    def ancestors(pid: int) -> Iterator[int]:
         ancestor, hops = parents.get(pid), 0
         while ancestor in keys and hops < 64:
             yield ancestor

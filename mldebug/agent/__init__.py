@@ -50,12 +50,22 @@ from .errors import install_excepthook
 from .identity import ENV_OWNER, claim_rank, is_launcher
 from .siblings import sibling as _sibling
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any, TextIO
+
+    from ..rundir import RunPaths
+
+    WriteJson = Callable[[Path, dict], object]
+
 ENV_RUN_DIR = "MLDEBUG_RUN_DIR"
 ENV_MODE = "MLDEBUG_MODE"
 MODE_WRAP = "wrap"
 
-_fault_file = None  # stays open for faulthandler for the life of the process
-_runtime = None  # the running parts (_Runtime), once activate() started them
+_fault_file: TextIO | None = None  # stays open for faulthandler for the life of the process
+_runtime: _Runtime | None = None  # the running parts, once activate() started them
 
 
 # A write to the log that fails with one of these sends the output back to the launcher.
@@ -65,7 +75,7 @@ LOG_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO
 class _Fallback:
     """fds 1 and 2 as the launcher gave them, kept aside, and the switch back to them."""
 
-    def __init__(self, saved: dict[int, int]):
+    def __init__(self, saved: dict[int, int]) -> None:
         self.saved = saved
         self.offsets: dict[int, int] | None = None  # fd -> bytes its log holds
 
@@ -84,7 +94,7 @@ class _Fallback:
 class _LogWriter(io.RawIOBase):
     """The raw layer of sys.stdout or sys.stderr over fd 1 or 2 while that is a log file."""
 
-    def __init__(self, fd: int, fallback: _Fallback, name: str):
+    def __init__(self, fd: int, fallback: _Fallback, name: str) -> None:
         super().__init__()
         self._fd = fd
         self._fallback = fallback
@@ -99,7 +109,7 @@ class _LogWriter(io.RawIOBase):
     def isatty(self) -> bool:
         return os.isatty(self._fd)
 
-    def write(self, data) -> int:
+    def write(self, data: Any) -> int:  # bytes-like: io.RawIOBase's own signature
         try:
             return os.write(self._fd, data)
         except OSError as error:
@@ -112,7 +122,7 @@ class _LogWriter(io.RawIOBase):
 _replaced_streams: list = []  # the interpreter's own stdout/stderr objects, kept alive
 
 
-def _guarded_stream(old, fd: int, fallback: _Fallback):
+def _guarded_stream(old: io.TextIOWrapper, fd: int, fallback: _Fallback) -> io.TextIOWrapper:
     raw = _LogWriter(fd, fallback, getattr(old, "name", f"<fd {fd}>"))
     stream = io.TextIOWrapper(
         io.BufferedWriter(raw),
@@ -125,7 +135,7 @@ def _guarded_stream(old, fd: int, fallback: _Fallback):
     return stream
 
 
-def _redirect_to_files(safeio, stdout_path, stderr_path) -> None:
+def _redirect_to_files(safeio: ModuleType, stdout_path: Path, stderr_path: Path) -> None:
     """Point fds 1 and 2 at the log files; sys.stdout/sys.stderr fall back when the log
     cannot be written (see the module doc)."""
     targets = {}
@@ -154,7 +164,7 @@ def _redirect_to_files(safeio, stdout_path, stderr_path) -> None:
             setattr(sys, f"__{name}__", guarded)
 
 
-def _write_quietly(write_json, path, data) -> bool:
+def _write_quietly(write_json: WriteJson, path: Path, data: dict) -> bool:
     """A file of the agent's, or nothing: a full disk must not reach the program."""
     try:
         write_json(path, data)
@@ -223,7 +233,9 @@ class _Runtime:
     """The parts of a running agent, for the parts that need each other and for
     `mldebug.step()` (through `set_step`)."""
 
-    def __init__(self, rank, paths, safeio, rankrules) -> None:
+    def __init__(
+        self, rank: int, paths: RunPaths, safeio: ModuleType, rankrules: ModuleType
+    ) -> None:
         from . import eventlog
         from .collectives import Tracer
         from .heartbeat import Heartbeat, interval_from
@@ -275,7 +287,7 @@ class _Runtime:
 def _start_collectives(runtime: _Runtime) -> None:
     from . import collectives, importhook
 
-    def patch(c10d):
+    def patch(c10d: Any) -> None:
         try:
             collectives.install(c10d, runtime.tracer)
         except Exception as error:
@@ -299,8 +311,8 @@ def _start_timing(runtime: _Runtime) -> None:
         return
     part = runtime.timing
 
-    def hook(install):
-        def run(module) -> None:
+    def hook(install: Callable[[Any, Any], object]) -> Callable[[Any], None]:
+        def run(module: Any) -> None:
             try:
                 install(module, part)
             except Exception as error:
@@ -338,7 +350,7 @@ def _start_heartbeat(runtime: _Runtime) -> None:
     atexit.register(runtime.heartbeat.stop)
 
 
-def _start_parts(rank, paths, safeio, rankrules) -> None:
+def _start_parts(rank: int, paths: RunPaths, safeio: ModuleType, rankrules: ModuleType) -> None:
     """Start each watching part on its own: one that fails to start is said once (an
     agent_error event and a stderr line) and the others go on. A new part (the NaN/Inf
     hooks of agent/anomaly.py) adds its `(name, start)` pair to PARTS below."""
@@ -375,7 +387,7 @@ def set_step(n: int | None = None) -> None:
         runtime.steps.set(n)
 
 
-def _note_normal_exit(path, write_json, pid: int) -> None:
+def _note_normal_exit(path: Path, write_json: WriteJson, pid: int) -> None:
     """Python shuts down normally; a rank that dies of a signal never gets here."""
     if os.getpid() != pid:
         return  # a process forked from the rank (it inherits atexit) is not the rank

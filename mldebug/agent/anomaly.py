@@ -37,12 +37,18 @@ import math
 import os
 import sys
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .eventlog import emit as emit_event
 from .eventlog import fail as fail_part
 from .eventlog import fault_point
 from .importhook import when_imported
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import FrameType
+
+    from .steps import Steps
 
 PART = "anomaly"
 
@@ -79,7 +85,7 @@ class _Module:
 
     __slots__ = ("name", "cls", "ref", "root", "__weakref__")
 
-    def __init__(self, module, name: str, root: bool):
+    def __init__(self, module: Any, name: str, root: bool) -> None:
         self.name = name
         self.cls = type(module).__name__
         self.ref = weakref.ref(module)
@@ -90,10 +96,11 @@ class _Module:
         return f"{self.name} ({self.cls})" if self.name else self.cls
 
 
-def qualified_names(root) -> list[tuple[Any, str]]:  # torch modules: no types here
+def qualified_names(root: Any) -> list[tuple[Any, str]]:  # torch modules: no types here
     """(module, name) for a root and everything under it, in named_modules() order, the
     wrappers' own level left out (DDP(Net).module.blocks.0 is `blocks.0`)."""
-    out, seen = [], set()
+    out: list[tuple[Any, str]] = []
+    seen: set[int] = set()
     stack = [(root, "")]
     while stack:
         module, name = stack.pop()
@@ -115,7 +122,7 @@ def qualified_names(root) -> list[tuple[Any, str]]:  # torch modules: no types h
     return out
 
 
-def _tensors(value, tensor_type) -> list:
+def _tensors(value: Any, tensor_type: Any) -> list:
     """The tensors of a module's inputs or outputs: the value, or the first level of a
     tuple, list or dict (a transformers ModelOutput is a dict)."""
     if isinstance(value, tensor_type):
@@ -130,7 +137,15 @@ def _tensors(value, tensor_type) -> list:
 class Detector:
     """The hooks, this step's values, and the check that reads them once per step."""
 
-    def __init__(self, rank: int, mode: str, is_library, step_of=None, emit=None, failed=None):
+    def __init__(
+        self,
+        rank: int,
+        mode: str,
+        is_library: Callable[[str], object],
+        step_of: Callable[[], int | None] | None = None,
+        emit: Callable[..., object] | None = None,
+        failed: Callable[[str, BaseException], object] | None = None,
+    ) -> None:
         self.rank = rank
         self.mode = mode
         self.is_library = is_library  # rankrules.is_library_path
@@ -147,18 +162,18 @@ class Detector:
         self.infos: dict[int, _Module] = {}  # id(module) -> its name (checked by weakref)
         self.params: dict[int, tuple] = {}  # id(param) -> (weakref, _Module, param name)
         self.handles: list = []
-        self.root_site = None
+        self.root_site: tuple[str, int] | None = None
         self.torch: Any = None  # the program's torch, once it is imported
-        self.module_file = None
-        self._last_output = None  # weakref to the last tensor recorded as an output
+        self.module_file: str | None = None
+        self._last_output: weakref.ref[Any] | None = None  # the last tensor recorded as an output
         self._library_cache: dict[str, bool] = {}
         self._torch_anomaly = False
-        self._plain = ()
-        self._strided = None
+        self._plain: tuple[type, ...] = ()
+        self._strided: Any = None
 
     # ---- installing and removing ----
 
-    def install_module_hooks(self, module_module) -> None:
+    def install_module_hooks(self, module_module: Any) -> None:
         """torch.nn.modules.module has just been executed: hook every module call."""
         try:
             self.module_file = module_module.__file__
@@ -169,7 +184,7 @@ class Detector:
         except Exception as error:
             self.fail(error)
 
-    def install_step_hook(self, optimizer_module) -> None:
+    def install_step_hook(self, optimizer_module: Any) -> None:
         """torch.optim.optimizer has just been executed: check before every step."""
         try:
             hook = optimizer_module.register_optimizer_step_pre_hook(self._before_step)
@@ -205,7 +220,7 @@ class Detector:
 
     # ---- the hooks (no host sync in any of them) ----
 
-    def _load_torch(self):
+    def _load_torch(self) -> Any:
         """torch and what the hooks call, once: the program has imported it by now."""
         torch = sys.modules["torch"]
         if self.torch is None:
@@ -217,7 +232,7 @@ class Detector:
             self.torch = torch
         return torch
 
-    def _absmax(self, tensor):
+    def _absmax(self, tensor: Any) -> Any:
         """(min, max) of the tensor as 0-d tensors on its device (abs-max and NaN/Inf can be
         told from them: NaN carries through, Inf stays); None for what is not checked.
         aminmax, not vector_norm(inf): one vectorised kernel, ten times faster on CPU."""
@@ -232,7 +247,7 @@ class Detector:
             return None
         return self._aminmax(tensor.detach())
 
-    def _pre(self, module, args):
+    def _pre(self, module: Any, args: tuple) -> None:
         # The common case costs a dict lookup: a known module that is not a root.
         if self.active:
             info = self.infos.get(id(module))
@@ -240,7 +255,7 @@ class Detector:
                 self._enter(module, args)
         return None
 
-    def _enter(self, module, args) -> None:
+    def _enter(self, module: Any, args: tuple) -> None:
         """A root (or a module not seen yet) is called: name it, check its inputs."""
         try:
             fault_point(PART)
@@ -261,7 +276,7 @@ class Detector:
         except Exception as error:
             self.fail(error)
 
-    def _post(self, module, args, output):
+    def _post(self, module: Any, args: tuple, output: Any) -> None:
         if not self.active:
             return None
         try:
@@ -297,7 +312,14 @@ class Detector:
             self._check_and_report(None)
         return None
 
-    def _grad(self, info, site, root_site, index, grad_outputs):
+    def _grad(
+        self,
+        info: _Module,
+        site: tuple[str, int] | None,
+        root_site: tuple[str, int] | None,
+        index: int,
+        grad_outputs: tuple,
+    ) -> None:
         if not self.active:
             return None
         try:
@@ -309,7 +331,7 @@ class Detector:
             self.fail(error)
         return None
 
-    def _before_step(self, optimizer, args, kwargs):
+    def _before_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.active:
             self._check_and_report(optimizer)
         self.count += 1
@@ -333,7 +355,7 @@ class Detector:
 
     # ---- names and places ----
 
-    def _info(self, module) -> _Module:
+    def _info(self, module: Any) -> _Module:
         """The module's name; a module not seen yet is a root, named with all under it."""
         info = self.infos.get(id(module))
         if info is not None and info.ref() is module:
@@ -350,9 +372,9 @@ class Detector:
                 self.params[id(param)] = (weakref.ref(param), self.infos[id(found)], param_name)
         return self.infos[id(module)]
 
-    def _caller(self):
+    def _caller(self) -> tuple[str, int] | None:
         """(file, line) of the code that called the module (the parent's forward)."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None and frame.f_code.co_filename == self.module_file:
             frame = frame.f_back
         return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
@@ -363,16 +385,16 @@ class Detector:
             known = self._library_cache[path] = bool(self.is_library(path))
         return known
 
-    def _user_site(self):
+    def _user_site(self) -> tuple[str, int] | None:
         """(file, line) of the innermost frame of the user's own code."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None and self._library(frame.f_code.co_filename):
             frame = frame.f_back
         return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
     # ---- the check: one sync per step ----
 
-    def _check_and_report(self, optimizer) -> None:
+    def _check_and_report(self, optimizer: Any) -> None:
         report = None
         try:
             report = self.check(optimizer)
@@ -385,7 +407,7 @@ class Detector:
             self.remove()
             raise FloatingPointError(report["console"])
 
-    def _weight_grads(self, optimizer) -> list:
+    def _weight_grads(self, optimizer: Any) -> list:
         """(module info, param name, gradient) of the optimizer's parameters."""
         out = []
         for group in optimizer.param_groups:
@@ -399,7 +421,7 @@ class Detector:
                 out.append((known[1], known[2], grad.detach()))
         return out
 
-    def _absmax_skips(self, tensor) -> bool:
+    def _absmax_skips(self, tensor: Any) -> bool:
         return (
             type(tensor) not in self._plain
             or not tensor.is_floating_point()
@@ -407,7 +429,7 @@ class Detector:
             or tensor.numel() == 0
         )
 
-    def check(self, optimizer=None) -> dict | None:
+    def check(self, optimizer: Any = None) -> dict | None:
         """This step's values to the host in one go; the report of the first non-finite
         one, or None (all finite, nothing recorded, or already reported)."""
         entries, self.entries = self.entries, []
@@ -440,14 +462,14 @@ class Detector:
         self.reported = True
         return self._describe(entries, host, first)
 
-    def _bad(self, entry, value: float) -> bool:
+    def _bad(self, entry: tuple, value: float) -> bool:
         if math.isfinite(value):
             return False
         if entry[1] == WHAT_WEIGHT_GRAD:
             return not bool(self.torch.isfinite(entry[6]).all())
         return True
 
-    def _describe(self, entries, host, first) -> dict:
+    def _describe(self, entries: list[tuple], host: list[float], first: int) -> dict:
         entry = entries[first]
         info, what, site, root_site = entry[0], entry[1], entry[3], entry[4]
         label = info.label
@@ -497,7 +519,7 @@ class Detector:
             "stops": param is None or not _distributed(),
         }
 
-    def _weights_bad(self, info) -> bool:
+    def _weights_bad(self, info: _Module) -> bool:
         """Are the module's own parameters non-finite? (read on a report only)"""
         module = info.ref()
         if module is None:
@@ -518,7 +540,7 @@ class Detector:
         )
 
 
-def _stacks(torch, tensors: list) -> list:
+def _stacks(torch: Any, tensors: list) -> list:
     """The 0-d tensors stacked, one stack per device: [(indices, stacked)]."""
     try:
         return [(range(len(tensors)), torch.stack(tensors))]
@@ -531,13 +553,13 @@ def _stacks(torch, tensors: list) -> list:
         ]
 
 
-def _all_finite(torch, entries: list) -> bool:
+def _all_finite(torch: Any, entries: list) -> bool:
     """The fast path of a clean step: one reduction and one sync per device."""
     flat = [tensor for entry in entries for tensor in entry[2]]
     return all(bool(torch.isfinite(stacked).all()) for _, stacked in _stacks(torch, flat))
 
 
-def _to_host(torch, values: list) -> list[float]:
+def _to_host(torch: Any, values: list) -> list[float]:
     """Each entry's abs-max as a float, from its (min, max) or (norm,) 0-d tensors on
     whatever devices: one stack and one copy per device."""
     flat = [tensor for value in values for tensor in value]
@@ -574,19 +596,20 @@ def _say(text: str) -> None:
         pass
 
 
-def _check_before_explicit_steps(steps, detector: Detector) -> None:
+def _check_before_explicit_steps(steps: Steps, detector: Detector) -> None:
     """mldebug.step() moves the agent's step count (`steps.set`): the step that ends is
     checked first, while the count still says which step it was."""
     moved = steps.set
 
-    def set_step(n=None):
+    def set_step(n: int | None = None) -> None:
         detector.step_ends()  # stop mode raises FloatingPointError out of mldebug.step()
         moved(n)
 
-    steps.set = set_step
+    steps.set = set_step  # type: ignore[method-assign]  # this one instance's method, on purpose
 
 
-def start(runtime, environ=os.environ) -> Detector | None:
+# runtime: agent/__init__.py's _Runtime (not imported for its type: that would be a cycle)
+def start(runtime: Any, environ: Mapping[str, str] = os.environ) -> Detector | None:
     """The detector of a running agent, when MLDEBUG_DETECT_ANOMALY asks for it: it hooks
     torch.nn and torch.optim once the program has imported them."""
     mode = mode_from_env(environ.get(ENV_DETECT))

@@ -28,6 +28,11 @@ import time
 from .gcgrab import objects_of, subclasses
 from .holders import held_by
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 BUDGET = 3.0  # seconds of walking the objects at most
 YIELD_EVERY = 4096  # objects walked between two moments the program's thread gets the GIL
 MAX_GROUPS = 24  # groups kept, the largest by count
@@ -41,7 +46,7 @@ BASELINE_AFTER = 10.0  # seconds after torch appeared: the first census, to comp
 REQUEST = os.path.join("census", "request")
 
 
-def _key(tensor) -> tuple:
+def _key(tensor: Any) -> tuple:
     """The group of a tensor, from raw attributes (hashable as they are; made into text once
     per group, not once per tensor: a census of 100k tensors is mostly this)."""
     shape = tensor.shape
@@ -76,9 +81,9 @@ def _grown(ranked: list, before: dict | None) -> list[tuple]:
 
 
 def take(
-    torch,
+    torch: Any,
     budget: float = BUDGET,
-    clock=time.monotonic,
+    clock: Callable[[], float] = time.monotonic,
     before: dict | None = None,
     lookup_budget: float = HOLDER_BUDGET,
 ) -> dict:
@@ -150,7 +155,9 @@ def take(
 class Census:
     """The last two censuses of the rank, and when to take the next."""
 
-    def __init__(self, run_dir: str | None, torch_of=lambda: sys.modules.get("torch")) -> None:
+    def __init__(
+        self, run_dir: str | None, torch_of: Callable[[], Any] = lambda: sys.modules.get("torch")
+    ) -> None:
         self.request_path = os.path.join(run_dir, REQUEST) if run_dir else None
         self._torch_of = torch_of
         self.current: dict | None = None

@@ -40,10 +40,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import FrameType, ModuleType
 
 PART = "collectives"
 TRACE_LEN = 64
@@ -81,19 +85,30 @@ class Call:
         "waits",
     )
 
-    def __init__(self, group, seq, op, site, enqueued, asynchronous, shapes, dtypes, peer):
+    def __init__(
+        self,
+        group: Group,
+        seq: int,
+        op: str,
+        site: str | None,
+        enqueued: float,
+        asynchronous: bool,
+        shapes: list[list[int]],
+        dtypes: list[str],
+        peer: Any,
+    ) -> None:
         self.group = group
         self.seq = seq
         self.op = op
         self.site = site
         self.enqueued = enqueued
-        self.completed = None
+        self.completed: float | None = None
         self.asynchronous = asynchronous
         self.shapes = shapes
         self.dtypes = dtypes
         self.peer = peer
-        self.error = None
-        self.waits = None  # the Work objects / CUDA events it completes with
+        self.error: str | None = None
+        self.waits: list | None = None  # the Work objects / CUDA events it completes with
 
     def trace_entry(self) -> dict:
         """The call in state.json's `trace`."""
@@ -103,7 +118,7 @@ class Call:
         """The call as a group's last made one (`groups.<name>.enqueued`)."""
         return self._entry(time=self.enqueued)
 
-    def _entry(self, **when) -> dict:
+    def _entry(self, **when: object) -> dict:
         """What state.json says of every call made, with `when` (its group and times)."""
         entry = {
             "seq": self.seq,
@@ -162,7 +177,12 @@ class Group:
         return entry
 
 
-def user_site(frame, files: dict, is_library, skip: str | None = None) -> str | None:
+def user_site(
+    frame: FrameType | None,
+    files: dict[str, bool],
+    is_library: Callable[[str], object],
+    skip: str | None = None,
+) -> str | None:
     """file:line of the innermost frame of the user's own code, from `frame` out. `files`
     caches path -> whether it is a library's; `skip`: a file of the agent's own to pass."""
     for _ in range(MAX_STACK):
@@ -178,7 +198,7 @@ def user_site(frame, files: dict, is_library, skip: str | None = None) -> str | 
     return None
 
 
-def format_ranks(ranks) -> str:
+def format_ranks(ranks: Iterable[int]) -> str:
     """`ranks:0-3,8,10-11` for a group's global ranks; a digest for very long lists."""
     return _rules.ranks_group_name(ranks)
 
@@ -192,7 +212,7 @@ class Tracer:
     functions to trace;
     `tensor_type`, `work_type`, `cuda` and `c10d` come from the program's torch."""
 
-    def __init__(self, rules, clock=time.time) -> None:
+    def __init__(self, rules: ModuleType, clock: Callable[[], float] = time.time) -> None:
         # rules: mldebug/rankrules.py (as loaded in the rank), for which files are library
         # files and which torch.distributed functions are traced
         self.is_library = rules.is_library_path
@@ -205,7 +225,8 @@ class Tracer:
         self.trace: deque[Call] = deque(maxlen=TRACE_LEN)
         self.groups: dict[str, Group] = {}
         self.pending: deque[Call] = deque()
-        self.on_pending = None  # called when a call starts waiting for its Work (the heartbeat)
+        # called when a call starts waiting for its Work (the heartbeat)
+        self.on_pending: Callable[[], object] | None = None
         self.on_done: Callable[[Call], None] | None = (
             None  # called with each completed call, under the lock (agent/timing.py)
         )
@@ -213,24 +234,24 @@ class Tracer:
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}
         self.c10d: Any = None  # the program's torch._C._distributed_c10d, once it is there
-        self.tensor_type = None
-        self.work_type = None
-        self.cuda = None
-        self.pg_type = None
+        self.tensor_type: Any = None
+        self.work_type: Any = None
+        self.cuda: Any = None
+        self.pg_type: Any = None
 
     # ------------------------------------------------------------------ what torch is
-    def bind(self, c10d, torch) -> None:
+    def bind(self, c10d: Any, torch: Any) -> None:
         self.c10d = c10d
         self.tensor_type = getattr(torch, "Tensor", None)
         self.work_type = getattr(c10d, "Work", None)
         self.pg_type = getattr(c10d, "ProcessGroup", None)
         self.cuda = getattr(torch, "cuda", None)
 
-    def _default_pg(self):
+    def _default_pg(self) -> Any:
         world = getattr(self.c10d, "_world", None)
         return getattr(world, "default_pg", None)
 
-    def _group(self, pg) -> Group | None:
+    def _group(self, pg: Any) -> Group | None:
         """The traced group of a call's `group` argument; None when nothing is traced
         (no default group yet, the rank is no member: torch handles those itself)."""
         if pg is None:
@@ -256,7 +277,7 @@ class Tracer:
             pass  # no weak reference: looked up by name each time
         return group
 
-    def _group_name(self, pg) -> str:
+    def _group_name(self, pg: Any) -> str:
         """The same on every rank: default_pg for the world; torch's name when torch
         counted it out (new_group, which every rank calls in the same order); else the
         group's global ranks."""
@@ -271,15 +292,17 @@ class Tracer:
             return name[:MAX_GROUP_NAME] or "unknown"
 
     # ------------------------------------------------------------------ one call
-    def site(self, frame) -> str | None:
+    def site(self, frame: FrameType | None) -> str | None:
         return user_site(frame, self._library_files, self.is_library)
 
-    def _tensors(self, args, kwargs):
+    def _tensors(self, args: tuple, kwargs: dict) -> tuple[list[list[int]], list[str], bool]:
         """Shapes and dtypes of the tensors among the arguments (at most MAX_TENSORS), and
         whether one of them is on a CUDA device."""
         tensor_type = self.tensor_type
-        shapes, dtypes, cuda = [], [], False
-        found = []
+        shapes: list[list[int]] = []
+        dtypes: list[str] = []
+        cuda = False
+        found: list[Any] = []
         for value in (*args, *kwargs.values()):
             if tensor_type is not None and isinstance(value, tensor_type):
                 found.append(value)
@@ -301,7 +324,15 @@ class Tracer:
             cuda = cuda or bool(getattr(tensor, "is_cuda", False))
         return shapes, dtypes, cuda
 
-    def enqueue(self, op, args, kwargs, group_at, async_at, frame) -> tuple | None:
+    def enqueue(
+        self,
+        op: str,
+        args: tuple,
+        kwargs: dict,
+        group_at: int | None,
+        async_at: int | None,
+        frame: FrameType | None,
+    ) -> tuple[Call, bool] | None:
         fault_point(PART)
         if op == "batch_isend_irecv":
             ops = args[0] if args else kwargs.get("p2p_op_list")
@@ -341,7 +372,7 @@ class Tracer:
             self.trace.append(call)
         return call, cuda
 
-    def returned(self, call: Call, cuda: bool, result) -> None:
+    def returned(self, call: Call, cuda: bool, result: Any) -> None:
         waits = None
         work_type = self.work_type
         if work_type is not None and isinstance(result, work_type):
@@ -368,7 +399,7 @@ class Tracer:
         if first and self.on_pending is not None:
             self.on_pending()
 
-    def _cuda_event(self):
+    def _cuda_event(self) -> _CudaMark:
         event = self.cuda.Event()
         event.record()
         return _CudaMark(event)
@@ -396,7 +427,7 @@ class Tracer:
             return
         with self.lock:
             pending = list(self.pending)[:limit]
-        finished = []
+        finished: list[Call] = []
         for call in pending:
             waits = call.waits
             if waits is None or all(_is_done(w) for w in waits):
@@ -435,21 +466,21 @@ class _CudaMark:
 
     __slots__ = ("event",)
 
-    def __init__(self, event) -> None:
+    def __init__(self, event: Any) -> None:
         self.event = event
 
     def is_completed(self) -> bool:
         return bool(self.event.query())
 
 
-def _is_done(wait) -> bool:
+def _is_done(wait: Any) -> bool:
     try:
         return bool(wait.is_completed())
     except Exception:
         return True  # a Work that cannot say (torch's _IllegalWork): nothing to wait for
 
 
-def wrap(tracer: Tracer, op: str, fn):
+def wrap(tracer: Tracer, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` traced as `op`; the wrapper's code carries the op's name (tracebacks, py-spy)."""
     try:
         import inspect
@@ -462,7 +493,7 @@ def wrap(tracer: Tracer, op: str, fn):
     local = tracer.local
     getframe = sys._getframe
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         if tracer.off or local.inside:
             return fn(*args, **kwargs)
         try:
@@ -499,7 +530,7 @@ def wrap(tracer: Tracer, op: str, fn):
     return wrapper
 
 
-def install(c10d, tracer: Tracer) -> list[str]:
+def install(c10d: Any, tracer: Tracer) -> list[str]:
     """Wrap the collectives of `c10d` (torch.distributed.distributed_c10d) and the
     `torch.distributed` names that alias them; returns the names wrapped."""
     torch = sys.modules.get("torch")

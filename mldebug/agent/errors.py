@@ -6,10 +6,21 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from types import TracebackType
+
 MAX_TRACEBACK = 20_000
 
 
-def describe_exception(exc_type, exc, tb, is_library) -> dict:
+def describe_exception(
+    exc_type: type[BaseException],
+    exc: BaseException,
+    tb: TracebackType | None,
+    is_library: Callable[[str], object],
+) -> dict:
     """The error file's content: type, message, raising frame, user frame, traceback.
     `is_library(path)`: the rule that tells library frames from the user's own."""
     import traceback
@@ -32,11 +43,19 @@ def describe_exception(exc_type, exc, tb, is_library) -> dict:
     }
 
 
-def install_excepthook(path, rank: int, host: str, write_json, is_library) -> None:
+def install_excepthook(
+    path: Path,
+    rank: int,
+    host: str,
+    write_json: Callable[[Path, dict], object],
+    is_library: Callable[[str], object],
+) -> None:
     previous = sys.excepthook
     pid = os.getpid()
 
-    def mldebug_excepthook(exc_type, exc, tb):
+    def mldebug_excepthook(
+        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
         # A process forked from the rank inherits this hook; its error is not the rank's.
         if os.getpid() == pid:
             try:

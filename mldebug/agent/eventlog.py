@@ -27,9 +27,20 @@ KIND_ERROR = "agent_error"
 KIND_TRUNCATED = "truncated"
 ENV_FAULT = "MLDEBUG_AGENT_FAULT"  # tests: parts named here fail on purpose (docs/agent.md)
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
 
 class _Writer:
-    def __init__(self, path, rank: int, open_append, step_of) -> None:
+    def __init__(
+        self,
+        path: Path,
+        rank: int,
+        open_append: Callable[[Path], int],
+        step_of: Callable[[], int | None],
+    ) -> None:
         self.path = path
         self.rank = rank
         self.pid = os.getpid()
@@ -79,7 +90,7 @@ class _Writer:
             except (OSError, ValueError, TypeError):
                 return False  # this line is lost; the next one tries again
 
-    def _record(self, kind: str, message: str, **fields) -> dict:
+    def _record(self, kind: str, message: str, **fields: object) -> dict:
         try:
             step = self._step_of()
         except Exception:
@@ -96,7 +107,7 @@ class _Writer:
         return record
 
 
-def _finite(value):
+def _finite(value: object) -> object:
     """`value` with every non-finite float replaced by its name ("inf", "-inf", "nan")."""
     if isinstance(value, float) and (value != value or value in (math.inf, -math.inf)):
         return str(value)
@@ -112,13 +123,18 @@ _failed: set[str] = set()
 _faults = frozenset(part for part in os.environ.get(ENV_FAULT, "").split(",") if part)
 
 
-def configure(path, rank: int, open_append, step_of=lambda: None) -> None:
+def configure(
+    path: Path,
+    rank: int,
+    open_append: Callable[[Path], int],
+    step_of: Callable[[], int | None] = lambda: None,
+) -> None:
     """Start writing `path` (ranks/<rank>/events.jsonl); `step_of()` gives the current step."""
     global _writer
     _writer = _Writer(path, rank, open_append, step_of)
 
 
-def emit(kind: str, message: str, **fields) -> bool:
+def emit(kind: str, message: str, **fields: object) -> bool:
     """Append one event; True when it was written. Extra fields go into the line as they
     are (JSON-serialisable values; others are written as their str())."""
     writer = _writer

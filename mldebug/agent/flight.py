@@ -26,6 +26,11 @@ import time
 from .eventlog import fail, fault_point
 from .siblings import sibling as _sibling
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 PART = "flight_recorder"
 PENDING_INTERVALS = 2
 STILL_INTERVALS = 5
@@ -40,7 +45,7 @@ _rules = _sibling("ledgerrules")  # the collective ledger's contract: group name
 DEFAULT_GROUP = _rules.DEFAULT_GROUP
 
 
-def _c10d():
+def _c10d() -> Any:
     """torch's c10d bindings once torch.distributed is imported and initialised, else None
     (the agent never imports torch itself)."""
     dist = sys.modules.get("torch.distributed")
@@ -53,7 +58,7 @@ def _c10d():
     return c10d
 
 
-def _dumper():
+def _dumper() -> Callable[..., Any] | None:
     """torch's JSON dump of its Flight Recorder, or None when torch.distributed is not
     imported or not initialised (or this torch has none)."""
     c10d = _c10d()
@@ -64,7 +69,7 @@ def _dumper():
     )
 
 
-def group_name(process_group) -> str | None:
+def group_name(process_group: object) -> str | None:
     """The agent's name of an entry's group: default_pg for the world, torch's name when it
     counted it out ("1"), else its description or name."""
     if not isinstance(process_group, (list, tuple)) or len(process_group) != 2:
@@ -73,13 +78,13 @@ def group_name(process_group) -> str | None:
     return _rules.group_of_entry(name, desc) or None
 
 
-def _ints(value) -> list:
+def _ints(value: object) -> list:
     if not isinstance(value, list):
         return []
     return [int(v) for v in value[:8] if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def summarise(data) -> dict:
+def summarise(data: object) -> dict:
     """{group: {"last": {...}, "pending": n}} from a parsed dump (the contract's field)."""
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list):
@@ -120,7 +125,13 @@ def summarise(data) -> dict:
 class Flight:
     """What the heartbeat puts under "flight_recorder"; `dumper()` finds torch's dump."""
 
-    def __init__(self, interval: float, started: float, dumper=_dumper, clock=time.time):
+    def __init__(
+        self,
+        interval: float,
+        started: float,
+        dumper: Callable[[], Callable[..., Any] | None] = _dumper,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.interval = interval
         self.started = started
         self._dumper = dumper
@@ -130,7 +141,7 @@ class Flight:
         self._last_dump: float | None = None
         self._summary: dict | None = None
 
-    def stuck(self, groups: dict, step_time, now: float) -> bool:
+    def stuck(self, groups: dict, step_time: float | None, now: float) -> bool:
         """A traced call pending for more than 2 heartbeats, or the step still for 5."""
         for entry in groups.values():
             made, done = entry.get("enqueued"), entry.get("completed")
@@ -144,7 +155,7 @@ class Flight:
         since = step_time if step_time is not None else self.started
         return now - since > STILL_INTERVALS * self.interval
 
-    def summary(self, groups: dict, step_time) -> dict | None:
+    def summary(self, groups: dict, step_time: float | None) -> dict | None:
         """The last summary while the rank looks stuck (a fresh dump when MIN_GAP passed);
         None while it moves, and once the part stood aside."""
         if self.off:
@@ -183,7 +194,7 @@ DUMPS_PART = "flight_recorder_dumps"
 MAX_WRITE = 256 << 20  # bytes of one dump written at most
 
 
-def _pickle_dumper():
+def _pickle_dumper() -> Callable[..., Any] | None:
     """torch's pickle dump of its Flight Recorder (with stacks), or None when
     torch.distributed is not imported or not initialised."""
     c10d = _c10d()
@@ -198,7 +209,12 @@ class FlightDumps:
     one lstat while nothing is asked. A request seen before torch.distributed is initialised
     waits for it. A failure is said once and the part stands aside."""
 
-    def __init__(self, folder: str | None, rank: int, dumper=_pickle_dumper):
+    def __init__(
+        self,
+        folder: str | None,
+        rank: int,
+        dumper: Callable[[], Callable[..., Any] | None] = _pickle_dumper,
+    ) -> None:
         self.folder = folder or ""  # "": no folder, and the part is off
         self.rank = rank
         self._dumper = dumper

@@ -20,6 +20,16 @@ from .eventlog import fail, fault_point, warn_once
 from .flight import ENV_FR_DIR, Flight, FlightDumps
 from .siblings import sibling as _sibling
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from .collectives import Tracer
+    from .memory import Memory
+    from .steps import Steps
+    from .timing import Timing
+
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
 DEFAULT_INTERVAL = _sibling("ledgerrules").DEFAULT_INTERVAL  # the one the readers assume
@@ -29,7 +39,7 @@ EXIT_WAIT = 0.5
 VERSION = _sibling("ledgerrules").STATE_VERSION
 
 
-def interval_from(env) -> float:
+def interval_from(env: Mapping[str, str]) -> float:
     try:
         value = float(env.get(ENV_INTERVAL, DEFAULT_INTERVAL))
     except (TypeError, ValueError):
@@ -42,16 +52,16 @@ def interval_from(env) -> float:
 class Heartbeat:
     def __init__(
         self,
-        path,
-        write_json,
+        path: Path,
+        write_json: Callable[[Path, dict], object],
         rank: int,
         started: float,
-        tracer,
-        steps,
-        memory,
+        tracer: Tracer | None,
+        steps: Steps | None,
+        memory: Memory | None,
         interval: float = DEFAULT_INTERVAL,
-        clock=time.time,
-        timing=None,
+        clock: Callable[[], float] = time.time,
+        timing: Timing | None = None,
     ) -> None:
         self.path = path
         self._write_json = write_json

@@ -21,6 +21,10 @@ import types
 
 from .gcgrab import referrers_of
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 MAX_HOLDERS = 2  # containers named per tensor
 MAX_NAME = 80  # characters kept of a variable's or a type's name
 CONTAINERS = (list, dict, set, frozenset)
@@ -92,7 +96,9 @@ def _owner_attribute(container: object, skip: set[int]) -> tuple[str, str] | Non
     return None
 
 
-def held_by(obj: object, skip: set[int], deadline: float, clock=time.monotonic) -> list[dict]:
+def held_by(
+    obj: object, skip: set[int], deadline: float, clock: Callable[[], float] = time.monotonic
+) -> list[dict]:
     """Up to MAX_HOLDERS holders of `obj`: {"type", "items", "name", "whose"} (the last two
     None when no variable holding it is found). `skip`: ids of the census's own objects."""
     frames = _program_frames()

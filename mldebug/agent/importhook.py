@@ -21,13 +21,27 @@ import threading
 
 from .eventlog import fail
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+
+    Hook = Callable[[ModuleType], object]
+
 
 class _PostImportFinder:
     def __init__(self) -> None:
-        self.waiting: dict[str, list] = {}
+        self.waiting: dict[str, list[tuple[str, Hook]]] = {}
         self.lock = threading.RLock()
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
         if fullname not in self.waiting:
             return None
         try:
@@ -38,7 +52,9 @@ class _PostImportFinder:
             return None  # the import machinery asks the other finders itself
         return spec
 
-    def _real_spec(self, fullname, path, target):
+    def _real_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+    ) -> ModuleSpec | None:
         for finder in list(sys.meta_path):
             if finder is self:
                 continue
@@ -50,13 +66,13 @@ class _PostImportFinder:
                 return spec
         return None
 
-    def _wrap_loader(self, loader, fullname) -> bool:
+    def _wrap_loader(self, loader: Any, fullname: str) -> bool:
         if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
             return False
         original = loader.exec_module
         own = "exec_module" in getattr(loader, "__dict__", {})
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             if getattr(module, "__name__", None) != fullname:
                 return original(module)  # a loader shared with another module
             try:
@@ -74,14 +90,14 @@ class _PostImportFinder:
         loader.exec_module = exec_module
         return True
 
-    def fire(self, fullname, module) -> None:
+    def fire(self, fullname: str, module: ModuleType) -> None:
         with self.lock:
             hooks = self.waiting.pop(fullname, [])
         for part, hook in hooks:
             run_hook(part, hook, module)
 
 
-def run_hook(part: str, hook, module) -> None:
+def run_hook(part: str, hook: Hook, module: ModuleType) -> None:
     try:
         hook(module)
     except Exception as error:
@@ -99,7 +115,7 @@ def _installed() -> _PostImportFinder:
     return _finder
 
 
-def when_imported(name: str, hook, part: str) -> None:
+def when_imported(name: str, hook: Hook, part: str) -> None:
     """Call `hook(module)` once `name` has been imported: now if it already was, else right
     after the program's import executes it. A hook that raises is `eventlog.fail(part, ...)`."""
     module = sys.modules.get(name)

@@ -28,12 +28,16 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .census import Census
 from .eventlog import emit, fail, fault_point
 from .memory_timeline import Timeline
 from .siblings import sibling
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
 
 _human = sibling("rankrules").human_bytes  # sizes worded as the outside words them
 
@@ -79,11 +83,11 @@ def cuda_figures(stats: dict) -> dict:
 class Memory:
     def __init__(
         self,
-        rank_dir=None,
-        safeio=None,
-        torch_of=lambda: sys.modules.get("torch"),
-        clock=time.time,
-        rss_of=read_rss,
+        rank_dir: str | None = None,
+        safeio: ModuleType | None = None,
+        torch_of: Callable[[], Any] = lambda: sys.modules.get("torch"),
+        clock: Callable[[], float] = time.time,
+        rss_of: Callable[[], int | None] = read_rss,
     ) -> None:
         self.rank_dir = rank_dir
         self.safeio = safeio
@@ -105,7 +109,7 @@ class Memory:
         self.census = Census(run_root, torch_of)  # live tensors (agent/census.py)
 
     # ------------------------------------------------------------------ readings
-    def _cuda(self):
+    def _cuda(self) -> Any:
         """torch.cuda when the program has initialised CUDA, else None."""
         torch = self._torch_of()
         cuda = getattr(torch, "cuda", None)
@@ -122,7 +126,7 @@ class Memory:
             return None
         return cuda_figures(self._device_stats(cuda))
 
-    def _device_stats(self, cuda) -> dict:
+    def _device_stats(self, cuda: Any) -> dict:
         """memory_stats() of the rank's GPU, named by index: the CUDA device is per thread,
         and the heartbeat thread's is device 0 whatever the program uses. The rank's GPU is
         the one with the most memory reserved (found again until one has some)."""
@@ -166,7 +170,7 @@ class Memory:
             return None
 
     @staticmethod
-    def _open_nvml(cuda, device):
+    def _open_nvml(cuda: Any, device: int | None) -> bool | tuple[Any, Any]:
         import importlib.util
 
         if importlib.util.find_spec("pynvml") is None:
@@ -189,7 +193,7 @@ class Memory:
 
     def reading(self, nvml: bool = True) -> dict:
         """state.json's `memory`."""
-        reading = {"rss": self._rss_of(), "cuda": None, "nvml": None}
+        reading: dict[str, object] = {"rss": self._rss_of(), "cuda": None, "nvml": None}
         if self.off:
             return reading
         try:
@@ -202,7 +206,7 @@ class Memory:
         return reading
 
     # ------------------------------------------------------------------ over time
-    def tick(self, when: float, reading: dict, step, calls: int) -> dict:
+    def tick(self, when: float, reading: dict, step: int | None, calls: int) -> dict:
         """The heartbeat's round (its own thread): a timeline point, the limits now and
         then, a census when one is due. state.json's sections that come of it."""
         sections: dict = {}
@@ -288,7 +292,7 @@ class Memory:
         fail(PART, error)
 
     # ------------------------------------------------------------------ OOM
-    def watch_oom(self, cuda_module) -> None:
+    def watch_oom(self, cuda_module: Any) -> None:
         """Post-import hook of torch.cuda: attach the OOM observer when CUDA initialises."""
         torch = self._torch_of()
         attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
@@ -296,7 +300,7 @@ class Memory:
         if attach is None or lazy_call is None:
             return  # a build without CUDA
 
-        def attach_observer():
+        def attach_observer() -> None:
             try:  # a queued call that raises would break the program's CUDA init
                 attach(self.on_oom)
             except Exception as error:
@@ -304,7 +308,7 @@ class Memory:
 
         lazy_call(attach_observer)
 
-    def on_oom(self, device, alloc, device_allocated, device_free) -> None:
+    def on_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         """torch's OOM observer: runs before the OutOfMemoryError reaches the program."""
         try:
             if self.device is None and isinstance(device, int):
@@ -333,7 +337,7 @@ class Memory:
             self._oom_count = MAX_OOM_EVENTS  # said once; later OOMs are left alone
             fail(PART, error)
 
-    def _write_oom_files(self, device) -> list[str]:
+    def _write_oom_files(self, device: int) -> list[str]:
         torch = self._torch_of()
         written: list[str] = []
         if self.rank_dir is None or self.safeio is None:
@@ -354,13 +358,16 @@ class Memory:
 
     def _write_file(self, name: str, data: bytes) -> None:
         """Write-then-rename into the rank's folder, never through a planted name."""
-        final = os.path.join(self.rank_dir, name)
-        temp = os.path.join(self.rank_dir, f".{name}.{os.getpid()}.tmp")
+        rank_dir, safeio = self.rank_dir, self.safeio
+        if rank_dir is None or safeio is None:
+            return  # _write_oom_files checked both
+        final = os.path.join(rank_dir, name)
+        temp = os.path.join(rank_dir, f".{name}.{os.getpid()}.tmp")
         try:
             os.unlink(temp)
         except OSError:
             pass
-        fd = self.safeio.create_new(temp)
+        fd = safeio.create_new(temp)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

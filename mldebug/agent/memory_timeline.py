@@ -84,7 +84,9 @@ class Timeline:
         self._limits_at: float | None = None
         self._lock = threading.Lock()
 
-    def add(self, when: float, rss, cuda, step, calls) -> None:
+    def add(
+        self, when: float, rss: int | None, cuda: int | None, step: int | None, calls: int
+    ) -> None:
         """A point, unless the last one is less than EVERY seconds old."""
         if self._last is not None and when - self._last < EVERY:
             return

@@ -11,8 +11,12 @@ import os
 import sys
 import types
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from typing import Any
 
-def sibling(name: str):
+
+def sibling(name: str) -> Any:  # a module loaded by path: its attributes are not known here
     if "_mldebug" not in sys.modules:
         package = types.ModuleType("_mldebug")
         package.__path__ = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]

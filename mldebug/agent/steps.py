@@ -14,11 +14,20 @@ import time
 
 from .eventlog import fail, fault_point
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 PART = "steps"
 
 
 class Steps:
-    def __init__(self, on_change=None, clock=time.time) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[int, float], object] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.value: int | None = None
         self.time: float | None = None
         self.explicit = False
@@ -28,7 +37,9 @@ class Steps:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def optimizer_stepped(self, optimizer, args=None, kwargs=None) -> None:
+    def optimizer_stepped(
+        self, optimizer: Any, args: tuple | None = None, kwargs: dict | None = None
+    ) -> None:
         """torch.optim's global post-step hook: never raises into optimizer.step()."""
         if self.off or self.explicit:
             return
@@ -67,6 +78,6 @@ class Steps:
             self._on_change(value, now)
 
 
-def install(optimizer_module, steps: Steps) -> None:
+def install(optimizer_module: Any, steps: Steps) -> None:
     """Post-import hook of torch.optim.optimizer."""
     optimizer_module.register_optimizer_step_post_hook(steps.optimizer_stepped)

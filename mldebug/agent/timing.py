@@ -34,6 +34,14 @@ from .collectives import user_site
 from .eventlog import fail, fault_point
 from .timing_flight import FlightCalls
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import FrameType, ModuleType
+    from typing import Any
+
+    from .collectives import Call, Tracer
+
 PART = "timing"
 ENV_TIMING = "MLDEBUG_TIMING"  # "0" or "off": no timing section, no timing hooks
 VERSION = 1
@@ -45,7 +53,7 @@ MAX_STACK = 64  # frames looked through for the main thread's wait
 SYNC_METHODS = ("item", "cpu", "tolist")
 
 
-def enabled(env) -> bool:
+def enabled(env: Mapping[str, str]) -> bool:
     return str(env.get(ENV_TIMING, "1")).strip().lower() not in ("0", "off", "no", "false")
 
 
@@ -72,7 +80,12 @@ class _Sites:
 
 
 class Timing:
-    def __init__(self, tracer=None, rules=None, clock=time.time) -> None:
+    def __init__(
+        self,
+        tracer: Tracer | None = None,
+        rules: ModuleType | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.off = False
         self.tracer = tracer
         self.is_library = rules.is_library_path if rules is not None else (lambda path: False)
@@ -94,7 +107,7 @@ class Timing:
         self._sync = 0.0
 
     # ------------------------------------------------------------------ from the trace
-    def collective_done(self, call) -> None:
+    def collective_done(self, call: Call) -> None:
         """The tracer completed `call` (its lock held: no I/O, no waiting here)."""
         if self.off or call.enqueued is None or call.completed is None:
             return
@@ -123,7 +136,7 @@ class Timing:
             self.stop(error)
 
     # ------------------------------------------------------------------ DataLoader, syncs
-    def data_waited(self, loader_iter, seconds: float, frame) -> None:
+    def data_waited(self, loader_iter: Any, seconds: float, frame: FrameType | None) -> None:
         self._data += seconds
         # One entry per loader (its dataset and workers), not per epoch's iterator.
         dataset = getattr(loader_iter, "_dataset", None)
@@ -142,11 +155,11 @@ class Timing:
         entry["batches"] += 1
         entry["wait"] += seconds
 
-    def sync_waited(self, seconds: float, frame) -> None:
+    def sync_waited(self, seconds: float, frame: FrameType | None) -> None:
         self._sync += seconds
         self.syncs.add(self.site(frame), seconds)
 
-    def site(self, frame) -> str | None:
+    def site(self, frame: FrameType | None) -> str | None:
         """file:line of the innermost frame of the user's own code, from `frame` out (this
         file's wrappers passed over)."""
         return user_site(frame, self._files, self.is_library, skip=__file__)
@@ -198,11 +211,11 @@ class Timing:
         fail(PART, error)
 
 
-def _timed_next(timing: Timing, original):
+def _timed_next(timing: Timing, original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     perf = time.perf_counter
     getframe = sys._getframe
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         if timing.off:
             return original(self)
         started = perf()
@@ -218,7 +231,7 @@ def _timed_next(timing: Timing, original):
     return __next__
 
 
-def install_dataloader(dataloader_module, timing: Timing) -> None:
+def install_dataloader(dataloader_module: Any, timing: Timing) -> None:
     """Post-import hook of torch.utils.data.dataloader: time each batch's `__next__`."""
     base = dataloader_module._BaseDataLoaderIter
     original = base.__next__
@@ -226,11 +239,13 @@ def install_dataloader(dataloader_module, timing: Timing) -> None:
         base.__next__ = _timed_next(timing, original)
 
 
-def _timed_sync(timing: Timing, original, cuda_only: bool):
+def _timed_sync(
+    timing: Timing, original: Callable[..., Any], cuda_only: bool
+) -> Callable[..., Any]:
     perf = time.perf_counter
     getframe = sys._getframe
 
-    def timed(*args, **kwargs):
+    def timed(*args: Any, **kwargs: Any) -> Any:
         if timing.off or (cuda_only and not getattr(args[0], "is_cuda", False)):
             return original(*args, **kwargs)
         started = perf()
@@ -250,7 +265,7 @@ def _timed_sync(timing: Timing, original, cuda_only: bool):
     return timed
 
 
-def install_syncs(torch_module, timing: Timing) -> None:
+def install_syncs(torch_module: Any, timing: Timing) -> None:
     """Time the host syncs the program makes on CUDA tensors, and torch.cuda.synchronize."""
     tensor = torch_module.Tensor
     for name in SYNC_METHODS:
@@ -259,7 +274,7 @@ def install_syncs(torch_module, timing: Timing) -> None:
             setattr(tensor, name, _timed_sync(timing, original, cuda_only=True))
 
 
-def install_cuda_sync(cuda_module, timing: Timing) -> None:
+def install_cuda_sync(cuda_module: Any, timing: Timing) -> None:
     original = getattr(cuda_module, "synchronize", None)
     if original is not None and getattr(original, "_mldebug_timed", None) is None:
         cuda_module.synchronize = _timed_sync(timing, original, cuda_only=False)

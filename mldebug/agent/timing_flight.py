@@ -35,6 +35,10 @@ from collections.abc import Callable, Sequence
 from .eventlog import fail, fault_point
 from .flight import _pickle_dumper, group_name
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 PART = "timing_flight"
 READ_EVERY = 10.0  # seconds between two reads, at least
 PROBE_EVERY = 60.0  # ...while the trace sees every collective the ring holds
@@ -47,7 +51,7 @@ MAX_TEXT = 64
 class _PlainOnly(pickle.Unpickler):
     """torch's dump is dicts, lists, strings and numbers: nothing else is loaded."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise pickle.UnpicklingError(f"{module}.{name} is not a plain value")
 
 
@@ -67,7 +71,7 @@ def _dumper() -> Callable[[], object] | None:
     return read
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -100,7 +104,12 @@ def rows_of(data: object, starts: Sequence[tuple[float, int]] = ()) -> list[list
 
 
 class FlightCalls:
-    def __init__(self, dumper=_dumper, clock=time.time, perf=time.perf_counter) -> None:
+    def __init__(
+        self,
+        dumper: Callable[[], Callable[[], object] | None] = _dumper,
+        clock: Callable[[], float] = time.time,
+        perf: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.off = False
         self.rows: list[list] = []
         self.reads = 0

@@ -25,6 +25,12 @@ import threading
 from .eventlog import emit
 from .importhook import when_imported
 
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import ModuleType
+    from typing import Any
+
 PART = "tiny-model"
 ENV_TINY_MODEL = "MLDEBUG_TINY_MODEL"  # mldebug/tiny/spec.py: the SPEC text
 EVENT = "tiny_model"
@@ -32,7 +38,7 @@ PREFIX = "mldebug tiny-model: "
 MARK = "_mldebug_tiny_model"  # on the patched functions (and the copies transformers makes)
 
 
-def _tiny_package():
+def _tiny_package() -> ModuleType:
     """mldebug/tiny/, loaded by path next to the agent (the rank may have no mldebug)."""
     cached = sys.modules.get("_mldebug_tiny")
     if cached is not None:
@@ -43,6 +49,8 @@ def _tiny_package():
         os.path.join(directory, "__init__.py"),
         submodule_search_locations=[directory],
     )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no mldebug tiny package in {directory}")
     module = importlib.util.module_from_spec(spec)
     sys.modules["_mldebug_tiny"] = module
     try:
@@ -53,7 +61,7 @@ def _tiny_package():
     return module
 
 
-def report(message: str, **fields) -> None:
+def report(message: str, **fields: object) -> None:
     try:
         sys.stderr.write(PREFIX + message + "\n")
         sys.stderr.flush()
@@ -65,16 +73,16 @@ def report(message: str, **fields) -> None:
 class _Patcher:
     def __init__(self, spec_text: str) -> None:
         self.spec_text = spec_text
-        self.originals: dict = {}  # (class, name) -> the classmethod it had
+        self.originals: dict[tuple[Any, str], Any] = {}  # (class, name) -> the classmethod it had
         # Inside an original from_pretrained (fallback=load, a tokenizer read from local
         # files), the patched ones it calls in turn are the originals.
         self.inside = threading.local()
 
-    def spec(self):
+    def spec(self) -> tuple[ModuleType, Any]:
         package = _tiny_package()
         return package, package.parse_spec(self.spec_text)
 
-    def wrap(self, owner_class, kind: str) -> None:
+    def wrap(self, owner_class: Any, kind: str) -> None:
         """Replace `owner_class.from_pretrained` by the substitution (once per class)."""
         key = (owner_class, "from_pretrained")
         original = owner_class.__dict__.get("from_pretrained")
@@ -85,7 +93,9 @@ class _Patcher:
         self.originals[key] = original
         patcher = self
 
-        def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        def from_pretrained(
+            cls: type, pretrained_model_name_or_path: object, *args: Any, **kwargs: Any
+        ) -> Any:
             load_original = patcher.guarded(original.__get__(None, cls))
             if getattr(patcher.inside, "depth", 0):
                 return load_original(pretrained_model_name_or_path, *args, **kwargs)
@@ -107,11 +117,11 @@ class _Patcher:
         setattr(from_pretrained, MARK, True)
         owner_class.from_pretrained = classmethod(from_pretrained)
 
-    def guarded(self, function):
+    def guarded(self, function: Callable[..., Any] | None) -> Any:  # None for None
         if function is None:
             return None
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             self.inside.depth = getattr(self.inside, "depth", 0) + 1
             try:
                 return function(*args, **kwargs)
@@ -120,7 +130,7 @@ class _Patcher:
 
         return call
 
-    def autoconfig(self):
+    def autoconfig(self) -> Callable[..., Any] | None:
         """AutoConfig.from_pretrained as transformers has it (for local files and the cache)."""
         configuration = sys.modules.get("transformers.models.auto.configuration_auto")
         if configuration is None:
@@ -130,13 +140,13 @@ class _Patcher:
         return auto.from_pretrained if original is None else original.__get__(None, auto)
 
 
-def _substitute_module(package):
+def _substitute_module(package: ModuleType) -> ModuleType:
     import importlib
 
     return importlib.import_module(package.__name__ + ".substitute")
 
 
-def start(environ=os.environ) -> bool:
+def start(environ: Mapping[str, str] = os.environ) -> bool:
     """Patch transformers as the program imports it, when --tiny-model asked for it."""
     spec_text = environ.get(ENV_TINY_MODEL)
     if spec_text is None:
@@ -150,27 +160,27 @@ def start(environ=os.environ) -> bool:
         return False
     patcher = _Patcher(spec_text)
 
-    def auto_factory(module):
+    def auto_factory(module: Any) -> None:
         patcher.wrap(module._BaseAutoModelClass, "model")
 
-    def modeling_auto(module):
+    def modeling_auto(module: Any) -> None:
         for value in list(vars(module).values()):
             if isinstance(value, type) and issubclass(value, module._BaseAutoModelClass):
                 patcher.wrap(value, "model")
 
-    def modeling_utils(module):
+    def modeling_utils(module: Any) -> None:
         patcher.wrap(module.PreTrainedModel, "model")
 
-    def configuration_auto(module):
+    def configuration_auto(module: Any) -> None:
         patcher.wrap(module.AutoConfig, "config")
 
-    def configuration_utils(module):
+    def configuration_utils(module: Any) -> None:
         patcher.wrap(module.PretrainedConfig, "config")
 
-    def tokenization_auto(module):
+    def tokenization_auto(module: Any) -> None:
         patcher.wrap(module.AutoTokenizer, "tokenizer")
 
-    def tokenization_base(module):
+    def tokenization_base(module: Any) -> None:
         patcher.wrap(module.PreTrainedTokenizerBase, "tokenizer")
 
     for name, hook in (

@@ -65,7 +65,7 @@ def _group_state(ranks: Iterable[int], states: Mapping[int, str] | None) -> str:
 class _Building:
     __slots__ = ("frame", "ranks", "children")
 
-    def __init__(self, frame: Frame | None):
+    def __init__(self, frame: Frame | None) -> None:
         self.frame = frame
         self.ranks: list[int] = []
         self.children: dict[FrameKey, _Building] = {}

@@ -45,6 +45,7 @@ from mldebug.model import (
     CollectiveCall,
     Finding,
     FindingPart,
+    GroupProgress,
     RankView,
 )
 from mldebug.ranges import format_ranks
@@ -116,7 +117,7 @@ def _members(group: str, views: Sequence[RankView]) -> list[RankView]:
     return [v for v in with_state if v.rank in members]
 
 
-def _progress(view: RankView, group: str):
+def _progress(view: RankView, group: str) -> GroupProgress | None:
     for progress in _agent(view).groups:
         if progress.group == group:
             return progress
@@ -261,9 +262,9 @@ def _behind_findings(
     longest = max(waits[r].seconds for r in waiting_ranks)
     buckets: dict[tuple, list[RankView]] = {}
     for view in behind:
-        last = _progress(view, group)
+        progress = _progress(view, group)
         where = view.user_frame.location if view.user_frame else None
-        buckets.setdefault((_seq(last.enqueued if last else None), where), []).append(view)
+        buckets.setdefault((_seq(progress.enqueued if progress else None), where), []).append(view)
     ordered = sorted(buckets.values(), key=lambda b: (-len(b), b[0].rank))
     findings = []
     for bucket in ordered[:MAX_BEHIND_FINDINGS]:
@@ -328,7 +329,9 @@ def _behind_findings(
     return findings
 
 
-def _hang(text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float):
+def _hang(
+    text: str, call: CollectiveCall, waiting: Sequence[RankView], seconds: float
+) -> Finding | None:
     ranks = [v.rank for v in waiting]
     interval = max(interval_of(_agent(v)) for v in waiting)
     severity = _severity(seconds, interval)
@@ -399,7 +402,9 @@ def _group_verdict(
     waiting = [by_rank[r] for r in verdict.waiting]
     waits = {}
     for view in waiting:
-        call = _progress(view, group).enqueued
+        progress = _progress(view, group)
+        call = progress.enqueued if progress else None
+        assert call is not None  # a member that waits has made the call it waits in
         waits[view.rank] = Wait(view.rank, group, call, _waited(view, call))
     interval = max(interval_of(_agent(v)) for v in waiting)
     if _severity(max(w.seconds for w in waits.values()), interval) is None:

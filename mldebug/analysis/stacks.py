@@ -9,7 +9,7 @@ that are stuck count as waiting, so a healthy job sampled mid-collective is not 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from mldebug.analysis.frames import is_rendezvous
@@ -89,7 +89,7 @@ def _place(view: RankView) -> tuple[str | None, bool]:
     return location_of(view), view.dataloader_worker is not None
 
 
-def _bucket(views: Sequence[RankView], key) -> list[list[RankView]]:
+def _bucket(views: Sequence[RankView], key: Callable[[RankView], Hashable]) -> list[list[RankView]]:
     """Views grouped by key, biggest group first, then by lowest rank."""
     buckets: dict = {}
     for view in views:

@@ -86,7 +86,9 @@ def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
     return differences
 
 
-def explaining(differences: Sequence[ThreadDifference], ranks: Sequence[int]):
+def explaining(
+    differences: Sequence[ThreadDifference], ranks: Sequence[int]
+) -> ThreadDifference | None:
     """The first thread that `ranks` (all of them) lack and at least as many others have:
     for ranks that keep the rest waiting, a likely cause, even when two ranks split 1-1."""
     wanted = set(ranks)

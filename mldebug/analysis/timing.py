@@ -19,7 +19,7 @@ warm-up (the first step is never in the window) and ±10% jitter move no median 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mldebug.analysis import timing_evidence as evidence
@@ -81,7 +81,7 @@ class _Split:
         return self.timing.steps
 
 
-def _share(steps: Sequence[StepTiming], part) -> float:
+def _share(steps: Sequence[StepTiming], part: Callable[[StepTiming], float]) -> float:
     return _median([part(s) / s.wall for s in steps if s.wall > 0])
 
 

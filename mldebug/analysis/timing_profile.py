@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from mldebug.analysis.frames import collective_op, is_rendezvous, user_frame
 from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER
@@ -52,7 +52,7 @@ def where(frames: Sequence[Frame]) -> str:
     return WHERE_OTHER
 
 
-def _frames(stack) -> tuple[Frame, ...]:
+def _frames(stack: Iterable[tuple[str, str, int | None]]) -> tuple[Frame, ...]:
     return tuple(Frame(function, file, line) for function, file, line in stack)
 
 

@@ -14,7 +14,7 @@ so the front end holds each distinct stack once whatever the number of ranks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from mldebug.collect.agentstate import parse_state
 from mldebug.collect.crashes import recipe_id
@@ -77,7 +77,9 @@ def _call(call: CollectiveCall | None, when: float | None) -> dict | None:
     }
 
 
-def _tensors(shapes, dtypes, shapes_key: str = "shapes") -> dict:
+def _tensors(
+    shapes: Iterable[Iterable[int]], dtypes: Iterable[str], shapes_key: str = "shapes"
+) -> dict:
     """A call's tensors as state.json holds them (the Flight Recorder's part names its
     shapes `sizes`, as torch does)."""
     return {shapes_key: [list(s) for s in shapes], "dtypes": list(dtypes)}
@@ -353,7 +355,14 @@ class Reader:
             ras=read_carried(data.get("ras"), host),
         )
 
-    def _view(self, entry: object, stacks, host: str, job: str, now: float) -> RankView | None:
+    def _view(
+        self,
+        entry: object,
+        stacks: Sequence[tuple[ThreadStack, ...]],
+        host: str,
+        job: str,
+        now: float,
+    ) -> RankView | None:
         if not isinstance(entry, dict):
             return None
         rank, pid = _int(entry.get("rank"), 0, 1 << 20), _int(entry.get("pid"), 1, 1 << 22)
@@ -393,7 +402,9 @@ class Reader:
             dataloader_worker=_int(entry.get("worker"), 1, 1 << 22),
         )
 
-    def _groups(self, raw: object, stacks, ranks: set[int]) -> tuple[StackGroup, ...]:
+    def _groups(
+        self, raw: object, stacks: Sequence[tuple[ThreadStack, ...]], ranks: set[int]
+    ) -> tuple[StackGroup, ...]:
         if not isinstance(raw, list):
             return ()
         groups = []
@@ -414,7 +425,7 @@ def _list(value: object, most: int) -> list[dict]:
     return [e for e in value[:most] if isinstance(e, dict)] if isinstance(value, list) else []
 
 
-def _crashes(value: object):
+def _crashes(value: object) -> Iterator[RankCrash]:
     for entry in _list(value, MAX_RANKS):
         rank, when = _int(entry.get("rank"), 0, 1 << 20), _number(entry.get("time"))
         if rank is not None and when is not None:
@@ -429,7 +440,7 @@ def _crashes(value: object):
             )
 
 
-def _events(value: object):
+def _events(value: object) -> Iterator[RankEvent]:
     for entry in _list(value, MAX_EVENTS):
         rank, kind = _int(entry.get("rank"), 0, 1 << 20), _text(entry.get("kind"))
         if rank is None or not kind:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import IO
 
 MAX_BYTES = 64 << 20  # all the documents one command passes on (1,024 nodes at ~50 KiB)
 MAX_LINE = 16 << 20  # one node document
@@ -35,7 +36,7 @@ class Answer:
     error: str = ""  # why it did not run or did not end: "timed out after 30 s"
 
 
-def _read_lines(stream, into: list[bytes]) -> None:
+def _read_lines(stream: IO[bytes], into: list[bytes]) -> None:
     total = 0
     for line in iter(lambda: stream.readline(MAX_LINE), b""):
         total += len(line)
@@ -44,7 +45,7 @@ def _read_lines(stream, into: list[bytes]) -> None:
     stream.close()
 
 
-def _read_tail(stream, into: list[bytes]) -> None:
+def _read_tail(stream: IO[bytes], into: list[bytes]) -> None:
     for chunk in iter(lambda: stream.read(65536), b""):
         into.append(chunk)
         while len(into) > 2 and sum(len(c) for c in into[1:]) > STDERR_TAIL:

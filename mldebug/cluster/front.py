@@ -26,6 +26,7 @@ from mldebug.cluster.nodetargets import COLLECTOR_MARK
 from mldebug.errors import MldebugError, ToolMissingError
 from mldebug.model import (
     JobSnapshot,
+    NativeDump,
     NodeFailure,
     NodeReading,
     PodStory,
@@ -113,7 +114,7 @@ def _reason(answer: fanout.Answer) -> str:
 class Collection:
     """One look at the nodes: what each answered, or why not."""
 
-    def __init__(self, spec: ClusterSpec):
+    def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.reader = Reader()
         self.nodes: list[NodeReading] = []
@@ -303,7 +304,7 @@ class ClusterPoller:
     """What `attach --slurm/--hosts` polls: one collection of every node per refresh (each
     node judges stuck from running with its own samples, so no history is kept here)."""
 
-    def __init__(self, spec: ClusterSpec, first: JobSnapshot | None = None):
+    def __init__(self, spec: ClusterSpec, first: JobSnapshot | None = None) -> None:
         self.spec = spec
         self.first = first  # a snapshot already taken (attach checks the job before the UI)
 
@@ -313,6 +314,12 @@ class ClusterPoller:
 
     def read_native(self, rank: int) -> StackSample | None:
         return None  # native frames are read on the node: `mldebug dump --native` there
+
+    def read_all_threads(self, rank: int) -> NativeDump | None:
+        # The rank screen's `g` shows this line where gdb's answer would be.
+        raise MldebugError(
+            "gdb reads a rank's threads on its own node: `mldebug dump --native-all` there"
+        )
 
     def focus(self, ranks: Iterable[int]) -> None:
         pass

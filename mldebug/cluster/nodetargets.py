@@ -18,11 +18,11 @@ import os
 
 from mldebug import rundir
 from mldebug.errors import NoTargetError
-from mldebug.model import JobTargets
+from mldebug.model import JobTargets, RankTarget
 from mldebug.targets import describe_job, discover_rank_processes, target_from_process
 
 
-def _order(target) -> tuple:
+def _order(target: RankTarget) -> tuple:
     return (target.rank is None, target.rank or 0, target.pid)
 
 

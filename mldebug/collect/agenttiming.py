@@ -6,6 +6,9 @@ section is no timing at all. Nothing here raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from mldebug.collect.eventfiles import parse_time
 from mldebug.model_timing import (
     CallTiming,
@@ -21,6 +24,8 @@ MAX_STEPS = 64
 MAX_SITES = 16
 MAX_TEXT = 512
 MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
+
+T = TypeVar("T")  # a parsed row
 
 
 def _int(value: object, low: int = 0) -> int | None:
@@ -94,7 +99,7 @@ def _site(row: object) -> SiteTiming | None:
     return SiteTiming(site, count, seconds)
 
 
-def _rows(value: object, parse, limit: int) -> tuple:
+def _rows(value: object, parse: Callable[[object], T | None], limit: int) -> tuple[T, ...]:
     if not isinstance(value, list):
         return ()
     parsed = (parse(row) for row in value[-limit:])

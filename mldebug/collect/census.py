@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
@@ -27,7 +28,9 @@ def request_census(root: str | Path) -> float:
     return os.lstat(folder / REQUEST_FILE).st_mtime
 
 
-def wait_for_census(root: str | Path, ranks, since: float, timeout: float = WAIT) -> set[int]:
+def wait_for_census(
+    root: str | Path, ranks: Iterable[int], since: float, timeout: float = WAIT
+) -> set[int]:
     """The ranks whose state.json holds a census taken at `since` or later, waiting up to
     `timeout` seconds for all of them."""
     deadline = time.monotonic() + timeout

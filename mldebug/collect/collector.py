@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -92,7 +92,7 @@ class JobCollector:
         skip_moving: bool = False,
         slow_rotation: float = SLOW_ROTATION,
         moved: Callable[[AgentState | None, AgentState | None], bool] | None = None,
-    ):
+    ) -> None:
         self.job = job_targets
         self.native = native
         self.nonblocking = nonblocking
@@ -129,7 +129,7 @@ class JobCollector:
         """Reads under way end on their own (each has a time limit); none is waited for."""
         self._closed = True
 
-    def focus(self, ranks) -> None:
+    def focus(self, ranks: Iterable[int]) -> None:
         """The ranks a person looks at now (a rank's screen): read at every poll."""
         self._focus = frozenset(ranks)
 
@@ -150,7 +150,7 @@ class JobCollector:
     def __enter__(self) -> JobCollector:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _read(
@@ -201,7 +201,12 @@ class JobCollector:
             detail = f"not read: the {self.deadline:g}s allowed to the whole dump ran out"
         return StackSample(target, time.time(), failure=FAIL_TIMEOUT, failure_detail=detail)
 
-    def _read_all(self, targets: Sequence[RankTarget], read, end: float | None) -> list:
+    def _read_all(
+        self,
+        targets: Sequence[RankTarget],
+        read: Callable[[RankTarget], StackSample | None],
+        end: float | None,
+    ) -> list:
         """`read(target)` for every target, up to `max_threads` at a time in daemon threads.
 
         Returns when all are read, or soon after `end`: then the targets whose reading has
@@ -374,7 +379,9 @@ class JobCollector:
 class StackPoll:
     """One poll under way: read the rounds, then maybe some ranks' workers, then keep."""
 
-    def __init__(self, collector: JobCollector, chosen: list[RankTarget], end: float | None):
+    def __init__(
+        self, collector: JobCollector, chosen: list[RankTarget], end: float | None
+    ) -> None:
         self.collector = collector
         self.chosen = chosen  # this poll's ranks (all, or the next ones in rotation)
         self.end = end

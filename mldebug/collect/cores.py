@@ -19,6 +19,7 @@ import resource
 import signal
 import stat
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def _read_at(fd: int, offset: int, size: int) -> bytes:
     return os.pread(fd, size, offset) if size > 0 and offset >= 0 else b""
 
 
-def _notes(data: bytes):
+def _notes(data: bytes) -> Iterator[tuple[int, bytes, bytes]]:
     """(type, name, descriptor) of each ELF note."""
     offset = 0
     while offset + 12 <= len(data):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from mldebug.model import (
     FAIL_EXITED,
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    Frame,
     NativeDump,
     NativeThread,
     RankTarget,
@@ -192,7 +194,7 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
     return data.decode("utf-8", errors="replace"), timed_out
 
 
-def demangle_names(gdb: str, names, timeout: float = 30.0) -> dict[str, str]:
+def demangle_names(gdb: str, names: Iterable[str], timeout: float = 30.0) -> dict[str, str]:
     """Itanium-mangled C++ names -> demangled, by gdb's own demangler, in one quick gdb run
     (no process attached). Names that are not plainly mangled are left out."""
     wanted = sorted({n for n in names if _MANGLED.match(n)})[:MAX_DEMANGLED]
@@ -229,7 +231,7 @@ def demangled(gdb: str, threads: tuple[NativeThread, ...]) -> tuple[NativeThread
     if not names:
         return threads
 
-    def frame(f):
+    def frame(f: Frame) -> Frame:
         if f.function not in names:
             return f
         return replace(f, function=gdbparse.short_function(names[f.function]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from mldebug.procfs import proc_uids
@@ -76,7 +77,9 @@ def reader_of(pid: int) -> Reader | None:
     return Reader(tracer, name) if name else None
 
 
-def wait_for_readers(pid: int, seconds: float, clock=time.monotonic) -> Reader | None:
+def wait_for_readers(
+    pid: int, seconds: float, clock: Callable[[], float] = time.monotonic
+) -> Reader | None:
     """Wait up to `seconds` while another reader holds `pid`: the one still holding it."""
     end = clock() + seconds
     reader = reader_of(pid)

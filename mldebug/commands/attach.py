@@ -30,7 +30,11 @@ from mldebug.errors import EXIT_USAGE, MldebugError
 from mldebug.model import JobTargets
 
 if TYPE_CHECKING:
+    from typing import Any
+
+    from mldebug.cluster.front import ClusterSpec
     from mldebug.tui.app import AttachApp
+    from mldebug.tui.feeds import Poller
 
 KEYS_HELP = """\
 keys: q quit, p pause, s save a report, / filter ranks, enter rank detail,
@@ -68,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_tty(stream) -> bool:
+def _is_tty(stream: Any) -> bool:  # sys.stdin or sys.stdout, which may be None
     try:
         return stream is not None and stream.isatty()
     except (OSError, ValueError):
@@ -92,7 +96,7 @@ def script_name(cmdline: str) -> str:
     return ""
 
 
-def job_label(job_targets) -> str:
+def job_label(job_targets: JobTargets) -> str:
     """The header line: which job this is, in words a user recognises."""
     from mldebug.ranges import format_ranks
 
@@ -108,7 +112,7 @@ class LiveView:
     `close()` may be called from a signal handler (SIGTERM, SIGHUP: the terminal is gone)."""
 
     def __init__(self) -> None:
-        self._app = None
+        self._app: AttachApp | None = None
 
     def close(self) -> None:
         """Close the view if it is up (thread-safe; nothing happens otherwise)."""
@@ -116,7 +120,7 @@ class LiveView:
         if app is not None:
             app.exit_soon()
 
-    def run(self, app) -> int:
+    def run(self, app: AttachApp) -> int:
         self._app = app
         try:
             code = app.run()
@@ -144,7 +148,7 @@ def run_app(
     return (view or LiveView()).run(app)
 
 
-def live_app(poller, run_dir: Path | None = None, **options) -> AttachApp:
+def live_app(poller: Poller, run_dir: Path | None = None, **options: Any) -> AttachApp:
     """The live view over `poller`, handed the real readers of what it shows besides the
     stacks: the run directory's files (when there is one) and the frames' source lines.
     options: AttachApp's (interval, stop, job_name, clock, read_paste)."""
@@ -180,11 +184,11 @@ def main(argv: list[str]) -> int:
     follow = not pids  # a run or discovery may gain ranks; given pids stay what they are
     if run_dir is not None and follow:
 
-        def resolve():
+        def resolve() -> JobTargets:
             return resolve_targets(run_dir=run_dir)
     else:
 
-        def resolve():
+        def resolve() -> JobTargets:
             return resolve_targets(pids=pids, run_dir=run)
 
     return run_app(
@@ -199,7 +203,7 @@ def main(argv: list[str]) -> int:
     )
 
 
-def _attach_cluster(spec, interval: float) -> int:
+def _attach_cluster(spec: ClusterSpec, interval: float) -> int:
     """The live view of a job on several nodes: each refresh collects every node again."""
     from mldebug.cluster.front import ClusterPoller, collect_cluster
     from mldebug.cluster.hostlist import compress

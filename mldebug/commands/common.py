@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from mldebug.errors import (
     EXIT_FINDINGS,
@@ -29,17 +30,24 @@ from mldebug.errors import (
 from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.textsafe import printable
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+    from rich.console import Console
+
+    from mldebug.cluster.front import ClusterSpec
+    from mldebug.model import JobReadings, JobSnapshot, JobTargets
+
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line: what is wrong, and where help is."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         # The message may quote what was typed (a path, a stray word): no terminal escape.
         self.exit(EXIT_USAGE, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
 
-    def print_help(self, file=None) -> None:
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         # argparse swallows a write error: `--help | head` would end 0 with the help cut.
         if file is None:
             write_out(self.format_help())
@@ -125,7 +133,7 @@ def pid(text: str) -> int:
     return value
 
 
-def count(low: int, high: int):
+def count(low: int, high: int) -> Callable[[str], int]:
     """A whole number from `low` to `high`."""
 
     def parse(text: str) -> int:
@@ -137,7 +145,7 @@ def count(low: int, high: int):
     return parse
 
 
-def seconds(low: float, high: float, *, allow_low: bool = True):
+def seconds(low: float, high: float, *, allow_low: bool = True) -> Callable[[str], float]:
     """A finite duration in seconds, from `low` (included or not) to `high`."""
 
     def parse(text: str) -> float:
@@ -263,7 +271,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", metavar="CTX", help="with --k8s: the kubeconfig context")
 
 
-def cluster_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float):
+def cluster_spec(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, deadline: float
+) -> ClusterSpec | None:
     """The ClusterSpec the arguments ask for, or None for a job on this machine."""
     if args.k8s is not None or args.selector is not None:
         return _k8s_spec(parser, args, deadline)
@@ -330,7 +340,7 @@ def reading_options(args: argparse.Namespace) -> dict:
     }
 
 
-def observe_job(job, args: argparse.Namespace):
+def observe_job(job: JobTargets, args: argparse.Namespace) -> tuple[JobSnapshot, JobReadings]:
     """`observe_once` of a job with the reading options of `dump` and `collect`:
     (snapshot, readings)."""
     from mldebug.observe.pyspy import observe_once
@@ -364,7 +374,7 @@ def write_out(text: str) -> None:
         raise OutputError(f"could not write the output: {error}") from None
 
 
-def report_console(pipe_width: int = 140):
+def report_console(pipe_width: int = 140) -> Console:
     """A rich Console on stdout for a report. A pipe or file gets long lines rather than
     rich's default 80 columns; a reader that goes away is a BrokenPipeError for the CLI to
     end quietly with (rich's own answer is SystemExit(1), which would read as "findings")."""

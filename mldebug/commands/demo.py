@@ -13,10 +13,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import Parser, count, report_console, seconds
 from mldebug.errors import EXIT_INTERRUPTED, EXIT_OK, MldebugError, NoTargetError
 from mldebug.model import SEVERITY_ERROR, JobSnapshot
+
+if TYPE_CHECKING:
+    from mldebug.launch.supervisor import Supervisor
 
 MAX_DEMO_RANKS = 64  # each rank is a Python process with torch loaded
 DEMO_JOB = Path(__file__).resolve().parent.parent / "demos" / "prefetch_hang.py"
@@ -104,7 +108,9 @@ def _report_once(nproc: int, timeout: float) -> int:
     return EXIT_OK
 
 
-def _wait_for_hang(run_dir: Path, nproc: int, supervisor, timeout: float) -> JobSnapshot:
+def _wait_for_hang(
+    run_dir: Path, nproc: int, supervisor: Supervisor, timeout: float
+) -> JobSnapshot:
     """Dump the job every few seconds until the verdict names a problem."""
     from mldebug.observe.pyspy import observe_once
     from mldebug.targets import resolve_targets

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import (
     CLUSTER_HELP,
@@ -55,6 +56,14 @@ from mldebug.model import (
     JobSnapshot,
 )
 from mldebug.ranges import parse_ranks
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rich.console import Console
+
+    from mldebug.look import Source
+    from mldebug.model import JobReadings, JobTargets
 
 EXIT_STATUS = """\
 exit status:
@@ -128,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _targets_from_args(pids: list[int], run_dir: str | None):
+def _targets_from_args(pids: list[int], run_dir: str | None) -> JobTargets:
     from mldebug.targets import resolve_targets
 
     return resolve_targets(pids, run_dir if not pids else None)
@@ -142,7 +151,9 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
     )
 
 
-def _observe_here(args, pids: list[int], run_dir: str | None, more=()):
+def _observe_here(
+    args: argparse.Namespace, pids: list[int], run_dir: str | None, more: Sequence[Source] = ()
+) -> tuple[JobSnapshot, JobReadings]:
     """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
     its snapshot and the notes reading left."""
     from mldebug.look import look_at_job
@@ -156,7 +167,7 @@ def _observe_here(args, pids: list[int], run_dir: str | None, more=()):
     return look_at_job(job, sources=sources, **reading_options(args))
 
 
-def _ask_for_census(job) -> None:
+def _ask_for_census(job: JobTargets) -> None:
     """--census: every rank's agent counts its live tensors before the dump reads it."""
     from mldebug.collect.census import request_census, wait_for_census
 
@@ -198,6 +209,7 @@ def main(argv: list[str]) -> int:
         check_gdb()
         native = NativeSource(args.gdb_timeout, args.deadline * 4)
     readings = None
+    notes: Sequence[str]  # the cluster's list, or this machine's readings' tuple
     if spec is not None:
         from dataclasses import replace
 
@@ -218,7 +230,7 @@ def main(argv: list[str]) -> int:
     if native is not None and readings is not None:
         dumps = native.dumps
 
-        def rest(console) -> None:
+        def rest(console: Console) -> None:
             from rich.text import Text
 
             from mldebug.report.text import print_report
@@ -237,7 +249,7 @@ def main(argv: list[str]) -> int:
 
         from mldebug.report.text import print_report
 
-        def draw(console) -> None:
+        def draw(console: Console) -> None:
             for note in notes:  # rank-derived text: plain, never markup
                 console.print(Text(note, style="dim"))
             print_report(snapshot, console, verbose=args.verbose, ranks=wanted)

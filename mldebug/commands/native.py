@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mldebug.commands.common import add_duration, exit_of, print_report_with, write_out
 from mldebug.errors import (
@@ -20,6 +22,9 @@ from mldebug.errors import (
     PermissionDeniedError,
 )
 from mldebug.model import FAIL_PERMISSION, JobSnapshot, NativeDump, SourceFindings
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_LINES = """\
   2    also: --core given a file that is not a core, or a core that does not match --exe
@@ -87,7 +92,13 @@ class NativeSource:
         return SourceFindings(found=found)
 
 
-def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest) -> None:
+def emit(
+    snapshot: JobSnapshot,
+    dumps: tuple[NativeDump, ...],
+    as_json: bool,
+    verbose: bool,
+    print_rest: Callable[[Console], None],
+) -> None:
     """The report with the native part: `native` in JSON, a section after the text."""
     from mldebug.analysis.native import group_threads
     from mldebug.report.native import native_section, native_to_json
@@ -100,14 +111,14 @@ def emit(snapshot: JobSnapshot, dumps, as_json: bool, verbose: bool, print_rest)
         write_out(json.dumps(data, indent=1) + "\n")
         return
 
-    def draw(console) -> None:
+    def draw(console: Console) -> None:
         print_rest(console)
         console.print(native_section(dumps, group_threads(dumps), verbose=verbose))
 
     print_report_with(draw)
 
 
-def dump_cores(args, run_dir: str | None) -> int:
+def dump_cores(args: argparse.Namespace, run_dir: str | None) -> int:
     """`mldebug dump --core ...`."""
     from pathlib import Path
 
@@ -123,7 +134,7 @@ def dump_cores(args, run_dir: str | None) -> int:
         cores = cores_of_run(Path(run_dir))
     snapshot, dumps = observe_cores(cores, exe=args.exe, run_dir=run_dir, timeout=args.gdb_timeout)
 
-    def rest(console) -> None:
+    def rest(console: Console) -> None:
         from mldebug.report.text import print_report
 
         print_report(snapshot, console, verbose=args.verbose)

@@ -13,7 +13,7 @@ import sys
 
 from mldebug.commands.common import add_json, command_parser, report_console, write_out
 from mldebug.errors import EXIT_OK, MldebugError, NoTargetError
-from mldebug.recipes import get_recipe, load_recipes
+from mldebug.recipes import Recipe, get_recipe, load_recipes
 from mldebug.recipes.search import MAX_QUERY_CHARS, search
 from mldebug.textsafe import printable
 
@@ -80,7 +80,7 @@ def _query(text: str) -> str:
     return sys.stdin.read(MAX_QUERY_CHARS)
 
 
-def _recipe_json(recipe) -> dict:
+def _recipe_json(recipe: Recipe) -> dict:
     return {
         "id": recipe.id,
         "title": recipe.title,

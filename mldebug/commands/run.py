@@ -11,6 +11,8 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mldebug.errors import MldebugError
 from mldebug.launch import env as envs
@@ -20,6 +22,9 @@ from mldebug.launch.supervisor import Supervisor
 from mldebug.ranges import parse_ranks
 from mldebug.rundir import MANIFEST, create_run_dir
 from mldebug.safeio import UntrustedDirError, make_private_dir
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 DESCRIPTION = """\
 Start SCRIPT on N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -224,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 TINY_MODEL_EQ = "--tiny-model="
 
 
-def _tiny_model_spec(args, argv: list[str]) -> None:
+def _tiny_model_spec(args: argparse.Namespace, argv: list[str]) -> None:
     """args.tiny_model from `--tiny-model=SPEC` among mldebug's own options (before the
     script), checked here: a bad SPEC is one line and exit 2."""
     own = argv[: len(argv) - len(args.command)]
@@ -271,7 +276,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     return args, envs.MODE_NATIVE, [sys.executable, *command]
 
 
-def _attach_function():
+def _attach_function() -> Callable[..., int]:  # commands/attach.py's attach_to_run
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise MldebugError(
             "--tui needs a terminal (stdin and stdout are not one)",
@@ -365,7 +370,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGXFSZ, previous)
 
 
-def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
+def _supervise(supervisor: Supervisor, attach: Callable[..., int] | None, console: Console) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
 
@@ -375,7 +380,7 @@ def _supervise(supervisor: Supervisor, attach, console: Console) -> int:
 
         view = LiveView()
 
-    def on_signal(number, _frame) -> None:
+    def on_signal(number: int, _frame: FrameType | None) -> None:
         supervisor.stop(number)
         if view is not None:
             view.close()

@@ -4,6 +4,7 @@ fix, and what a fragment cannot tell. Converts to the `Finding` every view knows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -67,7 +68,7 @@ class Explained:
     facts: tuple[tuple[str, str], ...] = ()  # (name, value): what code may ask of it
     then: str = ""  # words the engine adds after the summary (what followed this cause)
 
-    def cited(self, lines) -> Explained:
+    def cited(self, lines: Sequence[Line]) -> Explained:
         """This finding resting on `lines`: each once, in the order of their source."""
         order: dict[str, int] = {}
         for line in lines:

@@ -16,8 +16,15 @@ Stdlib only, no heavy imports: this runs in every Python process of the job.
 import os
 import sys
 
+# Annotations naming these are quoted: no `from __future__` import, as no other import,
+# in every process of the job.
+TYPE_CHECKING = False  # typing is not imported at start-up; mypy reads this block
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
-def _say(text):
+
+def _say(text: str) -> None:
     try:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
@@ -25,20 +32,20 @@ def _say(text):
         pass
 
 
-def _load_module(name, spec):
+def _load_module(name: str, spec: "ModuleSpec") -> "ModuleType":
     import importlib.util
 
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]  # callers checked it
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return module
 
 
-def _run_next_sitecustomize():
+def _run_next_sitecustomize() -> "ModuleType | None":
     import importlib.machinery
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +56,7 @@ def _run_next_sitecustomize():
     return _load_module("_mldebug_chained_sitecustomize", spec)
 
 
-def _start_agent():
+def _start_agent() -> "ModuleType | None":
     if os.environ.get("MLDEBUG_HOOK") != "1":
         return None
     import importlib.util

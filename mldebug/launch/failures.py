@@ -16,10 +16,14 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
 from mldebug.safeio import read_json, read_tail
 from mldebug.wording import finding_text
+
+if TYPE_CHECKING:
+    from mldebug.launch.timeouts import Explanation
 
 RECIPE = "rank-crash"
 RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains
@@ -196,7 +200,7 @@ def read_fault_log(paths: RunPaths, rank: int, limit: int = 4000) -> str:
     return data.decode("utf-8", errors="replace").strip()[-limit:]
 
 
-def _exists(path) -> bool:
+def _exists(path: str | os.PathLike) -> bool:
     try:
         os.lstat(path)
     except (OSError, ValueError):
@@ -305,7 +309,7 @@ def format_report(
     failures: list[Failure],
     paths: RunPaths,
     stopped: list[int] | None = None,
-    explanation=None,
+    explanation: Explanation | None = None,
 ) -> str:
     """The first-failure summary printed when a job dies (empty when nothing failed).
 
@@ -375,7 +379,7 @@ def _oom_files(paths: RunPaths, rank: int) -> list[str]:
     return lines
 
 
-def _timeout_head(first: Failure, where: str, explanation) -> list[str]:
+def _timeout_head(first: Failure, where: str, explanation: Explanation) -> list[str]:
     """A collective timeout first: the cause, what each rank waited in, then the timeout."""
     cause = explanation.cause
     if cause is not None and cause.culprits:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from mldebug.safeio import write_request
@@ -40,7 +41,9 @@ def request_dumps(root: Path) -> Path | None:
     return folder
 
 
-def wait_for_dumps(folder: Path, ranks, since: float, timeout: float = WAIT_FOR_DUMPS) -> set[int]:
+def wait_for_dumps(
+    folder: Path, ranks: Iterable[int], since: float, timeout: float = WAIT_FOR_DUMPS
+) -> set[int]:
     """The ranks among `ranks` whose dump was written at `since` or later, waiting up to
     `timeout` seconds for all of them (a rank dumps within a heartbeat of the request; the
     hang report then holds their comparison, and a stopped rank would dump nothing)."""

@@ -49,7 +49,7 @@ _BOOT = (
 class GuardianLink:
     """The supervisor's end: tell the guardian what to look after, and when all is done."""
 
-    def __init__(self, popen: subprocess.Popen, write_fd: int):
+    def __init__(self, popen: subprocess.Popen, write_fd: int) -> None:
         self.popen = popen
         self._fd: int | None = write_fd
 
@@ -212,7 +212,7 @@ class Job:
         self.signal(signal.SIGKILL)
 
 
-def _kill(send, target: int, signum: int) -> None:
+def _kill(send: Callable[[int, int], None], target: int, signum: int) -> None:
     try:
         send(target, signum)
     except (ProcessLookupError, PermissionError):

@@ -23,7 +23,7 @@ def _last_drawing(segments: list[bytes]) -> bytes:
 class LineSplitter:
     """Feed it bytes as they arrive; get back complete lines (without b"\\n")."""
 
-    def __init__(self, progress_interval: float = 1.0):
+    def __init__(self, progress_interval: float = 1.0) -> None:
         self.progress_interval = progress_interval
         self._pending = b""  # bytes after the last newline
         self._progress_shown_at: float | None = None

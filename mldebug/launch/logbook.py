@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from mldebug.launch.manifest import Manifest
-from mldebug.launch.pipes import Logs, error_text
+from mldebug.launch.pipes import LogFile, Logs, error_text
 from mldebug.rundir import RunPaths
 
 MAX_FILES_SAID = 6  # incomplete logs named on the console; run.json has them all
@@ -87,7 +87,8 @@ class LogBook:
             + (f"the logs end where they are now: {listed}" if listed else "no log can be written")
         )
 
-    def log_failed(self, log) -> None:
+    def log_failed(self, log: LogFile) -> None:
+        assert log.error is not None  # LogFile stops with its error before it calls here
         self.manifest.update(logs_incomplete=self.state())
         self.say(
             f"mldebug: cannot write {log.path} ({error_text(log.error)}); mldebug writes no "

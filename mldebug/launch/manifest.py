@@ -16,12 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mldebug.rundir import STATUS_RUNNING, RunPaths
 from mldebug.safeio import create_new, write_json_atomic
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mldebug.launch.spec import LaunchSpec
 
 
@@ -32,7 +34,7 @@ MAX_RESERVE = 4 << 20
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def reserve_path(paths: RunPaths):
+def reserve_path(paths: RunPaths) -> Path:
     return paths.root / RESERVE_NAME
 
 
@@ -90,7 +92,7 @@ class Manifest:
         spec: LaunchSpec,
         host: str,
         on_full: Callable[[OSError], None] | None = None,
-    ):
+    ) -> None:
         self.paths = paths
         self.on_full = on_full  # called (outside the lock) when a write finds the disk full
         self._lock = threading.Lock()
@@ -142,7 +144,7 @@ class Manifest:
         """The run is over: the reserve is not needed any more."""
         release_reserve(self.paths)
 
-    def update(self, **fields) -> None:
+    def update(self, **fields: Any) -> None:
         with self._lock:
             self.data.update(fields)
         self.write()
@@ -154,7 +156,7 @@ class Manifest:
         with self._lock:
             return {rank: e["host"] for rank, e in self._ranks.items() if e.get("host")}
 
-    def set_rank(self, rank: int, **fields) -> None:
+    def set_rank(self, rank: int, **fields: Any) -> None:
         with self._lock:
             entry = self._ranks.setdefault(
                 rank,

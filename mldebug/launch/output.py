@@ -34,7 +34,7 @@ WRITE_PIECE = 1 << 16  # bytes per write call, so a console that stops taking th
 class Console:
     """The terminal, written by whole lines; the lock keeps mldebug's own messages apart."""
 
-    def __init__(self, stdout_fd: int = 1, stderr_fd: int = 2):
+    def __init__(self, stdout_fd: int = 1, stderr_fd: int = 2) -> None:
         self.fds = {"stdout": stdout_fd, "stderr": stderr_fd}
         self.lock = threading.Lock()
         self.broken: set[str] = set()
@@ -129,7 +129,7 @@ class OutputTailer:
         prefix: bool = True,
         local_ranks: dict[int, int] | None = None,
         from_end: bool = False,
-    ):
+    ) -> None:
         self.paths = paths
         self.console = console
         self.host = host

@@ -69,7 +69,7 @@ class LogFile:
     holds is then exactly the stream's first `size` bytes, and nothing after a gap.
     """
 
-    def __init__(self, path: Path, name: str, on_error: Callable[[LogFile, OSError], None]):
+    def __init__(self, path: Path, name: str, on_error: Callable[[LogFile, OSError], None]) -> None:
         self.path = path
         self.name = name  # relative to the run directory: "ranks/0/stdout.log"
         self.size = 0  # bytes of the stream in the file
@@ -136,7 +136,7 @@ class Logs:
         root: Path,
         on_full: Callable[[OSError], None],
         on_error: Callable[[LogFile], None],
-    ):
+    ) -> None:
         self.root = root
         self.files: list[LogFile] = []
         self.full: OSError | None = None
@@ -220,7 +220,7 @@ def make_pipe(size: int) -> tuple[int, int]:
 class ConsoleFeed:
     """Whole prefixed lines to the console, on a thread of its own (see the module doc)."""
 
-    def __init__(self, console: Console, on_crash: Callable[[str], None] | None = None):
+    def __init__(self, console: Console, on_crash: Callable[[str], None] | None = None) -> None:
         self.console = console
         self._on_crash = on_crash
         self._failed = False  # a bug broke the thread: output is dropped, never held
@@ -314,7 +314,7 @@ class PipeReader:
 
     def __init__(
         self, console: Console | None = None, on_crash: Callable[[str], None] | None = None
-    ):
+    ) -> None:
         self.streams: list[Stream] = []
         self.feed = ConsoleFeed(console, on_crash) if console is not None else None
         self._selector = selectors.DefaultSelector()

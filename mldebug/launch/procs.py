@@ -6,11 +6,12 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable
 
 from mldebug.procfs import proc_stat
 
 
-def live_groups(pgids) -> set[int]:
+def live_groups(pgids: Iterable[int]) -> set[int]:
     """Those of `pgids` that still have a live (non-zombie) member: one pass over /proc."""
     wanted = {str(pgid) for pgid in pgids}
     live = set()
@@ -34,7 +35,7 @@ def same_process(pid: int, ticks: int | None) -> bool:
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def parent_death_signal(signum: int = signal.SIGTERM):
+def parent_death_signal(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
     """A Popen preexec_fn: the kernel sends `signum` to the child when mldebug dies, even
     of SIGKILL, when there is no chance to stop the job. None where prctl is missing.
 

@@ -24,6 +24,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
@@ -66,7 +67,7 @@ POLL_INTERVAL = 0.1
 
 
 class Supervisor:
-    def __init__(self, spec: LaunchSpec):
+    def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
         self.paths = spec.paths
         self.host = hostname()
@@ -261,7 +262,7 @@ class Supervisor:
         self._guard("finishing", self._release_guardian)
         self._done.set()
 
-    def _guard(self, what: str, step) -> None:
+    def _guard(self, what: str, step: Callable[[], object]) -> None:
         try:
             step()
         except Exception as error:
@@ -301,8 +302,9 @@ class Supervisor:
                     f"mldebug: rank {failed.rank} {describe_exit(failed.returncode or 0)}; "
                     f"stopping the other ranks (grace period {self.spec.grace_period:g}s)"
                 )
-                self._guard(
-                    "reading the last stacks", lambda rank=failed.rank: self._read_last_places(rank)
+                self._guard(  # mypy infers no type for a lambda with a default (bound now)
+                    "reading the last stacks",
+                    lambda rank=failed.rank: self._read_last_places(rank),  # type: ignore[misc]
                 )
                 return
             self._stop_requested.wait(POLL_INTERVAL)

@@ -40,7 +40,7 @@ from mldebug.ledgerverdicts import (
     ledger_finding,
     members_of,
 )
-from mldebug.model import SOURCE_EXIT, AgentState, CollectiveCall, Finding
+from mldebug.model import SOURCE_EXIT, AgentState, CollectiveCall, Finding, JobSnapshot
 from mldebug.wording import ranks_text
 
 DEFAULT_GROUP = rules.DEFAULT_GROUP
@@ -128,7 +128,7 @@ class Place:
     collective: str | None = None  # the torch.distributed op it was in, if any
 
 
-def places_of(snapshot) -> dict[int, Place]:
+def places_of(snapshot: JobSnapshot) -> dict[int, Place]:
     """rank -> where its last stack stood, from a JobSnapshot (a dump of the job)."""
     places = {}
     for view in snapshot.ranks:

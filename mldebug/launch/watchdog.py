@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
 from mldebug.collect.agentstate import read_state
@@ -42,6 +43,9 @@ from mldebug.launch.flight import request_dumps, wait_for_dumps
 from mldebug.rundir import RunPaths
 from mldebug.safeio import create_new, make_private_dir
 from mldebug.textsafe import printable
+
+if TYPE_CHECKING:
+    from mldebug.model import JobSnapshot
 
 ON_HANG_KEEP = "keep"
 ON_HANG_STOP = "stop"
@@ -59,7 +63,7 @@ class HangReport:
     verdict: str  # the dump's first finding, or why there is no dump
     text_path: Path | None = None
     json_path: Path | None = None
-    snapshot: object | None = None  # the JobSnapshot, when the dump worked
+    snapshot: JobSnapshot | None = None  # when the dump worked
 
     def to_json(self) -> dict:
         return {
@@ -94,7 +98,9 @@ def progress_token(paths: RunPaths) -> tuple:
     return ("output", tuple(sizes))
 
 
-def dump_job(root: Path, deadline: float = DUMP_DEADLINE, error_after: float | None = None):
+def dump_job(
+    root: Path, deadline: float = DUMP_DEADLINE, error_after: float | None = None
+) -> tuple[JobSnapshot, tuple[str, ...]]:
     """(snapshot, notes) of the job, as `mldebug dump --run ROOT` reads it."""
     from mldebug.look import look_at_run
 
@@ -157,7 +163,7 @@ class HangWatchdog:
         dump: Callable | None = None,
         clock: Callable[[], float] = time.monotonic,
         check_every: float = CHECK_EVERY,
-    ):
+    ) -> None:
         self.paths = paths
         self.timeout = timeout
         self.on_hang = on_hang
@@ -180,7 +186,7 @@ class HangWatchdog:
         self._thread = threading.Thread(target=self._run, name="mldebug-watchdog", daemon=True)
 
     @property
-    def hang_snapshot(self):
+    def hang_snapshot(self) -> JobSnapshot | None:
         """The dump of the hang the job is in now (nothing moved since), if it worked."""
         if self._fired and self.reports:
             return self.reports[-1].snapshot
@@ -225,7 +231,7 @@ class HangWatchdog:
         self._next_look = quiet + self.timeout  # a look that finds no hang: again later
         return self.fire(quiet)
 
-    def _look(self, quiet: float):
+    def _look(self, quiet: float) -> tuple[JobSnapshot | None, str, str, dict]:
         """(snapshot or None, verdict text, report body, report data) of one dump."""
         try:
             snapshot, notes = self._dump(self.paths.root)
@@ -237,7 +243,9 @@ class HangWatchdog:
         verdict, body, data = self._render(snapshot, notes)
         return snapshot, verdict, body, data
 
-    def _write(self, when: float, body: str, data: dict, flight) -> tuple:
+    def _write(
+        self, when: float, body: str, data: dict, flight: Path | None
+    ) -> tuple[Path | None, Path | None, str]:
         text_path = json_path = None
         try:
             text_path, json_path = write_reports(self.paths, when, body, data)

@@ -59,7 +59,7 @@ def _time(value: object, default: float) -> float:
 
 
 class WrappedRanks:
-    def __init__(self, paths: RunPaths, manifest: Manifest):
+    def __init__(self, paths: RunPaths, manifest: Manifest) -> None:
         self.paths = paths
         self.manifest = manifest
         self.watched: dict[int, _Watched] = {}

@@ -15,10 +15,14 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mldebug.collect.crashes import with_crashes
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, NativeDump, StackSample
 from mldebug.observe.outcome import with_run_outcome
+
+if TYPE_CHECKING:
+    from mldebug.observe.pyspy import JobObserver
 
 
 class CollectorPoller:
@@ -58,7 +62,7 @@ class CollectorPoller:
         self._native = native
         self._follow = follow
         self._lock = threading.Lock()  # close() comes from the UI thread, poll() from a worker
-        self._observer = None
+        self._observer: JobObserver | None = None
         self._targets = with_crashes(job_targets) if job_targets is not None else None
         self._polls = 0
         self._ended_unexplained = False
@@ -67,11 +71,11 @@ class CollectorPoller:
         self._skip_moving = os.environ.get(self.WATCH_ALL_ENV, "") in ("", "0")
 
     @staticmethod
-    def _pids(job_targets) -> frozenset[int]:
+    def _pids(job_targets: JobTargets) -> frozenset[int]:
         return frozenset(target.pid for target in job_targets.targets)
 
     @staticmethod
-    def _with_ended(found, current):
+    def _with_ended(found: JobTargets, current: JobTargets | None) -> JobTargets:
         """`found`, plus the ranks of `current` that it no longer has: they have ended, and
         the analysis shows them as exited (with the code run.json gives), not as never found."""
         if current is None:
@@ -112,9 +116,10 @@ class CollectorPoller:
         # first failure of ranks that ended.
         self._targets = self._with_ended(found, current)
 
-    def _make(self, previous):
+    def _make(self, previous: JobObserver | None) -> JobObserver:
         from mldebug.observe.pyspy import JobObserver
 
+        assert self._targets is not None  # poll() resolved them, or raised
         observer = JobObserver(
             self._targets,
             native=self._native,
@@ -139,6 +144,7 @@ class CollectorPoller:
 
     def poll(self) -> JobSnapshot:
         self._refresh_targets()
+        assert self._targets is not None  # resolved now, or resolve() raised
         self._polls += 1
         with self._lock:
             # A new set of processes gets a new observer (its pool sized for them), which

@@ -58,7 +58,7 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LIN
     return lines
 
 
-def _events_of(rank: int, path: Path):
+def _events_of(rank: int, path: Path) -> tuple[list[RankEvent], int]:
     return read_event_file(rank, path)
 
 

@@ -10,6 +10,8 @@ connect to whom, and which WARN lines the ranks share. Pure functions, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mldebug.model import (
     KIND_NCCL_INIT,
     KIND_NCCL_NETWORK,
@@ -92,7 +94,7 @@ def _stuck_in(log: RankLog) -> list[str]:
 # ---- Network -----------------------------------------------------------------------------
 
 
-def _by(logs: list[RankLog], value_of) -> dict[str, list[RankLog]]:
+def _by(logs: list[RankLog], value_of: Callable[[RankLog], str | None]) -> dict[str, list[RankLog]]:
     """The ranks grouped by one fact of theirs (ranks without it left out)."""
     groups: dict[str, list[RankLog]] = {}
     for log in logs:
@@ -195,7 +197,8 @@ def _versions(logs: list[RankLog]) -> list[Finding]:
         ("cuda_runtime", "CUDA runtime", SEVERITY_WARNING),
         ("cuda_driver", "CUDA driver", SEVERITY_WARNING),
     ):
-        values = _by(logs, lambda log, attr=attr: log.first(attr))
+        # mypy infers no type for a lambda with a default (the loop's attr, bound now)
+        values = _by(logs, lambda log, attr=attr: log.first(attr))  # type: ignore[misc]
         if len(values) > 1:
             ordered, text = sides(values)
             odd = _not_most(ordered)

@@ -83,7 +83,7 @@ def _same_sizes_expected(op: str) -> bool:
 class _Group:
     """One process group as all dumps saw it: per rank its lane (flight_lanes) and last."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.name = name
         self.desc = ""
         self.by_rank: dict[int, Lane] = {}

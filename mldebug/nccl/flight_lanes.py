@@ -74,7 +74,9 @@ class Book:
                 self._numbers[key] = number
         return number
 
-    def lane_calls(self, key: tuple, seqs: Sequence[int], numbers: Sequence[int]):
+    def lane_calls(
+        self, key: tuple, seqs: Sequence[int], numbers: Sequence[int]
+    ) -> dict[int, ledger.Call]:
         calls = self._lanes.get(key)
         if calls is None:
             calls = dict(zip(seqs, map(self.calls.__getitem__, numbers), strict=True))
@@ -95,7 +97,7 @@ class Lane:
         calls: Mapping[int, ledger.Call],
         done: int | None,
         first: FlightEntry | None,
-    ):
+    ) -> None:
         self.entries, self.positions, self.seqs, self.calls = entries, positions, seqs, calls
         self.last = (seqs[-1] if isinstance(seqs, range) else max(seqs)) if len(seqs) else 0
         self.done = done

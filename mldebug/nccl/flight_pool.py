@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import replace
 from itertools import repeat
+from multiprocessing.context import BaseContext
 
 from .flight_model import FlightDump, FlightEntry
 from .flight_read import FlightDumpError, read_flight_dump
@@ -64,7 +65,7 @@ def worker_count(files: int, cores: int | None = None) -> int:
     return min(MAX_WORKERS, cores, files // CHUNK + 1)
 
 
-def _context():
+def _context() -> BaseContext:
     # fork is cheapest and safe while this process runs one thread; else a clean start
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("fork")

@@ -19,6 +19,7 @@ import os
 import pickle
 import re
 from collections.abc import Sequence
+from typing import NoReturn
 
 from mldebug.rundir import MAX_RANK
 from mldebug.safeio import json_depth_ok, read_head
@@ -53,13 +54,13 @@ class FlightDumpError(Exception):
 class _PlainUnpickler(pickle.Unpickler):
     """Plain containers and scalars only: a global (a class, a function) is refused."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise pickle.UnpicklingError(
             f"it asks for {one_line(str(module))[:80]}.{one_line(str(name))[:80]}, "
             "and only plain data is read"
         )
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise pickle.UnpicklingError("it holds a persistent id, and only plain data is read")
 
 

@@ -15,7 +15,7 @@ import operator
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from typing import overload
+from typing import Any, overload
 
 from .flight_model import FlightEntry
 
@@ -39,7 +39,7 @@ class Same(Sequence):
 
     __slots__ = ("value", "size")
 
-    def __init__(self, value: object, size: int):
+    def __init__(self, value: object, size: int) -> None:
         self.value, self.size = value, size
 
     def __len__(self) -> int:
@@ -48,7 +48,11 @@ class Same(Sequence):
     def __iter__(self) -> Iterator:
         return repeat(self.value, self.size)
 
-    def __getitem__(self, index):  # an int: the value; a slice: a Same as long
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Same: ...
+    def __getitem__(self, index: int | slice) -> Any:  # an int: the value; a slice: a Same as long
         if isinstance(index, slice):
             return Same(self.value, len(range(self.size)[index]))
         if not -self.size <= index < self.size:
@@ -101,7 +105,7 @@ class EntryTable(Sequence[FlightEntry]):
     timeout_ms: Column
     record_id: Column
 
-    def __init__(self, rows: tuple[tuple, ...], kind: Column, **columns: Column):
+    def __init__(self, rows: tuple[tuple, ...], kind: Column, **columns: Column) -> None:
         self.rows = rows  # distinct (group, desc, backend, op, sizes, dtypes, location)
         self.kind = kind  # per entry: its index in rows
         for name in self.__slots__[2:]:

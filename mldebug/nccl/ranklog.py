@@ -6,6 +6,7 @@ known. And the few lines a person reads first about each rank. Pure, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mldebug.model import FindingPart
 from mldebug.nccl import logfacts as lp
@@ -20,7 +21,7 @@ class RankLog:
     label: str  # "rank 3", or "host:pid" / a file name when the rank is unknown
     procs: list[lp.ProcLog] = field(default_factory=list)
 
-    def first(self, name: str):
+    def first(self, name: str) -> Any:  # the first of the processes' values of `name`
         for proc in self.procs:
             value = getattr(proc, name)
             if value is not None and value != ():

@@ -163,7 +163,9 @@ def _comm_findings(
     return found
 
 
-def _pids_of(comm: RasComm, groups: Sequence[RasCountGroup], stacks) -> list[set[int]]:
+def _pids_of(
+    comm: RasComm, groups: Sequence[RasCountGroup], stacks: Mapping[int, str | None]
+) -> list[set[int]]:
     """The pids of each group; in the text form the one unnamed group (NCCL names outliers
     only) gets the processes read that no group names, when they are the whole communicator."""
     pid = {r.rank: r.pid for r in comm.ranks}

@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mldebug import rundir, safeio
 from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
@@ -62,7 +64,7 @@ class Scan:
         return bool(self.dumps) or bool(self.ras) or any(log.said_anything for log in self.ranks)
 
 
-def _walk(root: Path, scan: Scan, depth: int = 0):
+def _walk(root: Path, scan: Scan, depth: int = 0) -> Iterator[Path]:
     """Regular files under `root`, sorted, without following a symlink."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -96,7 +98,7 @@ def _read_dump(path: Path, scan: Scan) -> None:
         scan.problems.append(f"{path}: {error}")
 
 
-def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits) -> None:
+def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits: Any) -> None:
     head = _head(path)
     if head is None:
         log = parse_file(str(path), **limits)  # says why it cannot be read

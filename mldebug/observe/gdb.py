@@ -28,7 +28,7 @@ from mldebug.analysis.native import (
 )
 from mldebug.analysis.snapshot import see_job
 from mldebug.collect import gdb as gdbs
-from mldebug.collect.cores import NotACoreError, core_info, core_plan, rank_from_name
+from mldebug.collect.cores import CoreInfo, NotACoreError, core_info, core_plan, rank_from_name
 from mldebug.errors import MldebugError, NoTargetError
 from mldebug.model import (
     FAIL_ERROR,
@@ -137,8 +137,9 @@ def cores_of_run(root: Path) -> list[str]:
     raise NoTargetError(f"no core file in {folder}", hint)
 
 
-def _rank_of(path: str, info, pids: dict[int, int], used: set[int]) -> int:
-    for rank in (pids.get(info.pid), info.rank, rank_from_name(path)):
+def _rank_of(path: str, info: CoreInfo, pids: dict[int, int], used: set[int]) -> int:
+    by_pid = pids.get(info.pid) if info.pid is not None else None
+    for rank in (by_pid, info.rank, rank_from_name(path)):
         if rank is not None and rank not in used:
             return rank
     rank = 0
@@ -147,7 +148,7 @@ def _rank_of(path: str, info, pids: dict[int, int], used: set[int]) -> int:
     return rank
 
 
-def _check_mapped(path: str, exe: str, info) -> None:
+def _check_mapped(path: str, exe: str, info: CoreInfo) -> None:
     """The core names the executable it ran: another one cannot explain it."""
     mapped = info.executable
     if mapped and os.path.realpath(mapped) != os.path.realpath(exe):

@@ -12,6 +12,7 @@ builds the snapshot (mldebug.analysis.snapshot). `mldebug dump`,
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from mldebug.analysis import progress
 from mldebug.analysis.snapshot import Look, judged, see_job
@@ -32,7 +33,7 @@ class JobObserver:
     poller), as often as they re-resolve it.
     """
 
-    def __init__(self, job_targets: JobTargets, **options) -> None:
+    def __init__(self, job_targets: JobTargets, **options: Any) -> None:
         self.collector = JobCollector(job_targets, moved=progress.moved, **options)
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
@@ -55,7 +56,7 @@ class JobObserver:
     def __enter__(self) -> JobObserver:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def poll(self) -> JobSnapshot:
@@ -89,12 +90,12 @@ class JobObserver:
         return look_of(readings)
 
 
-def snapshot_of(readings: JobReadings, **analysis) -> JobSnapshot:
+def snapshot_of(readings: JobReadings, **analysis: Any) -> JobSnapshot:
     """The analysis of what a poll read, judged (`analysis`: see_job's options)."""
     return judged(look_of(readings, **analysis))
 
 
-def look_of(readings: JobReadings, **analysis) -> Look:
+def look_of(readings: JobReadings, **analysis: Any) -> Look:
     """The analysis of what a poll read, before its verdict (`analysis`: see_job's options,
     error_after)."""
     job = readings.job
@@ -114,8 +115,8 @@ def look_of(readings: JobReadings, **analysis) -> Look:
 
 
 def observe_once(
-    job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options
-) -> tuple[JobSnapshot, JobReadings | None]:
+    job_targets: JobTargets, outcome_wait: float = OUTCOME_WAIT_S, **options: Any
+) -> tuple[JobSnapshot, JobReadings]:
     """One poll of a job, judged with what it read (see observe_look)."""
     look, readings = observe_look(job_targets, outcome_wait, **options)
     return judged(look), readings
@@ -125,8 +126,8 @@ def observe_look(
     job_targets: JobTargets,
     outcome_wait: float = OUTCOME_WAIT_S,
     error_after: float | None = None,
-    **options,
-) -> tuple[Look, JobReadings | None]:
+    **options: Any,
+) -> tuple[Look, JobReadings]:
     """One poll of a job (what `mldebug dump` does), with how its ranks ended so far (the
     crashes its run directory records): the look before its verdict, and what was read
     (its notes).
@@ -139,6 +140,7 @@ def observe_look(
     with JobObserver(with_crashes(job_targets), **options) as observer:
         look = observer.look()
         readings = observer.readings
+    assert readings is not None  # look() sets them
     ended = ended_unrecorded(look.snapshot)
     if ended and readings is not None and outcome_wait > 0:
         # Ranks that ended while being read: how, once their launcher has written it.

@@ -9,6 +9,8 @@ complete, and the newest calls of its trace); they are null without one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -37,7 +39,7 @@ def frame_to_json(frame: Frame) -> dict:
     return fields_json(frame, "function", "file", "line", "native")
 
 
-def _frames(frames) -> list[dict]:
+def _frames(frames: Iterable[Frame]) -> list[dict]:
     return [frame_to_json(f) for f in frames]
 
 

@@ -8,7 +8,7 @@ terminal. `render_text` returns plain text (for tests, files, the live view);
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -109,7 +109,7 @@ def age_text(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
-def span_text(values: Sequence[float | int], render=str) -> str:
+def span_text(values: Sequence[float | int], render: Callable[[float], str] = str) -> str:
     """'12', or '11-12' for ranks that differ; '-' when none is known."""
     if not values:
         return "-"

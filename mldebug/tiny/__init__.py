@@ -10,10 +10,12 @@ The modules here import nothing else of mldebug: a rank loads this package by pa
 
 from __future__ import annotations
 
+from typing import Any  # spec.py imports typing already: nothing new in a rank
+
 from .spec import TinySpec, parse_spec
 
 
-def shrink_config(config, **spec):
+def shrink_config(config: Any, **spec: Any) -> Any:
     """A copy of a transformers config with at most `spec`'s sizes (TinySpec's fields:
     hidden, layers, heads, kv_heads, intermediate, experts, vocab). Raises
     mldebug.tiny.shrink.ShrinkError (a ValueError) naming the field it cannot shrink."""
@@ -22,7 +24,7 @@ def shrink_config(config, **spec):
     return shrink(config, **spec)
 
 
-def tiny_model(name_or_config, model_class=None, **spec):
+def tiny_model(name_or_config: Any, model_class: Any = None, **spec: Any) -> Any:
     """A tiny model with random weights of the architecture of a hub name, a local path or a
     config; `model_class` (e.g. AutoModelForSequenceClassification) picks the head."""
     from .build import tiny_model as build

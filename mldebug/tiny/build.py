@@ -31,7 +31,7 @@ class FullConfig:
     source: str  # where it came from, for the log
 
 
-def require_transformers():
+def require_transformers() -> Any:
     try:
         import transformers
     except ImportError as error:
@@ -43,7 +43,9 @@ def require_transformers():
     return transformers
 
 
-def resolve_config(name_or_config, config_class=None, original_autoconfig=None) -> FullConfig:
+def resolve_config(
+    name_or_config: Any, config_class: Any = None, original_autoconfig: Any = None
+) -> FullConfig:
     """The full-size config of `name_or_config`, without downloading. `config_class`: the
     config class of the model class asked for (LlamaForCausalLM -> LlamaConfig), used when
     the name says nothing; `original_autoconfig`: AutoConfig.from_pretrained as transformers
@@ -77,18 +79,18 @@ def resolve_config(name_or_config, config_class=None, original_autoconfig=None) 
     )
 
 
-def count_parameters(model) -> int:
+def count_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build(model_class, config, **kwargs):
+def build(model_class: Any, config: Any, **kwargs: Any) -> Any:
     """`model_class` (an Auto class or a concrete one) built from `config`, random weights."""
     if hasattr(model_class, "_model_mapping"):
         return model_class.from_config(config, **kwargs)
     return model_class._from_config(config, **kwargs)
 
 
-def full_parameter_count(model_class, config) -> int | None:
+def full_parameter_count(model_class: Any, config: Any) -> int | None:
     """The full model's parameter count, from a build on the meta device (no memory)."""
     import torch
 
@@ -99,7 +101,7 @@ def full_parameter_count(model_class, config) -> int | None:
         return None
 
 
-def default_model_class(config):
+def default_model_class(config: Any) -> Any:
     """The Auto class that builds the whole model of `config`, head included."""
     transformers = require_transformers()
     for auto in (
@@ -114,14 +116,16 @@ def default_model_class(config):
     return transformers.AutoModel
 
 
-def shrink(config, spec: TinySpec):
+def shrink(config: Any, spec: TinySpec) -> Any:
     try:
         return shrink_config(config, spec)
     except ShrinkError as error:
         raise TinyModelError(str(error)) from None
 
 
-def tiny_model(name_or_config, model_class=None, spec: TinySpec | None = None, **overrides):
+def tiny_model(
+    name_or_config: Any, model_class: Any = None, spec: TinySpec | None = None, **overrides: Any
+) -> Any:
     """A tiny model of the same architecture as `name_or_config` (a hub name, a local path or
     a config), with random weights: `tiny_model("meta-llama/Llama-2-7b-hf", layers=3)`.
     `model_class`: which class to build (default: the causal LM, seq2seq LM, masked LM or

@@ -15,7 +15,9 @@ shrunk the same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from .spec import DEFAULT_HIDDEN, EMBEDDING_BUDGET, MIN_AUTO_HIDDEN, TinySpec
 
@@ -74,7 +76,7 @@ class ShrinkError(ValueError):
         self.why = why
 
 
-def _ints(values: dict, names) -> list[str]:
+def _ints(values: dict, names: Iterable[str]) -> list[str]:
     return [
         n for n in names if isinstance(values.get(n), int) and not isinstance(values.get(n), bool)
     ]
@@ -94,7 +96,7 @@ def _divisor_at_most(number: int, limit: int) -> int:
     return 1
 
 
-def shrink_config(config, spec: TinySpec | None = None, **overrides):
+def shrink_config(config: Any, spec: TinySpec | None = None, **overrides: Any) -> Any:
     """A copy of `config` (a transformers PretrainedConfig) shrunk to `spec`, whose fields
     `overrides` may set (`hidden=32, layers=3`). Raises ShrinkError."""
     spec = replace(spec or TinySpec(), **overrides)
@@ -111,7 +113,7 @@ def shrink_config(config, spec: TinySpec | None = None, **overrides):
         ) from None
 
 
-def _shrink_dict(values: dict, spec: TinySpec, config) -> None:
+def _shrink_dict(values: dict, spec: TinySpec, config: Any) -> None:
     model_type = str(values.get("model_type") or getattr(config, "model_type", "?"))
     for key, sub in list(values.items()):
         if isinstance(sub, dict) and "model_type" in sub:  # a nested config: text, vision...

@@ -9,6 +9,9 @@ event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .build import (
     FullConfig,
     TinyModelError,
@@ -72,7 +75,7 @@ LOADING = frozenset(
 SHOWN = frozenset({"dtype", "torch_dtype", "device_map", "config", "attn_implementation"})
 
 
-def call_text(owner, name, kwargs) -> str:
+def call_text(owner: type, name: object, kwargs: dict) -> str:
     """The call as the program made it, with the keyword arguments that matter here."""
     names = sorted(k for k in kwargs if k in SHOWN or (k not in LOADING and not k.startswith("_")))
     shown = ", ".join([repr(str(name))] + [f"{k}=..." for k in names][:4])
@@ -91,13 +94,13 @@ def _flat(values: dict, prefix: str = "") -> dict:
     return flat
 
 
-def changes(full, small) -> dict[str, str]:
+def changes(full: Any, small: Any) -> dict[str, str]:
     """field -> 'old->new' for every number (and layer_types) the shrinking changed."""
     before, after = _flat(full.to_dict()), _flat(small.to_dict())
     return {k: f"{before[k]}->{after[k]}" for k in before if k in after and before[k] != after[k]}
 
 
-def _apply_config_kwargs(config, kwargs: dict) -> list[str]:
+def _apply_config_kwargs(config: Any, kwargs: dict) -> list[str]:
     """from_pretrained passes its other keyword arguments to the config (num_labels=3)."""
     ignored = []
     for key in list(kwargs):
@@ -111,7 +114,23 @@ def _apply_config_kwargs(config, kwargs: dict) -> list[str]:
     return ignored
 
 
-def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+# The loaders' arguments, as agent/tinymodel.py passes them: the class, its original
+# from_pretrained, the call's name and arguments, the spec, report(message, **fields), and
+# AutoConfig.from_pretrained as transformers has it.
+Original = Callable[..., Any]
+Report = Callable[..., object]
+
+
+def load_model(
+    owner: Any,
+    original: Original,
+    name: Any,
+    args: tuple,
+    kwargs: dict,
+    spec: TinySpec,
+    report: Report,
+    autoconfig: Original | None = None,
+) -> Any:
     """The model `owner.from_pretrained(name, *args, **kwargs)` asks for, tiny."""
     transformers = require_transformers()
     call = call_text(owner, name, kwargs)
@@ -179,7 +198,7 @@ def load_model(owner, original, name, args, kwargs, spec: TinySpec, report, auto
     return model
 
 
-def _dtype(value):
+def _dtype(value: object) -> Any:
     """A torch dtype from from_pretrained's `dtype` (a dtype, its name, or "auto": None)."""
     import torch
 
@@ -193,7 +212,7 @@ def _dtype(value):
 _shrunk_from: dict[int, FullConfig] = {}
 
 
-def _remember(small, full: FullConfig) -> None:
+def _remember(small: Any, full: FullConfig) -> None:
     import weakref
 
     key = id(small)
@@ -201,7 +220,16 @@ def _remember(small, full: FullConfig) -> None:
     weakref.finalize(small, _shrunk_from.pop, key, None)
 
 
-def load_config(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+def load_config(
+    owner: Any,
+    original: Original,
+    name: Any,
+    args: tuple,
+    kwargs: dict,
+    spec: TinySpec,
+    report: Report,
+    autoconfig: Original | None = None,
+) -> Any:
     """The config `owner.from_pretrained(name)` asks for, found offline and shrunk."""
     call = call_text(owner, name, kwargs)
     kwargs = dict(kwargs)
@@ -240,11 +268,20 @@ def _changes_text(changed: dict) -> str:
     return ", ".join(f"{key} {value}" for key, value in changed.items())
 
 
-def _count(number) -> str:
+def _count(number: int | None) -> str:
     return "?" if number is None else f"{number:,}"
 
 
-def load_tokenizer(owner, original, name, args, kwargs, spec: TinySpec, report, autoconfig=None):
+def load_tokenizer(
+    owner: Any,
+    original: Original,
+    name: Any,
+    args: tuple,
+    kwargs: dict,
+    spec: TinySpec,
+    report: Report,
+    autoconfig: Original | None = None,
+) -> Any:
     """The tokenizer itself when it is local or cached, else the byte-level stand-in."""
     try:
         return original(name, *args, **{**kwargs, "local_files_only": True})

@@ -9,6 +9,8 @@ config (`config.eos_token_id`) still mean the same token.
 
 from __future__ import annotations
 
+from typing import Any  # spec.py imports typing already: nothing new in a rank
+
 BERT_LIKE = {"bert", "distilbert", "electra", "albert", "deberta", "deberta-v2", "megatron-bert"}
 ROBERTA_LIKE = {"roberta", "bart", "xlm-roberta", "camembert", "longformer", "mbart"}
 T5_LIKE = {"t5", "mt5", "umt5", "longt5"}
@@ -48,7 +50,7 @@ def _specials(model_type: str, one_end_token: bool) -> tuple[dict[str, str], str
     return roles, None
 
 
-def _config_ids(config) -> dict[str, int]:
+def _config_ids(config: Any) -> dict[str, int]:
     """Where the config puts special tokens: role -> id."""
     ids = {}
     for role in ("pad", "bos", "eos"):
@@ -60,7 +62,7 @@ def _config_ids(config) -> dict[str, int]:
     return ids
 
 
-def stand_in_tokenizer(config, model_max_length: int | None = None):
+def stand_in_tokenizer(config: Any, model_max_length: int | None = None) -> Any:
     """A PreTrainedTokenizerFast for the (tiny) `config`'s model."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
@@ -206,7 +207,7 @@ class AttachApp(App[int]):
         if callable(show_on_screen):
             show_on_screen(snapshot)
 
-    def _status(self):
+    def _status(self) -> Text:
         return status_text(self)
 
     # ---- events from widgets ----
@@ -281,7 +282,7 @@ class AttachApp(App[int]):
         else:
             self.action_show_help_panel()
 
-    def pop_screen(self):
+    def pop_screen(self) -> AwaitComplete:
         popped = super().pop_screen()
         if len(self.screen_stack) == 1:  # back at the overview: no rank is looked at
             self.poller.focus(())

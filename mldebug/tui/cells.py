@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -147,7 +148,7 @@ class ColumnWidths:
     wider than anything shown in its column, the one time it must be measured.
     """
 
-    def __init__(self, labels) -> None:
+    def __init__(self, labels: Iterable[object]) -> None:
         self.widths = [cell_len(str(label)) for label in labels]
 
     def grows(self, index: int, value: str) -> bool:
@@ -157,6 +158,6 @@ class ColumnWidths:
         self.widths[index] = width
         return True
 
-    def fit_row(self, values) -> None:
+    def fit_row(self, values: Iterable[str]) -> None:
         for index, value in enumerate(values):
             self.grows(index, value)

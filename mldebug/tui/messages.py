@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.message import Message
 
-from mldebug.model import JobSnapshot, RunFiles, StackSample
+from mldebug.model import JobSnapshot, NativeDump, RunFiles, StackSample
 
 
 class SnapshotReady(Message):
@@ -61,7 +63,9 @@ class NativeReady(Message):
 class ReportSaved(Message):
     """The report `s` asked for is written (or could not be: `error`)."""
 
-    def __init__(self, text_path=None, json_path=None, error: str | None = None) -> None:
+    def __init__(
+        self, text_path: Path | None = None, json_path: Path | None = None, error: str | None = None
+    ) -> None:
         super().__init__()
         self.text_path = text_path
         self.json_path = json_path
@@ -72,7 +76,7 @@ class ThreadsReady(Message):
     """Every thread of one rank from gdb (`NativeDump`), asked for by the all-threads screen;
     None with `error` when it could not be read."""
 
-    def __init__(self, rank: int, dump, error: str | None = None) -> None:
+    def __init__(self, rank: int, dump: NativeDump | None, error: str | None = None) -> None:
         super().__init__()
         self.rank = rank
         self.dump = dump

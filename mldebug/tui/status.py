@@ -4,15 +4,29 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Protocol
 
 from rich.text import Text
 
+from mldebug.model import JobSnapshot
 from mldebug.textsafe import one_line
 
 SLOW_POLL = 0.5  # seconds; below this the poll time is not worth a word
 
 
-def status_text(app) -> Text:
+class StatusSource(Protocol):
+    """What the status line reads of the app (tui/app.py's AttachApp)."""
+
+    paused: bool
+    interval: float
+    snapshot: JobSnapshot | None
+    poll_seconds: float
+    last_error: str
+    waiting: bool
+    last_report: str
+
+
+def status_text(app: StatusSource) -> Text:
     text = Text()
     if app.paused:
         text.append(" PAUSED ", style="reverse bold")

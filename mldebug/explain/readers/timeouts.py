@@ -9,6 +9,8 @@ rank missing from the timeouts is the suspect" is this module's, over that outpu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mldebug.explain.finding import (
     KIND_SEQ_SPREAD,
     KIND_TIMEOUT_SUSPECT,
@@ -26,7 +28,7 @@ STUCK_FACTOR = 3  # "ran for" this many times the timeout: the watchdog was late
 SPREAD = 2  # SeqNums this far apart in one group are not one late collective
 
 
-def _ranks_word(ranks) -> str:
+def _ranks_word(ranks: Iterable[int]) -> str:
     ranks = list(ranks)
     return f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}"
 

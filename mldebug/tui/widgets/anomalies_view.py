@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,7 +29,7 @@ def event_time(when: float | None) -> str:
 
 
 class AnomaliesView(Vertical):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._findings: tuple[Finding, ...] | None = None
         self._events: tuple[RankEvent, ...] | None = None  # as shown in the table
@@ -46,7 +47,7 @@ class AnomaliesView(Vertical):
         events = self.query_one("#events-table", DataTable)
         events.add_columns("time", "rank", "kind", "message", "location")
 
-    def show_findings(self, findings) -> None:
+    def show_findings(self, findings: Iterable[Finding]) -> None:
         findings = tuple(findings)
         if findings == self._findings:
             return

@@ -7,6 +7,9 @@ ranks and where they are (the analysis writes it so), so the banner shows it as 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -18,7 +21,7 @@ MARK_STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "bold yellow", SEVE
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
 
 
-def banner_text(findings, polled: bool) -> Text:
+def banner_text(findings: Sequence[Finding], polled: bool) -> Text:
     text = Text()
     if not polled:
         text.append("Reading the job's stacks...", style="dim")
@@ -44,11 +47,11 @@ def banner_text(findings, polled: bool) -> Text:
 
 
 class FindingsBanner(Static):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(banner_text((), polled=False), **kwargs)
         self.findings: tuple[Finding, ...] = ()
 
-    def show(self, findings) -> None:
+    def show(self, findings: Iterable[Finding]) -> None:
         findings = tuple(findings)
         severity = findings[0].severity if findings else SEVERITY_INFO
         self.set_class(severity == SEVERITY_ERROR, "-error")

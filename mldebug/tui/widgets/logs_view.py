@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -18,7 +21,7 @@ NO_RUN = (
 )
 
 
-def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
+def select_lines(logs: Iterable[LogTail], ranks_text: str, search: str) -> tuple[list[str], str]:
     """The lines to show, prefixed with their rank, and a note on what was filtered.
 
     Runs on the UI thread at every change of the logs: only the last MAX_SHOWN_LINES are
@@ -51,7 +54,7 @@ def select_lines(logs, ranks_text: str, search: str) -> tuple[list[str], str]:
 
 
 class LogsView(Vertical):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._logs: tuple[LogTail, ...] = ()
         self._has_run = False

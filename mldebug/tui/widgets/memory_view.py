@@ -6,6 +6,7 @@ census (a file in the run directory, through the app's poller)."""
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -58,7 +59,7 @@ def growth_text(snapshot: JobSnapshot) -> Text:
 class MemoryView(Vertical):
     BINDINGS = [Binding("c", "census", "Census of tensors")]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.total_history: deque[float] = deque(maxlen=HISTORY)
         self.max_history: deque[float] = deque(maxlen=HISTORY)

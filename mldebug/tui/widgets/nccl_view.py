@@ -3,6 +3,8 @@ NCCL debug log files and the last lines of the one selected."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -46,7 +48,7 @@ def report_text(files: RunFiles) -> Text:
 
 
 class NcclView(Vertical):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._files: dict[str, tuple[str, ...]] = {}
         self._shown: tuple[str, tuple[str, ...]] | None = None

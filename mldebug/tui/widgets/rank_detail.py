@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
@@ -162,7 +164,7 @@ class RankDetail(VerticalScroll):
     changed since), and the text is drawn anew when they arrive.
     """
 
-    def __init__(self, sources: SourceFeed, native: bool = False, **kwargs) -> None:
+    def __init__(self, sources: SourceFeed, native: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sources = sources
         self.native = native
@@ -171,7 +173,7 @@ class RankDetail(VerticalScroll):
         self._body = Static(Text("..."), classes="rank-body")
         self._reading = threading.Lock()  # one read at a time per widget
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield self._body
 
     def show(self, view: RankView | None) -> None:

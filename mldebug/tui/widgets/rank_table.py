@@ -7,6 +7,8 @@ changed are sent to the DataTable. Rows are rebuilt only when the set of shown r
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.binding import Binding
 from textual.widgets import DataTable
 
@@ -36,7 +38,7 @@ def parse_filter(text: str) -> tuple[str, set[int] | None]:
 class RankTable(DataTable):
     BINDINGS = [Binding("enter", "open_rank", "Rank detail", show=True)]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._rows: dict[int, tuple[str, ...]] = {}  # rank -> cells as shown
         self._order: list[int] = []

@@ -7,13 +7,17 @@ error line, and the list shows the matching recipes best first, the best one ope
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Input, Markdown, OptionList
+
+if TYPE_CHECKING:
+    from mldebug.recipes import Recipe
 from textual.widgets.option_list import Option
 
 RELEVANT = 0.2  # a recipe is listed when it scores at least this share of the best one
@@ -22,7 +26,7 @@ RELEVANT = 0.2  # a recipe is listed when it scores at least this share of the b
 SETTLE_S = 0.2
 
 
-def load_all():
+def load_all() -> tuple[Sequence[Recipe], str]:
     """The shipped recipes; an empty list (and a reason) when they cannot be loaded."""
     try:
         from mldebug.recipes import load_recipes
@@ -32,7 +36,9 @@ def load_all():
         return [], f"Recipes could not be loaded: {error}"
 
 
-def ranked(query: str, recipes, read_paste: Callable[[str], list[str]] | None = None):
+def ranked(
+    query: str, recipes: Iterable[Recipe], read_paste: Callable[[str], list[str]] | None = None
+) -> list[Recipe]:
     """The recipes that match `query`, best first; all of them for an empty query.
     `read_paste`: the recipes of what a reader of logs is sure a paste says (mldebug
     explain's, handed in by `mldebug attach`), put first."""
@@ -56,7 +62,7 @@ class RecipesView(Horizontal):
         Binding("escape", "leave_search", "Back to the list", show=False),
     ]
 
-    def __init__(self, read_paste: Callable[[str], list[str]] | None = None, **kwargs) -> None:
+    def __init__(self, read_paste: Callable[[str], list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.read_paste = read_paste
         self.all_recipes, self.problem = load_all()
@@ -91,7 +97,7 @@ class RecipesView(Horizontal):
         if self.recipes and self.current is None:
             self.open(self.recipes[0].id)
 
-    def show(self, recipes) -> None:
+    def show(self, recipes: Iterable[Recipe]) -> None:
         """Put these recipes in the list (a search's result, or all of them)."""
         self.recipes = list(recipes)
         listing = self.query_one("#recipe-list", OptionList)

@@ -8,19 +8,21 @@ changed, and the expanded nodes stay expanded across rebuilds.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from mldebug.model import StackNode
+from mldebug.model import Frame, StackNode
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import is_user_frame
 from mldebug.report.text import folded, library_note
 from mldebug.textsafe import one_line
 
 
-def node_key(frame) -> str:
+def node_key(frame: Frame | None) -> str:
     return f"{frame.function}@{frame.file}:{frame.line}" if frame else "<root>"
 
 
@@ -44,7 +46,7 @@ def node_label(node: StackNode, total: int, hidden: int = 0) -> Text:
 
 
 class StackTree(Tree[StackNode]):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(Text("waiting for the first poll..."), **kwargs)
         self.show_root = True
         self._shown: StackNode | None = None
@@ -69,7 +71,9 @@ class StackTree(Tree[StackNode]):
         # Lines are laid out on the next refresh; place the cursor then.
         self.call_after_refresh(self._place_cursor)
 
-    def _add_branch(self, parent: TreeNode, node: StackNode, total: int, path) -> None:
+    def _add_branch(
+        self, parent: TreeNode, node: StackNode, total: int, path: tuple[str, ...]
+    ) -> None:
         for child in node.children:
             # Library frames every rank of the branch shares fold into the next one, as in
             # the text report: mldebug's collective wrapper is no frame of the user's.
@@ -97,7 +101,8 @@ class StackTree(Tree[StackNode]):
                     return
         leaves = [item for item in nodes if item.data is not None and not item.children]
         if leaves:
-            self.move_cursor(min(leaves, key=lambda item: len(item.data.ranks)))
+            # the leaves have data (filtered above); mypy does not carry that into the lambda
+            self.move_cursor(min(leaves, key=lambda item: len(item.data.ranks)))  # type: ignore[union-attr]
 
     def on_resize(self) -> None:
         # The banner above grows when the verdict arrives, and the tree gets shorter: keep
@@ -109,7 +114,7 @@ class StackTree(Tree[StackNode]):
         if self.cursor_node is not None:
             self.scroll_to_node(self.cursor_node, animate=False)
 
-    def _walk(self, item: TreeNode):
+    def _walk(self, item: TreeNode) -> Iterator[TreeNode]:
         for child in item.children:
             yield child
             yield from self._walk(child)

@@ -3,6 +3,8 @@ straggler marked (from the snapshot's timing table, analysis/timing.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -47,7 +49,7 @@ def summary_text(table: TimingTable | None, findings: tuple[Finding, ...]) -> Te
 
 
 class TimingView(Vertical):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._shown: tuple = ()
 
