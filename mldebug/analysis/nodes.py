@@ -14,10 +14,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from mldebug.analysis.findings import find_problems
 from mldebug.analysis.merge import build_tree, merge_groups
-from mldebug.analysis.sequence import sequence_verdict
-from mldebug.analysis.snapshot import as_waiting
+from mldebug.analysis.severity import ERROR_AFTER
+from mldebug.analysis.snapshot import judge_ranks
 from mldebug.model import (
     FAIL_TIMEOUT,
     KIND_NODE_UNREACHABLE,
@@ -64,12 +63,16 @@ def merge_nodes(
     now: float | None = None,
 ) -> JobSnapshot:
     """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none.
-    A rank two nodes both claim is kept from the first (the job key of either is wrong)."""
+    A rank two nodes both claim is kept from the first (the job key of either is wrong).
+    The ranks as the nodes read them are judged together by the analysis a local look
+    uses (analysis.snapshot.judge_ranks), so the verdict is the one a dump on one machine would give."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
     node_groups = []
+    failed: dict[int, str] = {}
     for node in nodes:
         taken = {v.rank for v in node.views if views.setdefault(v.rank, v) is v}
+        failed.update((r, why) for r, why in node.failures.items() if r in taken)
         groups = node.groups
         if len(taken) < len(node.views):  # ranks another node had first: not merged twice
             groups = tuple(
@@ -90,15 +93,22 @@ def merge_nodes(
                     state=STATE_UNREADABLE,
                     detail=f"its node {failure.host} did not answer",
                 )
+                failed[rank] = FAIL_TIMEOUT
     for rank in range(world_size or 0):
         if rank not in views:
             views[rank] = RankView(
                 rank=rank, target=None, state=STATE_MISSING, detail="no process found"
             )
-    ordered = [views[rank] for rank in sorted(views)]
-    sequence = sequence_verdict(ordered)
-    ordered = [as_waiting(view, sequence.waits.get(view.rank)) for view in ordered]
-    states = {v.rank: v.state for v in ordered}
+    judged = judge_ranks(
+        [views[rank] for rank in sorted(views)],
+        world_size,
+        failed,
+        sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time),
+        [e for n in nodes for e in n.events],
+        min((n.hang_after for n in nodes if n.hang_after), default=ERROR_AFTER),
+        unreachable_findings(failures),
+    )
+    states = {v.rank: v.state for v in judged.views}
     groups = merge_groups(
         [
             tuple(g for g in groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
@@ -106,18 +116,13 @@ def merge_nodes(
         ],
         states,
     )
-    failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
-    crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
-    events = [e for n in nodes for e in n.events]
-    findings = find_problems(ordered, world_size, failed, crashes, sequence=sequence, events=events)
-    errors = [f for f in findings if f.severity == SEVERITY_ERROR]
-    rest = [f for f in findings if f.severity != SEVERITY_ERROR]
     return JobSnapshot(
         time=now,
-        ranks=tuple(ordered),
+        ranks=judged.views,
         groups=groups,
         tree=build_tree(groups),
-        findings=tuple(errors + unreachable_findings(failures) + rest),
+        findings=judged.findings,
         world_size=world_size,
         job=job,
+        timing=judged.timing,
     )

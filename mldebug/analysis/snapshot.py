@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import mldebug.ledger as ledger
-from mldebug.analysis.findings import find_problems
+from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.frames import (
     collective_op,
     stack_key,
@@ -29,6 +30,7 @@ from mldebug.model import (
     STATE_UNKNOWN,
     STATE_WAITING,
     AgentState,
+    Finding,
     Frame,
     JobSnapshot,
     RankCrash,
@@ -38,6 +40,7 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
+from mldebug.model_timing import TimingTable
 
 
 def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
@@ -148,28 +151,54 @@ def as_waiting(view: RankView, wait: Wait | None) -> RankView:
     )
 
 
-def build_snapshot(
+class Judged(NamedTuple):
+    """The verdict over a job's ranks: their views with what the agents' collective counts
+    say (a rank they show waiting is waiting), the graded findings, the timing table."""
+
+    views: tuple[RankView, ...]
+    findings: tuple[Finding, ...]
+    timing: TimingTable | None
+
+
+def judge_ranks(
+    views: Sequence[RankView],
+    world_size: int | None = None,
+    failures: Mapping[int, str] | None = None,
+    crashes: Sequence[RankCrash] = (),
+    events: Sequence[RankEvent] = (),
+    error_after: float = ERROR_AFTER,
+    more: Sequence[Finding] = (),
+) -> Judged:
+    """The one analysis of a job's ranks, for a look at one machine (build_snapshot) and at
+    several nodes (analysis.nodes) alike, so that both give the same verdict: the agents'
+    collective counts, every finding (find_problems), each wait graded by how long it has
+    lasted (analysis.severity), the timing table. `views`: every rank as read, sorted, not
+    yet judged; `failures`: rank -> FAIL_* of its reading; `more`: findings of other
+    sources (a node that did not answer), ordered and graded with the rest."""
+    sequence = sequence_verdict(views)
+    views = [as_waiting(view, sequence.waits.get(view.rank)) for view in views]
+    found = find_problems(views, world_size, dict(failures or {}), crashes, sequence, events)
+    if more:
+        found = sort_findings([*found, *more])
+    return Judged(
+        tuple(views),
+        grade(found, views, error_after),
+        judge_timing(views).table,  # analysis/timing.py
+    )
+
+
+def rank_views(
     targets: Sequence[RankTarget],
     samples: Mapping[int, Sequence[StackSample]],
     world_size: int | None = None,
-    job: str = "",
-    run_dir: str | None = None,
     exit_codes: Mapping[int, int] | None = None,
     now: float | None = None,
     partial: bool = False,
-    crashes: Sequence[RankCrash] = (),
     agents: Mapping[int, AgentState] | None = None,
-    events: Sequence[RankEvent] = (),
-    error_after: float = ERROR_AFTER,
-) -> JobSnapshot:
-    """Everything about a job at one moment. `samples` maps a target's pid to its samples,
-    `agents` to its agent's state.json (ranks started by `mldebug run`); `events`: what
-    the agents wrote in events.jsonl.
-
-    `partial`: the targets are some ranks only, by choice; ranks of the world size that are
-    not among them are not reported as missing. `error_after`: seconds a wait must last to
-    be an error (analysis.severity; a run's --hang-timeout may set it).
-    """
+) -> tuple[list[RankView], dict[int, str]]:
+    """Each rank as read, before the job's verdict (judge_ranks): its state from its
+    samples, its agent's state, its exit code; the ranks of the world size not found as
+    missing (unless `partial`). With rank -> FAIL_* of the ranks whose last reading failed."""
     exit_codes = exit_codes or {}
     agents = agents or {}
     now = time.time() if now is None else now
@@ -200,31 +229,50 @@ def build_snapshot(
             )
         )
     views.sort(key=lambda v: v.rank)
-    sequence = sequence_verdict(views)
-    views = [as_waiting(view, sequence.waits.get(view.rank)) for view in views]
+    return views, failures
+
+
+def build_snapshot(
+    targets: Sequence[RankTarget],
+    samples: Mapping[int, Sequence[StackSample]],
+    world_size: int | None = None,
+    job: str = "",
+    run_dir: str | None = None,
+    exit_codes: Mapping[int, int] | None = None,
+    now: float | None = None,
+    partial: bool = False,
+    crashes: Sequence[RankCrash] = (),
+    agents: Mapping[int, AgentState] | None = None,
+    events: Sequence[RankEvent] = (),
+    error_after: float = ERROR_AFTER,
+) -> JobSnapshot:
+    """Everything about a job at one moment. `samples` maps a target's pid to its samples,
+    `agents` to its agent's state.json (ranks started by `mldebug run`); `events`: what
+    the agents wrote in events.jsonl.
+
+    `partial`: the targets are some ranks only, by choice; ranks of the world size that are
+    not among them are not reported as missing. `error_after`: seconds a wait must last to
+    be an error (analysis.severity; a run's --hang-timeout may set it).
+    """
+    now = time.time() if now is None else now
+    views, failures = rank_views(targets, samples, world_size, exit_codes, now, partial, agents)
+    judged = judge_ranks(
+        views, None if partial else world_size, failures, crashes, events, error_after
+    )
     # A rank that exited after its stack was read keeps that stack in its view, but is not
     # merged with the ranks still there: it no longer waits with them.
-    stacks = {v.rank: v.threads[0].frames for v in views if v.threads and v.state != STATE_EXITED}
-    groups = group_stacks(stacks, {v.rank: v.state for v in views})
+    stacks = {
+        v.rank: v.threads[0].frames for v in judged.views if v.threads and v.state != STATE_EXITED
+    }
+    groups = group_stacks(stacks, {v.rank: v.state for v in judged.views})
     return JobSnapshot(
         time=now,
-        ranks=tuple(views),
+        ranks=judged.views,
         groups=groups,
         tree=build_tree(groups),
-        findings=grade(
-            find_problems(
-                views,
-                None if partial else world_size,
-                failures,
-                crashes,
-                sequence=sequence,
-                events=events,
-            ),
-            views,
-            error_after,
-        ),
+        findings=judged.findings,
         world_size=world_size,
         job=job,
         run_dir=run_dir,
-        timing=judge_timing(views).table,  # analysis/timing.py
+        timing=judged.timing,
     )

@@ -68,11 +68,16 @@ def main(argv: list[str]) -> int:
     from mldebug.cluster.document import node_document
     from mldebug.cluster.nodetargets import node_targets
     from mldebug.collect.ras import ask_ras, carried, quiet_notes
+    from mldebug.look import run_hang_after
+    from mldebug.observe.pyspy import views_of
 
     if args.native and args.nonblocking:
         raise_usage("--native and --nonblocking cannot be used together")
     job = node_targets(args.slurm_job, args.run)
-    snapshot, readings = observe_job(job, args)
+    # The ranks as read, each with its agent's state.json as read: the front end judges them
+    # with every other node's, by the analysis a local dump uses (analysis.nodes).
+    snapshot, readings = observe_job(job, args, keep_agent_files=True)
+    views, failures = views_of(readings, snapshot.time)
     host = args.host or rundir.hostname()
     # NCCL's RAS on this node (bounded, read-only): the front end judges the answer with
     # every node's stacks
@@ -86,6 +91,10 @@ def main(argv: list[str]) -> int:
         readings.job.crashes,
         readings.events,
         ras=carried(asked),
+        views=views,
+        failures=failures,
+        agent_files=readings.agent_files,
+        hang_after=run_hang_after(readings.job.run_dir),
     )
     write_out(json.dumps(document, separators=(",", ":")) + "\n")
     return 0

@@ -291,12 +291,12 @@ def reading_options(args: argparse.Namespace) -> dict:
     }
 
 
-def observe_job(job, args: argparse.Namespace):
-    """`observe_once` of a job with the reading options of `dump` and `collect`:
-    (snapshot, readings)."""
+def observe_job(job, args: argparse.Namespace, **more):
+    """`observe_once` of a job with the reading options of `dump` and `collect` (and
+    `more` of observe_once's): (snapshot, readings)."""
     from mldebug.observe.pyspy import observe_once
 
-    return observe_once(job, **reading_options(args))
+    return observe_once(job, **reading_options(args), **more)
 
 
 def stdout_closed() -> bool:
