@@ -1,11 +1,13 @@
 """One job's snapshot from several nodes' answers (`mldebug dump --slurm/--hosts`).
 
-Each node has already judged its own ranks (state from several samples, the main stack's
-user line and collective, its agent) and merged its stacks; here the nodes' ranks are put
-side by side, the agents' collective counts compared across nodes, the nodes' stack classes
-merged (merge.merge_groups: the cost grows with distinct stacks, not ranks), and the same
-findings as for a local job are made. A node that did not answer is a finding of its own,
-naming the node and what the scheduler says of its ranks.
+Each node has read its own ranks (state from several samples, the main stack's user line
+and collective, its agent's state.json as read) and merged its stacks; here the nodes'
+ranks are put side by side and judged together by the analysis a local look uses
+(analysis.snapshot.judge_ranks: the agents' collective counts across nodes, every finding,
+severity graded, the timing table), so the verdict is the one a dump on one machine would
+give. The nodes' stack classes are merged (merge.merge_groups: the cost grows with distinct
+stacks, not ranks). A node that did not answer is a finding of its own, naming the node and
+what the scheduler says of its ranks.
 """
 
 from __future__ import annotations

@@ -170,7 +170,8 @@ def judge_ranks(
     more: Sequence[Finding] = (),
 ) -> Judged:
     """The one analysis of a job's ranks, for a look at one machine (build_snapshot) and at
-    several nodes (analysis.nodes) alike, so that both give the same verdict: the agents'
+    several nodes (analysis.nodes.merge_nodes) alike, so that both give the same verdict
+    (the one place to point at another judge): the agents'
     collective counts, every finding (find_problems), each wait graded by how long it has
     lasted (analysis.severity), the timing table. `views`: every rank as read, sorted, not
     yet judged; `failures`: rank -> FAIL_* of its reading; `more`: findings of other

@@ -2,9 +2,12 @@
 reads it back (docs/multi-node.md has the format).
 
 It is already merged: each distinct set of thread stacks is written once (`stacks`), each
-rank names its stack by index and adds its small facts (pid, state, CPU, agent...), and
-`groups` are the node's merged classes (ranks with the same main-thread stack). Thread ids
-are left out, so that ranks with the same stacks share one entry.
+rank names its stack by index and adds its small facts (pid, state from its samples, CPU,
+how its reading failed) and its agent's state.json as read (one writer, the agent; one
+reader, collect.agentstate.parse_state; one version, ledgerrules.STATE_VERSION), and
+`groups` are the node's merged classes (ranks with the same main-thread stack). Nothing is
+judged across ranks here: the front end judges every node's ranks together. Thread ids are
+left out, so that ranks with the same stacks share one entry.
 
 A document comes from another machine's stdout: it is data. Reading checks every field's
 type and size, and a document that is not one is a ValueError for its node, never a crash.

@@ -5,8 +5,9 @@
     mldebug collect --run DIR|NAME       the ranks of one `mldebug run`
 
 It finds this node's ranks as `mldebug dump` does, reads their stacks a few times with
-py-spy (and their agents' state.json where they have one), judges each rank here, and
-prints one JSON line: the node document, with its stacks already merged, and what the
+py-spy (and their agents' state.json where they have one), tells stuck from running here,
+and prints one JSON line: the node document, each rank as read with its state.json as
+read, its stacks already merged (the front end judges every node's ranks together), and what the
 node's NCCL RAS endpoint answered, where one does (about 2 s at most; read-only). Bounded: every
 rank within --timeout, the whole within --deadline. It needs only mldebug and py-spy on
 the node; the front end (`mldebug dump --slurm ...`) starts it on every node.
