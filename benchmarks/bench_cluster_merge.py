@@ -27,7 +27,7 @@ import time
 
 from mldebug.analysis.merge import build_tree, group_stacks, merge_groups
 from mldebug.analysis.nodes import merge_nodes
-from mldebug.analysis.snapshot import build_snapshot
+from mldebug.analysis.snapshot import build_snapshot, rank_views
 from mldebug.cluster.document import Reader, node_document
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 
@@ -87,7 +87,9 @@ def documents(targets, samples, per_node: int) -> list[tuple[str, str]]:
     for start in range(0, len(targets), per_node):
         mine = targets[start : start + per_node]
         snapshot = build_snapshot(mine, samples, now=110.0, partial=True)
-        out.append((mine[0].host, json.dumps(node_document(snapshot, mine[0].host))))
+        views, failures = rank_views(mine, samples, now=110.0, partial=True)  # as collect
+        document = node_document(snapshot, mine[0].host, views=views, failures=failures)
+        out.append((mine[0].host, json.dumps(document)))
     return out
 
 
