@@ -147,3 +147,21 @@ def test_crashes_and_agent_events_reach_the_job_findings():
     assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
     kinds = {f.kind for f in merged.findings}
     assert {"crash", "nonfinite"} <= kinds, kinds
+
+
+def test_a_rank_a_node_could_not_read_is_judged_as_locally():
+    # py-spy never answered in time for rank 5 (a rank in the kernel: D state): the node
+    # says how its reading failed, and the job's findings are the flat ones, with the
+    # recipe that failure calls for.
+    targets, samples = job(8, 4, 1)
+    frozen = targets[5]
+    samples[frozen.pid] = tuple(
+        StackSample(frozen, float(t), (), failure="timeout", failure_detail="no answer in 5 s")
+        for t in range(3)
+    )
+    flat = build_snapshot(targets, samples, world_size=8, now=10.0)
+    merged, _ = through_nodes(targets, samples, 4)
+    key = lambda f: (f.kind, f.ranks, f.severity, f.summary, f.recipe)  # noqa: E731
+    assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
+    (unread,) = [f for f in merged.findings if f.kind == "unreadable"]
+    assert (unread.ranks, unread.recipe) == ((5,), "d-state-frozen-fs")
