@@ -6,8 +6,9 @@ The readings are real: tests/data/nodes/ holds what `mldebug collect --run DIR` 
 tests/jobs/slurm_verdicts.py's 3 ranks under `mldebug run` inside sbatch (rank 1 leaks 1 MiB
 a step, rank 2 computes 1.6x as long, rank 0 in a 1.5 s checkpoint pause in the first),
 each rank's stacks as py-spy read them and its agent's state.json as read: memory
-timeline, census, step timing, collective counts. Each node's share is the document that
-node would print (its ranks' entries, its groups), sent through JSON as over srun.
+timeline, census, step timing, collective counts; and examples/straggler.py's healthy job,
+which must stay silent however it is split. Each node's share is the document that node
+would print (its ranks' entries, its groups), sent through JSON as over srun.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from mldebug.model import NodeFailure
 
 DATA = Path(__file__).parent / "data" / "nodes"
 RECORDED = ("pause_leak_straggler.json", "leak_straggler.json")
+# examples/straggler.py's healthy job (3 ranks, ±10% jitter, a 1 s checkpoint on rank 0
+# every 25 steps) read the same way, once while it steps and once in a checkpoint
+HEALTHY = ("healthy.json", "healthy_checkpoint.json")
 
 
 def recorded(name: str) -> dict:
@@ -98,7 +102,15 @@ def test_the_recorded_job_has_the_verdicts_the_split_must_keep(name):
         assert (pause.ranks, pause.severity) == ((0,), "info"), pause
 
 
-@pytest.mark.parametrize("name", RECORDED)
+@pytest.mark.parametrize("name", HEALTHY)
+def test_a_healthy_job_read_over_nodes_stays_silent(name):
+    document = recorded(name)
+    merged = through_nodes(document, [{0}, {1, 2}])
+    assert {f.severity for f in merged.findings} == {"info"}, verdict(merged.findings)
+    assert merged.timing is not None and not any(r.straggler for r in merged.timing.rows)
+
+
+@pytest.mark.parametrize("name", RECORDED + HEALTHY)
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_any_split_over_nodes_merges_to_the_verdict_of_the_whole(name, data):
