@@ -98,6 +98,16 @@ def _reason(answer: fanout.Answer) -> str:
     return f"exit code {answer.returncode}{tail}"
 
 
+def _silent(answer: fanout.Answer) -> str:
+    """Why a node whose command ended well gave no document."""
+    if answer.dropped:
+        return (
+            "its document came after the answers had filled the front end's cap "
+            f"({answer.dropped} line(s) left out)"
+        )
+    return "no document"
+
+
 class Collection:
     """One look at the nodes: what each answered, or why not."""
 
@@ -127,7 +137,13 @@ class Collection:
         collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
         minutes = max(1, int(spec.deadline // 60) + 1)
         argv = slurm.srun_collect(job, collect, minutes)
-        answer = fanout.run_one("srun", argv, spec.deadline, outside_allocation(spec.env))
+        answer = fanout.run_one(
+            "srun",
+            argv,
+            spec.deadline,
+            outside_allocation(spec.env),
+            fanout.bytes_for(len(job.nodes)),
+        )
         wanted = {_short(n): n for n in job.nodes}
         answered: set[str] = set()
         for line in answer.lines:
@@ -147,7 +163,7 @@ class Collection:
             self.failures.append(
                 NodeFailure(
                     node,
-                    _reason(answer) if answer.returncode != 0 else "no document",
+                    _reason(answer) if answer.returncode != 0 else _silent(answer),
                     job.ranks.get(node, ()),
                     "; ".join(
                         ([f"node {node} {said}"] if said else []) + [f"job {job.job} {job.state}"]
@@ -193,7 +209,9 @@ class Collection:
         env.setdefault("PDSH_RCMD_TYPE", "ssh")
         extra = " ".join(shlex.quote(o) for o in ssh_options(spec))
         env.setdefault("PDSH_SSH_ARGS_APPEND", extra)
-        answer = fanout.run_one("pdsh", argv, spec.deadline + 5, env)
+        answer = fanout.run_one(
+            "pdsh", argv, spec.deadline + 5, env, fanout.bytes_for(len(spec.hosts))
+        )
         by_host: dict[str, list[bytes]] = {}
         for line in answer.lines:
             said_by, sep, rest = line.partition(b": ")
@@ -202,7 +220,8 @@ class Collection:
         for host in spec.hosts:
             lines = by_host.get(host, [])
             if not any(self._take(host, line) for line in reversed(lines)):
-                self.failures.append(NodeFailure(host, _reason(answer)))
+                why = _reason(answer) if answer.returncode != 0 else _silent(answer)
+                self.failures.append(NodeFailure(host, why))
 
     def snapshot(self) -> JobSnapshot:
         snapshot = merge_nodes(self.nodes, self.failures, job=self.job)
