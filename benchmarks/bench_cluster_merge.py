@@ -29,7 +29,7 @@ from pathlib import Path
 from mldebug.analysis.merge import build_tree, group_stacks, merge_groups
 from mldebug.analysis.nodes import merge_nodes
 from mldebug.analysis.snapshot import build_snapshot, rank_views
-from mldebug.cluster.document import Reader, node_document
+from mldebug.cluster.document import Reader, bulk_reading, node_document
 from mldebug.collect.agentstate import parse_state
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 
@@ -107,8 +107,9 @@ def documents(targets, samples, per_node: int, files: dict) -> list[tuple[str, s
 
 def front_end(docs: list[tuple[str, str]]):
     reader = Reader()
-    nodes = [reader.read(json.loads(text), host) for host, text in docs]
-    return merge_nodes(nodes, now=110.0)
+    with bulk_reading():  # as cluster.front.collect_cluster reads and merges
+        nodes = [reader.read(json.loads(text), host) for host, text in docs]
+        return merge_nodes(nodes, now=110.0)
 
 
 def best(repeat: int, work) -> tuple[float, object]:

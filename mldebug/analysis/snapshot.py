@@ -178,14 +178,12 @@ def judge_ranks(
     sources (a node that did not answer), ordered and graded with the rest."""
     sequence = sequence_verdict(views)
     views = [as_waiting(view, sequence.waits.get(view.rank)) for view in views]
-    found = find_problems(views, world_size, dict(failures or {}), crashes, sequence, events)
+    timing = judge_timing(views)  # analysis/timing.py: the table and its findings, once
+    failed = dict(failures or {})
+    found = find_problems(views, world_size, failed, crashes, sequence, events, timing)
     if more:
         found = sort_findings([*found, *more])
-    return Judged(
-        tuple(views),
-        grade(found, views, error_after),
-        judge_timing(views).table,  # analysis/timing.py
-    )
+    return Judged(tuple(views), grade(found, views, error_after), timing.table)
 
 
 def rank_views(

@@ -17,7 +17,9 @@ so the front end holds each distinct stack once whatever the number of ranks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import gc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from mldebug.analysis.snapshot import with_agent
 from mldebug.collect.agentstate import parse_state
@@ -208,6 +210,21 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0 <= value < 1e15 else None
+
+
+@contextmanager
+def bulk_reading() -> Iterator[None]:
+    """Python's cycle collector paused while many documents are read and merged: what they
+    make (frames, stacks, states) holds no cycles and is freed by reference counting, and
+    the collector's full passes over a heap that grows by every node's ranks took half the
+    reading time (benchmarks/bench_cluster_merge.py --agent-state)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Reader:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from mldebug.analysis.nodes import merge_nodes
 from mldebug.cluster import fanout, slurm
-from mldebug.cluster.document import Reader
+from mldebug.cluster.document import Reader, bulk_reading
 from mldebug.cluster.hostlist import compress
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
 from mldebug.collect.ras import with_carried
@@ -236,17 +236,19 @@ class Collection:
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
     """Read every node once: the merged snapshot, and notes for the user."""
     collection = Collection(spec)
-    if spec.slurm and not spec.hosts:
-        collection.via_slurm()
-    else:
-        collection.via_hosts()
+    with bulk_reading():
+        if spec.slurm and not spec.hosts:
+            collection.via_slurm()
+        else:
+            collection.via_hosts()
     if not collection.nodes and not collection.failures:
         raise MldebugError(
             "\n".join(["no node has rank processes of yours to read", *collection.notes]),
             "Check the host list, or that the job runs.",
             exit_code=3,
         )
-    snapshot = collection.snapshot()
+    with bulk_reading():
+        snapshot = collection.snapshot()
     notes = list(collection.notes)
     for node in collection.nodes:
         notes.extend(f"{node.host}: {note}" for note in node.notes)
