@@ -67,7 +67,8 @@ def merge_nodes(
     """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none.
     A rank two nodes both claim is kept from the first (the job key of either is wrong).
     The ranks as the nodes read them are judged together by the analysis a local look
-    uses (analysis.snapshot.judge_ranks), so the verdict is the one a dump on one machine would give."""
+    uses (analysis.snapshot.judge_ranks), so the verdict is the one a dump on one machine
+    would give."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
     node_groups = []
