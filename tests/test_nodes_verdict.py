@@ -24,6 +24,7 @@ from mldebug.analysis.nodes import merge_nodes
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.snapshot import judge_ranks
 from mldebug.cluster.document import VERSION, Reader
+from mldebug.collect.agentstate import MAX_TRACE
 from mldebug.model import NodeFailure
 
 DATA = Path(__file__).parent / "data" / "nodes"
@@ -148,3 +149,18 @@ def test_the_agent_state_crosses_the_document_as_read():
     assert Reader().read(json.loads(json.dumps(wrong)), "n").views[0].agent is None
     old = {**document, "ranks": [{**entry, "agent": {**entry["agent"], "version": 0}}]}
     assert Reader().read(json.loads(json.dumps(old)), "n").views[0].agent is None
+
+
+def test_a_nodes_agent_state_is_read_as_untrusted_data():
+    # A node may send anything: an oversized section is cut at the reader's caps (those of
+    # a local state.json), a field of the wrong type is absent.
+    document = recorded("leak_straggler.json")
+    entry = document["ranks"][0]
+    agent = dict(entry["agent"])
+    calls = agent["trace"]
+    agent["trace"] = calls * (100_000 // len(calls))
+    agent["groups"] = {"odd": {"size": "all"}, **agent["groups"]}
+    hostile = {**document, "ranks": [{**entry, "agent": agent}]}
+    (view,) = Reader().read(json.loads(json.dumps(hostile)), "n").views
+    assert view.agent is not None and len(view.agent.trace) == MAX_TRACE
+    assert [g.size for g in view.agent.groups if g.group == "odd"] == [None]
