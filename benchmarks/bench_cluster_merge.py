@@ -24,11 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from mldebug.analysis.merge import build_tree, group_stacks, merge_groups
 from mldebug.analysis.nodes import merge_nodes
-from mldebug.analysis.snapshot import build_snapshot
-from mldebug.cluster.document import Reader, node_document
+from mldebug.analysis.snapshot import build_snapshot, rank_views
+from mldebug.cluster.document import Reader, bulk_reading, node_document
+from mldebug.collect.agentstate import parse_state
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -82,19 +84,32 @@ def synthetic(nodes: int, per_node: int, depth: int = 40):
     return targets, samples, world
 
 
-def documents(targets, samples, per_node: int) -> list[tuple[str, str]]:
+def agent_files(targets, state: dict | None) -> dict[int, dict]:
+    """pid -> a copy of one real state.json made this rank's (--agent-state)."""
+    if state is None:
+        return {}
+    return {t.pid: {**state, "rank": t.rank, "pid": t.pid} for t in targets}
+
+
+def documents(targets, samples, per_node: int, files: dict) -> list[tuple[str, str]]:
     out = []
     for start in range(0, len(targets), per_node):
         mine = targets[start : start + per_node]
-        snapshot = build_snapshot(mine, samples, now=110.0, partial=True)
-        out.append((mine[0].host, json.dumps(node_document(snapshot, mine[0].host))))
+        agents = {t.pid: parse_state(files[t.pid], t.rank) for t in mine if t.pid in files}
+        snapshot = build_snapshot(mine, samples, now=110.0, partial=True, agents=agents)
+        views, failures = rank_views(mine, samples, now=110.0, partial=True, agents=agents)
+        document = node_document(
+            snapshot, mine[0].host, views=views, failures=failures, agent_files=files
+        )  # as `mldebug collect` writes it
+        out.append((mine[0].host, json.dumps(document)))
     return out
 
 
 def front_end(docs: list[tuple[str, str]]):
     reader = Reader()
-    nodes = [reader.read(json.loads(text), host) for host, text in docs]
-    return merge_nodes(nodes, now=110.0)
+    with bulk_reading():  # as cluster.front.collect_cluster reads and merges
+        nodes = [reader.read(json.loads(text), host) for host, text in docs]
+        return merge_nodes(nodes, now=110.0)
 
 
 def best(repeat: int, work) -> tuple[float, object]:
@@ -111,19 +126,32 @@ def main() -> None:
     parser.add_argument("--nodes", default="16,128,1024")
     parser.add_argument("--per-node", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--agent-state",
+        metavar="DOC",
+        help="a recorded node document (tests/data/nodes/): its first rank's state.json "
+        "is given to every rank, as under `mldebug run`",
+    )
     args = parser.parse_args()
+    state = None
+    if args.agent_state:
+        state = json.loads(Path(args.agent_state).read_text())["ranks"][0]["agent"]
     print(
         f"{'nodes':>6} {'ranks':>6} {'doc KiB':>8} {'front end s':>12} {'flat s':>8} "
         f"{'tree: nodes s':>13} {'tree: flat s':>12} {'groups':>6}  verdict"
     )
     for nodes in (int(n) for n in args.nodes.split(",")):
         targets, samples, world = synthetic(nodes, args.per_node)
-        docs = documents(targets, samples, args.per_node)
+        files = agent_files(targets, state)
+        agents = {pid: parse_state(data, data["rank"]) for pid, data in files.items()}
+        docs = documents(targets, samples, args.per_node, files)
         size = sum(len(text) for _, text in docs) / len(docs) / 1024
         front, merged = best(args.repeat, lambda docs=docs: front_end(docs))
         flat, alone = best(
             args.repeat,
-            lambda t=targets, s=samples, w=world: build_snapshot(t, s, world_size=w, now=110.0),
+            lambda t=targets, s=samples, w=world, a=agents: build_snapshot(
+                t, s, world_size=w, now=110.0, agents=a
+            ),
         )
         assert [f.summary for f in merged.findings] == [f.summary for f in alone.findings]
         reader = Reader()

@@ -182,6 +182,9 @@ class JobReadings:
     notes: tuple[str, ...] = ()  # the job's notes, then what reading it left out
     # rank pid -> its agent's state.json as read at this poll (ranks that have one)
     agents: Mapping[int, AgentState] = field(default_factory=dict)
+    # rank pid -> that state.json's document as read, unparsed: kept only when asked
+    # (`mldebug collect` passes it on in the node document, for the front end to parse)
+    agent_files: Mapping[int, dict] = field(default_factory=dict)
     # what the ranks' agents wrote in events.jsonl (the newest; mldebug.collect.eventfiles)
     events: tuple[RankEvent, ...] = ()
 
@@ -497,6 +500,8 @@ class NodeReading:
     crashes: tuple[RankCrash, ...] = ()  # how its ranks ended badly (their run directory)
     events: tuple[RankEvent, ...] = ()  # what its ranks' agents noticed (NaN/Inf...)
     ras: tuple[str, str] | None = None  # NCCL RAS's answer there: (source, text), unread
+    failures: Mapping[int, str] = field(default_factory=dict)  # rank -> FAIL_* of its reading
+    hang_after: float | None = None  # the wait its run's --hang-timeout makes a hang
 
 
 @dataclass(frozen=True)

@@ -145,15 +145,20 @@ def select_ranks(
     A DataLoader worker inherits its rank's environment, so it looks like a second copy of
     that rank: it is dropped because an ancestor has the same job and rank. A launcher started
     inside an allocation (srun with SLURM_PROCID=0) has descendants of other ranks: dropped too.
+    So is what else an `mldebug run` launcher started (its guardian): inside an allocation
+    it carries the allocation's rank 0 as the launcher does, but not the run's directory its
+    ranks carry; the run's ranks are the job's ranks.
     """
     parents: dict[int, int] = {}
     keys: dict[int, tuple[str, int | None]] = {}
+    with_env: dict[int, dict[str, str]] = {}
     for proc, environ in candidates:
         try:
             parents[proc.pid] = proc.ppid()
         except psutil.Error:
             continue
         keys[proc.pid] = (job_key(environ), rank_env(environ)[0])
+        with_env[proc.pid] = environ
 
     def ancestors(pid: int) -> Iterator[int]:
         ancestor, hops = parents.get(pid), 0
@@ -162,16 +167,20 @@ def select_ranks(
             ancestor, hops = parents.get(ancestor), hops + 1
 
     launchers = {a for pid, key in keys.items() for a in ancestors(pid) if keys[a] != key}
+    # An `mldebug run` launcher: the topmost process above its ranks (which carry its run
+    # directory) that does not carry it; what it started without it is its own, not a rank.
+    runs = {pid for pid, environ in with_env.items() if environ.get(rundir.ENV_RUN_DIR)}
+    run_launchers = {a for pid in runs for a in ancestors(pid) if a not in runs}
+    helpers = {
+        pid for pid in keys if pid not in runs and any(a in run_launchers for a in ancestors(pid))
+    }
     inherited = {
         pid
         for pid, key in keys.items()
         if any(keys[a] == key and a not in launchers for a in ancestors(pid))
     }
-    return [
-        (p, env)
-        for p, env in candidates
-        if p.pid in keys and p.pid not in inherited and p.pid not in launchers
-    ]
+    dropped = inherited | launchers | helpers
+    return [(p, env) for p, env in candidates if p.pid in keys and p.pid not in dropped]
 
 
 def rank_processes_under(root: psutil.Process) -> list[tuple[psutil.Process, dict[str, str]]]:

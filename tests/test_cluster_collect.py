@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+from testkit.jobs import start, stop, wait_ready
 from testkit.procs import SLEEPY
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
@@ -44,3 +45,32 @@ def test_collect_run_reads_that_runs_ranks_only(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+SITTING = "import time\nprint('READY', flush=True)\nwhile True:\n    time.sleep(0.5)\n"
+# What a batch script's processes carry (sbatch gives its step rank 0 of the allocation).
+BATCH_ENV = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
+
+
+def test_collect_slurm_job_takes_the_ranks_of_an_mldebug_run_in_the_batch_script(tmp_path):
+    # GIVEN `mldebug run --nproc-per-node 2` as a batch script's step: the launcher and its
+    # guardian carry the allocation's SLURM_PROCID=0 and SLURM_JOB_ID, as the ranks do
+    script = tmp_path / "sit.py"
+    script.write_text(SITTING)
+    proc, run_dir = start(tmp_path, script, 2, env=dict(BATCH_ENV))
+    try:
+        wait_ready(proc, run_dir, 2)
+        ranks = json.loads((run_dir / "run.json").read_text())["ranks"]
+        # WHEN the node's collector looks for the job's ranks
+        done = subprocess.run(
+            [*MLDEBUG, "collect", "--slurm-job", "77"], capture_output=True, text=True, timeout=120
+        )
+        # THEN it finds one job, the run's two ranks, and neither the launcher nor its guardian
+        assert done.returncode == 0, done.stderr
+        document = json.loads(done.stdout)
+        found = sorted((r["rank"], r["pid"]) for r in document["ranks"])
+        assert found == sorted((r["rank"], r["pid"]) for r in ranks)
+        assert proc.pid not in [pid for _, pid in found]
+        assert all(r["agent"]["version"] == 1 for r in document["ranks"])  # state.json as read
+    finally:
+        stop(proc)

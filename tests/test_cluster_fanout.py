@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from mldebug.cluster.fanout import run_many, run_one
+from mldebug.cluster.fanout import MAX_BYTES, NODE_BYTES, bytes_for, run_many, run_one
 
 PY = sys.executable
 
@@ -68,3 +68,13 @@ def test_nothing_starts_after_the_overall_deadline():
     answers = run_many(commands, deadline=1, parallel=1, total=1.5)
     assert answers[0].error == "no answer within 1 s"
     assert answers[-1].error == "not tried: the overall deadline had passed"
+
+
+def test_output_past_its_cap_is_left_out_and_counted():
+    # srun passes on every node's document in one stream: past the cap, lines are counted,
+    # not kept (the front end names those nodes, it does not take them for silent ones).
+    script = 'for n in range(5): print(\'{"node": %d, "pad": "%s"}\' % (n, \'x\' * 100))'
+    answer = run_one("srun", [PY, "-c", script], deadline=30, max_bytes=300)
+    assert [line[:11] for line in answer.lines] == [b'{"node": 0,', b'{"node": 1,']
+    assert (answer.returncode, answer.dropped) == (0, 3)
+    assert bytes_for(1024) == 1024 * NODE_BYTES and bytes_for(1) == MAX_BYTES

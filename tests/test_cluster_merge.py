@@ -11,16 +11,11 @@ import json
 import pytest
 
 from mldebug.analysis.nodes import merge_nodes
-from mldebug.analysis.snapshot import build_snapshot
-from mldebug.cluster.document import Reader, node_document
+from mldebug.analysis.snapshot import build_snapshot, rank_views
+from mldebug.cluster.document import VERSION, Reader, node_document
 from mldebug.model import (
     KIND_NONFINITE,
-    AgentState,
-    CollectiveCall,
-    FlightGroup,
     Frame,
-    GroupProgress,
-    MemoryReading,
     NodeFailure,
     RankCrash,
     RankEvent,
@@ -50,6 +45,14 @@ def job(world: int, per_node: int, culprit: int):
     return targets, samples
 
 
+def as_collect_prints(mine, samples, host, crashes=(), events=()):
+    """The node's document as `mldebug collect` writes it: its ranks as read, before any
+    verdict (observe.pyspy.views_of), its merged stack classes."""
+    snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
+    views, failures = rank_views(mine, samples, now=10.0, partial=True)
+    return node_document(snapshot, host, (), None, crashes, events, views=views, failures=failures)
+
+
 def through_nodes(targets, samples, per_node, lost=()):
     reader, nodes, failures = Reader(), [], []
     for start in range(0, len(targets), per_node):
@@ -58,8 +61,7 @@ def through_nodes(targets, samples, per_node, lost=()):
         if host in lost:
             failures.append(NodeFailure(host, "no answer within 20 s", tuple(t.rank for t in mine)))
             continue
-        snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
-        text = json.dumps(node_document(snapshot, host))
+        text = json.dumps(as_collect_prints(mine, samples, host))
         nodes.append(reader.read(json.loads(text), host))
     return merge_nodes(nodes, failures, now=10.0), reader
 
@@ -93,43 +95,21 @@ def test_a_lost_node_is_named_with_its_ranks_and_the_verdict_stands():
     assert merged.findings[0].ranks == (1,)
 
 
-def test_the_agent_state_crosses_the_document_unchanged():
-    call = CollectiveCall(
-        "default_pg", 37, "all_reduce", f"{TRAIN}:48", 5.0, None, False, ((4,),), ("float32",)
-    )
-    done = CollectiveCall("default_pg", 36, "all_reduce", f"{TRAIN}:48", None, 4.5)
-    state = AgentState(
-        rank=0,
-        pid=1000,
-        time=9.5,
-        started=1.0,
-        interval=1.0,
-        step=12,
-        step_time=9.0,
-        groups=(GroupProgress("default_pg", 4, call, done),),
-        trace=(CollectiveCall("default_pg", 36, "all_reduce", f"{TRAIN}:48", 4.0, 4.5), call),
-        memory=MemoryReading(rss=300, cuda_allocated=0, nvml_used=5, nvml_total=10),
-        memory_history=((12, 9.0, 300, 0),),
-        flight=(FlightGroup("0", 37, "all_reduce", False, 1, 5.0, ((4,),), ("Float",)),),
-    )
-    targets, samples = job(1, 1, -1)
-    snapshot = build_snapshot(targets, samples, now=10.0, agents={1000: state}, partial=True)
-    document = json.loads(json.dumps(node_document(snapshot, "node000")))
-    read = Reader().read(document, "node000")
-    assert read.views[0].agent == state
-    assert read.views[0].step == 12
-
-
 @pytest.mark.parametrize(
     ("document", "said"),
     [
         ([], "not an mldebug node document"),
         ({"format": "mldebug-node", "version": 99, "stacks": [], "ranks": []}, "version 99"),
         (
-            {"format": "mldebug-node", "version": 1, "stacks": [[{"frames": [1]}]], "ranks": []},
+            {
+                "format": "mldebug-node",
+                "version": VERSION,
+                "stacks": [[{"frames": [1]}]],
+                "ranks": [],
+            },
             "frame",
         ),
-        ({"format": "mldebug-node", "version": 1, "stacks": "x", "ranks": []}, "stacks"),
+        ({"format": "mldebug-node", "version": VERSION, "stacks": "x", "ranks": []}, "stacks"),
     ],
 )
 def test_a_bad_document_is_refused_for_its_node(document, said):
@@ -158,13 +138,30 @@ def test_crashes_and_agent_events_reach_the_job_findings():
     flat = build_snapshot(alive, samples, world_size=8, now=10.0, crashes=(crash,), events=(event,))
     reader, nodes = Reader(), []
     for host, mine in (("node000", alive[:3]), ("node001", alive[3:])):
-        snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
         crashes = [crash] if host == "node000" else []
         events = [event] if host == "node001" else []
-        text = json.dumps(node_document(snapshot, host, (), None, crashes, events))
+        text = json.dumps(as_collect_prints(mine, samples, host, crashes, events))
         nodes.append(reader.read(json.loads(text), host))
     merged = merge_nodes(nodes, world_size=8, now=10.0)
     key = lambda f: (f.kind, f.ranks, f.summary, f.location)  # noqa: E731
     assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
     kinds = {f.kind for f in merged.findings}
     assert {"crash", "nonfinite"} <= kinds, kinds
+
+
+def test_a_rank_a_node_could_not_read_is_judged_as_locally():
+    # py-spy never answered in time for rank 5 (a rank in the kernel: D state): the node
+    # says how its reading failed, and the job's findings are the flat ones, with the
+    # recipe that failure calls for.
+    targets, samples = job(8, 4, 1)
+    frozen = targets[5]
+    samples[frozen.pid] = tuple(
+        StackSample(frozen, float(t), (), failure="timeout", failure_detail="no answer in 5 s")
+        for t in range(3)
+    )
+    flat = build_snapshot(targets, samples, world_size=8, now=10.0)
+    merged, _ = through_nodes(targets, samples, 4)
+    key = lambda f: (f.kind, f.ranks, f.severity, f.summary, f.recipe)  # noqa: E731
+    assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
+    (unread,) = [f for f in merged.findings if f.kind == "unreadable"]
+    assert (unread.ranks, unread.recipe) == ((5,), "d-state-frozen-fs")

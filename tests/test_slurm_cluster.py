@@ -16,6 +16,8 @@ import time
 import pytest
 from testkit.cluster import JOB_SCRIPT, MLDEBUG, TASKS, line_of
 
+from mldebug.cluster.document import VERSION
+
 pytestmark = pytest.mark.multirank
 
 CULPRIT = f"{JOB_SCRIPT.name}:{line_of(JOB_SCRIPT, 'CULPRIT_LINE')}"
@@ -63,7 +65,7 @@ def test_collect_prints_one_merged_document_for_the_node(hung_job):
     )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert (document["format"], document["version"]) == ("mldebug-node", 1)
+    assert (document["format"], document["version"]) == ("mldebug-node", VERSION)
     assert len(document["stacks"]) == 2  # four ranks, two distinct stacks
     groups = {tuple(g["ranks"]): g["stack"] for g in document["groups"]}
     assert set(groups) == {(0, 2, 3), (1,)}

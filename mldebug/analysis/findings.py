@@ -15,7 +15,7 @@ from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
-from mldebug.analysis.timing import timing_findings
+from mldebug.analysis.timing import TimingVerdict, judge_timing
 from mldebug.model import Finding, RankCrash, RankEvent, RankView
 
 _SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEVERITY_INFO: 2}
@@ -48,15 +48,19 @@ def find_problems(
     crashes: Sequence[RankCrash] = (),
     sequence: SequenceVerdict | None = None,
     events: Sequence[RankEvent] = (),
+    timing: TimingVerdict | None = None,
 ) -> tuple[Finding, ...]:
     """All findings for one snapshot, errors first. `failures`: rank -> FAIL_* of its sample;
     `crashes`: how ranks ended badly, earliest first (from the run directory); `sequence`:
     what the agents' collective counts say (analysis.sequence), computed when not given;
-    `events`: what the agents wrote in events.jsonl (the origin of a NaN/Inf)."""
+    `events`: what the agents wrote in events.jsonl (the origin of a NaN/Inf); `timing`:
+    analysis.timing's verdict, computed when not given (a caller that shows the table too
+    passes the one it made: it is the costliest analysis of a large job)."""
     sequence = sequence if sequence is not None else sequence_verdict(views)
     findings = stack_findings(views, world_size, failures or {}, crashes, sequence)
     findings += nonfinite_findings(events) + memory_findings(views)
-    findings += timing_findings(views)  # slow jobs: straggler, input/comm-bound, host syncs
+    timing = timing if timing is not None else judge_timing(views)
+    findings += timing.findings  # slow jobs: straggler, input/comm-bound, host syncs
     return sort_findings(findings)
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.sequence import SequenceVerdict
 from mldebug.analysis.severity import ERROR_AFTER, grade
+from mldebug.analysis.timing import TimingVerdict
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -46,7 +47,8 @@ class Evidence:
     """What one look saw. `views`: the ranks as read (stacks, agent state); `failures`:
     rank -> why its stack could not be read; `crashes`: how ranks ended badly, earliest
     first; `sequence`: the agents' ledger verdict when the caller computed it; `events`:
-    what the agents wrote (the first NaN); `found`: findings other sources' readers made
+    what the agents wrote (the first NaN); `timing`: analysis.timing's verdict when the
+    caller computed it (the costliest analysis of a large job: once); `found`: findings other sources' readers made
     (logs, Flight Recorder dumps, RAS, gdb, sampling, nodes that did not answer);
     `replaces`: kinds of the analyses here that a direct measurement among `found`
     replaces; `error_after`: the wait that makes a hang (a run's --hang-timeout)."""
@@ -57,6 +59,7 @@ class Evidence:
     crashes: Sequence[RankCrash] = ()
     sequence: SequenceVerdict | None = None
     events: Sequence[RankEvent] = ()
+    timing: TimingVerdict | None = None
     found: Sequence[Finding] = ()
     replaces: frozenset[str] = frozenset()
     error_after: float = ERROR_AFTER
@@ -74,6 +77,7 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
                 evidence.crashes,
                 sequence=evidence.sequence,
                 events=evidence.events,
+                timing=evidence.timing,
             )
         )
     made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)

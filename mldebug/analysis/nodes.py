@@ -1,11 +1,13 @@
 """One job's snapshot from several nodes' answers (`mldebug dump --slurm/--hosts`).
 
-Each node has already judged its own ranks (state from several samples, the main stack's
-user line and collective, its agent) and merged its stacks; here the nodes' ranks are put
-side by side, the agents' collective counts compared across nodes, the nodes' stack classes
-merged (merge.merge_groups: the cost grows with distinct stacks, not ranks), and the same
-findings as for a local job are made. A node that did not answer is a finding of its own,
-naming the node and what the scheduler says of its ranks.
+Each node has read its own ranks (state from several samples, the main stack's user line
+and collective, its agent's state.json as read) and merged its stacks; here the nodes'
+ranks are put side by side and judged together by the analysis a local look uses
+(analysis.snapshot.ranks_evidence: the agents' collective counts across nodes, the timing
+table; then the one judge: every finding, severity graded), so the verdict is the one a dump
+on one machine would give. The nodes' stack classes are merged (merge.merge_groups: the cost grows with distinct
+stacks, not ranks). A node that did not answer is a finding of its own, naming the node and
+what the scheduler says of its ranks.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from mldebug.analysis.judge import Evidence
 from mldebug.analysis.merge import build_tree, merge_groups
 from mldebug.analysis.pods import pod_evidence
-from mldebug.analysis.sequence import sequence_verdict
-from mldebug.analysis.snapshot import Look, as_waiting, judged
+from mldebug.analysis.severity import ERROR_AFTER
+from mldebug.analysis.snapshot import Look, judged, ranks_evidence
 from mldebug.model import (
     FAIL_TIMEOUT,
     KIND_NODE_UNREACHABLE,
@@ -71,14 +72,18 @@ def merge_nodes(
 ) -> JobSnapshot:
     """The job's snapshot from its nodes' readings; `failures`: the nodes that gave none;
     `pods`: what Kubernetes says of the job's pods (analysis.pods); `sources`: what else
-    speaks of the merged ranks (NCCL RAS, asked through the nodes). All are heard before the
-    one judge's verdict. A rank two nodes both claim is kept from the first (the job key of
-    either is wrong)."""
+    speaks of the merged ranks (NCCL RAS, asked through the nodes). A rank two nodes both
+    claim is kept from the first (the job key of either is wrong). The ranks as the nodes
+    read them are judged together with all of it by the analysis a local look uses
+    (analysis.snapshot.ranks_evidence, then the one judge), so the verdict is the one a dump
+    on one machine would give."""
     now = time.time() if now is None else now
     views: dict[int, RankView] = {}
     node_groups = []
+    failed: dict[int, str] = {}
     for node in nodes:
         taken = {v.rank for v in node.views if views.setdefault(v.rank, v) is v}
+        failed.update((r, why) for r, why in node.failures.items() if r in taken)
         groups = node.groups
         if len(taken) < len(node.views):  # ranks another node had first: not merged twice
             groups = tuple(
@@ -99,6 +104,7 @@ def merge_nodes(
                     state=STATE_UNREADABLE,
                     detail=f"its {'pod' if failure.pod else 'node'} {failure.host} did not answer",
                 )
+                failed[rank] = FAIL_TIMEOUT
     told = pod_evidence(pods, set(views), now)
     for view in told.views:  # the ranks of pods that ended or never started
         views.setdefault(view.rank, view)
@@ -107,9 +113,14 @@ def merge_nodes(
             views[rank] = RankView(
                 rank=rank, target=None, state=STATE_MISSING, detail="no process found"
             )
-    ordered = [views[rank] for rank in sorted(views)]
-    sequence = sequence_verdict(ordered)
-    ordered = [as_waiting(view, sequence.waits.get(view.rank)) for view in ordered]
+    ordered, evidence, table = ranks_evidence(
+        [views[rank] for rank in sorted(views)],
+        world_size,
+        failed,
+        sorted([c for n in nodes for c in n.crashes] + list(told.crashes), key=lambda c: c.time),
+        [e for n in nodes for e in n.events],
+        min((n.hang_after for n in nodes if n.hang_after), default=ERROR_AFTER),
+    )
     states = {v.rank: v.state for v in ordered}
     groups = merge_groups(
         [
@@ -118,27 +129,15 @@ def merge_nodes(
         ],
         states,
     )
-    failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
-    crashes = sorted(
-        [c for n in nodes for c in n.crashes] + list(told.crashes), key=lambda c: c.time
-    )
-    events = [e for n in nodes for e in n.events]
     said = [SourceFindings(found=tuple(unreachable_findings(failures)) + tuple(told.findings))]
     said += [source(ordered) for source in sources]
-    evidence = Evidence(
-        views=tuple(ordered),
-        world_size=world_size,
-        failures=failed,
-        crashes=tuple(crashes),
-        sequence=sequence,
-        events=tuple(events),
-    )
     snapshot = JobSnapshot(
         time=now,
-        ranks=tuple(ordered),
+        ranks=ordered,
         groups=groups,
         tree=build_tree(groups),
         world_size=world_size,
         job=job,
+        timing=table,
     )
     return judged(Look(snapshot, evidence), *said)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import mldebug.ledger as ledger
 from mldebug.analysis.frames import (
@@ -40,6 +41,7 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
+from mldebug.model_timing import TimingTable
 
 
 def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
@@ -150,56 +152,18 @@ def as_waiting(view: RankView, wait: Wait | None) -> RankView:
     )
 
 
-@dataclass(frozen=True)
-class Look:
-    """One look at a job before its verdict: the snapshot as read (no findings yet), and
-    the evidence the judge will weigh with what other sources add."""
-
-    snapshot: JobSnapshot
-    evidence: Evidence
-
-
-def judged(look: Look, *said: SourceFindings) -> JobSnapshot:
-    """The look's snapshot with the judge's verdict over its evidence and what the other
-    sources said (run files, RAS, gdb, sampling...): the one call to the judge of a look."""
-    found: list[Finding] = []
-    replaces: set[str] = set()
-    timing = look.snapshot.timing
-    for source in said:
-        found += source.found
-        replaces |= source.replaces
-        timing = source.timing if source.timing is not None else timing
-    evidence = replace(look.evidence, found=tuple(found), replaces=frozenset(replaces))
-    return replace(look.snapshot, findings=judge(evidence), timing=timing)
-
-
-def build_snapshot(*args, **kwargs) -> JobSnapshot:
-    """`see_job`'s look, judged with nothing more (see there for the arguments)."""
-    return judged(see_job(*args, **kwargs))
-
-
-def see_job(
+def rank_views(
     targets: Sequence[RankTarget],
     samples: Mapping[int, Sequence[StackSample]],
     world_size: int | None = None,
-    job: str = "",
-    run_dir: str | None = None,
     exit_codes: Mapping[int, int] | None = None,
     now: float | None = None,
     partial: bool = False,
-    crashes: Sequence[RankCrash] = (),
     agents: Mapping[int, AgentState] | None = None,
-    events: Sequence[RankEvent] = (),
-    error_after: float = ERROR_AFTER,
-) -> Look:
-    """Everything about a job at one moment, and the evidence for its verdict. `samples`
-    maps a target's pid to its samples, `agents` to its agent's state.json (ranks started
-    by `mldebug run`); `events`: what the agents wrote in events.jsonl.
-
-    `partial`: the targets are some ranks only, by choice; ranks of the world size that are
-    not among them are not reported as missing. `error_after`: seconds a wait must last to
-    be an error (analysis.severity; a run's --hang-timeout may set it).
-    """
+) -> tuple[list[RankView], dict[int, str]]:
+    """Each rank as read, before the job's verdict (ranks_evidence, the judge): its state from its
+    samples, its agent's state, its exit code; the ranks of the world size not found as
+    missing (unless `partial`). With rank -> FAIL_* of the ranks whose last reading failed."""
     exit_codes = exit_codes or {}
     agents = agents or {}
     now = time.time() if now is None else now
@@ -230,29 +194,107 @@ def see_job(
             )
         )
     views.sort(key=lambda v: v.rank)
+    return views, failures
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at a job before its verdict: the snapshot as read (no findings yet), and
+    the evidence the judge will weigh with what other sources add."""
+
+    snapshot: JobSnapshot
+    evidence: Evidence
+
+
+def judged(look: Look, *said: SourceFindings) -> JobSnapshot:
+    """The look's snapshot with the judge's verdict over its evidence and what the other
+    sources said (run files, RAS, gdb, sampling, the pods...): the one call to the judge of
+    a look."""
+    found: list[Finding] = []
+    replaces: set[str] = set()
+    timing = look.snapshot.timing
+    for source in said:
+        found += source.found
+        replaces |= source.replaces
+        timing = source.timing if source.timing is not None else timing
+    evidence = replace(look.evidence, found=tuple(found), replaces=frozenset(replaces))
+    return replace(look.snapshot, findings=judge(evidence), timing=timing)
+
+
+def ranks_evidence(
+    views: Sequence[RankView],
+    world_size: int | None = None,
+    failures: Mapping[int, str] | None = None,
+    crashes: Sequence[RankCrash] = (),
+    events: Sequence[RankEvent] = (),
+    error_after: float = ERROR_AFTER,
+) -> tuple[tuple[RankView, ...], Evidence, TimingTable | None]:
+    """What the analysis of a job's ranks needs, for a look at one machine (see_job) and at
+    several nodes (analysis.nodes.merge_nodes) alike, so that both give the same verdict:
+    the views with what the agents' collective counts say (a rank they show waiting is
+    waiting), the evidence for the judge, and the timing table (computed once: it is the
+    costliest analysis of a large job). `views`: every rank as read, sorted, not yet
+    judged; `failures`: rank -> FAIL_* of its reading."""
     sequence = sequence_verdict(views)
-    views = [as_waiting(view, sequence.waits.get(view.rank)) for view in views]
+    views = tuple(as_waiting(view, sequence.waits.get(view.rank)) for view in views)
+    timing = judge_timing(views)  # analysis/timing.py: the table and its findings
+    evidence = Evidence(
+        views=views,
+        world_size=world_size,
+        failures=dict(failures or {}),
+        crashes=tuple(crashes),
+        sequence=sequence,
+        events=tuple(events),
+        timing=timing,
+        error_after=error_after,
+    )
+    return views, evidence, timing.table
+
+
+def build_snapshot(*args: Any, **kwargs: Any) -> JobSnapshot:
+    """`see_job`'s look, judged with nothing more (see there for the arguments)."""
+    return judged(see_job(*args, **kwargs))
+
+
+def see_job(
+    targets: Sequence[RankTarget],
+    samples: Mapping[int, Sequence[StackSample]],
+    world_size: int | None = None,
+    job: str = "",
+    run_dir: str | None = None,
+    exit_codes: Mapping[int, int] | None = None,
+    now: float | None = None,
+    partial: bool = False,
+    crashes: Sequence[RankCrash] = (),
+    agents: Mapping[int, AgentState] | None = None,
+    events: Sequence[RankEvent] = (),
+    error_after: float = ERROR_AFTER,
+) -> Look:
+    """Everything about a job at one moment, and the evidence for its verdict. `samples`
+    maps a target's pid to its samples, `agents` to its agent's state.json (ranks started
+    by `mldebug run`); `events`: what the agents wrote in events.jsonl.
+
+    `partial`: the targets are some ranks only, by choice; ranks of the world size that are
+    not among them are not reported as missing. `error_after`: seconds a wait must last to
+    be an error (analysis.severity; a run's --hang-timeout may set it).
+    """
+    now = time.time() if now is None else now
+    read, failures = rank_views(targets, samples, world_size, exit_codes, now, partial, agents)
+    views, evidence, table = ranks_evidence(
+        read, None if partial else world_size, failures, crashes, events, error_after
+    )
     # A rank that exited after its stack was read keeps that stack in its view, but is not
     # merged with the ranks still there: it no longer waits with them.
     stacks = {v.rank: v.threads[0].frames for v in views if v.threads and v.state != STATE_EXITED}
     groups = group_stacks(stacks, {v.rank: v.state for v in views})
     snapshot = JobSnapshot(
         time=now,
-        ranks=tuple(views),
+        ranks=views,
         groups=groups,
         tree=build_tree(groups),
         world_size=world_size,
         job=job,
         run_dir=run_dir,
-        timing=judge_timing(views).table,  # analysis/timing.py
-    )
-    evidence = Evidence(
-        views=tuple(views),
-        world_size=None if partial else world_size,
-        failures=failures,
-        crashes=tuple(crashes),
-        sequence=sequence,
-        events=tuple(events),
-        error_after=error_after,
+        timing=table,
     )
     return Look(snapshot, evidence)

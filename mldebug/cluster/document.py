@@ -2,9 +2,12 @@
 reads it back (docs/multi-node.md has the format).
 
 It is already merged: each distinct set of thread stacks is written once (`stacks`), each
-rank names its stack by index and adds its small facts (pid, state, CPU, agent...), and
-`groups` are the node's merged classes (ranks with the same main-thread stack). Thread ids
-are left out, so that ranks with the same stacks share one entry.
+rank names its stack by index and adds its small facts (pid, state from its samples, CPU,
+how its reading failed) and its agent's state.json as read (one writer, the agent; one
+reader, collect.agentstate.parse_state; one version, ledgerrules.STATE_VERSION), and
+`groups` are the node's merged classes (ranks with the same main-thread stack). Nothing is
+judged across ranks here: the front end judges every node's ranks together. Thread ids are
+left out, so that ranks with the same stacks share one entry.
 
 A document comes from another machine's stdout: it is data. Reading checks every field's
 type and size, and a document that is not one is a ValueError for its node, never a crash.
@@ -14,14 +17,21 @@ so the front end holds each distinct stack once whatever the number of ranks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import gc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
+from mldebug.analysis.snapshot import with_agent
 from mldebug.collect.agentstate import parse_state
 from mldebug.collect.crashes import recipe_id
 from mldebug.collect.ras import read_carried
 from mldebug.model import (
-    AgentState,
-    CollectiveCall,
+    FAIL_BUSY,
+    FAIL_ERROR,
+    FAIL_EXITED,
+    FAIL_NOT_PYTHON,
+    FAIL_PERMISSION,
+    FAIL_TIMEOUT,
     Frame,
     JobSnapshot,
     NodeReading,
@@ -35,7 +45,7 @@ from mldebug.model import (
 from mldebug.textsafe import one_line
 
 FORMAT = "mldebug-node"
-VERSION = 1
+VERSION = 2  # 2: the ranks as read, before any verdict, with their state.json as read
 MAX_RANKS = 4096  # per node
 MAX_STACKS = 4096
 MAX_THREADS = 256
@@ -44,6 +54,8 @@ MAX_TEXT = 1024
 MAX_NOTES = 32
 MAX_EVENTS = 256
 STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
+FAILURES = (FAIL_EXITED, FAIL_PERMISSION, FAIL_TIMEOUT, FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_BUSY)
+MAX_HANG_AFTER = 86400.0
 
 
 # ---- writing (on the node) ----
@@ -64,93 +76,6 @@ def _thread(thread: ThreadStack) -> dict:
     return entry
 
 
-def _call(call: CollectiveCall | None, when: float | None) -> dict | None:
-    if call is None:
-        return None
-    return {
-        "seq": call.seq,
-        "op": call.op,
-        "site": call.site,
-        "time": when,
-        "async": call.asynchronous,
-        **_tensors(call.shapes, call.dtypes),
-    }
-
-
-def _tensors(
-    shapes: Iterable[Iterable[int]], dtypes: Iterable[str], shapes_key: str = "shapes"
-) -> dict:
-    """A call's tensors as state.json holds them (the Flight Recorder's part names its
-    shapes `sizes`, as torch does)."""
-    return {shapes_key: [list(s) for s in shapes], "dtypes": list(dtypes)}
-
-
-def agent_json(state: AgentState) -> dict:
-    """The agent's state in state.json's own format (docs/agent.md), so that the front end
-    reads it with the same checks as a file (mldebug.collect.agentstate.parse_state)."""
-    memory = state.memory
-    return {
-        "version": 1,
-        "rank": state.rank,
-        "pid": state.pid,
-        "time": state.time,
-        "interval": state.interval,
-        "started": state.started,
-        "step": state.step,
-        "step_time": state.step_time,
-        "groups": {
-            g.group: {
-                "size": g.size,
-                "enqueued": _call(g.enqueued, g.enqueued.enqueued if g.enqueued else None),
-                "completed": _call(g.completed, g.completed.completed if g.completed else None),
-            }
-            for g in state.groups
-        },
-        "trace": [
-            {
-                "group": c.group,
-                "seq": c.seq,
-                "op": c.op,
-                "site": c.site,
-                "enqueued": c.enqueued,
-                "completed": c.completed,
-                "async": c.asynchronous,
-                **_tensors(c.shapes, c.dtypes),
-            }
-            for c in state.trace
-        ],
-        "memory": None
-        if memory is None
-        else {
-            "rss": memory.rss,
-            "cuda": {
-                "allocated": memory.cuda_allocated,
-                "reserved": memory.cuda_reserved,
-                "max_allocated": memory.cuda_max_allocated,
-                "max_reserved": memory.cuda_max_reserved,
-                "num_ooms": memory.cuda_num_ooms,
-                "num_alloc_retries": memory.cuda_alloc_retries,
-                "inactive_split": memory.cuda_inactive_split,
-            },
-            "nvml": {"used": memory.nvml_used, "total": memory.nvml_total},
-        },
-        "memory_history": [list(row) for row in state.memory_history],
-        "flight_recorder": {
-            f.group: {
-                "pending": f.pending,
-                "last": {
-                    "seq": f.seq,
-                    "op": f.op,
-                    "retired": f.retired,
-                    "created": f.created,
-                    **_tensors(f.shapes, f.dtypes, "sizes"),
-                },
-            }
-            for f in state.flight
-        },
-    }
-
-
 def node_document(
     snapshot: JobSnapshot,
     host: str,
@@ -159,9 +84,21 @@ def node_document(
     crashes: Sequence[RankCrash] = (),
     events: Sequence[RankEvent] = (),
     ras: dict | None = None,
+    *,
+    views: Sequence[RankView] | None = None,
+    failures: Mapping[int, str] | None = None,
+    agent_files: Mapping[int, dict] | None = None,
+    hang_after: float | None = None,
 ) -> dict:
-    """The node's document from the snapshot its own analysis made of its ranks, with how
-    its ranks ended badly and what their agents noticed (for the job's findings)."""
+    """The node's document: its ranks as read (`views`: observe.pyspy.views_of, before any
+    verdict; else the snapshot's), each with its agent's state.json as read (`agent_files`:
+    pid -> the file's document, JobReadings.agent_files) and how its reading failed
+    (`failures`), the snapshot's merged stack classes, how ranks ended badly and what their
+    agents noticed. The front end judges them with every other node's (analysis.nodes);
+    `hang_after`: the wait the run's --hang-timeout makes a hang (look.run_hang_after)."""
+    views = snapshot.ranks if views is None else views
+    failures = failures or {}
+    agent_files = agent_files or {}
     stacks: list[list[dict]] = []
     index: dict[tuple, int] = {}
 
@@ -178,7 +115,7 @@ def node_document(
         return found
 
     ranks = []
-    for view in snapshot.ranks:
+    for view in views:
         if view.target is None:
             continue  # a rank this node did not find is not this node's to report
         target = view.target
@@ -199,7 +136,10 @@ def node_document(
             "worker": view.dataloader_worker,
             "step": view.step,
             "heartbeat_age": view.heartbeat_age,
-            "agent": agent_json(view.agent) if view.agent is not None else None,
+            "failure": failures.get(view.rank),
+            # state.json as the node read it: one writer (the agent), one reader
+            # (collect.agentstate.parse_state), one version (ledgerrules.STATE_VERSION)
+            "agent": agent_files.get(target.pid) if view.agent is not None else None,
         }
         ranks.append(entry)
     by_rank = {entry["rank"]: entry["stack"] for entry in ranks}
@@ -216,6 +156,7 @@ def node_document(
         "job": snapshot.job,
         "slurm_job": slurm_job,
         "world_size": snapshot.world_size,
+        "hang_after": hang_after,
         "notes": list(notes)[:MAX_NOTES],
         "stacks": stacks,
         "groups": groups,
@@ -269,6 +210,21 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0 <= value < 1e15 else None
+
+
+@contextmanager
+def bulk_reading() -> Iterator[None]:
+    """Python's cycle collector paused while many documents are read and merged: what they
+    make (frames, stacks, states) holds no cycles and is freed by reference counting, and
+    the collector's full passes over a heap that grows by every node's ranks took half the
+    reading time (benchmarks/bench_cluster_merge.py --agent-state)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Reader:
@@ -333,12 +289,15 @@ class Reader:
         now = _number(data.get("time")) or 0.0
         job = _text(data.get("job"))
         views: list[RankView] = []
+        failures: dict[int, str] = {}
         seen: set[int] = set()
         for entry in raw_ranks:
             view = self._view(entry, stacks, host, job, now)
             if view is not None and view.rank not in seen:
                 seen.add(view.rank)
                 views.append(view)
+                if entry.get("failure") in FAILURES:
+                    failures[view.rank] = entry["failure"]
         groups = self._groups(data.get("groups"), stacks, seen)
         said = data.get("notes")
         notes = said if isinstance(said, list) else []
@@ -353,6 +312,8 @@ class Reader:
             crashes=tuple(_crashes(data.get("crashes"))),
             events=tuple(_events(data.get("events"))),
             ras=read_carried(data.get("ras"), host),
+            failures=failures,
+            hang_after=_hang_after(data.get("hang_after")),
         )
 
     def _view(
@@ -372,12 +333,7 @@ class Reader:
         stack = _int(entry.get("stack"), 0, len(stacks) - 1)
         user = entry.get("user_frame")
         agent = entry.get("agent")
-        agent_state: AgentState | None = None
-        if isinstance(agent, dict):
-            agent_state = parse_state(agent, rank)
-            if agent_state is not None and agent_state.pid != pid:
-                agent_state = None
-        return RankView(
+        view = RankView(
             rank=rank,
             target=RankTarget(
                 pid=pid,
@@ -396,11 +352,13 @@ class Reader:
             rss_bytes=_int(entry.get("rss_bytes")),
             exit_code=_int(entry.get("exit_code"), -(1 << 16), 1 << 16),
             detail=_text(entry.get("detail")),
-            step=_int(entry.get("step")),
-            heartbeat_age=_number(entry.get("heartbeat_age")),
-            agent=agent_state,
             dataloader_worker=_int(entry.get("worker"), 1, 1 << 22),
         )
+        # The agent's state.json as the node read it, checked by the reader a local dump
+        # uses and taken as a local dump takes it (its pid and rank; its age on the node's
+        # own clock, the clock the agent wrote it by).
+        agent_state = parse_state(agent, rank) if isinstance(agent, dict) else None
+        return with_agent(view, agent_state, now)
 
     def _groups(
         self, raw: object, stacks: Sequence[tuple[ThreadStack, ...]], ranks: set[int]
@@ -419,6 +377,11 @@ class Reader:
             state = said if isinstance(said, str) and said in STATES else "unknown"
             groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
         return tuple(groups)
+
+
+def _hang_after(value: object) -> float | None:
+    seconds = _number(value)
+    return seconds if seconds is not None and 0 < seconds <= MAX_HANG_AFTER else None
 
 
 def _list(value: object, most: int) -> list[dict]:

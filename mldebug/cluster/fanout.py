@@ -18,8 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
-MAX_BYTES = 64 << 20  # all the documents one command passes on (1,024 nodes at ~50 KiB)
+MAX_BYTES = 64 << 20  # all the documents one command passes on, at least
 MAX_LINE = 16 << 20  # one node document
+# What one node's document may take of a command that passes on several (srun, pdsh): 8
+# ranks with their agents' state.json (about 50 KiB each) make about 400 KiB.
+NODE_BYTES = 2 << 20
 STDERR_TAIL = 4096
 DEFAULT_PARALLEL = 32
 _RUNNING: set[subprocess.Popen] = set()  # what stop_all() ends (the live view quitting)
@@ -34,14 +37,22 @@ class Answer:
     stderr: str = ""
     seconds: float = 0.0
     error: str = ""  # why it did not run or did not end: "timed out after 30 s"
+    dropped: int = 0  # lines left out once the output passed its cap (max_bytes)
 
 
-def _read_lines(stream: IO[bytes], into: list[bytes]) -> None:
+def bytes_for(nodes: int) -> int:
+    """The cap on what one command passing on `nodes` nodes' documents may print."""
+    return max(MAX_BYTES, nodes * NODE_BYTES)
+
+
+def _read_lines(stream: IO[bytes], into: list[bytes], max_bytes: int, dropped: list[int]) -> None:
     total = 0
     for line in iter(lambda: stream.readline(MAX_LINE), b""):
         total += len(line)
-        if total <= MAX_BYTES:
+        if total <= max_bytes:
             into.append(line)
+        else:
+            dropped[0] += 1
     stream.close()
 
 
@@ -53,9 +64,15 @@ def _read_tail(stream: IO[bytes], into: list[bytes]) -> None:
     stream.close()
 
 
-def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = None) -> Answer:
-    """Run `argv`, keep its stdout lines and the tail of its stderr, kill it (its whole
-    process group) at `deadline` seconds."""
+def run_one(
+    key: str,
+    argv: Sequence[str],
+    deadline: float,
+    env: dict | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> Answer:
+    """Run `argv`, keep its stdout lines (up to `max_bytes` in all) and the tail of its
+    stderr, kill it (its whole process group) at `deadline` seconds."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -71,7 +88,7 @@ def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = N
     with _LOCK:
         _RUNNING.add(proc)
     try:
-        return _answer(key, proc, deadline, start)
+        return _answer(key, proc, deadline, start, max_bytes)
     finally:
         with _LOCK:
             _RUNNING.discard(proc)
@@ -100,11 +117,16 @@ def stop_all() -> None:
         _kill(proc)
 
 
-def _answer(key: str, proc: subprocess.Popen, deadline: float, start: float) -> Answer:
+def _answer(
+    key: str, proc: subprocess.Popen, deadline: float, start: float, max_bytes: int
+) -> Answer:
     lines: list[bytes] = []
     errors: list[bytes] = []
+    dropped = [0]
     readers = [
-        threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True),
+        threading.Thread(
+            target=_read_lines, args=(proc.stdout, lines, max_bytes, dropped), daemon=True
+        ),
         threading.Thread(target=_read_tail, args=(proc.stderr, errors), daemon=True),
     ]
     for reader in readers:
@@ -126,6 +148,7 @@ def _answer(key: str, proc: subprocess.Popen, deadline: float, start: float) -> 
         stderr,
         time.monotonic() - start,
         why,
+        dropped[0],
     )
 
 

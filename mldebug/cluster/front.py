@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from mldebug.analysis.nodes import merge_nodes
 from mldebug.cluster import fanout, slurm
-from mldebug.cluster.document import Reader
+from mldebug.cluster.document import Reader, bulk_reading
 from mldebug.cluster.hostlist import compress
 from mldebug.cluster.k8s import K8sSpec, exec_argv, exec_failure, find_pods
 from mldebug.cluster.nodetargets import COLLECTOR_MARK
@@ -111,6 +111,16 @@ def _reason(answer: fanout.Answer) -> str:
     return f"exit code {answer.returncode}{tail}"
 
 
+def _silent(answer: fanout.Answer) -> str:
+    """Why a node whose command ended well gave no document."""
+    if answer.dropped:
+        return (
+            "its document came after the answers had filled the front end's cap "
+            f"({answer.dropped} line(s) left out)"
+        )
+    return "no document"
+
+
 class Collection:
     """One look at the nodes: what each answered, or why not."""
 
@@ -142,7 +152,13 @@ class Collection:
         collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
         minutes = max(1, int(spec.deadline // 60) + 1)
         argv = slurm.srun_collect(job, collect, minutes)
-        answer = fanout.run_one("srun", argv, spec.deadline, outside_allocation(spec.env))
+        answer = fanout.run_one(
+            "srun",
+            argv,
+            spec.deadline,
+            outside_allocation(spec.env),
+            fanout.bytes_for(len(job.nodes)),
+        )
         wanted = {_short(n): n for n in job.nodes}
         answered: set[str] = set()
         for line in answer.lines:
@@ -162,7 +178,7 @@ class Collection:
             self.failures.append(
                 NodeFailure(
                     node,
-                    _reason(answer) if answer.returncode != 0 else "no document",
+                    _reason(answer) if answer.returncode != 0 else _silent(answer),
                     job.ranks.get(node, ()),
                     "; ".join(
                         ([f"node {node} {said}"] if said else []) + [f"job {job.job} {job.state}"]
@@ -208,7 +224,9 @@ class Collection:
         env.setdefault("PDSH_RCMD_TYPE", "ssh")
         extra = " ".join(shlex.quote(o) for o in ssh_options(spec))
         env.setdefault("PDSH_SSH_ARGS_APPEND", extra)
-        answer = fanout.run_one("pdsh", argv, spec.deadline + 5, env)
+        answer = fanout.run_one(
+            "pdsh", argv, spec.deadline + 5, env, fanout.bytes_for(len(spec.hosts))
+        )
         by_host: dict[str, list[bytes]] = {}
         for line in answer.lines:
             said_by, sep, rest = line.partition(b": ")
@@ -217,7 +235,8 @@ class Collection:
         for host in spec.hosts:
             lines = by_host.get(host, [])
             if not any(self._take(host, line) for line in reversed(lines)):
-                self.failures.append(NodeFailure(host, _reason(answer)))
+                why = _reason(answer) if answer.returncode != 0 else _silent(answer)
+                self.failures.append(NodeFailure(host, why))
 
     def via_k8s(self) -> None:
         """Each running pod's training container through `kubectl exec`, at most
@@ -281,19 +300,21 @@ class Collection:
 def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
     """Read every node once: the merged snapshot, and notes for the user."""
     collection = Collection(spec)
-    if spec.k8s is not None:
-        collection.via_k8s()
-    elif spec.slurm and not spec.hosts:
-        collection.via_slurm()
-    else:
-        collection.via_hosts()
+    with bulk_reading():
+        if spec.k8s is not None:
+            collection.via_k8s()
+        elif spec.slurm and not spec.hosts:
+            collection.via_slurm()
+        else:
+            collection.via_hosts()
     if not collection.nodes and not collection.failures and not collection.pods:
         raise MldebugError(
             "\n".join(["no node has rank processes of yours to read", *collection.notes]),
             "Check the host list, or that the job runs.",
             exit_code=3,
         )
-    snapshot = collection.snapshot()
+    with bulk_reading():
+        snapshot = collection.snapshot()
     notes = list(collection.notes)
     for node in collection.nodes:
         notes.extend(f"{node.host}: {note}" for note in node.notes)

@@ -4,7 +4,9 @@ user's processes that carry rank environment), narrowed to one SLURM job or one 
 Inside a SLURM job the batch script and the `srun` it runs carry SLURM_PROCID=0 and the
 job's id too, but no step: the tasks `srun` started (the ranks) are the processes with a
 SLURM_STEP_ID. The step `mldebug collect` itself runs in is left out, and so is any other
-collector a front end started (they carry MLDEBUG_COLLECTOR).
+collector a front end started (they carry MLDEBUG_COLLECTOR). An `mldebug run` launched in
+the batch script (or a step) and its guardian carry the job's rank 0 too: they are no ranks
+(targets.select_ranks); the run's ranks are the job's ranks here.
 
 In a Kubernetes pod (`--pod HOSTNAME`, what `dump --k8s` passes) only the processes whose
 HOSTNAME is the pod's count: the container runtime puts it in every container's

@@ -8,7 +8,7 @@ wrong is no state at all. Nothing here raises for a bad file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import mldebug.ledgerrules as rules
@@ -220,9 +220,16 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
     )
 
 
+def read_state_file(run_dir: str | Path, rank: int) -> dict | None:
+    """The rank's state.json as read (capped, no symlink): a state of this version and rank,
+    its sections unchecked yet (parse_state checks them), or None."""
+    data = read_json(RunPaths(Path(run_dir)).state_file(rank), MAX_STATE_BYTES)
+    return data if rules.is_state(data, rank) else None
+
+
 def read_state(run_dir: str | Path, rank: int) -> AgentState | None:
     """The rank's state.json, or None when there is none or it is not one."""
-    data = read_json(RunPaths(Path(run_dir)).state_file(rank), MAX_STATE_BYTES)
+    data = read_state_file(run_dir, rank)
     return parse_state(data, rank) if data is not None else None
 
 
@@ -234,20 +241,34 @@ def _trusted(root: str) -> bool:
         return False
 
 
-def read_states(targets: Iterable[RankTarget], run_dir: str | None = None) -> dict[int, AgentState]:
-    """pid -> the state.json of each target that has one (a rank of an `mldebug run`, native
-    or wrapped: its run directory is its own, else the job's). One capped read per target;
-    whether the state is this process's (its pid) is for the analysis to check."""
-    states: dict[int, AgentState] = {}
+def read_state_files(
+    targets: Iterable[RankTarget], run_dir: str | None = None
+) -> dict[int, tuple[int, dict]]:
+    """pid -> (rank, its state.json as read) of each target that has one (a rank of an
+    `mldebug run`, native or wrapped: its run directory is its own, else the job's). One
+    capped read per target; whether the state is this process's (its pid) is for the
+    analysis to check."""
+    files: dict[int, tuple[int, dict]] = {}
     trusted: dict[str, bool] = {}
     for target in targets:
         root = target.run_dir or run_dir
-        if root is None or target.rank is None or target.pid in states:
+        if root is None or target.rank is None or target.pid in files:
             continue
         if root not in trusted:
             trusted[root] = _trusted(root)
         if trusted[root]:
-            state = read_state(root, target.rank)
-            if state is not None:
-                states[target.pid] = state
-    return states
+            data = read_state_file(root, target.rank)
+            if data is not None:
+                files[target.pid] = (target.rank, data)
+    return files
+
+
+def states_of(files: Mapping[int, tuple[int, dict]]) -> dict[int, AgentState]:
+    """pid -> the parsed state of each file read_state_files read (those that are states)."""
+    states = {pid: parse_state(data, rank) for pid, (rank, data) in files.items()}
+    return {pid: state for pid, state in states.items() if state is not None}
+
+
+def read_states(targets: Iterable[RankTarget], run_dir: str | None = None) -> dict[int, AgentState]:
+    """pid -> the state.json of each target that has one (read_state_files, parsed)."""
+    return states_of(read_state_files(targets, run_dir))

@@ -6,8 +6,9 @@
     mldebug collect --pod HOSTNAME       in a Kubernetes pod: the pod's own processes
 
 It finds this node's ranks as `mldebug dump` does, reads their stacks a few times with
-py-spy (and their agents' state.json where they have one), judges each rank here, and
-prints one JSON line: the node document, with its stacks already merged, and what the
+py-spy (and their agents' state.json where they have one), tells stuck from running here,
+and prints one JSON line: the node document, each rank as read with its state.json as
+read, its stacks already merged (the front end judges every node's ranks together), and what the
 node's NCCL RAS endpoint answered, where one does (about 2 s at most; read-only). Bounded: every
 rank within --timeout, the whole within --deadline. It needs only mldebug and py-spy on
 the node; the front end (`mldebug dump --slurm ...`) starts it on every node.
@@ -74,11 +75,16 @@ def main(argv: list[str]) -> int:
     from mldebug.cluster.document import node_document
     from mldebug.cluster.nodetargets import node_targets
     from mldebug.collect.ras import ask_ras, carried, quiet_notes
+    from mldebug.look import run_hang_after
+    from mldebug.observe.pyspy import views_of
 
     if args.native and args.nonblocking:
         raise_usage("--native and --nonblocking cannot be used together")
     job = node_targets(args.slurm_job, args.run, args.pod)
-    snapshot, readings = observe_job(job, args)
+    # The ranks as read, each with its agent's state.json as read: the front end judges them
+    # with every other node's, by the analysis a local dump uses (analysis.nodes).
+    snapshot, readings = observe_job(job, args, keep_agent_files=True)
+    views, failures = views_of(readings, snapshot.time)
     host = args.host or rundir.hostname()
     # NCCL's RAS on this node (bounded, read-only): the front end judges the answer with
     # every node's stacks
@@ -92,6 +98,10 @@ def main(argv: list[str]) -> int:
         readings.job.crashes,
         readings.events,
         ras=carried(asked),
+        views=views,
+        failures=failures,
+        agent_files=readings.agent_files,
+        hang_after=run_hang_after(readings.job.run_dir),
     )
     write_out(json.dumps(document, separators=(",", ":")) + "\n")
     return 0

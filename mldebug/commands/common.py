@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mldebug.errors import (
     EXIT_FINDINGS,
@@ -340,12 +340,14 @@ def reading_options(args: argparse.Namespace) -> dict:
     }
 
 
-def observe_job(job: JobTargets, args: argparse.Namespace) -> tuple[JobSnapshot, JobReadings]:
-    """`observe_once` of a job with the reading options of `dump` and `collect`:
-    (snapshot, readings)."""
+def observe_job(
+    job: JobTargets, args: argparse.Namespace, **more: Any
+) -> tuple[JobSnapshot, JobReadings]:
+    """`observe_once` of a job with the reading options of `dump` and `collect` (and
+    `more` of observe_once's): (snapshot, readings)."""
     from mldebug.observe.pyspy import observe_once
 
-    return observe_once(job, **reading_options(args))
+    return observe_once(job, **reading_options(args), **more)
 
 
 def stdout_closed() -> bool:

@@ -15,13 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from mldebug.analysis import progress
-from mldebug.analysis.snapshot import Look, judged, see_job
+from mldebug.analysis.snapshot import Look, judged, rank_views, see_job
 from mldebug.analysis.workers import waits_for_workers, with_workers
-from mldebug.collect.agentstate import read_states
+from mldebug.collect.agentstate import read_state_files, states_of
 from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
 from mldebug.collect.eventfiles import EventsReader
-from mldebug.model import JobReadings, JobSnapshot, JobTargets
+from mldebug.model import JobReadings, JobSnapshot, JobTargets, RankView
 from mldebug.observe.outcome import OUTCOME_WAIT_S, await_exit_codes, ended_unrecorded
 
 
@@ -33,7 +33,10 @@ class JobObserver:
     poller), as often as they re-resolve it.
     """
 
-    def __init__(self, job_targets: JobTargets, **options: Any) -> None:
+    def __init__(
+        self, job_targets: JobTargets, keep_agent_files: bool = False, **options: Any
+    ) -> None:
+        self.keep_agent_files = keep_agent_files  # JobReadings.agent_files (a node document)
         self.collector = JobCollector(job_targets, moved=progress.moved, **options)
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
@@ -81,8 +84,9 @@ class JobObserver:
             readings = poll.keep(taken, workers)
         if not readings.agents:
             # The agents' state.json of the ranks read (after their stacks: the newest).
-            agents = read_states(chosen.values(), readings.job.run_dir)
-            readings = replace(readings, agents=agents)
+            files = read_state_files(chosen.values(), readings.job.run_dir)
+            kept = {pid: data for pid, (_, data) in files.items()} if self.keep_agent_files else {}
+            readings = replace(readings, agents=states_of(files), agent_files=kept)
         if not readings.events:
             events, _ = self.events.read(readings.job.run_dir)
             readings = replace(readings, events=events)
@@ -111,6 +115,21 @@ def look_of(readings: JobReadings, **analysis: Any) -> Look:
         agents=readings.agents,
         events=readings.events,
         **analysis,
+    )
+
+
+def views_of(readings: JobReadings, now: float) -> tuple[list[RankView], dict[int, str]]:
+    """Each rank as the poll read it, before the job's verdict (analysis.snapshot's
+    rank_views): what a node passes on for the front end to judge with the other nodes'."""
+    job = readings.job
+    return rank_views(
+        job.targets,
+        readings.samples,
+        readings.world_size,
+        job.exit_codes,
+        now,
+        job.partial,
+        readings.agents,
     )
 
 
