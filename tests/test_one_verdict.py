@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,12 @@ def judged_calls(monkeypatch):
         calls.append(evidence)
         return real(evidence)
 
-    monkeypatch.setattr(judge_module, "judge", counting)
-    monkeypatch.setattr(snapshot_module, "judge", counting)
+    import mldebug.explain.engine  # noqa: F401 (its name for the judge is patched too)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("mldebug") and getattr(module, "judge", None) is real:
+            monkeypatch.setattr(module, "judge", counting)
+    assert snapshot_module.judge is counting
     return calls
 
 
@@ -101,6 +106,12 @@ def test_dump_judges_once(judged_calls, capsys):
 def test_nccl_judges_once(judged_calls, capsys):
     code = main(["nccl", str(DATA / "nccl" / "watchdog_2.4")])
     assert code == 1 and "rank 2 never called all_reduce #57" in capsys.readouterr().out
+    assert len(judged_calls) == 1
+
+
+def test_explain_judges_once(judged_calls, capsys):
+    code = main(["explain", str(DATA / "explain" / "elastic_sigabrt_watchdog.log")])
+    assert code == 1 and "rank 1 never called all_gather #88" in capsys.readouterr().out
     assert len(judged_calls) == 1
 
 
