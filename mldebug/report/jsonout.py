@@ -132,6 +132,21 @@ def finding_to_json(finding: Finding) -> dict:
             {"ranks": list(p.ranks), "label": p.label, "location": p.location}
             for p in finding.parts
         ],
+        # the finding as data (docs/dump.md): who waits for the culprits and how long, the
+        # collective, what saw it, its facts
+        "waiting": list(finding.waiting),
+        "waited_s": finding.waited,
+        "collective": (
+            {
+                "group": finding.collective.group,
+                "seq": finding.collective.seq,
+                "op": finding.collective.op,
+            }
+            if finding.collective is not None
+            else None
+        ),
+        "sources": list(finding.sources),
+        "facts": {name: value for name, value in finding.facts},
     }
 
 
