@@ -99,13 +99,12 @@ def merge_nodes(
     sequence = sequence_verdict(ordered)
     ordered = [as_waiting(view, sequence.waits.get(view.rank)) for view in ordered]
     states = {v.rank: v.state for v in ordered}
-    groups = merge_groups(
-        [
-            tuple(g for g in groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
-            for groups in node_groups
-        ],
-        states,
-    )
+    exited = {rank for rank, state in states.items() if state == STATE_EXITED}
+    if exited:  # a rank that exited is in no group (rarely any: else no rank is looked at)
+        node_groups = [
+            tuple(g for g in groups if exited.isdisjoint(g.ranks)) for groups in node_groups
+        ]
+    groups = merge_groups(node_groups, states)
     failed = {r: FAIL_TIMEOUT for f in failures for r in f.ranks}
     crashes = sorted((c for n in nodes for c in n.crashes), key=lambda c: c.time)
     events = [e for n in nodes for e in n.events]
