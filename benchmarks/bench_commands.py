@@ -70,8 +70,10 @@ def run_timed(argv: list[str], repeat: int, ok=(0, 1)) -> tuple[float, float, st
 
 def verdict(out: str) -> str:
     try:
-        return str(json.loads(out).get("verdict"))[:90]
-    except ValueError:
+        said = json.loads(out)
+        findings = said.get("findings") or [{}]
+        return str(said.get("verdict") or findings[0].get("summary") or "(no finding)")[:90]
+    except (ValueError, AttributeError):
         return out.strip().splitlines()[0][:90] if out.strip() else "-"
 
 
