@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,13 +35,35 @@ class Answer:
     error: str = ""  # why it did not run or did not end: "timed out after 30 s"
 
 
-def _read_lines(stream, into: list[bytes]) -> None:
+def _read_lines(
+    stream,
+    into: list[bytes],
+    each: Callable[[bytes], None] | None = None,
+    raised: list[Exception] | None = None,
+) -> None:
+    """The command's stdout lines, kept up to MAX_BYTES; or each handed to `each` as it
+    comes, nothing kept (a SLURM step of 16,384 nodes passes on more than any cap). What
+    `each` raises goes to `raised` for the caller, and the rest is drained unread, so the
+    command never blocks on a full pipe."""
     total = 0
     for line in iter(lambda: stream.readline(MAX_LINE), b""):
+        if each is not None:
+            try:
+                each(line)
+            except Exception as error:  # the caller's: raised there once the command ended
+                if raised is None:
+                    raise
+                raised.append(error)
+                each = _drop  # the rest is drained unread
+            continue
         total += len(line)
         if total <= MAX_BYTES:
             into.append(line)
     stream.close()
+
+
+def _drop(line: bytes) -> None:
+    del line
 
 
 def _read_tail(stream, into: list[bytes]) -> None:
@@ -52,9 +74,17 @@ def _read_tail(stream, into: list[bytes]) -> None:
     stream.close()
 
 
-def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = None) -> Answer:
+def run_one(
+    key: str,
+    argv: Sequence[str],
+    deadline: float,
+    env: dict | None = None,
+    each_line: Callable[[bytes], None] | None = None,
+) -> Answer:
     """Run `argv`, keep its stdout lines and the tail of its stderr, kill it (its whole
-    process group) at `deadline` seconds."""
+    process group) at `deadline` seconds. With `each_line`, every stdout line is handed to
+    it as it comes (in a reader thread) instead of kept; what it raises, run_one raises
+    once the command has ended."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -70,7 +100,7 @@ def run_one(key: str, argv: Sequence[str], deadline: float, env: dict | None = N
     with _LOCK:
         _RUNNING.add(proc)
     try:
-        return _answer(key, proc, deadline, start)
+        return _answer(key, proc, deadline, start, each_line)
     finally:
         with _LOCK:
             _RUNNING.discard(proc)
@@ -99,11 +129,18 @@ def stop_all() -> None:
         _kill(proc)
 
 
-def _answer(key: str, proc: subprocess.Popen, deadline: float, start: float) -> Answer:
+def _answer(
+    key: str,
+    proc: subprocess.Popen,
+    deadline: float,
+    start: float,
+    each: Callable[[bytes], None] | None = None,
+) -> Answer:
     lines: list[bytes] = []
     errors: list[bytes] = []
+    raised: list[Exception] = []
     readers = [
-        threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True),
+        threading.Thread(target=_read_lines, args=(proc.stdout, lines, each, raised), daemon=True),
         threading.Thread(target=_read_tail, args=(proc.stderr, errors), daemon=True),
     ]
     for reader in readers:
@@ -116,8 +153,11 @@ def _answer(key: str, proc: subprocess.Popen, deadline: float, start: float) -> 
         _kill(proc)
         proc.wait()
     for reader in readers:
-        reader.join(timeout=5)
+        # a line handed on is read meanwhile: the pipe holds at most one more to read
+        reader.join(timeout=5 if each is None else max(5.0, deadline))
     stderr = b"".join(errors).decode("utf-8", "replace")[-STDERR_TAIL:]
+    if raised:
+        raise raised[0]
     return Answer(
         key,
         tuple(lines),
