@@ -13,11 +13,12 @@ plain alternative run as a process in the same run, and the ratio.
   explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
            `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
            of the watchdog's pattern
-  front    what `dump --slurm` does once srun has passed on the node documents: a process
-           that reads NODES documents of 8 ranks (the documented node format, as
-           `mldebug collect` prints them, one a line) through cluster.front's Collection
-           and merges and judges them | a process that json.loads each line and groups
-           the ranks by their main stack in a dict (no states, no tree, no verdict)
+  front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
+           recorded (squeue, scontrol and an srun that passes on the nodes' documents:
+           the documented node format, as `mldebug collect` prints them, one a line): the
+           front end reads, merges and judges them | a process that json.loads each
+           document and groups the ranks by their main stack in a dict (no states, no
+           tree, no verdict)
 
 Each line prints, for both, wall seconds and CPU seconds (the process's and its children's,
 best of --repeat) and peak memory (MB, the largest of the process and its children), the
@@ -46,14 +47,16 @@ BIN = Path(sys.executable).parent
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 
 
-def run_timed(argv: list[str], repeat: int, ok=(0, 1)) -> tuple[float, float, str, float]:
+def run_timed(
+    argv: list[str], repeat: int, ok=(0, 1), env: dict | None = None
+) -> tuple[float, float, str, float]:
     """(best wall s, largest peak RSS in MB of the process and its waited children, its
     stdout, best CPU s of it and its children: what it cost, whatever else runs)."""
     best, peak, out, cpu = float("inf"), 0.0, "", float("inf")
     for _ in range(repeat):
         with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as errors:
             started = time.perf_counter()
-            proc = subprocess.Popen(argv, stdout=sink, stderr=errors)
+            proc = subprocess.Popen(argv, stdout=sink, stderr=errors, env=env)
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - started
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -178,22 +181,33 @@ def bench_explain(args, tmp: Path) -> None:
 
 # ---- front: node documents of the largest jobs ----
 
-FRONT = (
-    "import sys\n"
-    "from mldebug.cluster.front import ClusterSpec, Collection\n"
-    "c = Collection(ClusterSpec(hosts=('x',)))\n"
-    "with open(sys.argv[1], 'rb') as f:\n"
-    "    for line in f:\n"
-    "        c._take(line[1:line.index(b'\"', 1)].decode(), line[line.index(b'\\t') + 1:])\n"
-    "s = c.snapshot()\n"
-    "print(len(s.ranks), 'ranks', len(s.groups), 'groups;', s.findings[0].summary[:70])\n"
+# SLURM's side, recorded: a job of NODES nodes that is RUNNING, its one step of 8 tasks a
+# node (block distribution), and srun --overlap passing on the nodes' documents as each
+# node's `mldebug collect` prints it (one a line). A 16,384-node SLURM cannot exist here.
+SQUEUE = "#!/bin/sh\necho 'RUNNING|gpu[00000-{last:05d}]'\n"
+SCONTROL = (
+    "#!/bin/sh\necho 'StepId=4242.0 UserId=me(1000) State=RUNNING "
+    "NodeList=gpu[00000-{last:05d}] Tasks={tasks} Dist=Block'\n"
 )
+SRUN = "#!/bin/sh\nexec cat {docs}\n"
+
+
+def recorded_slurm(folder: Path, docs: Path, nodes: int) -> dict:
+    """PATH with the recorded squeue, scontrol and srun first."""
+    folder.mkdir()
+    for name, text in (("squeue", SQUEUE), ("scontrol", SCONTROL), ("srun", SRUN)):
+        tool = folder / name
+        tool.write_text(text.format(last=nodes - 1, tasks=nodes * 8, docs=docs))
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
 PLAIN_GROUPS = (
     "import json, sys\n"
     "groups = {}\n"
     "with open(sys.argv[1], 'rb') as f:\n"
     "    for line in f:\n"
-    "        doc = json.loads(line[line.index(b'\\t') + 1:])\n"
+    "        doc = json.loads(line)\n"
     "        stacks = doc['stacks']\n"
     "        for r in doc['ranks']:\n"
     "            key = tuple((fr[0], fr[1], fr[2]) for fr in stacks[r['stack']][0]['frames'])\n"
@@ -236,7 +250,7 @@ def node_documents(path: Path, nodes: int, per_node: int = 8) -> int:
                 rank["world_size"] = total_world
             for group in doc["groups"]:
                 group["ranks"] = [r + first - base for r in group["ranks"]]
-            line = f'"{host}"\t{json.dumps(doc)}\n'
+            line = json.dumps(doc) + "\n"
             size += len(line)
             out.write(line)
     return size
@@ -246,15 +260,11 @@ def bench_front(args, tmp: Path) -> None:
     docs = tmp / "nodes.jsonl"
     size = node_documents(docs, args.nodes)
     print(f"  ({args.nodes} node documents, {size / 1e6:.0f} MB)", flush=True)
-    env_argv = [sys.executable, "-c"]
-    plain = run_timed([*env_argv, PLAIN_GROUPS, str(docs)], args.repeat)
-    mine = run_timed([*env_argv, FRONT, str(docs)], args.repeat)
-    row(
-        f"front end ({args.nodes * 8} ranks)",
-        mine,
-        plain,
-        mine[2].strip()[:90],
-    )
+    plain = run_timed([sys.executable, "-c", PLAIN_GROUPS, str(docs)], args.repeat)
+    env = recorded_slurm(tmp / "slurm", docs, args.nodes)
+    argv = [*MLDEBUG, "dump", "--slurm", "4242", "--deadline", "600"]
+    mine = run_timed(argv, args.repeat, env=env)
+    row(f"dump --slurm ({args.nodes * 8} ranks)", mine, plain, verdict(mine[2]))
     docs.unlink()
 
 
