@@ -45,11 +45,11 @@ def run_hang_after(run_dir: str | Path | None) -> float | None:
 def with_run_findings(snapshot: JobSnapshot, run_dir: str | Path | None) -> JobSnapshot:
     """The snapshot with the findings of the run's NCCL logs, Flight Recorder dumps and,
     when a rank failed, its stderr (read only when the run has such files)."""
-    from mldebug.nccl.scan import run_findings
-
     root = snapshot.run_dir or run_dir
     if root is None:
         return snapshot
+    from mldebug.nccl.scan import run_findings  # only for a run: its import is not free
+
     failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
     found = run_findings(root, failed)
     return replace(snapshot, findings=snapshot.findings + tuple(found)) if found else snapshot
