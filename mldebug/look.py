@@ -51,11 +51,11 @@ def run_hang_after(run_dir: str | Path | None) -> float | None:
 def run_files(snapshot: JobSnapshot, run_dir: str | Path | None) -> SourceFindings:
     """What the run's NCCL logs, Flight Recorder dumps and, when a rank failed, its stderr
     say (read only when the run has such files)."""
-    from mldebug.nccl.scan import run_findings
-
     root = snapshot.run_dir or run_dir
     if root is None:
         return SourceFindings()
+    from mldebug.nccl.scan import run_findings  # only for a run: its import is not free
+
     failed = any(view.exit_code not in (None, 0) for view in snapshot.ranks)
     return SourceFindings(found=tuple(run_findings(root, failed)))
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
+from mldebug.cluster import fanout
 from mldebug.cluster.fanout import MAX_BYTES, NODE_BYTES, bytes_for, run_many, run_one
 
 PY = sys.executable
@@ -78,3 +81,31 @@ def test_output_past_its_cap_is_left_out_and_counted():
     assert [line[:11] for line in answer.lines] == [b'{"node": 0,', b'{"node": 1,']
     assert (answer.returncode, answer.dropped) == (0, 3)
     assert bytes_for(1024) == 1024 * NODE_BYTES and bytes_for(1) == MAX_BYTES
+
+
+def test_lines_handed_on_as_they_come_are_never_cut_and_never_kept(monkeypatch):
+    # what srun passes on for the largest jobs: more than the cap on what is kept
+    monkeypatch.setattr(fanout, "MAX_BYTES", 1000)
+    script = "for i in range(500): print('{\"node\": %d}' % i)\n"
+    seen: list[bytes] = []
+    answer = run_one("srun", [PY, "-c", script], deadline=60, each_line=seen.append)
+    assert answer.returncode == 0 and answer.lines == ()
+    assert seen == [b'{"node": %d}\n' % i for i in range(500)]
+    kept = run_one("srun", [PY, "-c", script], deadline=60)
+    assert sum(map(len, kept.lines)) <= 1000 < sum(map(len, seen))  # kept: cut at the cap
+
+
+def test_what_the_line_reader_raises_is_raised_once_the_command_ended():
+    # the command is not left blocked on a full pipe: the rest is drained unread
+    script = "import sys\nfor i in range(200000): sys.stdout.write('x' * 99 + '\\n')\n"
+    seen: list[bytes] = []
+
+    def take(line: bytes) -> None:
+        seen.append(line)
+        if len(seen) == 3:
+            raise ValueError("a bug in the reader")
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="a bug in the reader"):
+        run_one("srun", [PY, "-c", script], deadline=60, each_line=take)
+    assert len(seen) == 3 and time.monotonic() - started < 50

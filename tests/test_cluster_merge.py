@@ -165,3 +165,23 @@ def test_a_rank_a_node_could_not_read_is_judged_as_locally():
     assert [key(f) for f in merged.findings] == [key(f) for f in flat.findings]
     (unread,) = [f for f in merged.findings if f.kind == "unreadable"]
     assert (unread.ranks, unread.recipe) == ((5,), "d-state-frozen-fs")
+
+
+def test_a_stack_repeated_across_nodes_is_read_once_into_one_object():
+    targets, samples = job(8, 4, culprit=6)
+    docs = []
+    for start in (0, 4):
+        mine = targets[start : start + 4]
+        snapshot = build_snapshot(mine, samples, now=10.0, partial=True)
+        docs.append(json.loads(json.dumps(node_document(snapshot, mine[0].host))))
+    reader = Reader()
+    first, second = reader.read(docs[0], "node000"), reader.read(docs[1], "node001")
+    assert first.views[0].threads is second.views[0].threads  # read once, shared
+    assert second.views[0].threads == Reader().read(docs[1], "node001").views[0].threads
+    assert second.views[2].threads[0].frames == CULPRIT  # rank 6: its own stack
+    # a stack that differs by one value is read anew, never taken for the one known
+    changed = json.loads(json.dumps(docs[1]))
+    changed["stacks"][0][0]["frames"][-1][2] += 1
+    third = reader.read(changed, "node001")
+    line = third.views[0].threads[0].frames[-1].line
+    assert line == second.views[0].threads[0].frames[-1].line + 1

@@ -109,3 +109,40 @@ def test_qualified_names_compare_by_last_part():
     assert short_name("Thread.run") == "run"
     assert short_name("_exception_logger.<locals>.wrapper") == "wrapper"
     assert collective_op((Frame("ProcessGroup.barrier", C10D, 1),)) == "barrier"
+
+
+def naive_tree(groups):
+    """The prefix tree the plain way: every node keeps every rank through it, sorted."""
+    nodes: dict[tuple, list[int]] = {(): []}
+    for group in groups:
+        path: tuple = ()
+        nodes[path] += group.ranks
+        for frame in group.frames:
+            path = (*path, (frame.function, frame.file, frame.line))
+            nodes.setdefault(path, []).extend(group.ranks)
+    return {path: tuple(sorted(ranks)) for path, ranks in nodes.items()}
+
+
+def flattened(node, path=(), into=None):
+    into = {} if into is None else into
+    into[path] = node.ranks
+    for child in node.children:
+        frame = child.frame
+        flattened(child, (*path, (frame.function, frame.file, frame.line)), into)
+    return into
+
+
+def test_the_tree_grows_by_group_and_says_what_the_plain_tree_says():
+    stacks = {r: waiting_stack() for r in range(4096)}
+    for rank in (7, 700, 3001):
+        stacks[rank] = (MODULE, MAIN, LOAD)
+    stacks[12] = (MODULE, MAIN, STEP, Frame("barrier", C10D, 4700))
+    groups = group_stacks(stacks)
+    tree = build_tree(groups)
+    assert flattened(tree) == naive_tree(groups)
+    # along a stack's depth the nodes of one group hold one tuple of ranks, not a copy each
+    step = next(c for c in tree.children[0].children[0].children if c.frame == STEP)
+    waiting = next(c for c in step.children if c.frame == WRAPPER)
+    assert waiting.ranks is waiting.children[0].ranks and len(waiting.ranks) == 4096 - 4
+    # siblings come biggest first, then by their first rank
+    assert [c.frame for c in tree.children[0].children[0].children] == [STEP, LOAD]

@@ -47,6 +47,11 @@ def test_json_has_dumps_finding_shape_and_each_ranks_facts():
         "recipe",
         "detail",
         "parts",
+        "waiting",
+        "waited_s",
+        "collective",
+        "sources",
+        "facts",
     }
     assert network["ranks"] == [3] and network["recipe"] == "nccl-sockets-instead-of-ib"
     rank3 = next(r for r in report["ranks"] if r["rank"] == 3 and r["hosts"] == ["gpu-b"])

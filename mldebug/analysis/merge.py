@@ -8,6 +8,7 @@ stacks, not with the number of ranks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 
 from mldebug.analysis.frames import collective_op, stack_key, user_frame
 from mldebug.model import STATE_UNKNOWN, Frame, StackGroup, StackNode
@@ -63,34 +64,57 @@ def _group_state(ranks: Iterable[int], states: Mapping[int, str] | None) -> str:
 
 
 class _Building:
-    __slots__ = ("frame", "ranks", "children")
+    """A tree node while it grows: the groups through it (by index), not their ranks, so
+    that growing costs a step per group and frame, whatever the number of ranks."""
+
+    __slots__ = ("frame", "groups", "children")
 
     def __init__(self, frame: Frame | None) -> None:
         self.frame = frame
-        self.ranks: list[int] = []
+        self.groups: list[int] = []
         self.children: dict[FrameKey, _Building] = {}
 
-    def freeze(self) -> StackNode:
-        children = sorted(self.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks)))
-        return StackNode(
-            self.frame, tuple(sorted(self.ranks)), tuple(child.freeze() for child in children)
+    def freeze(self, ranks: Sequence[tuple[int, ...]], joined: dict) -> StackNode:
+        children = sorted(
+            self.children.values(),
+            key=lambda c: (
+                -sum(len(ranks[i]) for i in c.groups),
+                min((ranks[i][0] for i in c.groups if ranks[i]), default=0),
+            ),
         )
+        return StackNode(
+            self.frame,
+            _joined(self.groups, ranks, joined),
+            tuple(child.freeze(ranks, joined) for child in children),
+        )
+
+
+def _joined(groups: list[int], ranks: Sequence[tuple[int, ...]], joined: dict) -> tuple[int, ...]:
+    """The sorted ranks of these groups; a node and its only child through the same groups
+    (most of a stack's depth) share one tuple, made once."""
+    if len(groups) == 1:
+        return ranks[groups[0]]
+    key = tuple(groups)
+    found = joined.get(key)
+    if found is None:
+        found = joined[key] = tuple(sorted(chain.from_iterable(ranks[i] for i in groups)))
+    return found
 
 
 def build_tree(groups: Sequence[StackGroup]) -> StackNode:
     """Prefix tree over the groups' stacks, outermost frame at the top; ranks on each node."""
     root = _Building(None)
-    for group in groups:
+    for index, group in enumerate(groups):
         node = root
-        node.ranks.extend(group.ranks)
+        node.groups.append(index)
         for frame in group.frames:
             key = (frame.function, frame.file, frame.line)
             child = node.children.get(key)
             if child is None:
                 child = node.children[key] = _Building(frame)
-            child.ranks.extend(group.ranks)
+            child.groups.append(index)
             node = child
-    return root.freeze()
+    return root.freeze([tuple(sorted(g.ranks)) for g in groups], {})
 
 
 def merge_groups(

@@ -122,13 +122,12 @@ def merge_nodes(
         min((n.hang_after for n in nodes if n.hang_after), default=ERROR_AFTER),
     )
     states = {v.rank: v.state for v in ordered}
-    groups = merge_groups(
-        [
-            tuple(g for g in groups if all(states.get(r) != STATE_EXITED for r in g.ranks))
-            for groups in node_groups
-        ],
-        states,
-    )
+    exited = {rank for rank, state in states.items() if state == STATE_EXITED}
+    if exited:  # a rank that exited is in no group (rarely any: else no rank is looked at)
+        node_groups = [
+            tuple(g for g in groups if exited.isdisjoint(g.ranks)) for groups in node_groups
+        ]
+    groups = merge_groups(node_groups, states)
     said = [SourceFindings(found=tuple(unreachable_findings(failures)) + tuple(told.findings))]
     said += [source(ordered) for source in sources]
     snapshot = JobSnapshot(

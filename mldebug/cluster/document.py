@@ -53,6 +53,7 @@ MAX_DEPTH = 512
 MAX_TEXT = 1024
 MAX_NOTES = 32
 MAX_EVENTS = 256
+RAW_STACK_BYTES = 64 << 20  # the stacks the front end remembers having read, as written
 STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
 FAILURES = (FAIL_EXITED, FAIL_PERMISSION, FAIL_TIMEOUT, FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_BUSY)
 MAX_HANG_AFTER = 86400.0
@@ -196,17 +197,38 @@ def _key(frame: Frame) -> tuple:
 # ---- reading (on the front end) ----
 
 
+# The same short strings (function and file names, command lines, states) come in every
+# node's document: cleaned once. Bounded, so that a hostile document cannot make it grow.
+_CLEAN: dict[str, str] = {}
+_CLEAN_MAX = 65536
+
+
 def _text(value: object, default: str = "") -> str:
-    return one_line(value[:MAX_TEXT]) if isinstance(value, str) else default
+    if type(value) is not str:
+        return one_line(value[:MAX_TEXT]) if isinstance(value, str) else default
+    clean = _CLEAN.get(value)
+    if clean is None:
+        clean = one_line(value[:MAX_TEXT])
+        if len(value) <= MAX_TEXT:
+            if len(_CLEAN) >= _CLEAN_MAX:
+                _CLEAN.clear()
+            _CLEAN[value] = clean
+    return clean
 
 
 def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
+    if value is None:  # the usual cases first: a fact not known, a plain int
+        return None
+    if type(value) is int:
+        return value if low <= value <= high else None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         return None
     return value
 
 
 def _number(value: object) -> float | None:
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0 <= value < 1e15 else None
@@ -234,6 +256,10 @@ class Reader:
         self.frames: dict[tuple, Frame] = {}
         self.stacks: dict[tuple, tuple[ThreadStack, ...]] = {}
         self.mains: dict[tuple, tuple[Frame, ...]] = {}
+        # A stack as its document wrote it (its repr: equal only for equal JSON values) ->
+        # what it read as: most nodes repeat the others' stacks, read once (bounded).
+        self.raw_stacks: dict[str, tuple[ThreadStack, ...]] = {}
+        self.raw_bytes = 0
 
     def _frame(self, raw: object) -> Frame:
         if not isinstance(raw, list) or len(raw) != 4:
@@ -253,6 +279,18 @@ class Reader:
     def _stack(self, raw: object) -> tuple[ThreadStack, ...]:
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_THREADS:
             raise ValueError(f"a stack is a list of 1 to {MAX_THREADS} threads")
+        said = repr(raw)
+        known = self.raw_stacks.get(said)
+        if known is None:
+            known = self._new_stack(raw)
+            if self.raw_bytes + len(said) > RAW_STACK_BYTES:
+                self.raw_stacks.clear()
+                self.raw_bytes = 0
+            self.raw_stacks[said] = known
+            self.raw_bytes += len(said)
+        return known
+
+    def _new_stack(self, raw: list) -> tuple[ThreadStack, ...]:
         threads = []
         for number, entry in enumerate(raw):
             if not isinstance(entry, dict):

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
@@ -45,15 +45,40 @@ def bytes_for(nodes: int) -> int:
     return max(MAX_BYTES, nodes * NODE_BYTES)
 
 
-def _read_lines(stream: IO[bytes], into: list[bytes], max_bytes: int, dropped: list[int]) -> None:
+def _read_lines(
+    stream: IO[bytes],
+    into: list[bytes],
+    max_bytes: int = MAX_BYTES,
+    dropped: list[int] | None = None,
+    each: Callable[[bytes], None] | None = None,
+    raised: list[Exception] | None = None,
+) -> None:
+    """The command's stdout lines, kept up to `max_bytes` (the lines past it counted in
+    `dropped`); or each handed to `each` as it
+    comes, nothing kept (a SLURM step of 16,384 nodes passes on more than any cap). What
+    `each` raises goes to `raised` for the caller, and the rest is drained unread, so the
+    command never blocks on a full pipe."""
     total = 0
     for line in iter(lambda: stream.readline(MAX_LINE), b""):
+        if each is not None:
+            try:
+                each(line)
+            except Exception as error:  # the caller's: raised there once the command ended
+                if raised is None:
+                    raise
+                raised.append(error)
+                each = _drop  # the rest is drained unread
+            continue
         total += len(line)
         if total <= max_bytes:
             into.append(line)
-        else:
+        elif dropped is not None:
             dropped[0] += 1
     stream.close()
+
+
+def _drop(line: bytes) -> None:
+    del line
 
 
 def _read_tail(stream: IO[bytes], into: list[bytes]) -> None:
@@ -69,10 +94,14 @@ def run_one(
     argv: Sequence[str],
     deadline: float,
     env: dict | None = None,
-    max_bytes: int = MAX_BYTES,
+    max_bytes: int | None = None,
+    each_line: Callable[[bytes], None] | None = None,
 ) -> Answer:
     """Run `argv`, keep its stdout lines (up to `max_bytes` in all) and the tail of its
-    stderr, kill it (its whole process group) at `deadline` seconds."""
+    stderr, kill it (its whole
+    process group) at `deadline` seconds. With `each_line`, every stdout line is handed to
+    it as it comes (in a reader thread) instead of kept; what it raises, run_one raises
+    once the command has ended."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -88,7 +117,8 @@ def run_one(
     with _LOCK:
         _RUNNING.add(proc)
     try:
-        return _answer(key, proc, deadline, start, max_bytes)
+        cap = MAX_BYTES if max_bytes is None else max_bytes  # read when called
+        return _answer(key, proc, deadline, start, cap, each_line)
     finally:
         with _LOCK:
             _RUNNING.discard(proc)
@@ -118,14 +148,22 @@ def stop_all() -> None:
 
 
 def _answer(
-    key: str, proc: subprocess.Popen, deadline: float, start: float, max_bytes: int
+    key: str,
+    proc: subprocess.Popen,
+    deadline: float,
+    start: float,
+    max_bytes: int = MAX_BYTES,
+    each: Callable[[bytes], None] | None = None,
 ) -> Answer:
     lines: list[bytes] = []
     errors: list[bytes] = []
+    raised: list[Exception] = []
     dropped = [0]
     readers = [
         threading.Thread(
-            target=_read_lines, args=(proc.stdout, lines, max_bytes, dropped), daemon=True
+            target=_read_lines,
+            args=(proc.stdout, lines, max_bytes, dropped, each, raised),
+            daemon=True,
         ),
         threading.Thread(target=_read_tail, args=(proc.stderr, errors), daemon=True),
     ]
@@ -139,8 +177,11 @@ def _answer(
         _kill(proc)
         proc.wait()
     for reader in readers:
-        reader.join(timeout=5)
+        # a line handed on is read meanwhile: the pipe holds at most one more to read
+        reader.join(timeout=5 if each is None else max(5.0, deadline))
     stderr = b"".join(errors).decode("utf-8", "replace")[-STDERR_TAIL:]
+    if raised:
+        raise raised[0]
     return Answer(
         key,
         tuple(lines),

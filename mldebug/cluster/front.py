@@ -138,11 +138,14 @@ class Collection:
         data = _document(line)
         if data is None:
             return False
+        self._read(host, data)
+        return True
+
+    def _read(self, host: str, data: dict) -> None:
         try:
             self.nodes.append(self.reader.read(data, host))
         except ValueError as error:
             self.failures.append(NodeFailure(host, f"bad node document: {error}"))
-        return True
 
     def via_slurm(self) -> None:
         spec = self.spec
@@ -152,23 +155,23 @@ class Collection:
         collect = collect_argv(spec, max(1.0, spec.deadline * 0.6))
         minutes = max(1, int(spec.deadline // 60) + 1)
         argv = slurm.srun_collect(job, collect, minutes)
-        answer = fanout.run_one(
-            "srun",
-            argv,
-            spec.deadline,
-            outside_allocation(spec.env),
-            fanout.bytes_for(len(job.nodes)),
-        )
         wanted = {_short(n): n for n in job.nodes}
         answered: set[str] = set()
-        for line in answer.lines:
+
+        def each(line: bytes) -> None:
+            # Read as srun passes each document on: only what was read is held, never the
+            # text of every node's document at once.
             data = _document(line)
             claimed = data.get("host") if data else None
             node = wanted.get(_short(claimed)) if isinstance(claimed, str) else None
-            if node is None or node in answered:
-                continue  # not a document, or not from one of the job's nodes
+            if data is None or node is None or node in answered:
+                return  # not a document, or not from one of the job's nodes
             answered.add(node)
-            self._take(node, line)
+            self._read(node, data)
+
+        answer = fanout.run_one(
+            "srun", argv, spec.deadline, outside_allocation(spec.env), each_line=each
+        )
         silent = [n for n in job.nodes if n not in answered]
         if not silent:
             return

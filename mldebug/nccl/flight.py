@@ -4,7 +4,8 @@ The entry points `mldebug nccl` and `dump --run` use (docs/flight-recorder.md):
     looks_like_flight_dump(path, head)  is this file a dump (pickle or JSON)?
     read_flight_dump(path)              -> FlightDump, or FlightDumpError (one line)
     compare_flight_dumps(dumps)         -> [Finding] across ranks
-    summarize_flight_dump(dump)         -> lines about one rank
+    summarize_flight_dump(dump)         -> lines about one rank (from the counts the
+                                           reader made: the entries are not walked again)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from mldebug.textsafe import one_line
 from .flight_compare import compare_flight_dumps
 from .flight_model import FlightDump, FlightEntry, FlightGroup
 from .flight_read import FlightDumpError, looks_like_flight_dump, read_flight_dump
+from .flight_summary import tally_entries
 
 __all__ = [
     "FlightDump",
@@ -37,10 +39,10 @@ def summarize_flight_dump(dump: FlightDump) -> list[str]:
     """A header line for the rank, then one line per process group: its last collective,
     what completed, and how many entries never did."""
     who = f"rank {dump.rank}" if dump.rank is not None else "unknown rank"
-    backends = sorted({e.backend for e in dump.entries if e.backend})
-    facts = [f"{len(dump.entries)} entries", f"format {dump.version or '?'} ({dump.format})"]
-    if backends:
-        facts.append("/".join(backends))
+    tally = dump.tally if dump.tally is not None else tally_entries(dump.entries)
+    facts = [f"{tally.count} entries", f"format {dump.version or '?'} ({dump.format})"]
+    if tally.backends:
+        facts.append("/".join(tally.backends))
     if dump.comm_lib_version:
         facts.append(f"NCCL {dump.comm_lib_version}")
     if dump.repaired:
@@ -49,18 +51,18 @@ def summarize_flight_dump(dump: FlightDump) -> list[str]:
         facts.append(f"{dump.dropped} malformed entries skipped")
     lines = [one_line(f"{who}: Flight Recorder {dump.path}: " + ", ".join(facts))]
     for group in dump.groups[:MAX_GROUP_LINES]:
-        mine = [e for e in dump.entries if e.group == group.name and not e.p2p]
-        last = max(mine, key=lambda e: e.seq, default=None)
-        pending = sum(1 for e in mine if not e.completed)
+        mine = tally.group(group.name)
+        pending = 0
         text = f"  group {_group_label(group.name, group.desc)}"
         if group.ranks is not None:
             text += f" of {len(group.ranks)} ranks"
-        if last is None:
+        if mine is None:
             text += ": no collectives recorded"
         else:
-            state = "completed" if last.completed else "not completed"
-            at = f" at {last.location}" if last.location else ""
-            text += f": last {last.op} #{last.seq} ({state}){at}"
+            _, op, seq, completed, location, pending = mine
+            state = "completed" if completed else "not completed"
+            at = f" at {location}" if location else ""
+            text += f": last {op} #{seq} ({state}){at}"
         if (group.last_completed or -1) >= 0 and (group.last_enqueued or -1) >= 0:
             text += f"; enqueued #{group.last_enqueued}, completed #{group.last_completed}"
         if pending:

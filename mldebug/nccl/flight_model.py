@@ -54,6 +54,20 @@ class FlightGroup:
 
 
 @dataclass(frozen=True)
+class FlightTally:
+    """What a dump's summary says of its entries, counted while it was read
+    (flight_summary.py): a few values per group, whatever the ring's length."""
+
+    count: int  # entries kept
+    backends: tuple[str, ...]  # named by any entry, sorted
+    # per group with collectives: (group, last op, its seq, completed, location, not completed)
+    groups: tuple[tuple[str, str, int, bool, str | None, int], ...]
+
+    def group(self, name: str) -> tuple[str, str, int, bool, str | None, int] | None:
+        return next((g for g in self.groups if g[0] == name), None)
+
+
+@dataclass(frozen=True)
 class FlightDump:
     """One rank's Flight Recorder dump."""
 
@@ -66,6 +80,7 @@ class FlightDump:
     entries: Sequence[FlightEntry]  # a tuple, or a column table (flight_table.EntryTable)
     repaired: bool = False  # its pg_config was rebuilt from the entries (the gloo quirk)
     dropped: int = 0  # entries left out: malformed, or past the reader's cap
+    tally: FlightTally | None = None  # counted by the reader; None: count from the entries
 
     def group(self, name: str) -> FlightGroup | None:
         for group in self.groups:

@@ -27,6 +27,7 @@ from mldebug.textsafe import one_line
 
 from .flight_columns import fast_entries
 from .flight_model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
+from .flight_summary import tally_entries
 from .flight_table import first_of_groups
 
 MAX_BYTES = 64 << 20  # 2,000 entries with stacks take about 2 MB; 20,000 about 20
@@ -476,4 +477,5 @@ def _dump(path: str, form: str, raw: dict) -> FlightDump:
         entries=entries,
         repaired=repaired,
         dropped=total - len(entries),
+        tally=tally_entries(entries),  # the summary's counts, here (in the worker) and once
     )

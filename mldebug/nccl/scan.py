@@ -48,6 +48,8 @@ class Scan:
 
     logs: list[FileLog] = field(default_factory=list)
     dumps: list = field(default_factory=list)  # flight.FlightDump
+    # dumps found by the walk, read together after it (by worker processes: flight_pool)
+    dump_paths: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # one line per path not read
     skipped: int = 0  # files in directories passed over (not logs)
     ranks: list[ranklog.RankLog] = field(default_factory=list)
@@ -91,11 +93,15 @@ def _head(path: Path) -> bytes | None:
         return None
 
 
-def _read_dump(path: Path, scan: Scan) -> None:
-    try:
-        scan.dumps.append(flight.read_flight_dump(str(path)))
-    except flight.FlightDumpError as error:
-        scan.problems.append(f"{path}: {error}")
+def read_dumps(scan: Scan, deadline: float | None = None) -> int:
+    """Read the dumps the walk found, all at once: by worker processes where there are
+    cores and files enough (flight_pool), each summarised as it is read. Returns how many
+    were left unread at `deadline`."""
+    paths, scan.dump_paths = scan.dump_paths, []
+    read, problems, unread = flight_pool.read_flight_dumps(paths, deadline)
+    scan.dumps += read
+    scan.problems += problems
+    return unread
 
 
 def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits: Any) -> None:
@@ -105,7 +111,7 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
         scan.problems.append(f"{path}: {log.error or 'cannot be read'}")
         return
     if flight.looks_like_flight_dump(str(path), head):
-        _read_dump(path, scan)
+        scan.dump_paths.append(str(path))  # read after the walk, together (read_dumps)
         return
     if not dumps_only and ras_read.looks_like_ras(head):  # `ncclras` output, text or JSON
         try:
@@ -164,6 +170,7 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
             _one(path, scan, named=True)
         else:
             scan.problems.append(f"{name}: not a regular file or directory")
+    read_dumps(scan)
     for run in runs:
         join_pids(scan, run)
     return finish(scan)
@@ -214,9 +221,8 @@ def scan_run(root: str | Path, stderr_tail: int = RUN_STDERR_TAIL) -> Scan:
     fr = [paths.root / "fr" / name for name in dumps[:RUN_RANKS]]
     found = [str(p) for p in fr if flight.looks_like_flight_dump(str(p), _head(p) or b"")]
     scan.skipped += len(fr) - len(found)
-    read, problems, unread = flight_pool.read_flight_dumps(found, started + RUN_FR_SECONDS)
-    scan.dumps += read  # read by worker processes where there are cores (flight_pool)
-    scan.problems += problems
+    scan.dump_paths += found
+    unread = read_dumps(scan, started + RUN_FR_SECONDS)
     join_pids(scan, paths)
     finish(scan)
     if unread:

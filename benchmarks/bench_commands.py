@@ -1,0 +1,301 @@
+"""The commands users type, timed as processes (interpreter start included), each beside the
+plain alternative run as a process in the same run, and the ratio.
+
+    python benchmarks/bench_commands.py [--only nccl,dump,explain,front] [--ranks 1024]
+        [--entries 2000] [--local 32] [--log-mb 1024] [--nodes 16384] [--repeat 1]
+
+  nccl     `mldebug nccl --json DIR` on RANKS Flight Recorder dumps of ENTRIES entries
+           (built as benchmarks/bench_flight.py builds them: torch 2.13's recorded gloo
+           dump, its entry repeated; the last rank one collective behind) | a sequential
+           `pickle.load` of the same files in one Python process (no checks, no verdict)
+  dump     `mldebug dump --json --samples 1 --pid LAUNCHER` on LOCAL plain-Python ranks
+           (tests/jobs/sleepy_ranks.py) | a sequential `py-spy dump --pid` loop over them
+  explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
+           `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
+           of the watchdog's pattern
+  front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
+           recorded (squeue, scontrol and an srun that passes on the nodes' documents:
+           the documented node format, as `mldebug collect` prints them, one a line): the
+           front end reads, merges and judges them | a process that json.loads each
+           document and groups the ranks by their main stack in a dict (no states, no
+           tree, no verdict)
+
+Each line prints, for both, wall seconds and CPU seconds (the process's and its children's,
+best of --repeat) and peak memory (MB, the largest of the process and its children), the
+ratios, and what the command said first. The machine may be shared: the load average is
+printed; on a loaded machine the CPU ratio is the steadier figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+BIN = Path(sys.executable).parent
+MLDEBUG = [sys.executable, "-m", "mldebug"]
+
+
+def run_timed(
+    argv: list[str], repeat: int, ok=(0, 1), env: dict | None = None
+) -> tuple[float, float, str, float]:
+    """(best wall s, largest peak RSS in MB of the process and its waited children, its
+    stdout, best CPU s of it and its children: what it cost, whatever else runs)."""
+    best, peak, out, cpu = float("inf"), 0.0, "", float("inf")
+    for _ in range(repeat):
+        with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as errors:
+            started = time.perf_counter()
+            proc = subprocess.Popen(argv, stdout=sink, stderr=errors, env=env)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - started
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            sink.seek(0)
+            out = sink.read().decode("utf-8", "replace")
+            if proc.returncode not in ok:
+                errors.seek(0)
+                tail = errors.read().decode("utf-8", "replace")[-600:]
+                raise SystemExit(f"{argv[:4]} exited {proc.returncode}: {tail}")
+        best, peak = min(best, wall), max(peak, usage.ru_maxrss / 1024)
+        cpu = min(cpu, usage.ru_utime + usage.ru_stime)
+    return best, peak, out, cpu
+
+
+def verdict(out: str) -> str:
+    try:
+        said = json.loads(out)
+        findings = said.get("findings") or [{}]
+        return str(said.get("verdict") or findings[0].get("summary") or "(no finding)")[:90]
+    except (ValueError, AttributeError):
+        return out.strip().splitlines()[0][:90] if out.strip() else "-"
+
+
+def row(what: str, mine: tuple, plain: tuple, said: str) -> None:
+    print(
+        f"{what:32} {mine[0]:7.2f} {mine[3]:7.2f} {mine[1]:6.0f} | {plain[0]:7.2f} "
+        f"{plain[3]:7.2f} {plain[1]:6.0f} | {mine[0] / plain[0]:5.2f}x "
+        f"{mine[3] / max(plain[3], 1e-3):5.2f}x  {said}",
+        flush=True,
+    )
+
+
+# ---- nccl: Flight Recorder dumps ----
+
+PLAIN_PICKLE = (
+    "import os, pickle, sys\n"
+    "d = sys.argv[1]\n"
+    "for name in sorted(os.listdir(d)):\n"
+    "    with open(os.path.join(d, name), 'rb') as f:\n"
+    "        pickle.load(f)\n"
+)
+
+
+def bench_nccl(args, tmp: Path) -> None:
+    from bench_flight import make_dumps
+
+    folder = tmp / "fr"
+    folder.mkdir()
+    size = make_dumps(folder, args.ranks, args.entries)
+    print(f"  ({args.ranks} dumps x {args.entries} entries, {size / 1e6:.0f} MB)", flush=True)
+    plain = run_timed([sys.executable, "-c", PLAIN_PICKLE, str(folder)], args.repeat)
+    mine = run_timed([*MLDEBUG, "nccl", "--json", str(folder)], args.repeat)
+    row(
+        f"nccl DIR ({args.ranks}x{args.entries} FR)",
+        mine,
+        plain,
+        verdict(mine[2]),
+    )
+    shutil.rmtree(folder)
+
+
+# ---- dump: local ranks ----
+
+
+def bench_dump(args, tmp: Path) -> None:
+    from bench_dump import start_ranks
+
+    launcher, pids = start_ranks(args.local)
+    loop = "\n".join(
+        ["import subprocess, sys"]
+        + ["for pid in sys.argv[2:]:"]
+        + ["    subprocess.run([sys.argv[1], 'dump', '--pid', pid], capture_output=True)"]
+    )
+    try:
+        time.sleep(0.5)
+        py_spy = str(BIN / "py-spy")
+        plain = run_timed([sys.executable, "-c", loop, py_spy, *map(str, pids)], args.repeat)
+        argv = [*MLDEBUG, "dump", "--json", "--samples", "1", "--pid", str(launcher.pid)]
+        mine = run_timed(argv, args.repeat)
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    row(f"dump --samples 1 ({args.local} ranks)", mine, plain, verdict(mine[2]))
+
+
+# ---- explain: a big SLURM output ----
+
+WATCHDOG = (
+    "{r}: [rank{r}]:[E1130 21:04:17.523041672 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog "
+    "caught collective operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, "
+    "NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for 600071 milliseconds "
+    "before timing out.\n"
+)
+
+
+def big_log(path: Path, megabytes: int, ranks: int = 64) -> None:
+    block = "".join(
+        f"{r}: gpu{r // 8:03d}:{4000 + r}:{4100 + r} [{r % 8}] NCCL INFO Channel {c:02d}/0 : "
+        f"{r} -> {(r + 1) % ranks} via P2P/CUMEM/read\n"
+        for c in range(4)
+        for r in range(ranks)
+    ).encode()
+    steps = "".join(
+        f"{r}: step {s} loss 2.{s:04d} lr 3e-4 tokens/s 81234\n" for s in range(8) for r in range(8)
+    ).encode()
+    chunk = (block + steps) * max(1, (1 << 20) // (len(block) + len(steps)))
+    with open(path, "wb") as out:
+        for _ in range(megabytes):
+            out.write(chunk)
+        out.write("".join(WATCHDOG.format(r=r) for r in range(ranks) if r != 3).encode())
+
+
+def bench_explain(args, tmp: Path) -> None:
+    log = tmp / "slurm-4242.out"
+    big_log(log, args.log_mb)
+    mb = log.stat().st_size / 1e6
+    plain = run_timed(["grep", "-c", "Watchdog caught collective", str(log)], args.repeat)
+    mine = run_timed([*MLDEBUG, "explain", "--json", str(log)], args.repeat)
+    row(f"explain LOG ({mb:.0f} MB)", mine, plain, verdict(mine[2]))
+    log.unlink()
+
+
+# ---- front: node documents of the largest jobs ----
+
+# SLURM's side, recorded: a job of NODES nodes that is RUNNING, its one step of 8 tasks a
+# node (block distribution), and srun --overlap passing on the nodes' documents as each
+# node's `mldebug collect` prints it (one a line). A 16,384-node SLURM cannot exist here.
+SQUEUE = "#!/bin/sh\necho 'RUNNING|gpu[00000-{last:05d}]'\n"
+SCONTROL = (
+    "#!/bin/sh\necho 'StepId=4242.0 UserId=me(1000) State=RUNNING "
+    "NodeList=gpu[00000-{last:05d}] Tasks={tasks} Dist=Block'\n"
+)
+SRUN = "#!/bin/sh\nexec cat {docs}\n"
+
+
+def recorded_slurm(folder: Path, docs: Path, nodes: int) -> dict:
+    """PATH with the recorded squeue, scontrol and srun first."""
+    folder.mkdir()
+    for name, text in (("squeue", SQUEUE), ("scontrol", SCONTROL), ("srun", SRUN)):
+        tool = folder / name
+        tool.write_text(text.format(last=nodes - 1, tasks=nodes * 8, docs=docs))
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+PLAIN_GROUPS = (
+    "import json, sys\n"
+    "groups = {}\n"
+    "with open(sys.argv[1], 'rb') as f:\n"
+    "    for line in f:\n"
+    "        doc = json.loads(line)\n"
+    "        stacks = doc['stacks']\n"
+    "        for r in doc['ranks']:\n"
+    "            key = tuple((fr[0], fr[1], fr[2]) for fr in stacks[r['stack']][0]['frames'])\n"
+    "            groups.setdefault(key, []).append(r['rank'])\n"
+    "print(len(groups), 'groups')\n"
+)
+
+
+def node_documents(path: Path, nodes: int, per_node: int = 8) -> int:
+    """NODES documents as `mldebug collect` writes them, one a line after its host: three
+    kinds of node made by the real writer (bench_cluster_merge.py's job: ranks waiting in
+    all_reduce, one in 64 nodes with a rank in a barrier, one rank loading data), each
+    copied with its own host, ranks and pids."""
+    from bench_cluster_merge import documents, synthetic
+
+    targets, samples, world = synthetic(128, per_node)
+    kinds = {}
+    for host, text in documents(targets, samples, per_node):
+        doc = json.loads(text)
+        node = int(host[3:])
+        key = "loading" if any(r["rank"] == world // 2 + 3 for r in doc["ranks"]) else None
+        key = key or ("barrier" if node % 64 == 7 else "waiting")
+        kinds.setdefault(key, doc)
+    total_world = nodes * per_node
+    culprit = total_world // 2 + 3
+    size = 0
+    with open(path, "w") as out:
+        for node in range(nodes):
+            first = node * per_node
+            kind = "barrier" if node % 64 == 7 else "waiting"
+            if first <= culprit < first + per_node:
+                kind = "loading"
+            doc = copy.deepcopy(kinds[kind])
+            base = doc["ranks"][0]["rank"]
+            host = f"gpu{node:05d}"
+            doc["host"], doc["world_size"] = host, total_world
+            for rank in doc["ranks"]:
+                rank["rank"] += first - base
+                rank["pid"] = 20_000 + rank["rank"]
+                rank["world_size"] = total_world
+            for group in doc["groups"]:
+                group["ranks"] = [r + first - base for r in group["ranks"]]
+            line = json.dumps(doc) + "\n"
+            size += len(line)
+            out.write(line)
+    return size
+
+
+def bench_front(args, tmp: Path) -> None:
+    docs = tmp / "nodes.jsonl"
+    size = node_documents(docs, args.nodes)
+    print(f"  ({args.nodes} node documents, {size / 1e6:.0f} MB)", flush=True)
+    plain = run_timed([sys.executable, "-c", PLAIN_GROUPS, str(docs)], args.repeat)
+    env = recorded_slurm(tmp / "slurm", docs, args.nodes)
+    argv = [*MLDEBUG, "dump", "--slurm", "4242", "--deadline", "600"]
+    mine = run_timed(argv, args.repeat, env=env)
+    row(f"dump --slurm ({args.nodes * 8} ranks)", mine, plain, verdict(mine[2]))
+    docs.unlink()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="nccl,dump,explain,front")
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--local", type=int, default=32)
+    parser.add_argument("--log-mb", type=int, default=1024)
+    parser.add_argument("--nodes", type=int, default=16384)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    # As pip does at install: mldebug's modules compiled to bytecode before any is timed
+    # (a process that compiles its imports each time, PYTHONDONTWRITEBYTECODE set, pays
+    # about half a second more).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "mldebug")], check=True)
+    print(f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; best of {args.repeat}")
+    print(
+        f"{'':32} {'mldebug':>22} | {'plain alternative':>22} | {'ratio':>12}\n"
+        f"{'command':32} {'wall s':>7} {'CPU s':>7} {'MB':>6} | {'wall s':>7} {'CPU s':>7} "
+        f"{'MB':>6} | {'wall':>6} {'CPU':>5}  first thing said"
+    )
+    benches = {"nccl": bench_nccl, "dump": bench_dump, "explain": bench_explain}
+    benches["front"] = bench_front
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only.split(","):
+            benches[name](args, Path(tmp))
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
