@@ -1,0 +1,334 @@
+"""`mldebug check`'s verdict: who could not join, which device and which link is slow.
+
+Pure functions over a `CheckResults` (model_check.py). Bandwidths are nccl-tests' (its
+doc/PERFORMANCE.md): algbw = S / t for a buffer of S bytes; busbw = algbw * 2(n-1)/n for
+all_reduce, algbw * (n-1)/n for all_gather and reduce_scatter (S the whole buffer), algbw
+for a send/recv exchange between two ranks.
+
+Never cry wolf: ranks that share a loaded machine measure with noise. A rank or a link is
+slow only when it is below SLOW_RATIO of the median AND far outside the spread of the rest
+(ROBUST_Z median absolute deviations), with at least MIN_COMPARED to compare; each rank's
+figure is already its best of repeated batches (preflight/rank.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+from mldebug import model
+from mldebug.analysis.findings import sort_findings
+from mldebug.model import Finding, FindingPart
+from mldebug.model_check import (
+    Bandwidth,
+    CheckRank,
+    CheckResults,
+    CheckVerdict,
+    CollectiveTime,
+    DeviceRate,
+    LinkRate,
+)
+from mldebug.wording import ranks_text, verb
+
+SLOW_RATIO = 0.6  # below 0.6x the median: slow
+ROBUST_Z = 4.0  # and more than 4 scaled MADs below it
+MAD_SCALE = 1.4826  # a MAD times this estimates a normal spread's standard deviation
+MIN_COMPARED = 3  # fewer figures have no median worth the name
+
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
+
+# A connection error's likely cause, by what it says: (words, cause, recipe).
+CAUSES: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (
+        ("connection refused", "econnrefused", "errno 111"),
+        "nothing listens at the rendezvous port: this rank's MASTER_PORT differs from rank "
+        "0's, or rank 0 never opened it",
+        "connection-refused",
+    ),
+    (
+        ("name or service not known", "getaddrinfo", "nodename nor servname", "unknown host"),
+        "the rendezvous address does not resolve here: check MASTER_ADDR on this node",
+        "rendezvous-hang",
+    ),
+    (
+        ("no route to host", "network is unreachable", "ehostunreach", "enetunreach"),
+        "no route to the rendezvous address from this node: the interface or the route",
+        "network-interface",
+    ),
+    (
+        ("ncclsysterror", "ncclinternalerror", "nccl error", "ncclremoteerror", "nccl_"),
+        "NCCL could not connect the ranks: its transport or interface (NCCL_SOCKET_IFNAME, "
+        "NCCL_IB_HCA); run with NCCL_DEBUG=INFO",
+        "nccl-init-failure",
+    ),
+    (
+        ("gloo", "connectfullmesh", "connection reset", "connection closed", "broken pipe"),
+        "the ranks reached the rendezvous but not each other: the interface they advertise "
+        "(GLOO_SOCKET_IFNAME) or a firewall between nodes",
+        "network-interface",
+    ),
+    (
+        ("joined the rendezvous after",),
+        "it started after the others stopped waiting: a slow start (imports, a busy node)",
+        "rendezvous-hang",
+    ),
+    (
+        ("timed out", "timeout", "timedout", "deadline"),
+        "the rendezvous address did not answer in time: a wrong MASTER_ADDR, a firewall, or "
+        "rank 0 not started",
+        "rendezvous-hang",
+    ),
+)
+
+
+def bandwidth_of(timing: CollectiveTime) -> Bandwidth:
+    """nccl-tests' algbw and busbw (GB/s) of one op."""
+    algbw = timing.bytes / timing.seconds / 1e9
+    factor = BUS_FACTORS.get(timing.op, lambda n: 1.0)(max(1, timing.ranks))
+    return Bandwidth(timing.op, timing.bytes, timing.seconds, timing.ranks, algbw, algbw * factor)
+
+
+def low_outliers(values: Mapping[object, float]) -> dict[object, float]:
+    """key -> ratio to the median, for the figures that are slow by both rules."""
+    if len(values) < MIN_COMPARED:
+        return {}
+    median = statistics.median(values.values())
+    if median <= 0:
+        return {}
+    mad = statistics.median(abs(v - median) for v in values.values())
+    spread = MAD_SCALE * mad
+    return {
+        key: value / median
+        for key, value in values.items()
+        if value < SLOW_RATIO * median and median - value > ROBUST_Z * spread
+    }
+
+
+def cause_of(error: str | None, step: str | None) -> tuple[str, str]:
+    """The likely cause of a rank's failure to join, and the recipe that says more."""
+    text = (error or "").lower()
+    for words, cause, recipe in CAUSES:
+        if any(word in text for word in words):
+            return cause, recipe
+    if step in ("rendezvous", "membership"):
+        return "it could not reach the rendezvous store", "rendezvous-hang"
+    return "the group formed but a collective failed", "network-interface"
+
+
+def _where(rank: CheckRank) -> str:
+    return f" on {rank.host}" if rank.host else ""
+
+
+def _unjoined(results: CheckResults) -> list[Finding]:
+    findings = []
+    for rank in results.ranks:
+        if rank.joined is not False:
+            continue
+        cause, recipe = cause_of(rank.error, rank.failed_step)
+        at = f" {rank.master}" if rank.master and rank.failed_step == "rendezvous" else ""
+        summary = (
+            f"rank {rank.rank}{_where(rank)} could not join the check's group "
+            f"({rank.failed_step or 'connect'}{at}): {cause}"
+        )
+        said = rank.error or (rank.said[-1] if rank.said else "")
+        findings.append(
+            Finding(
+                model.KIND_CONNECTION,
+                (rank.rank,),
+                summary,
+                recipe=recipe,
+                detail=f"it printed: {said}" if said else "",
+                severity=model.SEVERITY_ERROR,
+            )
+        )
+    return findings
+
+
+def _silent(results: CheckResults) -> list[Finding]:
+    """Ranks that never started the check, or ended (or were stopped) before its end."""
+    findings = []
+    never = [r for r in results.ranks if not r.started]
+    unfinished = [
+        r for r in results.ranks if r.started and not r.finished and r.joined is not False
+    ]
+    limit = " (the check's time limit stopped it)" if results.time_limit_hit else ""
+    if never:
+        ranks = [r.rank for r in never]
+        said = next((r.said[-1] for r in never if r.said), "")
+        findings.append(
+            Finding(
+                model.KIND_MISSING,
+                tuple(ranks),
+                f"{ranks_text(ranks)} never started the check{limit}",
+                recipe="missing-ranks",
+                detail=f"it printed: {said}" if said else "it printed nothing",
+            )
+        )
+    if unfinished:
+        ranks = [r.rank for r in unfinished]
+        said = next((r.said[-1] for r in unfinished if r.said), "")
+        findings.append(
+            Finding(
+                model.KIND_MISSING,
+                tuple(ranks),
+                f"{ranks_text(ranks)} {verb(ranks, 'did', 'did')} not finish the check{limit}",
+                recipe="rank-crash",
+                detail=f"it printed: {said}" if said else "",
+            )
+        )
+    return findings
+
+
+def device_rates(results: CheckResults) -> tuple[list[DeviceRate], dict[str, float]]:
+    """Each rank's best rate per dtype beside the median rank's."""
+    by_dtype: dict[str, dict[int, float]] = {}
+    hosts = {r.rank: r.host for r in results.ranks}
+    for rank in results.ranks:
+        for rate in rank.compute:
+            by_dtype.setdefault(rate.dtype, {})[rank.rank] = rate.tflops
+    rates, medians = [], {}
+    for dtype, values in by_dtype.items():
+        median = statistics.median(values.values())
+        medians[dtype] = median
+        compared = len(values) >= MIN_COMPARED and median > 0
+        for rank, tflops in sorted(values.items()):
+            ratio = tflops / median if compared else None
+            rates.append(DeviceRate(rank, hosts.get(rank), dtype, tflops, ratio))
+    return rates, medians
+
+
+def _rate_text(tflops: float) -> str:
+    return f"{tflops:.3g} TFLOPS" if tflops >= 1 else f"{tflops * 1000:.3g} GFLOPS"
+
+
+def _slow_devices(results: CheckResults, medians: dict[str, float]) -> list[Finding]:
+    slow: dict[int, tuple[str, float, float]] = {}  # rank -> the dtype it is slowest in
+    for dtype in medians:
+        values = {r.rank: c.tflops for r in results.ranks for c in r.compute if c.dtype == dtype}
+        for rank, ratio in low_outliers(values).items():
+            assert isinstance(rank, int)
+            if rank not in slow or ratio < slow[rank][2]:
+                slow[rank] = (dtype, values[rank], ratio)
+    hosts = {r.rank: r for r in results.ranks}
+    gpu = any(r.gpu for r in results.ranks)
+    findings = []
+    for rank, (dtype, tflops, ratio) in sorted(slow.items(), key=lambda kv: kv[1][2]):
+        what = "matmul TFLOPS" if tflops >= 1 else "matmul GFLOPS"
+        check = (
+            "check its clocks and thermals (`nvidia-smi -q -d PERFORMANCE`: a slowdown reason "
+            "active), ECC errors and Xid lines (`nvidia-smi -q -d ECC`, dmesg), and its PCIe link"
+            if gpu
+            else "check what else runs on its cores (top, its cgroup's cpu.max or CPU quota, "
+            "taskset), its CPU frequency and thermals"
+        )
+        findings.append(
+            Finding(
+                model.KIND_SLOW_DEVICE,
+                (rank,),
+                f"rank {rank}{_where(hosts[rank])} reaches {ratio:.2f}x the median {what} "
+                f"in {dtype} ({_rate_text(tflops)}, the median rank {_rate_text(medians[dtype])})",
+                recipe="slow-device",
+                detail=f"what to check next: {check}",
+                severity=model.SEVERITY_WARNING,
+            )
+        )
+    return findings
+
+
+def link_rates(results: CheckResults) -> list[LinkRate]:
+    """Each host pair's bus bandwidth (the slower end's figure) beside the median pair's."""
+    pairs: dict[tuple[str, str], tuple[tuple[int, int], float]] = {}
+    for pair in results.pairs:
+        busbw = pair.bytes / pair.seconds / 1e9
+        known = pairs.get(pair.hosts)
+        if known is None or busbw < known[1]:
+            pairs[pair.hosts] = (pair.ranks, busbw)
+    slow = low_outliers({hosts: bw for hosts, (_, bw) in pairs.items()})
+    median = statistics.median(bw for _, bw in pairs.values()) if pairs else 0.0
+    compared = len(pairs) >= MIN_COMPARED and median > 0
+    return [
+        LinkRate(hosts, ranks, bw, slow.get(hosts, bw / median) if compared else None)
+        for hosts, (ranks, bw) in sorted(pairs.items())
+    ]
+
+
+def _slow_links(links: Sequence[LinkRate]) -> list[Finding]:
+    slow = low_outliers({link.hosts: link.busbw for link in links})
+    if not slow:
+        return []
+    median = statistics.median(link.busbw for link in links)
+    findings = []
+    # A host in every slow pair is the likely culprit: its NIC, cable or switch port.
+    counts: dict[str, int] = {}
+    for a, b in slow:  # type: ignore[misc]
+        counts[a] = counts.get(a, 0) + 1
+        counts[b] = counts.get(b, 0) + 1
+    for link in sorted((x for x in links if x.hosts in slow), key=lambda x: x.busbw):
+        a, b = link.hosts
+        if counts[b] > counts[a]:
+            a, b = b, a
+        findings.append(
+            Finding(
+                model.KIND_SLOW_LINK,
+                link.ranks,
+                f"node {a}'s link to {b} reaches {link.busbw:.3g} GB/s bus bandwidth, the "
+                f"median pair {median:.3g} GB/s ({slow[link.hosts]:.2f}x)",
+                recipe="slow-link",
+                detail=(
+                    f"measured between rank {link.ranks[0]} and rank {link.ranks[1]} "
+                    "(each node's first rank); check the NICs, cables and switch ports of "
+                    "these nodes, and that NCCL uses the same transport on both "
+                    "(NCCL_DEBUG=INFO: NET/IB, not NET/Socket)"
+                ),
+                severity=model.SEVERITY_WARNING,
+                parts=(
+                    FindingPart((link.ranks[0],), a),
+                    FindingPart((link.ranks[1],), b),
+                ),
+            )
+        )
+    return findings
+
+
+def _healthy(results: CheckResults, bandwidth: Sequence[Bandwidth], medians) -> Finding:
+    ranks = [r.rank for r in results.ranks if r.finished]
+    parts = [f"{len(ranks)} of {len(results.ranks)} ranks finished the check"]
+    for dtype, median in sorted(medians.items()):
+        parts.append(f"median matmul {_rate_text(median)} in {dtype}")
+    largest = max(
+        (b for b in bandwidth if b.op == "all_reduce"), key=lambda b: b.bytes, default=None
+    )
+    if largest is not None:
+        parts.append(f"all_reduce bus bandwidth {largest.busbw:.3g} GB/s at the largest size")
+    return Finding(
+        model.KIND_CHECK_OK,
+        tuple(ranks),
+        "no outlier: " + "; ".join(parts),
+        recipe="slow-device",
+        severity=model.SEVERITY_INFO,
+    )
+
+
+def check_verdict(results: CheckResults, more: Iterable[Finding] = ()) -> CheckVerdict:
+    """The whole verdict of one check: failures first, then the slow devices and links,
+    with `more` (what the ranks' NCCL logs say) judged in the same order."""
+    bandwidth = [bandwidth_of(t) for t in results.collectives]
+    devices, medians = device_rates(results)
+    links = link_rates(results)
+    findings = _unjoined(results) + _silent(results)
+    findings += _slow_devices(results, medians) + _slow_links(links)
+    findings += list(more)
+    if not any(f.severity != model.SEVERITY_INFO for f in findings):
+        findings.append(_healthy(results, bandwidth, medians))
+    return CheckVerdict(
+        results,
+        sort_findings(findings),
+        tuple(bandwidth),
+        tuple(links),
+        tuple(devices),
+        medians,
+    )
