@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from mldebug import model
 from mldebug.analysis.findings import sort_findings
@@ -29,6 +30,8 @@ from mldebug.model_check import (
     LinkRate,
 )
 from mldebug.wording import ranks_text, verb
+
+K = TypeVar("K")
 
 SLOW_RATIO = 0.6  # below 0.6x the median: slow
 ROBUST_Z = 4.0  # and more than 4 scaled MADs below it
@@ -92,7 +95,7 @@ def bandwidth_of(timing: CollectiveTime) -> Bandwidth:
     return Bandwidth(timing.op, timing.bytes, timing.seconds, timing.ranks, algbw, algbw * factor)
 
 
-def low_outliers(values: Mapping[object, float]) -> dict[object, float]:
+def low_outliers(values: Mapping[K, float]) -> dict[K, float]:
     """key -> ratio to the median, for the figures that are slow by both rules."""
     if len(values) < MIN_COMPARED:
         return {}
@@ -123,12 +126,30 @@ def _where(rank: CheckRank) -> str:
     return f" on {rank.host}" if rank.host else ""
 
 
+def _other_address(rank: CheckRank, results: CheckResults) -> str | None:
+    """Where `rank` was told the rendezvous is, against where the ranks that joined were:
+    a different address or port is the cause itself."""
+    joined = [r for r in results.ranks if r.joined and r.master]
+    masters = {r.master for r in joined}
+    if not rank.master or len(masters) != 1 or rank.master in masters:
+        return None
+    (common,) = masters
+    return (
+        f"it was given the rendezvous {rank.master}, {ranks_text(r.rank for r in joined)} "
+        f"{verb([r.rank for r in joined], 'was', 'were')} given {common}: a wrong MASTER_ADDR or MASTER_PORT "
+        "on this rank"
+    )
+
+
 def _unjoined(results: CheckResults) -> list[Finding]:
     findings = []
     for rank in results.ranks:
         if rank.joined is not False:
             continue
         cause, recipe = cause_of(rank.error, rank.failed_step)
+        other = _other_address(rank, results) if rank.failed_step == "rendezvous" else None
+        if other:
+            cause = other
         at = f" {rank.master}" if rank.master and rank.failed_step == "rendezvous" else ""
         summary = (
             f"rank {rank.rank}{_where(rank)} could not join the check's group "
@@ -183,21 +204,31 @@ def _silent(results: CheckResults) -> list[Finding]:
     return findings
 
 
-def device_rates(results: CheckResults) -> tuple[list[DeviceRate], dict[str, float]]:
-    """Each rank's best rate per dtype beside the median rank's."""
+def compared_rates(results: CheckResults) -> dict[str, dict[int, float]]:
+    """dtype -> rank -> TFLOPS of the ranks measured together: those that joined the group
+    computed in one window after its barrier; a rank that could not join computed alone, at
+    another time, beside other load (where no rank joined, all are compared)."""
+    together = any(r.joined for r in results.ranks)
     by_dtype: dict[str, dict[int, float]] = {}
-    hosts = {r.rank: r.host for r in results.ranks}
     for rank in results.ranks:
+        if together and not rank.joined:
+            continue
         for rate in rank.compute:
             by_dtype.setdefault(rate.dtype, {})[rank.rank] = rate.tflops
-    rates, medians = [], {}
-    for dtype, values in by_dtype.items():
-        median = statistics.median(values.values())
-        medians[dtype] = median
-        compared = len(values) >= MIN_COMPARED and median > 0
-        for rank, tflops in sorted(values.items()):
-            ratio = tflops / median if compared else None
-            rates.append(DeviceRate(rank, hosts.get(rank), dtype, tflops, ratio))
+    return by_dtype
+
+
+def device_rates(results: CheckResults) -> tuple[list[DeviceRate], dict[str, float]]:
+    """Each rank's best rate per dtype beside the median of the ranks measured together."""
+    compared = compared_rates(results)
+    medians = {dtype: statistics.median(values.values()) for dtype, values in compared.items()}
+    rates = []
+    for rank in results.ranks:
+        for rate in rank.compute:
+            values, median = compared.get(rate.dtype, {}), medians.get(rate.dtype, 0.0)
+            usable = rank.rank in values and len(values) >= MIN_COMPARED and median > 0
+            ratio = rate.tflops / median if usable else None
+            rates.append(DeviceRate(rank.rank, rank.host, rate.dtype, rate.tflops, ratio))
     return rates, medians
 
 
@@ -207,10 +238,8 @@ def _rate_text(tflops: float) -> str:
 
 def _slow_devices(results: CheckResults, medians: dict[str, float]) -> list[Finding]:
     slow: dict[int, tuple[str, float, float]] = {}  # rank -> the dtype it is slowest in
-    for dtype in medians:
-        values = {r.rank: c.tflops for r in results.ranks for c in r.compute if c.dtype == dtype}
+    for dtype, values in compared_rates(results).items():
         for rank, ratio in low_outliers(values).items():
-            assert isinstance(rank, int)
             if rank not in slow or ratio < slow[rank][2]:
                 slow[rank] = (dtype, values[rank], ratio)
     hosts = {r.rank: r for r in results.ranks}
@@ -264,9 +293,9 @@ def _slow_links(links: Sequence[LinkRate]) -> list[Finding]:
     findings = []
     # A host in every slow pair is the likely culprit: its NIC, cable or switch port.
     counts: dict[str, int] = {}
-    for a, b in slow:  # type: ignore[misc]
-        counts[a] = counts.get(a, 0) + 1
-        counts[b] = counts.get(b, 0) + 1
+    for pair in slow:
+        for host in pair:
+            counts[host] = counts.get(host, 0) + 1
     for link in sorted((x for x in links if x.hosts in slow), key=lambda x: x.busbw):
         a, b = link.hosts
         if counts[b] > counts[a]:

@@ -15,7 +15,7 @@ MASTER_PORT as torchrun gives them, else SLURM_PROCID/SLURM_NTASKS). The phases:
    is the slowest rank's mean (a collective ends when its last rank does), printed by the
    group's first rank. Where the members sit on several hosts, each pair of hosts
    exchanges a buffer between their first ranks, in rounds of disjoint pairs.
-3. compute: for a fixed window, matmuls of a few shapes in batches of about 0.2 s; the
+3. compute: for a fixed window, matmuls of a few shapes in batches of at least 0.3 s; the
    best batch rate per shape, the best shape per dtype (fp32 on CPU; bf16, fp16, fp32 on a
    GPU). A window of the same length on every rank, started after a barrier, so ranks that
    share a machine compete alike.
@@ -36,7 +36,8 @@ from datetime import timedelta
 
 from mldebug import checkwire as wire
 
-BATCH_SECONDS = 0.2  # one timed batch of matmuls: long beside a scheduler's quantum
+BATCH_SECONDS = 0.3  # one timed batch of matmuls: long beside a scheduler's period (100 ms)
+CHUNK_SECONDS = 0.02  # matmuls between two syncs within a batch
 CPU_SHAPES = (256, 512, 1024)
 GPU_SHAPES = (2048, 4096, 8192)
 CPU_SIZES = (1 << 16, 1 << 20, 1 << 23)
@@ -151,11 +152,14 @@ class Check:
             dist.all_gather_object(hosts, self.host)
             self.hosts = [str(h) for h in hosts]
         except Exception as error:  # a record, not a crash: the others go on
+            said = f"{type(error).__name__}: {error}"[:2000]
+            if step == "rendezvous":
+                said += f" ({self._probe()})"
             self.record(
                 wire.PHASE_CONNECT,
                 ok=False,
                 step=step,
-                error=f"{type(error).__name__}: {error}"[:2000],
+                error=said,
                 seconds=round(time.monotonic() - begun, 3),
                 members=self.members,
             )
@@ -172,6 +176,16 @@ class Check:
             timings=timings,
         )
         return True
+
+    def _probe(self) -> str:
+        """One plain TCP connection to the rendezvous, to tell a refused port (nobody
+        listens) from an address that does not answer (a firewall, a wrong host)."""
+        try:
+            with socket.create_connection((self.addr, self.port), timeout=3):
+                return f"a direct connection to {self.addr}:{self.port} succeeds"
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            return f"a direct connection to {self.addr}:{self.port}: {reason}"
 
     def _name_members(self, store) -> None:
         """Rank 0: wait for every rank (or the join timeout), then say who is in."""
@@ -351,13 +365,19 @@ class Check:
                         a = torch.randn(size, size, device=self.device).to(dtype)
                         b = torch.randn(size, size, device=self.device).to(dtype)
                         matrices[size] = (a, b, self._calibrate(a, b))
-                    a, b, iterations = matrices[size]
-                    at = time.perf_counter()
-                    for _ in range(iterations):
-                        torch.mm(a, b)
-                    self.sync()
-                    took = time.perf_counter() - at
-                    rate = 2.0 * size**3 * iterations / took / 1e12
+                    a, b, chunk = matrices[size]
+                    # A batch lasts BATCH_SECONDS of wall time whatever the calibration
+                    # said: a device throttled or a CPU quota spent shows over a period.
+                    at, done = time.perf_counter(), 0
+                    while True:
+                        for _ in range(chunk):
+                            torch.mm(a, b)
+                        self.sync()
+                        done += chunk
+                        took = time.perf_counter() - at
+                        if took >= BATCH_SECONDS:
+                            break
+                    rate = 2.0 * size**3 * done / took / 1e12
                     per_shape[size] = max(per_shape[size], rate)
                     batches += 1
                     if time.monotonic() >= deadline:
@@ -375,14 +395,14 @@ class Check:
             matrices.clear()
 
     def _calibrate(self, a, b) -> int:
-        """How many matmuls make a batch of about BATCH_SECONDS."""
+        """How many matmuls make a chunk of about CHUNK_SECONDS (one sync per chunk)."""
         self.torch.mm(a, b)
         self.sync()
         at = time.perf_counter()
         self.torch.mm(a, b)
         self.sync()
         one = max(time.perf_counter() - at, 1e-6)
-        return max(1, min(10_000, int(BATCH_SECONDS / one)))
+        return max(1, min(10_000, int(CHUNK_SECONDS / one)))
 
     # -- the whole -----------------------------------------------------------------------
 
@@ -419,6 +439,9 @@ class Check:
 
 
 def main() -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*is deprecated.*", category=FutureWarning)
     try:
         Check().run()
     except Exception as error:  # the front end reads this rank's stderr for the cause

@@ -1,0 +1,165 @@
+"""`mldebug check`'s judgement, through the real parser and analysis, on results written in
+the documented output format (checkwire.py, docs/check.md): what eight nodes' ranks print,
+with one slow link, as srun's `--label` output shows it; what healthy ranks on a loaded
+machine print (never an outlier); nccl-tests' bandwidth figures; the causes of a failed join."""
+
+from __future__ import annotations
+
+import random
+
+from mldebug import checkwire as wire
+from mldebug import model
+from mldebug.analysis.check import bandwidth_of, cause_of, check_verdict, low_outliers
+from mldebug.collect.checklines import results_of
+from mldebug.model_check import CollectiveTime
+from mldebug.report.check import render_text, to_json
+
+NODES = [f"gpu{n:03d}" for n in range(17, 25)]  # gpu017 .. gpu024
+PER_NODE = 8
+PAIR_BYTES = 1 << 27
+
+
+def _rank_lines(rank: int, host: str, tflops: float, world: int) -> list[str]:
+    say = lambda **r: f"{rank}: " + wire.encode({"rank": rank, "host": host, **r})  # noqa: E731
+    return [
+        say(
+            phase="start", pid=4000 + rank, world_size=world, local_rank=rank % PER_NODE,
+            backend="nccl", device=f"cuda:{rank % PER_NODE}", device_name="NVIDIA H100 80GB HBM3",
+            gpu=True, torch="2.13.0", master="gpu017:29500",
+        ),
+        say(phase="connect", ok=True, step="ring", seconds=2.1, members=list(range(world)),
+            hosts=[NODES[r // PER_NODE] for r in range(world)], timings={}),
+        say(phase="compute", dtype="bfloat16", tflops=tflops, shape=[8192, 8192, 8192],
+            shapes={"8192": tflops}, batches=14, seconds=3.0),
+        say(phase="end", seconds=31.5),
+    ]  # fmt: skip
+
+
+def _pair_seconds(a: str, b: str, slow: set[str]) -> float:
+    gbps = 11.0 if {a, b} == slow else 180.0 + 7 * (sum(map(ord, a + b)) % 5 - 2)
+    return PAIR_BYTES / (gbps * 1e9)
+
+
+def _eight_nodes(slow_pair: set[str], slow_rank: int | None = None) -> list[str]:
+    world = len(NODES) * PER_NODE
+    rng = random.Random(7)
+    lines = []
+    for rank in range(world):
+        tflops = 700 * rng.uniform(0.93, 1.0)
+        if rank == slow_rank:
+            tflops = 290.0
+        lines += _rank_lines(rank, NODES[rank // PER_NODE], tflops, world)
+    say = lambda rank, **r: (
+        f"{rank}: "
+        + wire.encode(  # noqa: E731
+            {"rank": rank, "host": NODES[rank // PER_NODE], **r}
+        )
+    )
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        for size in (1 << 20, 1 << 28):
+            lines.append(say(0, phase="collective", op=op, bytes=size, seconds=size / 90e9,
+                             iterations=20, ranks=world, backend="nccl"))  # fmt: skip
+    for i, a in enumerate(NODES):
+        for b in NODES[i + 1 :]:
+            ranks = [NODES.index(a) * PER_NODE, NODES.index(b) * PER_NODE]
+            for end in ranks:  # each end of a pair says what it measured
+                lines.append(say(end, phase="pair", hosts=[a, b], ranks=ranks, bytes=PAIR_BYTES,
+                                 seconds=_pair_seconds(a, b, slow_pair)))  # fmt: skip
+    lines.append("srun: error: gpu020: task 27: Exited with exit code 0")  # not ours: ignored
+    return lines
+
+
+def test_a_slow_link_between_two_of_eight_nodes_is_named():
+    results = results_of(_eight_nodes({"gpu019", "gpu022"}))
+    verdict = check_verdict(results)
+    assert results.world_size == 64 and len(verdict.links) == 28
+    first = verdict.findings[0]
+    assert first.kind == model.KIND_SLOW_LINK, verdict.findings
+    assert first.ranks == (16, 40)  # the first rank of each node
+    assert "gpu019" in first.summary and "gpu022" in first.summary
+    assert "11 GB/s bus bandwidth" in first.summary and "median pair 1" in first.summary
+    assert first.recipe == "slow-link"
+    assert [f.kind for f in verdict.findings].count(model.KIND_SLOW_LINK) == 1
+    assert not any(f.kind == model.KIND_SLOW_DEVICE for f in verdict.findings)
+    text = render_text(verdict)
+    assert "Links between nodes" in text and "gpu019 - gpu022" in text
+    assert to_json(verdict)["links"][0]["busbw_gbps"] > 100
+
+
+def test_a_slow_gpu_among_64_is_named_with_its_ratio_and_what_to_check():
+    verdict = check_verdict(results_of(_eight_nodes(set(), slow_rank=45)))
+    slow = [f for f in verdict.findings if f.kind == model.KIND_SLOW_DEVICE]
+    assert [f.ranks for f in slow] == [(45,)], verdict.findings
+    assert "rank 45 on gpu022 reaches 0.4" in slow[0].summary
+    assert "nvidia-smi -q -d PERFORMANCE" in slow[0].detail
+    assert not any(f.kind == model.KIND_SLOW_LINK for f in verdict.findings)
+
+
+def test_healthy_nodes_give_no_outlier():
+    verdict = check_verdict(results_of(_eight_nodes(set())))
+    assert [f.kind for f in verdict.findings] == [model.KIND_CHECK_OK]
+    assert verdict.findings[0].severity == model.SEVERITY_INFO
+
+
+def test_noisy_healthy_figures_never_cry_wolf():
+    # Ranks sharing a loaded machine: each rank's best batch within a factor 1.6 of the
+    # others', in any proportion, at any world size.
+    rng = random.Random(31)
+    for _ in range(2000):
+        n = rng.randint(3, 64)
+        values = {r: rng.uniform(0.63, 1.0) * 50 for r in range(n)}
+        assert low_outliers(values) == {}, values
+
+
+def test_a_rank_at_a_fraction_stands_out_even_among_noisy_ones():
+    rng = random.Random(5)
+    for _ in range(500):
+        n = rng.randint(3, 32)
+        values = {r: rng.uniform(0.85, 1.0) * 50 for r in range(n)}
+        values[n] = 50 * 0.3
+        assert list(low_outliers(values)) == [n], values
+
+
+def test_bus_bandwidth_is_nccl_tests_definition():
+    four = bandwidth_of(CollectiveTime("all_reduce", 1 << 30, 0.1, 4))
+    assert round(four.algbw, 3) == round((1 << 30) / 0.1 / 1e9, 3)
+    assert abs(four.busbw - four.algbw * 2 * 3 / 4) < 1e-9
+    gather = bandwidth_of(CollectiveTime("all_gather", 1 << 30, 0.1, 8))
+    assert abs(gather.busbw - gather.algbw * 7 / 8) < 1e-9
+    scatter = bandwidth_of(CollectiveTime("reduce_scatter", 1 << 30, 0.1, 2))
+    assert abs(scatter.busbw - scatter.algbw / 2) < 1e-9
+
+
+def test_causes_of_a_failed_join():
+    refused = "DistNetworkError: ... (a direct connection to 10.0.0.1:29500: Connection refused)"
+    assert cause_of(refused, "rendezvous")[1] == "connection-refused"
+    timed = "DistNetworkError: The client socket has timed out after 15000ms while trying"
+    assert cause_of(timed, "rendezvous")[1] == "rendezvous-hang"
+    assert "resolve" in cause_of("socket.gaierror: Name or service not known", "rendezvous")[0]
+    nccl = "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
+    assert cause_of(nccl, "init")[1] == "nccl-init-failure"
+    assert cause_of("Gloo connectFullMesh failed with ...", "init")[1] == "network-interface"
+
+
+def test_lines_that_are_not_records_are_ignored():
+    good = wire.encode({"phase": "end", "rank": 1, "seconds": 2.0})
+    bad = [
+        good.replace('"v":1', '"v":2'),
+        good.replace('"rank":1', '"rank":true'),
+        good.replace('"phase":"end"', '"phase":"exec"'),
+        wire.MARKER + "{not json",
+        wire.MARKER + '{"v":1,"phase":"end","rank":1,"x":' + "[" * 50 + "]" * 50 + "}",
+        wire.MARKER + " " * wire.MAX_LINE + good,
+    ]
+    assert results_of(bad).ranks == ()
+    (rank,) = results_of([good, "[vm:1] " + good]).ranks
+    assert rank.finished and rank.seconds == 2.0
+
+
+def test_a_rank_that_printed_nothing_is_named_with_its_stderr():
+    lines = _rank_lines(0, "vm", 0.05, 2)
+    results = results_of(lines, 2, said={1: ("ModuleNotFoundError: No module named 'torch'",)})
+    verdict = check_verdict(results)
+    missing = [f for f in verdict.findings if f.kind == model.KIND_MISSING]
+    assert missing and missing[0].ranks == (1,)
+    assert "No module named 'torch'" in missing[0].detail
