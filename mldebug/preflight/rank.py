@@ -63,6 +63,15 @@ def _env_int(name: str, *fallbacks: str) -> int | None:
     return None
 
 
+def _leading_int(text: str) -> int:
+    digits = ""
+    for char in text:
+        if not char.isdigit():
+            break
+        digits += char
+    return int(digits) if digits else 1
+
+
 def say(record: dict) -> None:
     print(wire.encode(record), flush=True)
 
@@ -75,7 +84,9 @@ class Check:
         self.rank = _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK") or 0
         self.world = _env_int("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE") or 1
         self.local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID") or 0
-        self.local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE") or 1
+        self.local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE") or _leading_int(
+            os.environ.get("SLURM_STEP_TASKS_PER_NODE", "")  # "4" or "4(x2)"
+        )
         self.addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         self.port = _env_int("MASTER_PORT") or 29500
         self.host = socket.gethostname().split(".")[0]
