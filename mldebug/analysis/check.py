@@ -17,9 +17,19 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from mldebug import model
 from mldebug.analysis.findings import sort_findings
-from mldebug.model import Finding, FindingPart
+from mldebug.model import (
+    KIND_CHECK_OK,
+    KIND_CONNECTION,
+    KIND_MISSING,
+    KIND_SLOW_DEVICE,
+    KIND_SLOW_LINK,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    SEVERITY_WARNING,
+    Finding,
+    FindingPart,
+)
 from mldebug.model_check import (
     Bandwidth,
     CheckRank,
@@ -158,12 +168,12 @@ def _unjoined(results: CheckResults) -> list[Finding]:
         said = rank.error or (rank.said[-1] if rank.said else "")
         findings.append(
             Finding(
-                model.KIND_CONNECTION,
+                KIND_CONNECTION,
                 (rank.rank,),
                 summary,
                 recipe=recipe,
                 detail=f"it printed: {said}" if said else "",
-                severity=model.SEVERITY_ERROR,
+                severity=SEVERITY_ERROR,
             )
         )
     return findings
@@ -182,7 +192,7 @@ def _silent(results: CheckResults) -> list[Finding]:
         said = next((r.said[-1] for r in never if r.said), "")
         findings.append(
             Finding(
-                model.KIND_MISSING,
+                KIND_MISSING,
                 tuple(ranks),
                 f"{ranks_text(ranks)} never started the check{limit}",
                 recipe="missing-ranks",
@@ -194,7 +204,7 @@ def _silent(results: CheckResults) -> list[Finding]:
         said = next((r.said[-1] for r in unfinished if r.said), "")
         findings.append(
             Finding(
-                model.KIND_MISSING,
+                KIND_MISSING,
                 tuple(ranks),
                 f"{ranks_text(ranks)} {verb(ranks, 'did', 'did')} not finish the check{limit}",
                 recipe="rank-crash",
@@ -256,13 +266,13 @@ def _slow_devices(results: CheckResults, medians: dict[str, float]) -> list[Find
         )
         findings.append(
             Finding(
-                model.KIND_SLOW_DEVICE,
+                KIND_SLOW_DEVICE,
                 (rank,),
                 f"rank {rank}{_where(hosts[rank])} reaches {ratio:.2f}x the median {what} "
                 f"in {dtype} ({_rate_text(tflops)}, the median rank {_rate_text(medians[dtype])})",
                 recipe="slow-device",
                 detail=f"what to check next: {check}",
-                severity=model.SEVERITY_WARNING,
+                severity=SEVERITY_WARNING,
             )
         )
     return findings
@@ -302,7 +312,7 @@ def _slow_links(links: Sequence[LinkRate]) -> list[Finding]:
             a, b = b, a
         findings.append(
             Finding(
-                model.KIND_SLOW_LINK,
+                KIND_SLOW_LINK,
                 link.ranks,
                 f"node {a}'s link to {b} reaches {link.busbw:.3g} GB/s bus bandwidth, the "
                 f"median pair {median:.3g} GB/s ({slow[link.hosts]:.2f}x)",
@@ -313,7 +323,7 @@ def _slow_links(links: Sequence[LinkRate]) -> list[Finding]:
                     "these nodes, and that NCCL uses the same transport on both "
                     "(NCCL_DEBUG=INFO: NET/IB, not NET/Socket)"
                 ),
-                severity=model.SEVERITY_WARNING,
+                severity=SEVERITY_WARNING,
                 parts=(
                     FindingPart((link.ranks[0],), a),
                     FindingPart((link.ranks[1],), b),
@@ -334,11 +344,11 @@ def _healthy(results: CheckResults, bandwidth: Sequence[Bandwidth], medians) -> 
     if largest is not None:
         parts.append(f"all_reduce bus bandwidth {largest.busbw:.3g} GB/s at the largest size")
     return Finding(
-        model.KIND_CHECK_OK,
+        KIND_CHECK_OK,
         tuple(ranks),
         "no outlier: " + "; ".join(parts),
         recipe="slow-device",
-        severity=model.SEVERITY_INFO,
+        severity=SEVERITY_INFO,
     )
 
 
@@ -351,7 +361,7 @@ def check_verdict(results: CheckResults, more: Iterable[Finding] = ()) -> CheckV
     findings = _unjoined(results) + _silent(results)
     findings += _slow_devices(results, medians) + _slow_links(links)
     findings += list(more)
-    if not any(f.severity != model.SEVERITY_INFO for f in findings):
+    if not any(f.severity != SEVERITY_INFO for f in findings):
         findings.append(_healthy(results, bandwidth, medians))
     return CheckVerdict(
         results,
