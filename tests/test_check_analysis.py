@@ -20,7 +20,9 @@ PAIR_BYTES = 1 << 27
 
 
 def _rank_lines(rank: int, host: str, tflops: float, world: int) -> list[str]:
-    say = lambda **r: f"{rank}: " + wire.encode({"rank": rank, "host": host, **r})  # noqa: E731
+    def say(**record) -> str:
+        return f"{rank}: " + wire.encode({"rank": rank, "host": host, **record})
+
     return [
         say(
             phase="start", pid=4000 + rank, world_size=world, local_rank=rank % PER_NODE,
@@ -49,12 +51,10 @@ def _eight_nodes(slow_pair: set[str], slow_rank: int | None = None) -> list[str]
         if rank == slow_rank:
             tflops = 290.0
         lines += _rank_lines(rank, NODES[rank // PER_NODE], tflops, world)
-    say = lambda rank, **r: (
-        f"{rank}: "
-        + wire.encode(  # noqa: E731
-            {"rank": rank, "host": NODES[rank // PER_NODE], **r}
-        )
-    )
+
+    def say(rank: int, **record) -> str:  # as srun --label prints a task's line
+        return f"{rank}: " + wire.encode({"rank": rank, "host": NODES[rank // PER_NODE], **record})
+
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         for size in (1 << 20, 1 << 28):
             lines.append(say(0, phase="collective", op=op, bytes=size, seconds=size / 90e9,
