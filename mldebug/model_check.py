@@ -72,6 +72,7 @@ class CheckResults:
     pairs: tuple[PairTime, ...] = ()
     unsupported: tuple[str, ...] = ()  # ops the backend does not have
     time_limit_hit: bool = False  # the check's time limit ended the ranks
+    launcher_said: tuple[str, ...] = ()  # the last lines a wrapped launcher printed
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,18 @@ def _unjoined(results: CheckResults) -> list[Finding]:
 
 def _silent(results: CheckResults) -> list[Finding]:
     """Ranks that never started the check, or ended (or were stopped) before its end."""
+    if not results.ranks:
+        said = results.launcher_said[-1] if results.launcher_said else ""
+        return [
+            Finding(
+                KIND_MISSING,
+                (),
+                "no rank printed a check result: the command did not start "
+                "`python -m mldebug.preflight.rank` on any rank, or it ended at once",
+                recipe="missing-ranks",
+                detail=f"the launcher printed: {said}" if said else "the launcher printed nothing",
+            )
+        ]
     findings = []
     never = [r for r in results.ranks if not r.started]
     unfinished = [

@@ -71,6 +71,7 @@ def results_of(
     said: dict[int, tuple[str, ...]] | None = None,
     transports: dict[int, str] | None = None,
     time_limit_hit: bool = False,
+    launcher_said: tuple[str, ...] = (),
 ) -> CheckResults:
     """The check's results from its lines; `world_size` where the launcher knows it, else
     the largest a rank said; `said`: ranks' last stderr lines; `transports`: NCCL's
@@ -147,6 +148,7 @@ def results_of(
         tuple(pairs),
         tuple(unsupported),
         time_limit_hit,
+        launcher_said,
     )
 
 
@@ -204,4 +206,5 @@ def read_run(
         lines += _lines(paths.stdout(rank))
         said[rank] = stderr_tail(paths.stderr(rank))
     lines += _lines(paths.launcher_log)
-    return results_of(lines, world_size, said, transports, time_limit_hit)
+    launcher = stderr_tail(paths.launcher_log)
+    return results_of(lines, world_size, said, transports, time_limit_hit, launcher)
