@@ -4,7 +4,8 @@ Runs, alternating, a few times each, on N gloo ranks of this machine:
   * `mldebug check --nproc-per-node N`: the launcher, the hooks in every rank, the
     results read back, judged, rendered and saved — what a user waits for;
   * plain: the same rank program (`python -m mldebug.preflight.rank`) started N times with
-    torchrun's environment by a bare Popen loop, nothing read or judged afterwards.
+    torchrun's environment (OMP_NUM_THREADS=1 included) by a bare Popen loop, nothing read
+    or judged afterwards.
 Prints the median wall time of each and the difference (the check's machinery), plus what
 judging the results costs on their own at 1,024 ranks (the analysis, from the lines).
 
@@ -46,6 +47,7 @@ def run_check(nproc: int, workdir: Path, index: int) -> tuple[float, float]:
 def run_plain(nproc: int) -> tuple[float, float]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLDEBUG_")}
+    env["OMP_NUM_THREADS"] = "1"  # as torchrun (and mldebug's launcher) give N ranks
     at = time.perf_counter()
     ranks = [
         subprocess.Popen(
