@@ -163,3 +163,13 @@ def test_a_rank_that_printed_nothing_is_named_with_its_stderr():
     missing = [f for f in verdict.findings if f.kind == model.KIND_MISSING]
     assert missing and missing[0].ranks == (1,)
     assert "No module named 'torch'" in missing[0].detail
+
+
+def test_ranks_the_time_limit_stopped_are_named_and_not_compared():
+    lines = [line for r in range(3) for line in _rank_lines(r, "vm", 0.05, 4)]
+    lines += _rank_lines(3, "vm", 0.01, 4)[:2]  # rank 3 joined, then was stopped
+    verdict = check_verdict(results_of(lines, 4, time_limit_hit=True))
+    (stopped,) = [f for f in verdict.findings if f.kind == model.KIND_MISSING]
+    assert stopped.ranks == (3,)
+    assert stopped.summary == "rank 3 did not finish the check (the check's time limit stopped it)"
+    assert not any(f.kind == model.KIND_SLOW_DEVICE for f in verdict.findings)

@@ -218,7 +218,7 @@ def _silent(results: CheckResults) -> list[Finding]:
             Finding(
                 KIND_MISSING,
                 tuple(ranks),
-                f"{ranks_text(ranks)} {verb(ranks, 'did', 'did')} not finish the check{limit}",
+                f"{ranks_text(ranks)} did not finish the check{limit}",
                 recipe="rank-crash",
                 detail=f"it printed: {said}" if said else "",
             )
