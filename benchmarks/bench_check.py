@@ -32,7 +32,7 @@ from mldebug.launch.env import free_port, rank_env
 from mldebug.report.check import render_text
 
 
-def run_check(nproc: int, workdir: Path, index: int) -> tuple[float, float]:
+def run_check(nproc: int, workdir: Path, index: int) -> tuple[float, float, float]:
     command = [sys.executable, "-m", "mldebug", "check", "--nproc-per-node", str(nproc)]
     command += ["--run-dir", str(workdir / f"check-{index}"), "--time-limit", "300"]
     at = time.perf_counter()
@@ -41,7 +41,8 @@ def run_check(nproc: int, workdir: Path, index: int) -> tuple[float, float]:
     if done.returncode not in (0, 1):
         raise SystemExit(f"mldebug check failed ({done.returncode}): {done.stderr[-2000:]}")
     report = json.loads((workdir / f"check-{index}" / "check.json").read_text())
-    return took, max(r["seconds"] or 0.0 for r in report["ranks"])
+    inside = max(r["seconds"] or 0.0 for r in report["ranks"])
+    return took, inside, report["seconds_judging"]
 
 
 def run_plain(nproc: int) -> tuple[float, float]:
@@ -100,17 +101,19 @@ def main() -> None:
         f"{args.nproc} gloo ranks on {os.cpu_count()} cores, {args.repeats} runs each, alternating"
     )
     print("                                   wall (median)   inside the ranks   wall - inside")
-    for name, runs in (
-        ("mldebug check, whole command", checks),
+    rows = (
+        ("mldebug check, whole command", [(w, i) for w, i, _ in checks]),
         ("plain rank programs (Popen)", plains),
-    ):
+    )
+    for name, runs in rows:
         wall = statistics.median(w for w, _ in runs)
         inside = statistics.median(i for _, i in runs)
         print(f"{name:<34} {wall:8.1f} s {inside:14.1f} s {wall - inside:12.1f} s")
-    extra = statistics.median(w - i for w, i in checks) - statistics.median(
-        w - i for w, i in plains
-    )
-    print(f"the check's machinery (launcher, hooks, reading, judging, saving): {extra:+.1f} s")
+    extra = statistics.median(w - i for w, i in rows[0][1])
+    extra -= statistics.median(w - i for w, i in plains)
+    print(f"wall - inside, check minus plain (launcher, hooks, torch start-up): {extra:+.1f} s")
+    judging = statistics.median(j for _, _, j in checks)
+    print(f"after the ranks ended: reading, judging, rendering their results: {judging:.2f} s")
     print(f"reading and judging 1,024 ranks' results: {judge_cost() * 1e3:.0f} ms")
 
 

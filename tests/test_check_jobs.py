@@ -3,6 +3,8 @@
 - healthy: `mldebug check --nproc-per-node 4`, as a user runs it: every rank joins, the
   collectives and matmuls are measured, and no outlier is named (this machine is small and
   loaded by others: a check that cried wolf here would cry it anywhere).
+- nodes: the same launcher starts 4 ranks as 4 "nodes" (each in a UTS namespace of its own,
+  as containers on one host): every pair of nodes is measured, and no link is named slow.
 - faulty: `mldebug check -- python tests/jobs/check_launcher.py ...`, a user's launcher
   that gives rank 3 a wrong MASTER_PORT and, once rank 2 has joined, puts rank 2 in a
   cgroup with a CPU quota of a twentieth of a core (real slowness, from the kernel). Rank 3 is
@@ -87,6 +89,26 @@ def faulty(tmp_path_factory):
         for pid in leftover:  # none: the ranks have ended; should one linger, set it free
             (group.parent / "cgroup.procs").write_text(pid)
         group.rmdir()
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --uts is not allowed here (it needs root)")
+    launcher = [sys.executable, str(LAUNCHER), str(free_port()), "--hosts", "na,nb,nc,nd"]
+    return _check("--", *launcher, run_dir=tmp_path_factory.mktemp("c") / "run")
+
+
+def test_every_pair_of_nodes_is_measured_and_none_named_slow(nodes):
+    done, report = nodes
+    assert done.returncode == 0, (done.stderr[-2000:], report["findings"])
+    assert [f["kind"] for f in report["findings"]] == ["check_ok"]
+    assert [r["host"] for r in report["ranks"]] == ["na", "nb", "nc", "nd"]
+    pairs = {tuple(link["hosts"]): link for link in report["links"]}
+    assert sorted(pairs) == [
+        ("na", "nb"), ("na", "nc"), ("na", "nd"), ("nb", "nc"), ("nb", "nd"), ("nc", "nd")
+    ]  # fmt: skip
+    assert all(link["busbw_gbps"] > 0 for link in pairs.values())
 
 
 def test_a_healthy_job_names_no_outlier(healthy):

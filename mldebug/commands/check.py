@@ -250,12 +250,14 @@ def main(argv: list[str]) -> int:
     _say(f"mldebug check: {ranks}, run directory {paths.root}, time limit {args.time_limit:g}s")
     began = time.monotonic()
     hit = _supervise(spec, args.time_limit)
+    ended = time.monotonic()
     transports, more = _nccl(paths)
     results = read_run(paths, world, transports, hit)
     verdict = check_verdict(results, more)
     data = to_json(verdict, str(paths.root))
-    data["seconds"] = round(time.monotonic() - began, 3)
     text = render_text(verdict, str(paths.root))
+    data["seconds"] = round(time.monotonic() - began, 3)
+    data["seconds_judging"] = round(time.monotonic() - ended, 3)  # reading, judging, rendering
     try:
         safeio.write_json_atomic(paths.root / RESULT_FILE, data)
         make_private_dir(paths.reports_dir)

@@ -45,6 +45,7 @@ GPU_SIZES = (1 << 20, 1 << 24, 1 << 27, 1 << 28)
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 PAIR_BYTES_CPU = 1 << 22
 PAIR_BYTES_GPU = 1 << 27
+PAIR_ATTEMPTS = 5  # exchanges per pair; the best one counts
 
 
 def _env_float(name: str, default: float) -> float:
@@ -227,12 +228,18 @@ class Check:
             return
         out = torch.full((4,), float(me), device=self.device)
         got = torch.zeros(4, device=self.device)
-        requests = [dist.isend(out, (me + 1) % n), dist.irecv(got, (me - 1) % n)]
-        for request in requests:
-            request.wait()
+        self._exchange([(dist.isend, out, (me + 1) % n), (dist.irecv, got, (me - 1) % n)])
         self.sync()
         if int(got[0].item()) != (me - 1) % n:
             raise RuntimeError(f"ring: got {got[0].item()} from the previous rank")
+
+    def _exchange(self, ops) -> None:
+        """Sends and receives posted together (one NCCL group: a send and a receive both
+        ways never wait on each other), then waited for."""
+        dist = self.torch.distributed
+        batch = [dist.P2POp(op, tensor, peer) for op, tensor, peer in ops]
+        for request in dist.batch_isend_irecv(batch):
+            request.wait()
 
     # -- 2. collectives ----------------------------------------------------------------
 
@@ -335,11 +342,9 @@ class Check:
                     continue
                 peer = b if me == a else a
                 best = None
-                for _attempt in range(3):
+                for _attempt in range(PAIR_ATTEMPTS):
                     at = time.perf_counter()
-                    requests = [dist.isend(out, peer), dist.irecv(got, peer)]
-                    for request in requests:
-                        request.wait()
+                    self._exchange([(dist.isend, out, peer), (dist.irecv, got, peer)])
                     self.sync()
                     took = time.perf_counter() - at
                     best = took if best is None else min(best, took)

@@ -6,6 +6,9 @@ of them wrong as people do:
   --cap RANK:CGROUP_DIR    once that rank has joined (its connect record is in its log),
                            its process goes into the cgroup (a CPU quota the test set):
                            it computes on a fraction of a core from then on
+  --hosts A,B,...          rank i runs in a UTS namespace of its own named the i-th name
+                           (`unshare --uts`, root): several "nodes" on this machine, as
+                           containers on one host are, sharing its network
 
 It waits for all ranks and exits 0, as a launcher whose ranks all exited 0 does.
 """
@@ -26,6 +29,7 @@ def main() -> int:
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--wrong-port")
     parser.add_argument("--cap")
+    parser.add_argument("--hosts")
     args = parser.parse_args()
     wrong = dict([args.wrong_port.split(":")]) if args.wrong_port else {}
     ranks = []
@@ -40,6 +44,10 @@ def main() -> int:
             "MASTER_PORT": wrong.get(str(rank), str(args.port)),
         }
         command = [sys.executable, "-m", "mldebug.preflight.rank"]
+        if args.hosts:
+            name = args.hosts.split(",")[rank]
+            command = ["unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "-"]
+            command += [sys.executable, "-m", "mldebug.preflight.rank"]
         ranks.append(subprocess.Popen(command, env=env))
     if args.cap:
         rank, cgroup = args.cap.split(":", 1)
