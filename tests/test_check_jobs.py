@@ -5,10 +5,10 @@
   loaded by others: a check that cried wolf here would cry it anywhere).
 - nodes: the same launcher starts 4 ranks as 4 "nodes" (each in a UTS namespace of its own,
   as containers on one host): every pair of nodes is measured, and no link is named slow.
-- faulty: `mldebug check -- python tests/jobs/check_launcher.py ...`, a user's launcher
-  that gives rank 3 a wrong MASTER_PORT and, once rank 2 has joined, puts rank 2 in a
-  cgroup with a CPU quota of a twentieth of a core (real slowness, from the kernel). Rank 3 is
-  named as unable to join, with the cause; ranks 0-2 are still measured, and rank 2 is
+- faulty: `mldebug check -- python tests/jobs/check_launcher.py ...`, a user's launcher of
+  5 ranks that gives rank 4 a wrong MASTER_PORT and, once rank 2 has joined, puts rank 2 in
+  a cgroup with a CPU quota of a twentieth of a core (real slowness, from the kernel). Rank 4
+  is named as unable to join, with the cause; ranks 0-3 are still measured, and rank 2 is
   named as the slow device.
 """
 
@@ -80,9 +80,12 @@ def faulty(tmp_path_factory):
     try:
         wrong = free_port()
         run_dir = tmp_path_factory.mktemp("c") / "run"
-        launcher = [sys.executable, str(LAUNCHER), str(free_port())]
-        launcher += ["--wrong-port", f"3:{wrong}", "--cap", f"2:{group}"]
-        done, report = _check("--join-timeout", "10", "--", *launcher, run_dir=run_dir)
+        launcher = [sys.executable, str(LAUNCHER), str(free_port()), "--world", "5"]
+        launcher += ["--wrong-port", f"4:{wrong}", "--cap", f"2:{group}"]
+        # A longer matmul window: each rank's best batch nears what its share of the
+        # machine allows, however loaded (the capped rank's cannot).
+        options = ["--join-timeout", "10", "--compute-seconds", "8"]
+        done, report = _check(*options, "--", *launcher, run_dir=run_dir)
         yield done, report, wrong
     finally:
         leftover = (group / "cgroup.procs").read_text().split()
@@ -135,14 +138,14 @@ def test_a_rank_given_a_wrong_port_is_named_and_the_others_still_measured(faulty
     done, report, wrong = faulty
     assert done.returncode == 1, done.stderr[-2000:]
     lost = [f for f in report["findings"] if f["kind"] == "connection"]
-    assert [f["ranks"] for f in lost] == [[3]], report["findings"]
+    assert [f["ranks"] for f in lost] == [[4]], report["findings"]
     assert f"127.0.0.1:{wrong}" in lost[0]["summary"]
     assert "MASTER_PORT" in lost[0]["summary"]
     assert lost[0]["detail"].startswith("it printed: ")  # what the rank itself said
     ranks = {r["rank"]: r for r in report["ranks"]}
-    assert [ranks[r]["joined"] for r in range(4)] == [True, True, True, False]
-    assert all(c["ranks"] == 3 for c in report["collectives"]) and report["collectives"]
-    assert all(ranks[r]["compute"]["float32"]["tflops"] > 0 for r in range(3))
+    assert [ranks[r]["joined"] for r in range(5)] == [True, True, True, True, False]
+    assert all(c["ranks"] == 4 for c in report["collectives"]) and report["collectives"]
+    assert all(ranks[r]["compute"]["float32"]["tflops"] > 0 for r in range(4))
 
 
 def test_a_rank_capped_to_a_twentieth_of_a_core_is_the_slow_device(faulty):
