@@ -229,3 +229,17 @@ def test_ranks_the_time_limit_stopped_are_named_and_not_compared():
     assert stopped.ranks == (3,)
     assert stopped.summary == "rank 3 did not finish the check (the check's time limit stopped it)"
     assert not any(f.kind == model.KIND_SLOW_DEVICE for f in verdict.findings)
+
+
+def test_what_a_rank_prints_is_shown_as_plain_text():
+    hostile = "gpu\x1b]8;;http://x\x07017\n[bold]"
+    lines = [
+        wire.encode({"phase": "start", "rank": 0, "host": hostile, "world_size": 3,
+                     "device_name": "cpu\x1b[2J", "master": "a:1"}),
+        wire.encode({"phase": "connect", "rank": 0, "host": hostile, "ok": False,
+                     "step": "rendezvous", "error": "refused\x1b[31m\rConnection refused"}),
+    ]  # fmt: skip
+    verdict = check_verdict(results_of(lines, 3))
+    text = render_text(verdict) + "".join(f.summary + f.detail for f in verdict.findings)
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "gpu017 [bold]" in text  # markup stays text: the report prints no rich markup
