@@ -38,6 +38,7 @@ class CheckRank:
     error: str | None = None  # the error it caught, as it printed it
     compute: tuple[ComputeRate, ...] = ()
     finished: bool = False  # it printed its end record
+    last_phase: str | None = None  # the last phase it printed a record of
     seconds: float | None = None  # its own time, start to end
     said: tuple[str, ...] = ()  # the last lines of its stderr, for a rank in trouble
     transport: str | None = None  # NCCL's network (IB, Socket...), from its logs

@@ -214,13 +214,18 @@ def _silent(results: CheckResults) -> list[Finding]:
     if unfinished:
         ranks = [r.rank for r in unfinished]
         said = next((r.said[-1] for r in unfinished if r.said), "")
+        phases = sorted({r.last_phase or "start" for r in unfinished})
+        detail = f"the last record it printed: {', '.join(phases)}"
+        if results.time_limit_hit:
+            detail += "; a longer --time-limit gives it more time"
         findings.append(
             Finding(
                 KIND_MISSING,
                 tuple(ranks),
                 f"{ranks_text(ranks)} did not finish the check{limit}",
-                recipe="rank-crash",
-                detail=f"it printed: {said}" if said else "",
+                # stopped by the limit: stuck somewhere (or slow); else it ended by itself
+                recipe="stuck-rank" if results.time_limit_hit else "rank-crash",
+                detail=detail + (f"; it printed: {said}" if said else ""),
             )
         )
     return findings

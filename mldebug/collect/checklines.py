@@ -89,6 +89,7 @@ def results_of(
         if isinstance(record.get("host"), str):
             facts["host"] = one_line(record["host"][:200])
         phase = record["phase"]
+        facts["last_phase"] = phase
         if phase == wire.PHASE_START:
             facts["started"] = True
             facts["pid"] = record["pid"] if type(record.get("pid")) is int else None
