@@ -243,3 +243,23 @@ def test_what_a_rank_prints_is_shown_as_plain_text():
     text = render_text(verdict) + "".join(f.summary + f.detail for f in verdict.findings)
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "gpu017 [bold]" in text  # markup stays text: the report prints no rich markup
+
+
+# Figures real checks printed on this project's loaded 2-core machine (docs/check.md).
+HEALTHY_SEEN = [
+    [28.5, 18.3, 11.9, 11.6],  # matmul GFLOPS of 4 ranks
+    [74.1, 47.0, 65.8],
+    [17.9, 13.7, 18.0],
+    [9.7, 11.6, 11.7, 10.4],
+    [0.384, 1.95, 0.699, 1.27, 0.644, 0.618],  # loopback "links" of 4 namespace nodes
+]
+
+
+@pytest.mark.parametrize("figures", HEALTHY_SEEN)
+def test_healthy_figures_seen_here_name_no_outlier(figures):
+    assert low_outliers(dict(enumerate(figures))) == {}
+
+
+def test_a_capped_rank_seen_here_is_named_among_four():
+    # rank 2 on a fiftieth of a core, beside three ranks spread from 19.6 to 28.9
+    assert list(low_outliers({0: 24.4, 1: 28.9, 2: 1.59, 3: 19.6})) == [2]

@@ -6,9 +6,9 @@ all_reduce, algbw * (n-1)/n for all_gather and reduce_scatter (S the whole buffe
 for a send/recv exchange between two ranks.
 
 Never cry wolf: ranks that share a loaded machine measure with noise. A rank or a link is
-slow only when it is below SLOW_RATIO of the median AND far outside the spread of the rest
-(ROBUST_Z median absolute deviations), with at least MIN_COMPARED to compare; each rank's
-figure is already its best of repeated batches (preflight/rank.py).
+slow only when it is below SLOW_RATIO of the median AND far outside the spread of the others
+(ROBUST_Z scaled median absolute deviations), with at least MIN_COMPARED to compare; each
+figure is already the best of repeated measurements (preflight/rank.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from mldebug.wording import ranks_text, verb
 K = TypeVar("K")
 
 SLOW_RATIO = 0.6  # below 0.6x the median: slow
-ROBUST_Z = 4.0  # and more than 4 scaled MADs below it
+ROBUST_Z = 3.0  # and more than 3 scaled MADs of the others below their median
 MAD_SCALE = 1.4826  # a MAD times this estimates a normal spread's standard deviation
 MIN_COMPARED = 3  # fewer figures have no median worth the name
 
@@ -106,19 +106,25 @@ def bandwidth_of(timing: CollectiveTime) -> Bandwidth:
 
 
 def low_outliers(values: Mapping[K, float]) -> dict[K, float]:
-    """key -> ratio to the median, for the figures that are slow by both rules."""
+    """key -> ratio to the median, for the figures slow by both rules: below SLOW_RATIO of
+    the median of all, and further below the median of the others than ROBUST_Z times the
+    others' spread (their MAD, scaled; the figure itself left out, so that one slow figure
+    among few does not widen the spread it is judged by)."""
     if len(values) < MIN_COMPARED:
         return {}
     median = statistics.median(values.values())
     if median <= 0:
         return {}
-    mad = statistics.median(abs(v - median) for v in values.values())
-    spread = MAD_SCALE * mad
-    return {
-        key: value / median
-        for key, value in values.items()
-        if value < SLOW_RATIO * median and median - value > ROBUST_Z * spread
-    }
+    slow = {}
+    for key, value in values.items():
+        if value >= SLOW_RATIO * median:
+            continue
+        others = [v for k, v in values.items() if k != key]
+        middle = statistics.median(others)
+        spread = MAD_SCALE * statistics.median(abs(v - middle) for v in others)
+        if middle - value > ROBUST_Z * spread:
+            slow[key] = value / median
+    return slow
 
 
 def cause_of(error: str | None, step: str | None) -> tuple[str, str]:

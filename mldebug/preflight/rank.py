@@ -45,7 +45,7 @@ GPU_SIZES = (1 << 20, 1 << 24, 1 << 27, 1 << 28)
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 PAIR_BYTES_CPU = 1 << 22
 PAIR_BYTES_GPU = 1 << 27
-PAIR_ATTEMPTS = 5  # exchanges per pair; the best one counts
+PAIR_ATTEMPTS = 10  # exchanges per pair; the best one counts
 
 
 def _env_float(name: str, default: float) -> float:
