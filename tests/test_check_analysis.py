@@ -11,7 +11,13 @@ import pytest
 
 from mldebug import checkwire as wire
 from mldebug import model
-from mldebug.analysis.check import bandwidth_of, cause_of, check_verdict, low_outliers
+from mldebug.analysis.check import (
+    CPU_SLOW_RATIO,
+    bandwidth_of,
+    cause_of,
+    check_verdict,
+    low_outliers,
+)
 from mldebug.collect.checklines import results_of
 from mldebug.model_check import CollectiveTime
 from mldebug.report.check import render_text, to_json
@@ -245,8 +251,10 @@ def test_what_a_rank_prints_is_shown_as_plain_text():
     assert "gpu017 [bold]" in text  # markup stays text: the report prints no rich markup
 
 
-# Figures real checks printed on this project's loaded 2-core machine (docs/check.md).
+# Figures real healthy CPU checks printed on this project's loaded 2-core machine
+# (docs/check.md): CPU ranks are judged by CPU_SLOW_RATIO.
 HEALTHY_SEEN = [
+    [11.1, 16.1, 6.69, 15.2],  # rank 2 at 0.51x: it shared a busy core for the window
     [28.5, 18.3, 11.9, 11.6],  # matmul GFLOPS of 4 ranks
     [74.1, 47.0, 65.8],
     [17.9, 13.7, 18.0],
@@ -257,9 +265,9 @@ HEALTHY_SEEN = [
 
 @pytest.mark.parametrize("figures", HEALTHY_SEEN)
 def test_healthy_figures_seen_here_name_no_outlier(figures):
-    assert low_outliers(dict(enumerate(figures))) == {}
+    assert low_outliers(dict(enumerate(figures)), CPU_SLOW_RATIO) == {}
 
 
 def test_a_capped_rank_seen_here_is_named_among_four():
     # rank 2 on a fiftieth of a core, beside three ranks spread from 19.6 to 28.9
-    assert list(low_outliers({0: 24.4, 1: 28.9, 2: 1.59, 3: 19.6})) == [2]
+    assert list(low_outliers({0: 24.4, 1: 28.9, 2: 1.59, 3: 19.6}, CPU_SLOW_RATIO)) == [2]

@@ -43,7 +43,11 @@ from mldebug.wording import ranks_text, verb
 
 K = TypeVar("K")
 
-SLOW_RATIO = 0.6  # below 0.6x the median: slow
+SLOW_RATIO = 0.6  # below 0.6x the median: slow (GPUs, NCCL links: each rank's own device)
+# CPU ranks share cores with each other and with whatever else runs: on a loaded 2-core
+# machine a healthy rank's best matmul batch was seen at 0.51x the median, a loopback pair
+# at 0.54x (docs/check.md); a rank held to a fiftieth of a core by a CPU quota at 0.03-0.14x.
+CPU_SLOW_RATIO = 0.35
 ROBUST_Z = 3.0  # and more than 3 scaled MADs of the others below their median
 MAD_SCALE = 1.4826  # a MAD times this estimates a normal spread's standard deviation
 MIN_COMPARED = 3  # fewer figures have no median worth the name
@@ -105,8 +109,8 @@ def bandwidth_of(timing: CollectiveTime) -> Bandwidth:
     return Bandwidth(timing.op, timing.bytes, timing.seconds, timing.ranks, algbw, algbw * factor)
 
 
-def low_outliers(values: Mapping[K, float]) -> dict[K, float]:
-    """key -> ratio to the median, for the figures slow by both rules: below SLOW_RATIO of
+def low_outliers(values: Mapping[K, float], ratio: float = SLOW_RATIO) -> dict[K, float]:
+    """key -> ratio to the median, for the figures slow by both rules: below `ratio` of
     the median of all, and further below the median of the others than ROBUST_Z times the
     others' spread (their MAD, scaled; the figure itself left out, so that one slow figure
     among few does not widen the spread it is judged by)."""
@@ -117,7 +121,7 @@ def low_outliers(values: Mapping[K, float]) -> dict[K, float]:
         return {}
     slow = {}
     for key, value in values.items():
-        if value >= SLOW_RATIO * median:
+        if value >= ratio * median:
             continue
         others = [v for k, v in values.items() if k != key]
         middle = statistics.median(others)
@@ -271,8 +275,9 @@ def _rate_text(tflops: float) -> str:
 
 def _slow_devices(results: CheckResults, medians: dict[str, float]) -> list[Finding]:
     slow: dict[int, tuple[str, float, float]] = {}  # rank -> the dtype it is slowest in
+    limit = slow_ratio(results)
     for dtype, values in compared_rates(results).items():
-        for rank, ratio in low_outliers(values).items():
+        for rank, ratio in low_outliers(values, limit).items():
             if rank not in slow or ratio < slow[rank][2]:
                 slow[rank] = (dtype, values[rank], ratio)
     hosts = {r.rank: r for r in results.ranks}
@@ -301,6 +306,11 @@ def _slow_devices(results: CheckResults, medians: dict[str, float]) -> list[Find
     return findings
 
 
+def slow_ratio(results: CheckResults) -> float:
+    """SLOW_RATIO where the ranks have GPUs, CPU_SLOW_RATIO where they share CPUs."""
+    return SLOW_RATIO if any(r.gpu for r in results.ranks) else CPU_SLOW_RATIO
+
+
 def link_rates(results: CheckResults) -> list[LinkRate]:
     """Each host pair's bus bandwidth (the slower end's figure) beside the median pair's."""
     pairs: dict[tuple[str, str], tuple[tuple[int, int], float]] = {}
@@ -309,7 +319,7 @@ def link_rates(results: CheckResults) -> list[LinkRate]:
         known = pairs.get(pair.hosts)
         if known is None or busbw < known[1]:
             pairs[pair.hosts] = (pair.ranks, busbw)
-    slow = low_outliers({hosts: bw for hosts, (_, bw) in pairs.items()})
+    slow = low_outliers({hosts: bw for hosts, (_, bw) in pairs.items()}, slow_ratio(results))
     median = statistics.median(bw for _, bw in pairs.values()) if pairs else 0.0
     compared = len(pairs) >= MIN_COMPARED and median > 0
     return [
@@ -318,8 +328,8 @@ def link_rates(results: CheckResults) -> list[LinkRate]:
     ]
 
 
-def _slow_links(links: Sequence[LinkRate]) -> list[Finding]:
-    slow = low_outliers({link.hosts: link.busbw for link in links})
+def _slow_links(links: Sequence[LinkRate], limit: float) -> list[Finding]:
+    slow = low_outliers({link.hosts: link.busbw for link in links}, limit)
     if not slow:
         return []
     median = statistics.median(link.busbw for link in links)
@@ -382,7 +392,7 @@ def check_verdict(results: CheckResults, more: Iterable[Finding] = ()) -> CheckV
     devices, medians = device_rates(results)
     links = link_rates(results)
     findings = _unjoined(results) + _silent(results)
-    findings += _slow_devices(results, medians) + _slow_links(links)
+    findings += _slow_devices(results, medians) + _slow_links(links, slow_ratio(results))
     findings += list(more)
     if not any(f.severity != SEVERITY_INFO for f in findings):
         findings.append(_healthy(results, bandwidth, medians))
