@@ -155,6 +155,6 @@ def test_a_rank_capped_to_a_fiftieth_of_a_core_is_the_slow_device(faulty):
     assert "rank 2 on " in slow[0]["summary"] and "x the median matmul GFLOPS" in slow[0]["summary"]
     assert slow[0]["recipe"] == "slow-device"
     ratio = report["ranks"][2]["compute"]["float32"]["ratio"]
-    assert ratio is not None and ratio < 0.6
+    assert ratio is not None and ratio < 0.35  # CPU_SLOW_RATIO
     # the failure first, then the outlier
     assert [f["kind"] for f in report["findings"]] == ["connection", "slow_device"]
