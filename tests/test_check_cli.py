@@ -20,6 +20,7 @@ MLDEBUG = [sys.executable, "-m", "mldebug", "check"]
         (["--nproc-per-node", "0"], "--nproc-per-node"),
         (["--slurm", "1", "--", "true"], "not both"),
         (["--nproc-per-node", "2", "--", "true"], "give it to COMMAND"),
+        (["--srun-option=--gpus-per-task=1"], "goes with --slurm"),
     ],
 )
 def test_a_bad_command_line_is_one_line(args, said):

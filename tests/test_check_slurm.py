@@ -6,6 +6,9 @@ the report says what each node reached."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ pytestmark = pytest.mark.multirank
 def checked(hung_job, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("check-slurm") / "run"
     args = ["check", "--slurm", hung_job.job, "--nproc-per-node", "3", "--run-dir", str(run_dir)]
+    args.append("--srun-option=--cpus-per-task=1")  # handed to the step's srun
     done = hung_job.mldebug(*args, "--json", "--time-limit", "200", timeout=260)
     try:
         report = json.loads(done.stdout)
@@ -37,12 +41,11 @@ def test_the_check_runs_as_one_step_and_reports_per_node(checked, hung_job):
     assert all(c["ranks"] == 3 for c in report["collectives"]) and report["collectives"]
     nodes = text[text.index("Nodes") :].splitlines()
     assert nodes[2].split()[:3] == [node, "0-2", "0-2"], text
+    manifest = json.loads((Path(report["run_dir"]) / "run.json").read_text())
+    assert manifest["command"][0] == "srun" and "--cpus-per-task=1" in manifest["command"]
 
 
 def test_a_job_not_in_the_queue_is_one_line(slurm_cluster):
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-m", "mldebug", "check", "--slurm", "999999"],
         capture_output=True,

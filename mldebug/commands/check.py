@@ -75,6 +75,14 @@ def build_parser():
         "--slurm", metavar="JOBID", help="run as one step in this SLURM job's allocation"
     )
     parser.add_argument(
+        "--srun-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="with --slurm: an option for the check's srun step, e.g. "
+        "--srun-option=--gpus-per-task=1 on a GPU allocation (repeatable)",
+    )
+    parser.add_argument(
         "--time-limit",
         type=seconds(5, 3600),
         default=60.0,
@@ -139,6 +147,7 @@ def _slurm_launch(args, env: dict[str, str]) -> tuple[list[str], dict[str, str],
         "--kill-on-bad-exit=0",
         "--quiet",
         "--job-name=mldebug-check",
+        *args.srun_option,
         *RANK_PROGRAM,
     ]
     base = {k: v for k, v in outside_allocation(env).items() if k not in SLURM_STRIPPED}
@@ -219,6 +228,8 @@ def main(argv: list[str]) -> int:
         command = command[1:]
     if command and args.slurm:
         parser.error("give either --slurm JOBID or -- COMMAND, not both")
+    if args.srun_option and not args.slurm:
+        parser.error("--srun-option goes with --slurm JOBID")
     if command and args.nproc_per_node:
         parser.error("--nproc-per-node applies to the ranks mldebug starts; give it to COMMAND")
     env = dict(os.environ)
