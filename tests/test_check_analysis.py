@@ -271,3 +271,25 @@ def test_healthy_figures_seen_here_name_no_outlier(figures):
 def test_a_capped_rank_seen_here_is_named_among_four():
     # rank 2 on a fiftieth of a core, beside three ranks spread from 19.6 to 28.9
     assert list(low_outliers({0: 24.4, 1: 28.9, 2: 1.59, 3: 19.6}, CPU_SLOW_RATIO)) == [2]
+
+
+def test_nccl_transport_per_rank_and_a_rank_on_sockets(tmp_path):
+    # NCCL's own INIT/NET lines as the ranks write them to <run>/nccl/ (tests/data/nccl/
+    # transport: NCCL 2.18.3 logs of 4 ranks on two nodes, rank 3 on NET/Socket).
+    import shutil
+    from pathlib import Path
+
+    from mldebug.commands.check import nccl_facts
+    from mldebug.rundir import create_run_dir
+
+    paths = create_run_dir(tmp_path / "run")
+    paths.nccl_dir.mkdir(mode=0o700)
+    for log in sorted((Path(__file__).parent / "data" / "nccl" / "transport").glob("*.log")):
+        shutil.copy(log, paths.nccl_dir / log.name)
+    transports, findings = nccl_facts(paths)
+    assert transports == {0: "IB", 1: "IB", 2: "IB", 3: "Socket"}
+    lines = [line for r in range(4) for line in _rank_lines(r, f"gpu-{'ab'[r // 2]}", 700, 4)]
+    verdict = check_verdict(results_of(lines, 4, transports=transports), findings)
+    network = [f for f in verdict.findings if f.kind == model.KIND_NCCL_NETWORK]
+    assert network and network[0].ranks == (3,)
+    assert "Socket" in render_text(verdict)

@@ -200,7 +200,7 @@ def _supervise(spec: LaunchSpec, limit: float) -> bool:
             signal.signal(signum, handler)
 
 
-def _nccl(paths: RunPaths) -> tuple[dict[int, str], list[Finding]]:
+def nccl_facts(paths: RunPaths) -> tuple[dict[int, str], list[Finding]]:
     """NCCL's transport per rank, and what its logs say about the network (only where a
     rank wrote an NCCL log: the gloo check on CPU writes none)."""
     from mldebug import model
@@ -262,7 +262,7 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     hit = _supervise(spec, args.time_limit)
     ended = time.monotonic()
-    transports, more = _nccl(paths)
+    transports, more = nccl_facts(paths)
     results = read_run(paths, world, transports, hit)
     verdict = check_verdict(results, more)
     data = to_json(verdict, str(paths.root))
