@@ -21,6 +21,8 @@ MLDEBUG = [sys.executable, "-m", "mldebug", "check"]
         (["--slurm", "1", "--", "true"], "not both"),
         (["--nproc-per-node", "2", "--", "true"], "give it to COMMAND"),
         (["--srun-option=--gpus-per-task=1"], "goes with --slurm"),
+        (["--hosts", "a,b", "--slurm", "1"], "give one of"),
+        (["--hosts", "node[01-"], "--hosts"),
     ],
 )
 def test_a_bad_command_line_is_one_line(args, said):

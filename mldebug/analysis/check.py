@@ -212,11 +212,13 @@ def _silent(results: CheckResults) -> list[Finding]:
     if never:
         ranks = [r.rank for r in never]
         said = next((r.said[-1] for r in never if r.said), "")
+        hosts = sorted({r.host for r in never if r.host})
+        where = f" on {', '.join(hosts[:4])}" if hosts else ""
         findings.append(
             Finding(
                 KIND_MISSING,
                 tuple(ranks),
-                f"{ranks_text(ranks)} never started the check{limit}",
+                f"{ranks_text(ranks)}{where} never started the check{limit}",
                 recipe="missing-ranks",
                 detail=f"it printed: {said}" if said else "it printed nothing",
             )

@@ -8,6 +8,7 @@ output) counts once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from mldebug import checkwire as wire
@@ -26,6 +27,7 @@ LOG_LIMIT = 4 << 20  # bytes read of one log: a check prints a few kilobytes
 SAID_LIMIT = 8 << 10  # bytes of a rank's stderr tail kept for its failure
 SAID_LINES = 6
 MAX_RANKS = 1 << 16
+RELAYED = re.compile(r"^\[([^\]\s:]+):(\d{1,6})\] (.*)$")
 
 
 def _number(value: object) -> float | None:
@@ -72,10 +74,12 @@ def results_of(
     transports: dict[int, str] | None = None,
     time_limit_hit: bool = False,
     launcher_said: tuple[str, ...] = (),
+    launched_on: dict[int, str] | None = None,
 ) -> CheckResults:
     """The check's results from its lines; `world_size` where the launcher knows it, else
     the largest a rank said; `said`: ranks' last stderr lines; `transports`: NCCL's
-    network per rank."""
+    network per rank; `launched_on`: the host a launcher started a rank on (named for a
+    rank that printed nothing)."""
     ranks: dict[int, dict] = {}
     collectives: dict[tuple[str, int], CollectiveTime] = {}
     pairs: list[PairTime] = []
@@ -140,7 +144,8 @@ def results_of(
     # Ranks of the world that printed nothing at all: what they said on stderr is all.
     for rank in sorted(set(said) | set(range(world or 0))):
         if rank not in ranks:
-            built.append(CheckRank(rank, said=said.get(rank, ())))
+            host = (launched_on or {}).get(rank)
+            built.append(CheckRank(rank, host=host, said=said.get(rank, ())))
     built.sort(key=lambda r: r.rank)
     return CheckResults(
         world,
@@ -206,6 +211,21 @@ def read_run(
     for rank in paths.rank_ids()[:MAX_RANKS]:
         lines += _lines(paths.stdout(rank))
         said[rank] = stderr_tail(paths.stderr(rank))
-    lines += _lines(paths.launcher_log)
+    launched = _lines(paths.launcher_log)
+    lines += launched
+    # `--hosts` relays each rank's output as "[host:rank] line": what a rank that printed
+    # no record said (ssh's own complaint included) is its last such lines.
+    relayed: dict[int, list[str]] = {}
+    launched_on: dict[int, str] = {}
+    for line in launched:
+        match = RELAYED.match(line)
+        if match is None or int(match.group(2)) >= MAX_RANKS:
+            continue
+        launched_on[int(match.group(2))] = one_line(match.group(1))[:200]
+        if wire.MARKER not in line:
+            relayed.setdefault(int(match.group(2)), []).append(one_line(match.group(3))[:300])
+    for rank, said_lines in relayed.items():
+        if not said.get(rank) and rank < MAX_RANKS:
+            said[rank] = tuple([t for t in said_lines if t.strip()][-SAID_LINES:])
     launcher = stderr_tail(paths.launcher_log)
-    return results_of(lines, world_size, said, transports, time_limit_hit, launcher)
+    return results_of(lines, world_size, said, transports, time_limit_hit, launcher, launched_on)

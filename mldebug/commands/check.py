@@ -2,6 +2,7 @@
 
 mldebug check [--nproc-per-node N] [options]             N ranks here, as `mldebug run`
 mldebug check --slurm JOBID [--nproc-per-node N]         one srun step in the job's allocation
+mldebug check --hosts LIST [--nproc-per-node N]          one ssh session per rank
 mldebug check [options] -- COMMAND...                    your launcher starts the ranks
 
 Every rank runs mldebug/preflight/rank.py through `mldebug run`'s launcher (its run
@@ -44,6 +45,7 @@ EPILOG = """\
 examples:
   mldebug check --nproc-per-node 8
   mldebug check --slurm 123456 --nproc-per-node 4
+  mldebug check --hosts 'gpu[017-024]' --nproc-per-node 8
   mldebug check -- torchrun --nproc-per-node 8 -m mldebug.preflight.rank
 
 exit status:
@@ -73,6 +75,12 @@ def build_parser():
     parser.add_argument("--run-dir", metavar="DIR", help="where to keep logs and results")
     parser.add_argument(
         "--slurm", metavar="JOBID", help="run as one step in this SLURM job's allocation"
+    )
+    parser.add_argument(
+        "--hosts",
+        metavar="HOSTLIST",
+        help="start the ranks on these hosts over ssh (node[01-04] or a,b,c; "
+        "$MLDEBUG_SSH_OPTIONS adds ssh options), --nproc-per-node on each",
     )
     parser.add_argument(
         "--srun-option",
@@ -156,6 +164,33 @@ def _slurm_launch(args, env: dict[str, str]) -> tuple[list[str], dict[str, str],
     return argv, base, len(job.nodes) * per_node
 
 
+def _hosts_launch(args) -> tuple[list[str], int]:
+    """The launcher of `--hosts`: preflight/hosts.py, one ssh session per rank."""
+    import json
+    import shlex
+
+    from mldebug.cluster.front import SSH_DEFAULTS, SSH_OPTIONS_ENV, remote_mldebug
+    from mldebug.cluster.hostlist import expand
+
+    try:
+        hosts = list(expand(args.hosts))
+    except ValueError as error:
+        raise MldebugError(f"--hosts: {error}", "Give hosts as node[01-04] or a,b,c.") from None
+    remote = remote_mldebug()
+    python = remote[:-2] if remote[-2:] == ["-m", "mldebug"] else [sys.executable]
+    per_node = args.nproc_per_node or 1
+    spec = {
+        "hosts": hosts,
+        "nproc": per_node,
+        "port": args.master_port or envs.free_port(),
+        "ssh": ["ssh", *SSH_DEFAULTS, *shlex.split(os.environ.get(SSH_OPTIONS_ENV, ""))],
+        "remote": python,
+        "env": _limits(args),
+    }
+    command = [sys.executable, "-m", "mldebug.preflight.hosts", json.dumps(spec)]
+    return command, per_node * len(hosts)
+
+
 def _run_dir(path: str | None) -> RunPaths:
     if path and os.path.exists(os.path.join(path, MANIFEST)):
         raise MldebugError(f"{path} already holds a run", "Give --run-dir a new directory.")
@@ -228,6 +263,15 @@ def main(argv: list[str]) -> int:
         command = command[1:]
     if command and args.slurm:
         parser.error("give either --slurm JOBID or -- COMMAND, not both")
+    if sum(bool(x) for x in (command, args.slurm, args.hosts)) > 1:
+        parser.error("give one of --slurm JOBID, --hosts HOSTLIST or -- COMMAND")
+    if args.hosts:
+        from mldebug.cluster.hostlist import expand
+
+        try:
+            expand(args.hosts)
+        except ValueError as error:
+            parser.error(f"--hosts: {error}")
     if args.srun_option and not args.slurm:
         parser.error("--srun-option goes with --slurm JOBID")
     if command and args.nproc_per_node:
@@ -236,6 +280,9 @@ def main(argv: list[str]) -> int:
     world: int | None
     if args.slurm:
         command, env, world = _slurm_launch(args, env)
+        mode, nproc = envs.MODE_WRAP, 1
+    elif args.hosts:
+        command, world = _hosts_launch(args)
         mode, nproc = envs.MODE_WRAP, 1
     elif command:
         mode, nproc, world = envs.MODE_WRAP, 1, None
