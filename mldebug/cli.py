@@ -41,6 +41,10 @@ COMMANDS = {
         "mldebug.commands.explain",
         "explain a log, a paste (-) or a run directory: findings, their lines, the fix",
     ),
+    "check": (
+        "mldebug.commands.check",
+        "preflight tests on every rank: connectivity, collective bandwidth, matmul TFLOPS",
+    ),
     "nccl": (
         "mldebug.commands.nccl",
         "NCCL logs, torch distributed errors and Flight Recorder dumps, compared across ranks",

@@ -66,6 +66,9 @@ KIND_CONNECTION = "connection"  # connection refused / closed by peer / store cl
 KIND_DIST_ERROR = "dist_error"  # gloo and c10d errors: size mismatch, monitored barrier, ...
 KIND_NATIVE_CRASH = "native_crash"  # a rank died by a signal: its core's signal and crashing thread
 KIND_NATIVE_THREADS = "native_threads"  # threads without Python frames (gdb) wait in a collective
+KIND_SLOW_DEVICE = "slow_device"  # `check`: a rank's matmul rate far below the median rank's
+KIND_SLOW_LINK = "slow_link"  # `check`: a node pair's bandwidth far below the median pair's
+KIND_CHECK_OK = "check_ok"  # informational: `check` found no failure and no outlier
 
 # What saw a finding (Finding.sources): each source of evidence of a look.
 SOURCE_STACKS = "stacks"  # py-spy (or the rank's own faulthandler) stacks

@@ -16,7 +16,9 @@ import pytest
 from testkit.imports import HEAVY, graph, heavy_of, reach, unit_of
 
 # Plain helpers every outside layer may use: pure, standard library (and the model) only.
-PLAIN = frozenset({"model", "model_timing", "ranges", "textsafe", "wording", "errors"})
+PLAIN = frozenset(
+    {"model", "model_timing", "model_check", "ranges", "textsafe", "wording", "errors"}
+)
 # Safe access to a run directory and to /proc: standard library only.
 RUNDIR = frozenset({"rundir", "safeio", "procfs"})
 # The in-rank side: loaded inside every training process (the agent loads the top-level
@@ -37,6 +39,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "errors": frozenset(),
     "model": frozenset({"model_timing"}),
     "model_timing": frozenset(),  # the timing dataclasses of slow jobs, part of the model
+    "model_check": frozenset({"model"}),  # what `mldebug check` measured, and its verdict
     "ranges": frozenset(),
     "textsafe": frozenset(),
     "wording": frozenset({"model", "ranges", "rankrules"}),
@@ -58,11 +61,16 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "agent": frozenset({"rankrules", "ledgerrules"}) | RUNDIR,  # by path, as _mldebug.<name>
     "tiny": frozenset(),  # loaded by path in ranks (agent/tinymodel.py): stands alone
     "demos": frozenset(),  # scripts `mldebug demo` runs as ranks
+    "checkwire": frozenset(),  # the output format of `mldebug check`'s rank program
+    "preflight": frozenset({"checkwire"}),  # `mldebug check`'s rank program (torch inside)
     # targets -> collect -> analysis
     "targets": PLAIN | RUNDIR | {"rankrules"},
     # collect: nccl for its pure readers only (the RAS client parses the answer it read)
-    "collect": PLAIN | RUNDIR | {"rankrules", "ledgerrules", "nccl"},
-    "analysis": frozenset({"model", "model_timing", "ranges", "rankrules", "wording"}) | LEDGER,
+    "collect": PLAIN | RUNDIR | {"rankrules", "ledgerrules", "nccl", "checkwire"},
+    "analysis": frozenset(
+        {"model", "model_timing", "model_check", "ranges", "rankrules", "wording"}
+    )
+    | LEDGER,
     "nccl": PLAIN | RUNDIR | LEDGER,  # reads NCCL/torch text and dumps into findings of its own
     # the orchestrators: collect, then analyse
     "observe": PLAIN | RUNDIR | {"collect", "analysis", "targets"},
@@ -98,6 +106,8 @@ NEVER: dict[str, frozenset[str]] = {
     "analysis": COLLECTING | VIEWS | FRONT | {"nccl", "explain", "recipes", "doctor"},
     "model": frozenset(LAYERS) - {"model", "model_timing"},
     "model_timing": frozenset(LAYERS) - {"model_timing"},
+    "model_check": frozenset(LAYERS) - {"model_check", "model", "model_timing"},
+    "checkwire": frozenset(LAYERS) - {"checkwire"},
     "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges", "rankrules"},
     "collect": VIEWS | FRONT | {"analysis", "observe", "live", "launch", "cluster", "explain"},
     "nccl": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
@@ -131,6 +141,7 @@ MAY_USE: dict[str, frozenset[str]] = {
     "doctor": frozenset({"pynvml"}),
     "tiny": frozenset({"transformers", "torch"}),
     "demos": frozenset({"torch"}),
+    "preflight": frozenset({"torch"}),
 }
 
 

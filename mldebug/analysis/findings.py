@@ -28,6 +28,8 @@ _KIND_ORDER = (
     model.KIND_MISSING,
     model.KIND_FROZEN,
     model.KIND_OUTLIER,
+    model.KIND_SLOW_DEVICE,
+    model.KIND_SLOW_LINK,
     model.KIND_MISMATCH,
     model.KIND_RENDEZVOUS,
     model.KIND_HANG,
@@ -38,6 +40,7 @@ _KIND_ORDER = (
     model.KIND_MEMORY_OUTLIER,
     model.KIND_PROGRESSING,
     model.KIND_ENDED,
+    model.KIND_CHECK_OK,
 )
 
 

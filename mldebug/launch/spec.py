@@ -32,3 +32,6 @@ class LaunchSpec:
     render: Callable[[Any, Sequence[str]], tuple[str, str, dict]] | None = None
     on_hang: str = "keep"  # --on-hang: "keep" the job after the hang report, or "stop" it
     core_dumps: bool = False  # --core-dumps: ranks may dump core, cores go to <run>/cores/
+    # The environment the job starts from (None: mldebug's own); `mldebug check` hands its
+    # limits and, under SLURM, an environment without the front end's allocation.
+    env: dict[str, str] | None = None

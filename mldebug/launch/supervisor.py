@@ -225,7 +225,8 @@ class Supervisor:
         )
 
     def _base_env(self) -> dict[str, str]:
-        return envs.job_env(dict(os.environ), self.paths.root, self.spec.mode, self.spec.options)
+        base = dict(os.environ if self.spec.env is None else self.spec.env)
+        return envs.job_env(base, self.paths.root, self.spec.mode, self.spec.options)
 
     def _start_ranks(self) -> None:
         start_ranks(

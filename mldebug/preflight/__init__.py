@@ -1,0 +1,1 @@
+"""The program `mldebug check` runs in every rank (torch only there): preflight/rank.py."""
