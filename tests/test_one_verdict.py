@@ -185,3 +185,15 @@ def test_a_replaced_kind_gives_way_to_the_direct_measurement():
     sampled = Finding(KIND_STRAGGLER, (3,), "rank 3 is the straggler (sampled)")
     verdict = judge(Evidence(found=(sampled,), replaces=frozenset({KIND_STRAGGLER})))
     assert verdict == (sampled,)  # only what the analyses here made is replaced
+
+
+def test_check_judges_once(judged_calls):
+    # `mldebug check`'s verdict over eight nodes' results (lines in the documented format)
+    from test_check_analysis import _eight_nodes
+
+    from mldebug.analysis.check import check_verdict
+    from mldebug.collect.checklines import results_of
+
+    verdict = check_verdict(results_of(_eight_nodes({"gpu019", "gpu022"})))
+    assert verdict.findings[0].kind == "slow_link"
+    assert len(judged_calls) == 1

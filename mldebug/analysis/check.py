@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from mldebug.analysis.findings import sort_findings
+from mldebug.analysis.judge import Evidence, judge
 from mldebug.model import (
     KIND_CHECK_OK,
     KIND_CONNECTION,
@@ -400,7 +400,7 @@ def check_verdict(results: CheckResults, more: Iterable[Finding] = ()) -> CheckV
         findings.append(_healthy(results, bandwidth, medians))
     return CheckVerdict(
         results,
-        sort_findings(findings),
+        judge(Evidence(found=tuple(findings))),  # the one judge: merged and ordered as dump's
         tuple(bandwidth),
         tuple(links),
         tuple(devices),

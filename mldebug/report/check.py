@@ -13,7 +13,7 @@ from mldebug.ranges import format_ranks
 from mldebug.rankrules import human_bytes
 from mldebug.report.jsonout import finding_to_json
 from mldebug.textsafe import one_line
-from mldebug.wording import severity_mark
+from mldebug.wording import finding_text, severity_mark
 
 JSON_FORMAT = "mldebug-check"
 JSON_VERSION = 1
@@ -62,7 +62,7 @@ def _verdict_lines(verdict: CheckVerdict) -> list[str]:
     if not verdict.findings:
         return ["Verdict: nothing measured"]
     first = verdict.findings[0]
-    lines = [f"Verdict: {one_line(first.summary)}"]
+    lines = [f"Verdict: {one_line(finding_text(first))}"]
     if first.detail:
         lines.append(f"  {one_line(first.detail)}")
     if first.recipe:
@@ -74,7 +74,7 @@ def _verdict_lines(verdict: CheckVerdict) -> list[str]:
             recipe = f"  [recipe {finding.recipe}]" if finding.recipe else ""
             lines.append(
                 f"  {severity_mark(finding.severity)} {finding.kind:<12} "
-                f"{format_ranks(finding.ranks):<8} {one_line(finding.summary)}{recipe}"
+                f"{format_ranks(finding.ranks):<8} {one_line(finding_text(finding))}{recipe}"
             )
             if finding.detail and finding.severity != SEVERITY_INFO:
                 lines.append(f"      {one_line(finding.detail)}")
@@ -204,7 +204,7 @@ def to_json(verdict: CheckVerdict, run_dir: str | None = None) -> dict:
         "world_size": results.world_size,
         "gpu": any(r.gpu for r in results.ranks),
         "time_limit_hit": results.time_limit_hit,
-        "verdict": verdict.findings[0].summary if verdict.findings else None,
+        "verdict": finding_text(verdict.findings[0]) if verdict.findings else None,
         "findings": [finding_to_json(f) for f in verdict.findings],
         "ranks": [
             {
