@@ -83,7 +83,8 @@ def test_the_rank_that_never_made_the_async_call_is_named_with_its_line(job):
         first["summary"],
     ), first["summary"]
     assert f"it is at {script}:{line_of('ELSEWHERE_LINE')} in load_batch" in first["summary"]
-    assert first["summary"].endswith("while ranks 0-1 wait for it")
+    assert "while ranks 0-1 wait for it" in first["summary"]
+    assert first["waiting"] == [0, 1] and "agent" in first["sources"]
     assert "progressing" not in [f["kind"] for f in report["findings"]]
     ranks = {r["rank"]: r for r in report["ranks"]}
     # The spinning ranks wait, whatever their stacks show (they are at the spin line).

@@ -121,5 +121,5 @@ def test_dump_compares_the_flight_recorder_dumps_in_the_run(ended_run, tmp_path)
         shutil.copy(dump, run / "fr" / f"rank_{rank}")
     (run / "fr" / "request").write_text("")
     report = dump_json(run)
-    flight = [f for f in report["findings"] if f["kind"].startswith("fr_")]
+    flight = [f for f in report["findings"] if "flight_recorder" in f["sources"]]
     assert [(f["kind"], f["ranks"]) for f in flight] == [("mismatch", [2])]

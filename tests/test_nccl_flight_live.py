@@ -152,5 +152,8 @@ def test_the_hang_report_holds_the_comparison_of_the_dumps(hung):
     data = json.loads(report.read_text())
     behind = [f for f in data["findings"] if f["kind"] == KIND_OUTLIER]
     assert [f["ranks"] for f in behind] == [[1]], data["findings"]
-    assert behind[0]["recipe"] == "rank-behind"
-    assert behind[0]["location"] == f"{script}:{line_of('ALL_REDUCE')}"
+    assert behind[0]["recipe"] == "rank-outside-collective"
+    # the agent and the dumps said the same: one finding, seen by both, at the culprit's line
+    assert {"agent", "flight_recorder"} <= set(behind[0]["sources"]), behind[0]
+    assert behind[0]["location"] == f"{script}:{line_of('ELSEWHERE')}"
+    assert behind[0]["collective"]["seq"] == 5 and behind[0]["waiting"] == [0]

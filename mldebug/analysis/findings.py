@@ -9,6 +9,7 @@ in one list, so a new one is one line in it. The agents' collective counts go fi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mldebug import model
 from mldebug.analysis.memory import memory_findings
@@ -16,7 +17,16 @@ from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
 from mldebug.analysis.timing import TimingVerdict, judge_timing
-from mldebug.model import Finding, RankCrash, RankEvent, RankView
+from mldebug.model import (
+    SOURCE_AGENT,
+    SOURCE_MEMORY,
+    SOURCE_STACKS,
+    SOURCE_TIMING,
+    Finding,
+    RankCrash,
+    RankEvent,
+    RankView,
+)
 
 _SEVERITY_ORDER = {model.SEVERITY_ERROR: 0, model.SEVERITY_WARNING: 1, model.SEVERITY_INFO: 2}
 # Within a severity: a crash, then what the ranks wait for, then what is merely slow.
@@ -60,11 +70,22 @@ def find_problems(
     analysis.timing's verdict, computed when not given (a caller that shows the table too
     passes the one it made: it is the costliest analysis of a large job)."""
     sequence = sequence if sequence is not None else sequence_verdict(views)
-    findings = stack_findings(views, world_size, failures or {}, crashes, sequence)
-    findings += nonfinite_findings(events) + memory_findings(views)
+    findings = _seen_by(
+        SOURCE_STACKS, stack_findings(views, world_size, failures or {}, crashes, sequence)
+    )
+    findings += _seen_by(SOURCE_AGENT, nonfinite_findings(events))
+    findings += _seen_by(SOURCE_MEMORY, memory_findings(views))
     timing = timing if timing is not None else judge_timing(views)
-    findings += timing.findings  # slow jobs: straggler, input/comm-bound, host syncs
+    findings += _seen_by(
+        SOURCE_TIMING, timing.findings
+    )  # slow jobs: straggler, input/comm-bound, host syncs
     return sort_findings(findings)
+
+
+def _seen_by(source: str, findings: Sequence[Finding]) -> list[Finding]:
+    """The findings, each saying what saw it (its own word where it has one: the agents'
+    ledger findings come through the stack reasoning)."""
+    return [f if f.sources else replace(f, sources=(source,)) for f in findings]
 
 
 def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:

@@ -74,6 +74,8 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
     text.append(printable(finding_text(first)), style=SEVERITY_STYLE.get(first.severity, ""))
     if first.detail:
         text.append(f"\n  {printable(first.detail)}")
+    if len(first.sources) > 1:  # several sources said it; the judge made it one finding
+        text.append(f"\n  seen by: {', '.join(first.sources)}", style="dim")
     if first.recipe:
         # Nothing is wrong with a working job: its recipe is for when it is too slow.
         lead = "if it is too slow" if first.severity == SEVERITY_INFO else "what to do"
