@@ -375,3 +375,57 @@ def test_asking_a_healthy_job_for_its_stacks_does_not_disturb_it():
     finally:
         stop(proc)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- pystack, where installed: a job not under `mldebug run`, a Python py-spy cannot read ---
+
+DATA = ROOT / "tests" / "data"
+
+
+def test_pystack_text_parses_to_the_model():
+    """Recorded from the real pystack 1.7.2 (`pystack remote --no-color`) on a 3-thread
+    process, pid 28486."""
+    from mldebug.collect.pystack import parse_pystack
+
+    threads = parse_pystack((DATA / "pystack_three_threads_pid28486.txt").read_text(), 28486)
+    assert [t.name for t in threads] == ["MainThread", "", ""]
+    assert [f.location for f in threads[0].frames] == [
+        "/tmp/srv/train.py:21",
+        "/tmp/srv/train.py:18",
+    ]
+    spinner = next(t for t in threads if t.owns_gil)
+    assert spinner.frames[-1].function == "spin" and spinner.frames[-1].line == 12
+    with pytest.raises(ValueError):
+        parse_pystack((DATA / "pystack_error_permission.txt").read_text(), 1)
+
+
+def test_a_plain_job_py_spy_cannot_read_is_read_with_pystack(tmp_path):
+    from mldebug.collect.pystack import find_pystack
+
+    pystack = find_pystack()
+    if pystack is None:
+        pytest.skip("pystack is not installed (pip install pystack)")
+    stub = tmp_path / "py-spy"
+    stub.write_text('#!/bin/sh\necho "Error: Unsupported version of Python: 3.15.0" >&2\nexit 1\n')
+    stub.chmod(0o755)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time\nprint('in', flush=True)\nwhile True:\n    time.sleep(0.5)  # HERE\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"in\n"
+        done = subprocess.run(
+            [*MLDEBUG, "dump", "--pid", str(proc.pid), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "MLDEBUG_PYSPY": str(stub), "MLDEBUG_PYSTACK": pystack},
+        )
+        assert done.returncode in (0, 1), done.stderr
+        rank = json.loads(done.stdout)["ranks"][0]
+        assert rank["stack_source"] == "pystack: py-spy does not support this Python"
+        assert rank["location"] == f"{script}:4"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -38,6 +38,7 @@ from dataclasses import replace
 import mldebug.ledgerrules as rules
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.pyspy import dump_stack, find_pyspy
+from mldebug.collect.pystack import find_pystack, read_pystack
 from mldebug.collect.rankstacks import ask_rank
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
 from mldebug.errors import ToolMissingError
@@ -72,19 +73,21 @@ SLOW_ROTATION = 10.0
 ROTATION_READS = 8.0
 
 
-# py-spy failures the rank's own agent can answer for, and how the verdict names them.
+PTRACE_REFUSED = "ptrace refused"
+# py-spy failures another reader can answer for, and how the report names them.
 AGENT_ANSWERS = {
-    FAIL_PERMISSION: "ptrace refused",
+    FAIL_PERMISSION: PTRACE_REFUSED,
     FAIL_UNSUPPORTED: "py-spy does not support this Python",
 }
 
 
-def _pyspy_or_agents(job: JobTargets) -> str | None:
-    """py-spy's path; None when it is missing but every rank has an agent to ask instead."""
+def _pyspy_or_others(job: JobTargets, pystack: str | None) -> str | None:
+    """py-spy's path; None when it is missing but pystack is installed or every rank has an
+    agent to ask instead."""
     try:
         return find_pyspy()
     except ToolMissingError:
-        if not job.targets or any(t.run_dir is None for t in job.targets):
+        if pystack is None and (not job.targets or any(t.run_dir is None for t in job.targets)):
             raise
         return None
 
@@ -127,7 +130,8 @@ class JobCollector:
         self.max_pids = max(1, max_pids)
         self.max_world = max(1, max_world)
         self.max_threads = max(1, max_workers or MAX_THREADS)
-        self.pyspy = pyspy or _pyspy_or_agents(job_targets)  # None: ask the ranks' agents
+        self.pystack = find_pystack()
+        self.pyspy = pyspy or _pyspy_or_others(job_targets, self.pystack)  # None: others read
         self._refused: dict[int, str] = {}  # pid -> why py-spy cannot read it (asked instead)
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
@@ -212,22 +216,32 @@ class JobCollector:
                 self._reading.discard(target.pid)
 
     def _read_either(self, target: RankTarget, native: bool, timeout: float) -> StackSample:
-        """py-spy, or the rank's own agent where py-spy cannot read it (collect/rankstacks)."""
-        started = time.monotonic()
-        refused = self._refused.get(target.pid)
-        if self.pyspy is None:
-            return ask_rank(target, "py-spy is not installed", timeout)
-        if refused is not None:
-            return ask_rank(target, refused, timeout)
-        sample = dump_stack(self.pyspy, target, native, self.nonblocking, timeout)
-        why = AGENT_ANSWERS.get(sample.failure or "")
-        if why is None or target.run_dir is None:
-            return sample
-        asked = ask_rank(target, why, max(timeout - (time.monotonic() - started), 1.0))
-        if asked.failure is not None:
-            return sample  # py-spy's own failure says more (and carries the remedy)
-        self._refused[target.pid] = why  # the next readings ask the rank straight away
-        return asked
+        """py-spy; where it cannot read the rank, the rank's own agent (collect/rankstacks),
+        else pystack where installed and ptrace is not what refused (collect/pystack)."""
+        end = time.monotonic() + timeout
+        sample: StackSample | None = None
+        why = self._refused.get(target.pid)
+        if why is None and self.pyspy is not None:
+            sample = dump_stack(self.pyspy, target, native, self.nonblocking, timeout)
+            why = AGENT_ANSWERS.get(sample.failure or "")
+            if why is None:
+                return sample
+        why = why or "py-spy is not installed"
+        answer = None
+        if target.run_dir is not None:
+            answer = ask_rank(target, why, max(end - time.monotonic(), 1.0))
+        if (answer is None or answer.failure) and self.pystack and why != PTRACE_REFUSED:
+            left = max(end - time.monotonic(), 1.0)
+            answer = read_pystack(self.pystack, target, why, self.nonblocking, left)
+        if answer is not None and answer.failure is None:
+            self._refused[target.pid] = why  # the next readings skip py-spy straight away
+            return answer
+        # py-spy's own failure says more (and carries the remedy)
+        return (
+            sample
+            or answer
+            or StackSample(target, time.time(), failure=FAIL_ERROR, failure_detail=why)
+        )
 
     def _not_read(self, target: RankTarget) -> StackSample:
         if self.deadline is None:
