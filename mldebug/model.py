@@ -214,6 +214,9 @@ class FlightGroup:
     created: float | None = None  # when the last entry was recorded (epoch seconds)
     shapes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
+    # torch 2.15 keeps a ring per backend: the one this came from ("gloo", "nccl2"); "" when
+    # torch has one ring for all
+    ring: str = ""
 
 
 @dataclass(frozen=True)
