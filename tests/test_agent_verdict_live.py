@@ -21,6 +21,7 @@ from testkit.jobs import line_of as marked_line
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 pytestmark = [
     pytest.mark.multirank,
+    pytest.mark.compat,  # .ci/compat: the hang verdict by sequence number
     pytest.mark.timeout(600),
     pytest.mark.skipif(
         not (PACKAGE / "agent" / "heartbeat.py").exists(),

@@ -17,7 +17,7 @@ import time
 import pytest
 from testkit.jobs import dump_json, start, stop, wait_ready
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 
 JOB = textwrap.dedent(
     """\

@@ -23,6 +23,8 @@ from testkit.agent_states import state
 from mldebug.agent import flight, timing_flight
 from mldebug.collect.agentstate import parse_state
 
+pytestmark = pytest.mark.compat  # cheap; .ci/compat runs it beside the 2.15 wheel
+
 # The first line of the 2.15 wheel's docstrings, as pybind writes them.
 SIGNATURE_JSON = (
     "_dump_fr_trace_json(includeCollectives: bool | None = None, onlyActive: bool | None = "

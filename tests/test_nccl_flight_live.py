@@ -25,7 +25,7 @@ import pytest
 from mldebug.model import KIND_FR_BEHIND
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump, summarize_flight_dump
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 
 JOB = textwrap.dedent(
     """\

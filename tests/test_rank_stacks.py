@@ -65,6 +65,7 @@ def interpreters() -> list[str]:
     return found
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("python", interpreters())
 def test_faulthandler_output_of_each_python_parses_to_the_model(python, tmp_path):
     script = tmp_path / "dumper.py"
@@ -282,6 +283,21 @@ def _names_the_stuck_rank(report: dict) -> None:
 
 
 @pytest.mark.multirank
+@pytest.mark.compat
+@pytest.mark.timeout(600)
+def test_dump_with_py_spy_names_the_stuck_rank_by_its_stack(stuck_job):
+    """The same job read by a user py-spy may read (CAP_SYS_PTRACE): the verdict by stack,
+    from py-spy."""
+    _, run_dir = stuck_job
+    done = _dump_until_verdict(None, run_dir, "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    _names_the_stuck_rank(report)
+    assert {rank["stack_source"] for rank in report["ranks"]} == {"py-spy"}
+
+
+@pytest.mark.multirank
+@pytest.mark.compat
 @pytest.mark.timeout(600)
 def test_dump_without_ptrace_names_the_stuck_rank_from_the_ranks_own_stacks(stuck_job):
     user, run_dir = stuck_job
@@ -352,6 +368,7 @@ def test_py_spy_that_does_not_support_the_python_gets_the_same_verdict(stuck_job
 
 
 @pytest.mark.multirank
+@pytest.mark.compat
 @pytest.mark.timeout(600)
 def test_asking_a_healthy_job_for_its_stacks_does_not_disturb_it():
     """Never cry wolf, never harm: a training job asked for its stacks again and again

@@ -85,6 +85,7 @@ def test_six_architectures_train_one_step_offline(tmp_path):
     assert recorded[2]["changed"]["num_local_experts"] == "8->4"
 
 
+@pytest.mark.compat  # .ci/compat: the tiny model
 def test_ddp_on_two_ranks(tmp_path):
     done, run_dir = run(
         tmp_path, "ddp", "--nproc-per-node", 2, "--tiny-model", EXAMPLES / "tiny_model_ddp.py"

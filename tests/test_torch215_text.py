@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mldebug.launch.timeouts import timeout_of
 from mldebug.nccl.logformats import prefixes
+
+pytestmark = pytest.mark.compat  # cheap; .ci/compat runs it on each end of the range
 
 DATA = Path(__file__).parent / "data" / "torch215"
 LOG = DATA / "nccl2_timeout_hostname_rank_prefix.log"
