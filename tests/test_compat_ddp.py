@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from testkit.jobs import dump_json, start, stop, wait_ready
+from testkit.torchfeatures import needs_gloo_flight_recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "straggler.py"
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600
 
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory):
+    needs_gloo_flight_recorder()  # torch 2.4 records NCCL only: no DDP rows on gloo
     folder = tmp_path_factory.mktemp("ddp")
     log = folder / "ddp.console"
     with log.open("wb") as err:
