@@ -77,3 +77,15 @@ def test_the_runs_timeout_report_reads_nccl2_errors():
     found = timeout_of("torch.distributed.DistBackendError: " + text.splitlines()[-1])
     assert found is not None and found.nccl_seq is None and found.nccl_op is None
     assert timeout_of(text.splitlines()[1]) is not None
+
+
+def test_held_out_two_nodes_name_the_rank_that_saved_a_checkpoint():
+    done = mldebug("explain", "--json", str(DATA / "nccl2_two_nodes.log"))
+    top = json.loads(done.stdout)["findings"][0]
+    assert top["ranks"] == [6] and "ranks 0-5,7 of at least 8" in top["summary"]
+
+
+def test_held_out_the_exception_alone_is_a_timeout_of_each_rank():
+    done = mldebug("explain", "--json", str(DATA / "nccl2_exception_only.log"))
+    top = json.loads(done.stdout)["findings"][0]
+    assert top["recipe"] == "nccl-watchdog-timeout" and top["ranks"] == [0, 1]
