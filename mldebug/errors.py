@@ -58,7 +58,9 @@ PTRACE_REMEDY = (
     "  * allow ptrace of your own processes: sudo sysctl kernel.yama.ptrace_scope=0\n"
     "  * in a container, start it with the capability: docker run --cap-add=SYS_PTRACE ...\n"
     "    (Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])\n"
-    "  * run mldebug as root, keeping your environment: sudo -E $(which mldebug) ..."
+    "  * run mldebug as root, keeping your environment: sudo -E $(which mldebug) ...\n"
+    "  * or start the job with `mldebug run`: its ranks then write their own stacks when\n"
+    "    ptrace is refused (non-dumpable ranks included)"
 )
 
 K8S_PTRACE_REMEDY = (

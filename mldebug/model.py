@@ -17,6 +17,7 @@ FAIL_EXITED = "exited"  # the process is gone (before or during the dump)
 FAIL_PERMISSION = "permission"  # ptrace refused, or another user's process
 FAIL_TIMEOUT = "timeout"  # py-spy did not answer within the time given to one rank
 FAIL_NOT_PYTHON = "not_python"  # no Python interpreter found in the process
+FAIL_UNSUPPORTED = "unsupported"  # py-spy does not support this Python (3.15, free-threaded)
 FAIL_ERROR = "error"  # anything else py-spy reported
 FAIL_BUSY = "busy"  # another reader (py-spy, gdb, mldebug of this user) held it all the time given
 
@@ -170,6 +171,9 @@ class StackSample:
     # Read at an earlier poll and given again (a live view reads a rank whose agent says it
     # moves less often): the newest stack known, not a new sample of the rank.
     carried: bool = False
+    # Where the threads came from when not py-spy, and why (collect/rankstacks.py): "the
+    # rank itself (faulthandler): ptrace refused: ..."; "" for py-spy.
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,9 @@ class FlightGroup:
     created: float | None = None  # when the last entry was recorded (epoch seconds)
     shapes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
+    # torch 2.15 keeps a ring per backend: the one this came from ("gloo", "nccl2"); "" when
+    # torch has one ring for all
+    ring: str = ""
 
 
 @dataclass(frozen=True)
@@ -347,6 +354,7 @@ class RankView:
     agent: AgentState | None = None  # the rank's state.json, when its agent writes one
     # The rank waits for its DataLoader: pid of the worker process whose line user_frame is.
     dataloader_worker: int | None = None
+    stack_source: str = ""  # StackSample.source of its threads: "" for py-spy
 
     @property
     def gone(self) -> bool:

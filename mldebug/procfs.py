@@ -79,6 +79,24 @@ def proc_uids(pid: int) -> tuple[int, int] | None:
     return None
 
 
+def caught_signals(pid: int | str = "self") -> int | None:
+    """The SigCgt mask of /proc/<pid>/status (bit n-1 set: signal n has a handler), or None."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError, OverflowError):
+        pass
+    return None
+
+
+def catches(pid: int | str, signum: int) -> bool:
+    """Does the process have a handler for `signum` now (so it is not killed by it)?"""
+    mask = caught_signals(pid)
+    return mask is not None and bool(mask >> (signum - 1) & 1)
+
+
 def descends_from(pid: int, ancestor: int, ancestor_ticks: int | None, max_hops: int = 256) -> bool:
     """Is `pid` a descendant of the process `ancestor` that started at `ancestor_ticks`?
 

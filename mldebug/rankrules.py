@@ -10,6 +10,7 @@ rule, so the agent and `dump` never disagree about a rank or a frame.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -148,3 +149,15 @@ def human_bytes(size: float | None, compact: bool = False) -> str:
             return f"{size:.0f}{sep}{unit}" if unit == "B" else f"{size:.1f}{sep}{unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+# Real-time signals seldom used by programs or libraries (glibc keeps the lowest ones): the
+# agent registers the first free one with faulthandler (agent/stacksignal.py), and `dump`
+# never sends any other, whatever a rank's proc.json says (collect/rankstacks.py).
+STACK_SIGNAL_OFFSETS = (3, 4, 5)  # below SIGRTMAX
+
+
+def stack_signals() -> tuple[int, ...]:
+    """The signals that may make a rank write its stacks, in the order the agent tries them."""
+    top = getattr(signal, "SIGRTMAX", None)
+    return tuple(int(top) - offset for offset in STACK_SIGNAL_OFFSETS) if top is not None else ()

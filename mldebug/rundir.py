@@ -111,6 +111,11 @@ class RunPaths:
         """Python stacks faulthandler writes when the rank dies of a fatal signal."""
         return self.rank_dir(rank) / "faulthandler.log"
 
+    def stacks_file(self, rank: int) -> Path:
+        """Every thread's Python stack, written by faulthandler in the rank when `dump` sends
+        the signal its agent registered (agent/stacksignal.py): read when ptrace is refused."""
+        return self.rank_dir(rank) / "stacks.txt"
+
     def state_file(self, rank: int) -> Path:
         return self.rank_dir(rank) / "state.json"
 

@@ -93,6 +93,11 @@ def _read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_fd(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes from a descriptor's current offset."""
+    return _read_fd(fd, limit)
+
+
 def read_head(path: str | os.PathLike, limit: int) -> bytes:
     """At most the first `limit` bytes of a regular file. Raises OSError."""
     fd = open_regular(path)

@@ -283,15 +283,23 @@ class _RunDirReader:
     """Which pids a run directory names are its ranks: a pid is only read (ptraced) once it
     is verified as one: alive, owned by the directory's owner, and started with
     MLDEBUG_RUN_DIR naming this same directory and a rank variable (RANK...), which its
-    launcher lacks. Files in the directory are only claims."""
+    launcher lacks. Files in the directory are only claims.
+
+    A process whose environment cannot be read (a non-dumpable one: PR_SET_DUMPABLE 0, a
+    setuid start) is verified by descent instead: its start time is the one its agent wrote
+    in proc.json (so a reused pid does not pass), and /proc/PID/stat's parents lead to the
+    `mldebug run` process run.json names, started at the time run.json gives."""
 
     root: Path
     owner: int
+    launcher: tuple[int, int] | None = None  # (pid, start ticks) of the run's `mldebug run`
+    ticks: dict[int, int] = field(default_factory=dict)  # pid -> start ticks its agent wrote
     verified: dict[int, dict[str, str] | None] = field(default_factory=dict)
     strangers: set[int] = field(default_factory=set)  # alive, named, not verified
 
     def environ(self, pid: int) -> dict[str, str] | None:
-        """The environment of `pid` if it is a rank of this run, else None (cached)."""
+        """The environment of `pid` if it is a rank of this run, else None (cached); {} for
+        a rank verified by descent, whose environment cannot be read."""
         if pid not in self.verified:
             self.verified[pid] = self._verify(pid)
             if self.verified[pid] is None and procfs.pid_alive(pid):
@@ -302,9 +310,25 @@ class _RunDirReader:
         if not procfs.pid_alive(pid) or procfs.proc_uids(pid) != (self.owner, self.owner):
             return None
         environ = procfs.proc_environ(pid)
-        if environ is None or not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
+        if environ is None:
+            return {} if self._descends(pid) else None
+        if not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
             return None
         return environ if rank_env(environ)[0] is not None else None  # not the launcher
+
+    def _descends(self, pid: int) -> bool:
+        ticks = self.ticks.get(pid)
+        if self.launcher is None or ticks is None or procfs.proc_start_ticks(pid) != ticks:
+            return False
+        return procfs.descends_from(pid, *self.launcher)
+
+
+def _launcher_of(manifest: dict) -> tuple[int, int] | None:
+    """The `mldebug run` process of a run, by pid and start time (run.json), if recorded."""
+    pid, ticks = _pid(manifest.get("mldebug_pid")), manifest.get("mldebug_start_ticks")
+    if pid is None or not isinstance(ticks, int) or isinstance(ticks, bool):
+        return None
+    return pid, ticks
 
 
 def _here(value: object, host: str) -> bool:
@@ -342,7 +366,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     paths = rundir.RunPaths(root)
     owner, notes = _trust_notes(root)
     host = rundir.hostname()
-    reader = _RunDirReader(root, owner)
+    reader = _RunDirReader(root, owner, _launcher_of(manifest))
     exit_codes = manifest_exit_codes(manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")
@@ -361,6 +385,9 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         pid = _pid(info.get("pid"))
         if pid and _here(info.get("host"), host):  # another node's pid: not readable here
             claims.append((rank, pid, info.get("local_rank"), info.get("world_size")))
+            ticks = info.get("start_ticks")
+            if isinstance(ticks, int) and not isinstance(ticks, bool):
+                reader.ticks.setdefault(pid, ticks)
     # One target per rank and per pid (500 ranks naming one process read it once): the
     # rank the process's own environment gives wins, else the first claim.
     by_pid: dict[int, list[tuple[int, int, object, object]]] = {}

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 from testkit.jobs import dump, start, stop, wait_ready
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 BAD_RANK, BAD_STEP = 1, 3
 

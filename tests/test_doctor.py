@@ -86,6 +86,8 @@ def test_torch_versions_come_from_a_subprocess(report):
     torch_check = by_name(report)["torch"]
     assert torch_check["status"] in (OK, WARN)
     assert f"torch {torch.__version__}" in torch_check["detail"]
+    # this machine's torch and Python are in the tested range: no warning (README, Supported)
+    assert by_name(report)["supported"]["status"] == OK
     # doctor itself never imports torch (it may take 30 s, and must work where it breaks)
     code = (
         "import sys; from mldebug.commands import doctor; from mldebug.doctor import all_probes;"

@@ -16,8 +16,9 @@ import time
 
 import pytest
 from testkit.jobs import dump_json, start, stop, wait_ready
+from testkit.torchfeatures import needs_gloo_flight_recorder
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 
 JOB = textwrap.dedent(
     """\
@@ -51,6 +52,7 @@ def line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
+    needs_gloo_flight_recorder()  # torch 2.4 (.ci/compat) records NCCL only
     tmp_path = tmp_path_factory.mktemp("ddp_flight")
     script = tmp_path / "job.py"
     script.write_text(JOB)

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.torchfeatures import needs_gloo_flight_recorder
 
 from mldebug.model import KIND_OUTLIER
 from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump, summarize_flight_dump
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 
 JOB = textwrap.dedent(
     """\
@@ -69,6 +70,7 @@ def mtimes(fr: Path) -> dict[int, int]:
 
 @pytest.fixture(scope="module")
 def hung(tmp_path_factory):
+    needs_gloo_flight_recorder()  # torch 2.4 (.ci/compat) records NCCL only
     """GIVEN the job under `mldebug run --flight-recorder --hang-timeout 8` (it keeps
     running after the report); WHEN the watchdog fired, and then a user touched the
     request file; THEN what the run directory and the console held at each point."""

@@ -171,6 +171,7 @@ def test_native_raw_bytes_are_kept(native_job):
     assert b"\rrank1 progress 5/29\r" in paths.stderr(1).read_bytes()
 
 
+@pytest.mark.compat  # .ci/compat: the crash report
 def test_native_crash_names_root_cause_and_ends_the_job(native_job):
     code, out, err, paths, tmp_path = native_job
     assert code == 1
@@ -181,6 +182,7 @@ def test_native_crash_names_root_cause_and_ends_the_job(native_job):
     assert not any(pid_alive(r["pid"]) for r in manifest["ranks"])
 
 
+@pytest.mark.compat
 def test_dump_of_the_crashed_run_names_the_root_cause(native_job):
     # GIVEN the run that ended with rank 1's exception, WHEN dump reads it post-mortem
     code, out, err, paths, tmp_path = native_job

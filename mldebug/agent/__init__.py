@@ -8,6 +8,8 @@ The agent:
     stdout and stderr are pipes that `mldebug run` reads into the logs itself);
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
+  * registers a free real-time signal with faulthandler (agent/stacksignal.py), so `dump`
+    can have every thread's stack written to ranks/<rank>/stacks.txt where ptrace is refused;
   * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
   * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal);
   * starts its watching parts (`_start_parts`): the collective trace, the step count, the
@@ -43,6 +45,7 @@ import errno
 import io
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +167,17 @@ def _redirect_to_files(safeio: ModuleType, stdout_path: Path, stderr_path: Path)
             setattr(sys, f"__{name}__", guarded)
 
 
+def _register_stack_signal(safeio: ModuleType, path: Path) -> int | None:
+    """The signal that makes this rank write its stacks (agent/stacksignal.py), or None."""
+    try:
+        from . import stacksignal
+
+        signals, procfs = _sibling("rankrules").stack_signals(), _sibling("procfs")
+        return stacksignal.register(safeio.open_append(path), signals, procfs.caught_signals())
+    except Exception:
+        return None  # no stacks without ptrace; the program runs as it would
+
+
 def _write_quietly(write_json: WriteJson, path: Path, data: dict) -> bool:
     """A file of the agent's, or nothing: a full disk must not reach the program."""
     try:
@@ -195,6 +209,7 @@ def activate() -> None:
     paths = rundir.RunPaths(Path(run_dir))
     safeio.make_private_dir(paths.rank_dir(rank))
     host = rundir.hostname()
+    stack_signal = _register_stack_signal(safeio, paths.stacks_file(rank))
     # proc.json first: the launcher only tails a wrapped rank's files once it knows who it is.
     known = _write_quietly(
         safeio.write_json_atomic,
@@ -208,6 +223,9 @@ def activate() -> None:
             "start_time": time.time(),
             "start_ticks": _sibling("procfs").proc_start_ticks(),
             "owner": os.environ[ENV_OWNER],
+            # what `dump` needs to ask for stacks without ptrace (agent/stacksignal.py)
+            "stack_signal": stack_signal,
+            "main_thread": threading.main_thread().ident,
         },
     )
     if os.environ.get(ENV_MODE) == MODE_WRAP and known:

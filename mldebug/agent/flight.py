@@ -2,6 +2,11 @@
 
 torch 2.13 records every collective its process groups issue (gloo included) in a ring
 buffer, DDP's gradient all-reduces among them, which the agent's Python trace never sees.
+torch 2.15 keeps one ring per backend: `_dump_fr_trace_json(backend=...)` dumps one ("gloo"
+by default), and the "nccl" backend is ProcessGroupNCCL2 unless TORCH_DIST_USE_NCCL2=0,
+which records through a FlightRecorderHook into its own ring. There, every ring the job's
+process groups may record into is read (`rings()`: gloo, nccl, nccl2, nccl-legacy as their
+backends say), and each group's summary says which ring it came from (`ring`).
 The heartbeat thread asks `Flight.summary()` each round; only while torch.distributed is
 initialised and the rank looks stuck (a traced call pending for more than PENDING_INTERVALS
 heartbeats, or the step still for more than STILL_INTERVALS) does it call torch's JSON dump,
@@ -28,7 +33,7 @@ from .siblings import sibling as _sibling
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
 PART = "flight_recorder"
@@ -58,15 +63,73 @@ def _c10d() -> Any:
     return c10d
 
 
+# The rings a backend's collectives may be in, on a torch whose dumps take `backend=`:
+# "nccl" is ProcessGroupNCCL2 (its hook's ring) or, with TORCH_DIST_USE_NCCL2=0, the stock
+# ProcessGroupNCCL; the names torch does not know dump an empty ring.
+RINGS_OF = {"nccl": ("nccl", "nccl2", "nccl-legacy"), "nccl2": ("nccl2",)}
+MAX_RINGS = 8
+
+
+def takes_backend(dump: Callable[..., Any]) -> bool:
+    """Does this dump function take `backend=` (torch 2.15: one ring per backend)? Its
+    pybind signature is the first line of its docstring."""
+    doc = getattr(dump, "__doc__", None)
+    return isinstance(doc, str) and "backend" in doc.split("\n", 1)[0]
+
+
+def rings() -> tuple[str, ...]:
+    """The rings to read: those of the backends the job's process groups use (torch's own
+    `pg_backend_config`, "cpu:gloo,cuda:nccl"), gloo first."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    configs = getattr(getattr(c10d, "_world", None), "pg_backend_config", None)
+    found = ["gloo"]
+    values = list(configs.values())[:MAX_GROUPS] if isinstance(configs, dict) else []
+    for value in values:
+        for part in str(value)[:MAX_TEXT].split(","):
+            backend = part.rsplit(":", 1)[-1].strip().lower()
+            for ring in RINGS_OF.get(backend, (backend,)):
+                if ring and ring not in found and len(found) < MAX_RINGS:
+                    found.append(ring)
+    return tuple(found)
+
+
+class RingDumps:
+    """torch 2.15's dumps, one per ring: called like the dump, answers [(ring, raw)]."""
+
+    def __init__(self, dump: Callable[..., Any], names: Iterable[str]) -> None:
+        self.dump = dump
+        self.names = tuple(names)
+
+    def __call__(self, **kwargs: Any) -> list:
+        return [(name, self.dump(backend=name, **kwargs)) for name in self.names]
+
+
 def _dumper() -> Callable[..., Any] | None:
     """torch's JSON dump of its Flight Recorder, or None when torch.distributed is not
-    imported or not initialised (or this torch has none)."""
+    imported or not initialised (or this torch has none). On a torch with one ring per
+    backend, a RingDumps over the rings the job uses."""
     c10d = _c10d()
     if c10d is None:
         return None
-    return getattr(c10d, "_dump_fr_trace_json", None) or getattr(
-        c10d, "_dump_nccl_trace_json", None
-    )
+    dump = getattr(c10d, "_dump_fr_trace_json", None)
+    if dump is not None and takes_backend(dump):
+        return RingDumps(dump, rings())
+    return dump or getattr(c10d, "_dump_nccl_trace_json", None)
+
+
+def merge_rings(summaries: list) -> dict:
+    """One summary from each ring's [(ring, summary)]: per group, the ring whose last entry
+    is the newest (a group of two backends has entries in both)."""
+    merged: dict[str, dict] = {}
+    for ring, summary in summaries:
+        for name, group in summary.items():
+            group = {**group, "ring": ring}
+            known = merged.get(name)
+            if known is None or (group["last"].get("created") or 0) > (
+                known["last"].get("created") or 0
+            ):
+                merged[name] = group
+    return merged
 
 
 def group_name(process_group: object) -> str | None:
@@ -174,9 +237,11 @@ class Flight:
             fault_point(PART)
             raw = dump(includeCollectives=True, onlyActive=False)
             self.dumps += 1
-            if len(raw) > MAX_DUMP:
-                raise ValueError(f"its dump is {len(raw):,} bytes, over {MAX_DUMP:,}")
-            self._summary = summarise(json.loads(raw))
+            read = raw if isinstance(raw, list) else [(None, raw)]  # RingDumps: per ring
+            if sum(len(ring_raw) for _, ring_raw in read) > MAX_DUMP:
+                raise ValueError(f"its dump is over {MAX_DUMP:,} bytes")
+            summaries = [(ring, summarise(json.loads(ring_raw))) for ring, ring_raw in read]
+            self._summary = summaries[0][1] if raw is not read else merge_rings(summaries)
             return self._summary
         except Exception as error:
             self.off = True
@@ -196,11 +261,15 @@ MAX_WRITE = 256 << 20  # bytes of one dump written at most
 
 def _pickle_dumper() -> Callable[..., Any] | None:
     """torch's pickle dump of its Flight Recorder (with stacks), or None when
-    torch.distributed is not imported or not initialised."""
+    torch.distributed is not imported or not initialised; a RingDumps on a torch with one
+    ring per backend."""
     c10d = _c10d()
     if c10d is None:
         return None
-    return getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+    dump = getattr(c10d, "_dump_fr_trace", None)
+    if dump is not None and takes_backend(dump):
+        return RingDumps(dump, rings())
+    return dump or getattr(c10d, "_dump_nccl_trace", None)
 
 
 class FlightDumps:
@@ -245,6 +314,8 @@ class FlightDumps:
                 return False
             fault_point(DUMPS_PART)
             data = dump(includeCollectives=True, includeStackTraces=True, onlyActive=False)
+            if isinstance(data, list):  # RingDumps: the ring that holds the most
+                data = max((raw for _, raw in data), key=len, default=b"")
             self._served = token
             if len(data) > MAX_WRITE:
                 raise ValueError(f"its dump is {len(data):,} bytes, over {MAX_WRITE:,}")

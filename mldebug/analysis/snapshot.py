@@ -93,6 +93,7 @@ def rank_view(
         rss_bytes=rss,
         detail=detail,
         dataloader_worker=worker,
+        stack_source=good[-1].source if good else "",
     )
 
 

@@ -140,6 +140,7 @@ def _flight(value: object) -> tuple[FlightGroup, ...]:
                 created=parse_time(last.get("created")),
                 shapes=_shapes(last.get("sizes")),
                 dtypes=_dtypes(last.get("dtypes")),
+                ring=(_text(entry.get("ring")) or "")[:32],
             )
         )
     return tuple(groups)

@@ -38,11 +38,16 @@ from dataclasses import replace
 import mldebug.ledgerrules as rules
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.pyspy import dump_stack, find_pyspy
+from mldebug.collect.pystack import find_pystack, read_pystack
+from mldebug.collect.rankstacks import ask_rank
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
+from mldebug.errors import ToolMissingError
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,
+    FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    FAIL_UNSUPPORTED,
     AgentState,
     JobReadings,
     JobTargets,
@@ -50,6 +55,7 @@ from mldebug.model import (
     StackSample,
 )
 from mldebug.procfs import pid_alive
+from mldebug.wording import ranks_text
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
 # Ranks a snapshot accounts for: a world size of 1,000,000 in a planted run.json would make
@@ -65,6 +71,25 @@ SLOW_ROTATION = 10.0
 # ...but all moving ranks together cost at most about this many rotation reads a second (128
 # moving ranks: each every 16 s; 1,024: every 128 s).
 ROTATION_READS = 8.0
+
+
+PTRACE_REFUSED = "ptrace refused"
+# py-spy failures another reader can answer for, and how the report names them.
+AGENT_ANSWERS = {
+    FAIL_PERMISSION: PTRACE_REFUSED,
+    FAIL_UNSUPPORTED: "py-spy does not support this Python",
+}
+
+
+def _pyspy_or_others(job: JobTargets, pystack: str | None) -> str | None:
+    """py-spy's path; None when it is missing but pystack is installed or every rank has an
+    agent to ask instead."""
+    try:
+        return find_pyspy()
+    except ToolMissingError:
+        if pystack is None and (not job.targets or any(t.run_dir is None for t in job.targets)):
+            raise
+        return None
 
 
 class JobCollector:
@@ -105,7 +130,9 @@ class JobCollector:
         self.max_pids = max(1, max_pids)
         self.max_world = max(1, max_world)
         self.max_threads = max(1, max_workers or MAX_THREADS)
-        self.pyspy = pyspy or find_pyspy()
+        self.pystack = find_pystack()
+        self.pyspy = pyspy or _pyspy_or_others(job_targets, self.pystack)  # None: others read
+        self._refused: dict[int, str] = {}  # pid -> why py-spy cannot read it (asked instead)
         self._last: dict[int, StackSample] = {}  # pid -> newest sample, across polls
         self._history: dict[int, tuple[StackSample, ...]] = {}  # pid -> samples of its last read
         self.skip_moving = skip_moving
@@ -176,13 +203,7 @@ class JobCollector:
                 )
             self._reading.add(target.pid)
         try:
-            return dump_stack(
-                self.pyspy,
-                target,
-                self.native if native is None else native,
-                self.nonblocking,
-                timeout,
-            )
+            return self._read_either(target, self.native if native is None else native, timeout)
         except Exception as error:  # a collector must not take the view down
             return StackSample(
                 target,
@@ -193,6 +214,34 @@ class JobCollector:
         finally:
             with self._reading_lock:
                 self._reading.discard(target.pid)
+
+    def _read_either(self, target: RankTarget, native: bool, timeout: float) -> StackSample:
+        """py-spy; where it cannot read the rank, the rank's own agent (collect/rankstacks),
+        else pystack where installed and ptrace is not what refused (collect/pystack)."""
+        end = time.monotonic() + timeout
+        sample: StackSample | None = None
+        why = self._refused.get(target.pid)
+        if why is None and self.pyspy is not None:
+            sample = dump_stack(self.pyspy, target, native, self.nonblocking, timeout)
+            why = AGENT_ANSWERS.get(sample.failure or "")
+            if why is None:
+                return sample
+        why = why or "py-spy is not installed"
+        answer = None
+        if target.run_dir is not None:
+            answer = ask_rank(target, why, max(end - time.monotonic(), 1.0))
+        if (answer is None or answer.failure) and self.pystack and why != PTRACE_REFUSED:
+            left = max(end - time.monotonic(), 1.0)
+            answer = read_pystack(self.pystack, target, why, self.nonblocking, left)
+        if answer is not None and answer.failure is None:
+            self._refused[target.pid] = why  # the next readings skip py-spy straight away
+            return answer
+        # py-spy's own failure says more (and carries the remedy)
+        return (
+            sample
+            or answer
+            or StackSample(target, time.time(), failure=FAIL_ERROR, failure_detail=why)
+        )
 
     def _not_read(self, target: RankTarget) -> StackSample:
         if self.deadline is None:
@@ -368,6 +417,18 @@ class JobCollector:
             notes.append(f"world size {world}: only ranks 0-{self.max_world - 1} are accounted for")
         return tuple(notes)
 
+    @staticmethod
+    def _source_notes(samples: Mapping[int, Sequence[StackSample]]) -> tuple[str, ...]:
+        """Which ranks' stacks did not come from py-spy, and from where."""
+        by_source: dict[str, list[int]] = {}
+        for series in samples.values():
+            last = series[-1] if series else None
+            if last is not None and last.source and last.target.rank is not None:
+                by_source.setdefault(last.source, []).append(last.target.rank)
+        return tuple(
+            f"stacks of {ranks_text(ranks)} from {source}" for source, ranks in by_source.items()
+        )
+
     @contextmanager
     def polling(self) -> Iterator[StackPoll]:
         """One poll, and no other meanwhile: its deadline starts now."""
@@ -454,6 +515,6 @@ class StackPoll:
             samples=samples,
             world_size=min(world, collector.max_world) if world else world,
             workers=dict(workers or {}),
-            notes=collector._notes(),
+            notes=(*collector._notes(), *collector._source_notes(samples)),
             agents=dict(collector._agents) if collector.skip_moving else {},
         )

@@ -29,6 +29,7 @@ from mldebug.model import (
     FAIL_NOT_PYTHON,
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    FAIL_UNSUPPORTED,
     Frame,
     RankTarget,
     StackSample,
@@ -67,11 +68,11 @@ def _frame(raw: dict) -> Frame:
     line = raw.get("line")
     if not isinstance(line, int) or (native and line == 0):
         line = None
-    return _interned(name, str(raw.get("filename") or "?"), line, native)
+    return interned_frame(name, str(raw.get("filename") or "?"), line, native)
 
 
 @lru_cache(maxsize=100_000)
-def _interned(function: str, file: str, line: int | None, native: bool) -> Frame:
+def interned_frame(function: str, file: str, line: int | None, native: bool) -> Frame:
     """One Frame object per distinct frame: ranks share them, stacks compare by identity."""
     return Frame(function=function, file=file, line=line, native=native)
 
@@ -117,6 +118,8 @@ def classify_pyspy_error(stderr: str) -> tuple[str, str]:
         return FAIL_PERMISSION, "ptrace refused: " + first
     if "check that the process is running" in lowered or "no such process" in lowered:
         return FAIL_EXITED, "the process exited"
+    if "unsupported version of python" in lowered:  # 3.15, a free-threaded build (py-spy#711)
+        return FAIL_UNSUPPORTED, "py-spy does not support this Python: " + first
     if "failed to find python version" in lowered or "python interpreter" in lowered:
         return FAIL_NOT_PYTHON, "no Python interpreter found in this process"
     return FAIL_ERROR, first
@@ -185,7 +188,7 @@ def dump_stack(
         held = wait_for_readers(target.pid, max(0.0, end - time.monotonic()) * BUSY_SHARE)
         seen = held or seen
         sample = _dump_once(pyspy, target, native, nonblocking, max(end - time.monotonic(), 0.5))
-        if sample.failure in (None, FAIL_EXITED, FAIL_TIMEOUT, FAIL_NOT_PYTHON):
+        if sample.failure in (None, FAIL_EXITED, FAIL_TIMEOUT, FAIL_NOT_PYTHON, FAIL_UNSUPPORTED):
             return sample
         # EPERM or "stopped" may be another reader that attached between the look and the
         # read and let go since: look again, and try again while there is time.

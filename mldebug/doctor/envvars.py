@@ -66,7 +66,7 @@ TORCH_OTHERS = set(
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE TORCH_NCCL_DEBUG_INFO_PIPE_FILE TORCH_LOGS TORCH_HOME
     TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR TORCH_COMPILE_DEBUG TORCH_TRACE
     TORCH_SHOW_DISPATCH_TRACE TORCH_BLAS_PREFER_CUBLASLT TORCH_ALLOW_TF32_CUBLAS_OVERRIDE
-    TORCH_DEVICE_BACKEND_AUTOLOAD TORCH_CUDNN_V8_API_ENABLED""".split()
+    TORCH_DEVICE_BACKEND_AUTOLOAD TORCH_CUDNN_V8_API_ENABLED TORCH_DIST_USE_NCCL2""".split()
 )
 CUDA_INTS = set(
     """CUDA_LAUNCH_BLOCKING CUDA_DEVICE_MAX_CONNECTIONS CUDA_CACHE_DISABLE
@@ -119,6 +119,7 @@ ALLOC_KEYS = set(
     graph_capture_record_stream_reuse per_process_memory_fraction""".split()
 )
 BOOL_WORDS = {"0", "1", "true", "false", "yes", "no", "y", "n", "on", "off"}
+BOOL_OFF = {"0", "false", "no", "off", "n"}
 _INT = re.compile(r"[-+]?\d+$")
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+$")
 
@@ -263,6 +264,14 @@ def check_env(
             warn(var, "should be 0 or 1")
         elif var in CHOICES and value.strip().upper() not in CHOICES[var]:
             warn(var, f"should be one of {', '.join(sorted(CHOICES[var]))}")
+        elif var == "TORCH_DIST_USE_NCCL2" and value != "0" and value.strip().lower() in BOOL_OFF:
+            # torch 2.15 compares it with "0" alone (distributed_c10d.py)
+            warn(
+                var,
+                'torch rolls "nccl" back to the stock ProcessGroupNCCL only for the value 0: '
+                "this one keeps ProcessGroupNCCL2 (set it to 0, or init_process_group("
+                'backend="nccl-legacy"))',
+            )
         elif var == "NCCL_DEBUG_SUBSYS":
             unknown = [s for s in value.upper().lstrip("^").split(",") if s and s not in SUBSYSTEMS]
             if unknown:

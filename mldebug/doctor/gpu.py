@@ -26,8 +26,15 @@ try:
 except Exception as error:
     print(json.dumps({"missing": f"{type(error).__name__}: {error}"}))
     raise SystemExit
+import os, sys
 info = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None,
-        "available": False, "count": 0, "reason": ""}
+        "available": False, "count": 0, "reason": "",
+        "python": ".".join(map(str, sys.version_info[:3])), "nccl2": False}
+try:  # torch 2.15: "nccl" is ProcessGroupNCCL2 unless TORCH_DIST_USE_NCCL2=0
+    from torch._C import _distributed_c10d as c10d
+    info["nccl2"] = hasattr(c10d, "ProcessGroupNCCL2")
+except Exception:
+    pass
 try:
     info["available"] = torch.cuda.is_available()
     info["count"] = torch.cuda.device_count() if info["available"] else 0
@@ -73,7 +80,48 @@ def torch_check(python: str = sys.executable) -> list[Check]:
         return [Check("torch", WARN, f"{detail}; but no GPU is usable: {one_line(reason)}", recipe)]
     if info.get("available"):
         detail += f"; {info.get('count')} GPU(s) usable"
-    return [Check("torch", OK, detail, recipe)]
+    if info.get("nccl2"):
+        legacy = os.environ.get("TORCH_DIST_USE_NCCL2") == "0"
+        detail += (
+            '; backend "nccl" is the stock ProcessGroupNCCL (TORCH_DIST_USE_NCCL2=0)'
+            if legacy
+            else '; backend "nccl" is ProcessGroupNCCL2 (TORCH_DIST_USE_NCCL2=0 or '
+            'backend "nccl-legacy" gives the stock one)'
+        )
+    return [Check("torch", OK, detail, recipe), support_check(info)]
+
+
+# What mldebug is tested on (README "Supported", .ci/compat): outside it, it may still work.
+SUPPORTED_TORCH = ((2, 4), (2, 15))
+SUPPORTED_PYTHON = ((3, 10), (3, 13))
+
+
+def _version(text: object) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", str(text or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def support_check(info: dict) -> Check:
+    """Are the job's torch and Python in the range mldebug is tested on?"""
+    outside = []
+    for name, value, (low, high) in (
+        ("torch", info.get("torch"), SUPPORTED_TORCH),
+        ("Python", info.get("python"), SUPPORTED_PYTHON),
+    ):
+        version = _version(value)
+        if version is not None and not low <= version <= high:
+            span = f"{low[0]}.{low[1]}-{high[0]}.{high[1]}"
+            outside.append(f"{name} {one_line(str(value))[:20]} is outside {span}")
+    torch_range = "{}.{}-{}.{}".format(*SUPPORTED_TORCH[0], *SUPPORTED_TORCH[1])
+    python_range = "{}.{}-{}.{}".format(*SUPPORTED_PYTHON[0], *SUPPORTED_PYTHON[1])
+    if outside:
+        detail = "; ".join(outside) + (
+            f": mldebug is tested on torch {torch_range} and Python {python_range} "
+            "(README, Supported); it may still work, but what it reads there is not checked"
+        )
+        return Check("supported", WARN, detail, "unsupported-versions")
+    detail = f"torch {info.get('torch')} and Python {info.get('python')} are in the tested range"
+    return Check("supported", OK, one_line(detail), "unsupported-versions")
 
 
 def _nvml() -> tuple[str, list[str]] | None:

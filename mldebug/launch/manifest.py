@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from mldebug.procfs import proc_start_ticks
 from mldebug.rundir import STATUS_RUNNING, RunPaths
 from mldebug.safeio import create_new, write_json_atomic
 
@@ -114,6 +115,9 @@ class Manifest:
             "start_time": time.time(),
             "end_time": None,
             "mldebug_pid": os.getpid(),
+            # with the pid, names this process for good: `dump` knows the run's ranks by
+            # their descent from it where their environment cannot be read (targets.py)
+            "mldebug_start_ticks": proc_start_ticks(),
             "launcher_pid": None,
             "world_size": None,
             "status": STATUS_RUNNING,

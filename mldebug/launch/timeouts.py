@@ -58,6 +58,9 @@ _TIMEOUTS = [
         r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)[^\n]*?\) timed out in blocking wait"
     ),
     re.compile(r"Timeout at NCCL work: (?P<seq>\d+)"),
+    # torch 2.15's nccl2 backend: no WorkNCCL(...), so neither SeqNum nor op
+    re.compile(r"\[TC\][^\n]*?Operation timed out after (?P<ms>\d+) ms"),
+    re.compile(r"Watchdog caught collective operation timeout: NCCL operation timed out"),
 ]
 
 

@@ -1,7 +1,9 @@
 """The shapes of the lines mldebug.nccl reads, as regular expressions, and the words a line
 must hold to be looked at at all. Facts from NCCL's src/debug.cc, init.cc, bootstrap.cc,
 misc/socket.cc, transport/net_ib.cc and include/checks.h (2.7 to 2.29) and torch's
-ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp and TCPStore (1.x to 2.13).
+ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp and TCPStore (1.x to 2.13); torch 2.15's nccl2
+backend (c10d/nccl2: Logging.hpp's "[TC][rank=R][name=PG] " head, WorkNCCL.cpp's timeout) and
+torchrun's --log-line-prefix-template "${hostname}:${rank}: ".
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ KEYWORDS = (
     b"ank ",  # "[Rank R]", "[PG ID 0 ... Rank R]": the watchdog's every message; barriers
     b"rror",  # NCCL error, Last error, DistStoreError (clients joined), RuntimeError
     b"[c10d]",  # the TCPStore client: failed to connect to [host]:port
+    b"[TC]",  # torch 2.15's nccl2 backend heads every line of its own with it
 )
 
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
@@ -31,6 +34,9 @@ PREFIXES = re.compile(
     r"|\[\d+,(?P<orank>\d+)\]<std(?:out|err)>:"  # Open MPI --tag-output
     r"|\[(?P<hrank>\d+)\] (?!NCCL )"  # MPICH -prepend-rank: [3]
     r"|(?P<srank>\d+): "  # srun --label
+    # torchrun --log-line-prefix-template "${hostname}:${rank}: " (torch 2.15's docs): a
+    # host name starts with a letter; NCCL's own "host:pid:tid " has no ": " after the pid
+    r"|(?P<thost>[A-Za-z][A-Za-z0-9_.-]{0,62}):(?P<tprank>\d+): "
     r"|\[\d{4}-\d\d-\d\d[T ][0-9:.,]+Z?\] "  # a timestamp: NCCL's before WARN, or a logger's
     r"|\s+"
 )
@@ -63,6 +69,12 @@ PG = re.compile(
     r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\]"
     r"|\[Rank (?P<rank2>\d+)\]"
 )
+# torch 2.15's nccl2 (c10d/nccl2/Logging.hpp): "[TC][rank=3][name=0] ", the communicator's
+# rank and its process group's name; a timed-out work says so in WorkNCCL.cpp, and its
+# exception is "Watchdog caught collective operation timeout: NCCL operation timed out".
+TC = re.compile(r"\[TC\](?:\[rank=(?P<rank>\d+)\])?(?:\[name=(?P<pg>[^\]]{0,64})\])?")
+TC_TIMED_OUT = re.compile(r"Operation timed out after (?P<ms>\d+) ms")
+NCCL2_TIMEOUT = "Watchdog caught collective operation timeout: NCCL operation timed out"
 WORK = re.compile(r"WorkNCCL\((?P<fields>(?:[^()]|\(ms\))*)\)")
 FIELD = re.compile(r"(\w+(?:\(ms\))?)=([^,]*)")
 RAN_FOR = re.compile(r"ran for (\d+) (?:milliseconds|ms)")
@@ -106,8 +118,8 @@ def prefixes(text: str) -> tuple[str | None, int | None, int]:
         if not match or match.end() == pos:
             return host, rank, pos
         groups = match.groupdict()
-        for name in ("mrank", "trank", "orank", "hrank", "srank"):
+        for name in ("mrank", "trank", "orank", "hrank", "srank", "tprank"):
             if groups[name] is not None:
                 rank = int(groups[name]) if len(groups[name]) < 8 else None
-        host = groups["host"] or host
+        host = groups["host"] or groups["thost"] or host
         pos = match.end()

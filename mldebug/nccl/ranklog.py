@@ -209,7 +209,8 @@ def summary_lines(log: RankLog) -> list[str]:
             if value is not None
         )
         seq = f"SeqNum {fact.seq} " if fact.seq is not None else ""
-        lines.append(f"  {how}: {seq}{fact.op}{sizes}{limit}{ran} (PG {fact.pg})")
+        what = f"{seq}{fact.op}" if fact.op else f"{seq}a collective".lstrip()  # nccl2: no op
+        lines.append(f"  {how}: {what}{sizes}{limit}{ran} (PG {fact.pg})")
     for pg in log.groups[:3]:
         if log.last_enqueued(pg) is not None:
             lines.append(

@@ -1,5 +1,7 @@
 """torch.distributed's own text: the ProcessGroupNCCL watchdog of every era (WorkNCCL(...),
 last enqueued / last completed work, dump signals, the heartbeat monitor, blocking wait),
+torch 2.15's nccl2 backend ("[TC][rank=R][name=PG] Operation timed out after N ms", its
+exception without WorkNCCL(...)),
 gloo's errors (recv/send timeouts, connection closed by peer, enforce fail, monitored
 barrier) and the TCPStore's (clients joined, failed to connect). One line at a time, into a
 process's facts.
@@ -57,6 +59,8 @@ def _facts(proc: ProcLog, body: str) -> bool:
         rank = to_int(tag.group("rank") or tag.group("rank2"))
         if rank is not None and pg == "0":
             proc.claim_rank(rank, RANK_BY_PG)
+    if "[TC]" in body or f.NCCL2_TIMEOUT in body:
+        _nccl2(proc, body)
     if "WorkNCCL(" in body and (
         "atchdog caught" in body or "blocking wait" in body or "aught collective" in body
     ):
@@ -120,6 +124,25 @@ def _facts(proc: ProcLog, body: str) -> bool:
     if "communicator was aborted" in body:
         add_error(proc, ERR_NCCL, body)
     return body.rstrip().endswith("Last error:")
+
+
+def _nccl2(proc: ProcLog, body: str) -> None:
+    """torch 2.15's nccl2 backend: no SeqNum, no op; the group's name, how long it ran."""
+    tag = f.TC.search(body)
+    pg = (tag.group("pg") if tag else None) or "0"
+    rank = to_int(tag.group("rank")) if tag else None
+    if rank is not None and pg == "0":  # the default group's rank is the global rank
+        proc.claim_rank(rank, RANK_BY_PG)
+    ran = f.TC_TIMED_OUT.search(body)
+    if ran is None and f.NCCL2_TIMEOUT not in body:
+        return
+    fact = TimeoutFact(pg=pg, seq=None, op=None, ran_ms=to_int(ran.group("ms")) if ran else None)
+    for known in proc.timeouts:  # the log line, then the exception: one timeout
+        if known.seq is None and known.op is None and (known.pg == pg or not tag):
+            known.ran_ms = known.ran_ms or fact.ran_ms
+            return
+    if len(proc.timeouts) < MAX_TIMEOUTS:
+        proc.timeouts.append(fact)
 
 
 def _timeout(proc: ProcLog, body: str, blocking: bool) -> None:

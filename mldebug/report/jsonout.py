@@ -99,6 +99,7 @@ def rank_to_json(view: RankView) -> dict:
         "exit_code": view.exit_code,
         "detail": view.detail,
         "dataloader_worker": view.dataloader_worker,
+        "stack_source": view.stack_source or "py-spy",
         "step": view.step,
         "heartbeat_age": (round(view.heartbeat_age, 1) if view.heartbeat_age is not None else None),
         "collectives": collectives_to_json(view.agent),

@@ -49,6 +49,7 @@ def _timeout_lines(lines: list[Line]) -> list[Line]:
         for line in lines
         if "Watchdog caught" in line.text
         or "timed out in blocking wait" in line.text
+        or "Operation timed out after" in line.text  # torch 2.15's nccl2
         or "last enqueued" in line.text
         or (" nranks " in line.text and "NCCL INFO" in line.text)
     ]
