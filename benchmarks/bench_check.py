@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mldebug import checkwire as wire
 from mldebug.analysis.check import check_verdict
 from mldebug.collect.checklines import results_of
 from mldebug.launch.env import free_port, rank_env
+from mldebug.preflight import wire
 from mldebug.report.check import render_text
 
 

@@ -8,7 +8,7 @@ does; the last rank stops one collective early. Then, in the same run, on one co
     file asks);
   * mldebug: `read_flight_dump` of every file (the unpickler of plain data only, checks
     and caps, the gloo quirk repair) into column tables, then `compare_flight_dumps`;
-  * the same with worker processes: `read_flight_dumps` (nccl/flight_pool.py);
+  * the same with worker processes: `read_flight_dumps` (flight/pool.py);
   * what `dump --run` does with a run's fr/: `scan_run`, bounded by RUN_FR_SECONDS.
 Each runs in its own forked process: its wall and CPU time (its workers' included) and the
 peak memory it added are printed side by side.
@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mldebug.flight import compare_flight_dumps, read_flight_dump  # noqa: E402
+from mldebug.flight.pool import read_flight_dumps, worker_count  # noqa: E402
+from mldebug.flight.read import _PlainUnpickler  # noqa: E402
 from mldebug.model import KIND_FR_UNREAD  # noqa: E402
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump  # noqa: E402
-from mldebug.nccl.flight_pool import read_flight_dumps, worker_count  # noqa: E402
-from mldebug.nccl.flight_read import _PlainUnpickler  # noqa: E402
 from mldebug.nccl.scan import RUN_FR_SECONDS, scan_run  # noqa: E402
 
 SOURCE = ROOT / "tests" / "data" / "flight" / "behind" / "comm_lib_trace_rank_0"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.rankstacks import SETTLE, ask_rank
+from mldebug.files.safeio import read_json
 from mldebug.model import RankTarget
-from mldebug.safeio import read_json
 
 RANK = """\
 import threading, time

@@ -40,8 +40,8 @@ import subprocess
 import tempfile
 import time
 
+from mldebug.files.rundir import RunPaths
 from mldebug.launch.stragglers import read_views, slow_finding
-from mldebug.rundir import RunPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "straggler.py"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from mldebug import procfs, rundir, safeio
 from mldebug.errors import NoTargetError, PermissionDeniedError
+from mldebug.files import procfs, rundir, safeio
 from mldebug.model import JobTargets, RankTarget
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import rank_identity

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mldebug.collect.agentstate import read_state
-from mldebug.rundir import RunPaths, hostname
+from mldebug.files.rundir import RunPaths, hostname
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
 

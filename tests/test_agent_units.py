@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 import mldebug
-from mldebug import rankrules, safeio
+from mldebug import rankrules
 from mldebug.agent import collectives, eventlog, heartbeat, importhook, memory, steps
 from mldebug.collect.agentstate import parse_state
+from mldebug.files import safeio
 from mldebug.launch import env as envs
 
 GPU_DATA = Path(__file__).parent / "data" / "gpu" / "memory"

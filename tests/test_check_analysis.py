@@ -1,5 +1,5 @@
 """`mldebug check`'s judgement, through the real parser and analysis, on results written in
-the documented output format (checkwire.py, docs/check.md): what eight nodes' ranks print,
+the documented output format (preflight/wire.py, docs/check.md): what eight nodes' ranks print,
 with one slow link, as srun's `--label` output shows it; what healthy ranks on a loaded
 machine print (never an outlier); nccl-tests' bandwidth figures; the causes of a failed join."""
 
@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from mldebug import checkwire as wire
 from mldebug import model
 from mldebug.analysis.check import (
     CPU_SLOW_RATIO,
@@ -19,7 +18,8 @@ from mldebug.analysis.check import (
     low_outliers,
 )
 from mldebug.collect.checklines import results_of
-from mldebug.model_check import CollectiveTime
+from mldebug.model.check import CollectiveTime
+from mldebug.preflight import wire
 from mldebug.report.check import render_text, to_json
 
 NODES = [f"gpu{n:03d}" for n in range(17, 25)]  # gpu017 .. gpu024
@@ -280,7 +280,7 @@ def test_nccl_transport_per_rank_and_a_rank_on_sockets(tmp_path):
     from pathlib import Path
 
     from mldebug.commands.check import nccl_facts
-    from mldebug.rundir import create_run_dir
+    from mldebug.files.rundir import create_run_dir
 
     paths = create_run_dir(tmp_path / "run")
     paths.nccl_dir.mkdir(mode=0o700)

@@ -1,7 +1,7 @@
 import json
 
-from mldebug import rundir
 from mldebug.collect.crashes import read_crashes
+from mldebug.files import rundir
 from mldebug.model import RankCrash
 
 

@@ -9,10 +9,10 @@ import pytest
 from testkit.agent_states import heartbeat_state
 from testkit.pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import make_private_dir, write_json_atomic
 from mldebug.model import STATE_EXITED, STATE_STUCK, STATE_UNKNOWN, JobTargets, RankTarget
 from mldebug.observe.pyspy import JobObserver
-from mldebug.rundir import RunPaths
-from mldebug.safeio import make_private_dir, write_json_atomic
 from mldebug.targets import resolve_targets
 
 

@@ -19,7 +19,7 @@ from mldebug.analysis.memory import MiB, growth
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.collect.agentstate import read_state
 from mldebug.collect.eventfiles import EventsReader
-from mldebug.rundir import hostname, read_manifest
+from mldebug.files.rundir import hostname, read_manifest
 
 pytestmark = pytest.mark.multirank
 

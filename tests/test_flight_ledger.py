@@ -12,8 +12,8 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+from mldebug.flight import compare_flight_dumps, read_flight_dump
 from mldebug.model import KIND_MISMATCH, KIND_OUTLIER
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
 
 FLIGHT = Path(__file__).resolve().parent / "data" / "flight"
 

@@ -1,4 +1,4 @@
-"""Reading many Flight Recorder dumps with worker processes (nccl/flight_pool.py): the same
+"""Reading many Flight Recorder dumps with worker processes (flight/pool.py): the same
 dumps, in the same order, as reading them one by one; bad files are one line each; a
 deadline stops the reading without waiting for the workers."""
 
@@ -8,8 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
-from mldebug.nccl.flight_pool import read_flight_dumps, worker_count
+from mldebug.flight import compare_flight_dumps, read_flight_dump
+from mldebug.flight.pool import read_flight_dumps, worker_count
 
 BEHIND = Path(__file__).parent / "data" / "flight" / "behind"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from testkit.agent_states import LOAD, NOW, SPIN, TRAIN, call, snapshot, state
 
-from mldebug import safeio
 from mldebug.agent import eventlog, flight, heartbeat
 from mldebug.collect.agentstate import parse_state
+from mldebug.files import safeio
 from mldebug.model import (
     KIND_OUTLIER,
     SEVERITY_ERROR,

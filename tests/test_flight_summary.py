@@ -1,6 +1,6 @@
 """`mldebug nccl` reads a folder of Flight Recorder dumps the way the benchmarks time it:
-all dumps at once through the worker-process reader (nccl/flight_pool.py), each dump's
-summary counted while it is read (nccl/flight_summary.py), so the report never walks the
+all dumps at once through the worker-process reader (flight/pool.py), each dump's
+summary counted while it is read (flight/summary.py), so the report never walks the
 entries again. The counts must say what walking the entries says, for every recorded dump.
 Dumps: torch 2.13's real gloo and NCCL dumps in tests/data (see their READMEs)."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from mldebug.commands import nccl as nccl_command
-from mldebug.nccl import flight_pool
-from mldebug.nccl.flight import read_flight_dump, summarize_flight_dump
-from mldebug.nccl.flight_summary import tally_entries
-from mldebug.nccl.flight_table import EntryTable
+from mldebug.flight import pool as flight_pool
+from mldebug.flight import read_flight_dump, summarize_flight_dump
+from mldebug.flight.summary import tally_entries
+from mldebug.flight.table import EntryTable
 from mldebug.nccl.scan import scan_paths
 
 DATA = Path(__file__).parent / "data"

@@ -1,4 +1,4 @@
-"""The column tables (nccl/flight_table.py) and what is built on them say what the entries
+"""The column tables (flight/table.py) and what is built on them say what the entries
 say: the comparison of lanes shared across ranks (flight_lanes.py), the ledger reading
 only the numbers where calls differ (flight_compare._trimmed), and who entered each
 collective last (flight_arrivals.py), each against the entry-by-entry way.
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import mldebug.nccl.flight_compare as flight_compare
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
-from mldebug.nccl.flight_arrivals import entry_order_columns
-from mldebug.nccl.flight_table import EntryTable
-from mldebug.nccl.flight_timing import entry_order
+import mldebug.flight.compare as flight_compare
+from mldebug.flight import compare_flight_dumps, read_flight_dump
+from mldebug.flight.arrivals import entry_order_columns
+from mldebug.flight.table import EntryTable
+from mldebug.flight.timing import entry_order
 
 DATA = Path(__file__).parent / "data"
 SETS = sorted(

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
-from mldebug.nccl.flight_timing import arrival_findings, entry_order
+from mldebug.flight import compare_flight_dumps, read_flight_dump
+from mldebug.flight.timing import arrival_findings, entry_order
 
 DATA = Path(__file__).parent / "data" / "flight_timing"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
-from mldebug.nccl.flight_read import rank_from_name
+from mldebug.flight import compare_flight_dumps, read_flight_dump
+from mldebug.flight.read import rank_from_name
 
 DATA = Path(__file__).parent / "data" / "flight" / "versions"
 
@@ -98,7 +98,7 @@ def _all_dumps() -> list[Path]:
 def test_the_column_reader_reads_what_the_entry_reader_reads(path, monkeypatch):
     # GIVEN a dump read the fast way (columns) and the checked way (entry by entry)
     fast = read_flight_dump(str(path))
-    monkeypatch.setattr("mldebug.nccl.flight_read.fast_entries", lambda *args: None)
+    monkeypatch.setattr("mldebug.flight.read.fast_entries", lambda *args: None)
     slow = read_flight_dump(str(path))
     # THEN both say the same
     assert fast == slow
@@ -123,5 +123,5 @@ def test_odd_entries_read_alike_both_ways(change, tmp_path, monkeypatch):
     path = tmp_path / "rank_0"
     path.write_bytes(pickle.dumps(raw, protocol=2))
     fast = read_flight_dump(str(path))
-    monkeypatch.setattr("mldebug.nccl.flight_read.fast_entries", lambda *args: None)
+    monkeypatch.setattr("mldebug.flight.read.fast_entries", lambda *args: None)
     assert fast == read_flight_dump(str(path))

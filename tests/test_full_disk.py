@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
+from mldebug.files.rundir import RunPaths, hostname
 from mldebug.launch import env as envs
-from mldebug.rundir import RunPaths, hostname
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 HOST = hostname()

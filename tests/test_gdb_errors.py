@@ -16,9 +16,9 @@ import pytest
 
 from mldebug.collect import gdb as gdbs
 from mldebug.collect.cores import CorePlan
+from mldebug.files.safeio import make_private_dir, write_json_atomic
 from mldebug.launch.coredumps import CoreCatcher
 from mldebug.model import FAIL_PERMISSION, RankTarget
-from mldebug.safeio import make_private_dir, write_json_atomic
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb (.ci/run)")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mldebug.analysis.exit_waits import timeout_of
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.agentstate import parse_state
 from mldebug.collect.pyspy import parse_pyspy_json
-from mldebug.launch.timeouts import timeout_of
 from mldebug.model import (
     KIND_HANG,
     KIND_PROGRESSING,

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from mldebug.files.rundir import RunPaths, hostname
 from mldebug.launch import env as envs
-from mldebug.rundir import RunPaths, hostname
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 HOST = hostname()
@@ -336,7 +336,7 @@ def test_a_run_json_that_cannot_be_written_does_not_end_the_job(tmp_path):
 def test_ranks_end_when_mldebug_run_itself_is_killed(tmp_path):
     """SIGKILL gives `mldebug run` no chance to stop the job: the ranks, each in a session
     of its own, must still not run on without it."""
-    from mldebug.procfs import pid_alive
+    from mldebug.files.procfs import pid_alive
 
     job = script(tmp_path, "forever.py", "import time\nwhile True:\n    time.sleep(1)\n")
     paths = RunPaths(tmp_path / "run")

@@ -13,23 +13,19 @@ import subprocess
 import sys
 
 import pytest
-from testkit.imports import HEAVY, graph, heavy_of, reach, unit_of
+from testkit.imports import HEAVY, PACKAGE, graph, heavy_of, reach, unit_of
 
 # Plain helpers every outside layer may use: pure, standard library (and the model) only.
-PLAIN = frozenset(
-    {"model", "model_timing", "model_check", "ranges", "textsafe", "wording", "errors"}
-)
-# Safe access to a run directory and to /proc: standard library only.
-RUNDIR = frozenset({"rundir", "safeio", "procfs"})
-# The in-rank side: loaded inside every training process (the agent loads the top-level
-# ones by path), so it imports nothing but each other and the standard library. The
-# collective ledger's contract module, next to rankrules.py, belongs here too.
-IN_RANK = frozenset({"agent", "hooks", "rankrules", "ledgerrules", "tiny"}) | RUNDIR
-# The collective ledger: its contract (ledgerrules, in-rank) and the one comparer with its
-# forms and sentences, which every source of collective progress is adapted to.
-LEDGER = frozenset(
-    {"ledger", "ledgerarrival", "ledgerforms", "ledgerrules", "ledgerverdicts", "ledgerwords"}
-)
+PLAIN = frozenset({"model", "ranges", "textsafe", "wording", "errors"})
+# Safe access to a run directory and to /proc (mldebug/files/): standard library only.
+FILES = frozenset({"files"})
+# The in-rank side: loaded inside every training process (the agent loads rankrules, the
+# ledger's contract and files/ by path), so it imports nothing but each other and the
+# standard library.
+IN_RANK = frozenset({"agent", "hooks", "rankrules", "ledger.rules", "tiny"}) | FILES
+# The collective ledger: its contract (in-rank) and the one comparer with its forms, words
+# and the table from its verdict to a finding, which every source is adapted to.
+LEDGER = frozenset({"ledger", "ledger.rules"})
 ANY = None  # a front end: may import every unit
 
 # unit -> the units it may import (besides itself). Keep it in the order data walks.
@@ -37,60 +33,49 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # the package itself (mldebug.step(): import-light, loaded in ranks) and the helpers
     "mldebug": frozenset(),
     "errors": frozenset(),
-    "model": frozenset({"model_timing"}),
-    "model_timing": frozenset(),  # the timing dataclasses of slow jobs, part of the model
-    "model_check": frozenset({"model"}),  # what `mldebug check` measured, and its verdict
+    "model": frozenset(),
     "ranges": frozenset(),
     "textsafe": frozenset(),
     "wording": frozenset({"model", "ranges", "rankrules"}),
     # in-rank, standard library only
     "rankrules": frozenset(),
-    "ledgerrules": frozenset(),
-    "ledgerforms": frozenset({"ledgerrules"}),
-    "ledgerwords": frozenset({"ledgerforms", "ledgerrules", "ranges", "wording"}),
-    "ledgerarrival": frozenset({"ledgerforms"}),
-    # the one table from a ledger verdict to a finding's kind, severity and recipe
-    "ledgerverdicts": frozenset({"ledgerrules", "model", "model_timing"}),
-    "ledger": frozenset(
-        {"ledgerarrival", "ledgerforms", "ledgerrules", "ledgerwords", "ranges", "wording"}
-    ),
-    "safeio": frozenset(),
-    "procfs": frozenset(),
-    "rundir": frozenset({"safeio", "procfs"}),
+    "ledger.rules": frozenset(),
+    "files": frozenset(),
     "hooks": frozenset(),
-    "agent": frozenset({"rankrules", "ledgerrules"}) | RUNDIR,  # by path, as _mldebug.<name>
+    "agent": frozenset({"rankrules", "ledger.rules"}) | FILES,  # by path, as _mldebug.<name>
     "tiny": frozenset(),  # loaded by path in ranks (agent/tinymodel.py): stands alone
     "demos": frozenset(),  # scripts `mldebug demo` runs as ranks
-    "checkwire": frozenset(),  # the output format of `mldebug check`'s rank program
-    "preflight": frozenset({"checkwire"}),  # `mldebug check`'s rank program (torch inside)
+    # `mldebug check`'s rank program (torch inside) and its output format (preflight/wire.py,
+    # stdlib only: the front end reads the lines with it)
+    "preflight": frozenset(),
+    # the ledger: compares, and says what each verdict is as a finding
+    "ledger": frozenset({"ledger.rules", "model", "ranges", "wording"}),
     # targets -> collect -> analysis
-    "targets": PLAIN | RUNDIR | {"rankrules"},
-    # collect: nccl for its pure readers only (the RAS client parses the answer it read)
-    "collect": PLAIN | RUNDIR | {"rankrules", "ledgerrules", "nccl", "checkwire"},
-    "analysis": frozenset(
-        {"model", "model_timing", "model_check", "ranges", "rankrules", "wording"}
-    )
-    | LEDGER,
-    "nccl": PLAIN | RUNDIR | LEDGER,  # reads NCCL/torch text and dumps into findings of its own
-    # the orchestrators: collect, then analyse
-    "observe": PLAIN | RUNDIR | {"collect", "analysis", "targets"},
-    # one look at a job as `dump --run` and the hang watchdog take it
-    "look": PLAIN | RUNDIR | {"observe", "analysis", "nccl", "targets"},
-    "live": PLAIN | RUNDIR | {"collect", "observe", "nccl", "explain", "targets"},
-    "cluster": PLAIN | RUNDIR | {"collect", "analysis", "observe", "targets", "nccl"},
+    "targets": PLAIN | FILES | {"rankrules"},
+    # collectors read; the readers of what they read (RAS's answer), never a verdict
+    "collect": PLAIN | FILES | {"rankrules", "ledger.rules", "ras", "preflight"},
+    "analysis": frozenset({"model", "ranges", "rankrules", "wording"}) | LEDGER,
+    # the readers of NCCL and torch text and dumps, and their findings for the judge
+    "flight": PLAIN | FILES | LEDGER,
+    "ras": PLAIN | FILES | LEDGER | {"flight", "nccl"},  # nccl: its log prefixes and colours
+    "nccl": PLAIN | FILES | LEDGER | {"flight", "ras"},
+    # the orchestrators: collect, then hand every source's evidence to the judge
+    "observe": PLAIN | FILES | {"collect", "analysis", "targets", "nccl"},
+    "live": PLAIN | FILES | {"collect", "observe", "nccl", "explain", "targets"},
+    "cluster": PLAIN | FILES | {"collect", "analysis", "observe", "targets", "ras"},
     # views: render what they are handed
-    "report": PLAIN | {"rankrules", "nccl", "explain"},  # renders nccl's Scan, explain's findings
-    "tui": PLAIN | RUNDIR | {"rankrules", "report", "recipes"},  # RUNDIR: saved reports
+    "report": PLAIN | {"rankrules", "nccl", "flight", "explain"},
+    "tui": PLAIN | FILES | {"rankrules", "report", "recipes"},  # FILES: saved reports
     # beside the pipeline
-    "recipes": frozenset({"textsafe"}) | RUNDIR,
-    "doctor": frozenset({"textsafe", "wording"}) | RUNDIR,
-    "explain": PLAIN | RUNDIR | {"nccl", "analysis", "recipes", "rankrules"},
-    # the launcher, an orchestrator too: the hang watchdog looks at the job (look), learns
-    # its quiet phases and the straggler line judges timing (analysis), writes its report
+    "recipes": frozenset({"textsafe"}) | FILES,
+    "doctor": frozenset({"textsafe", "wording"}) | FILES,
+    "explain": PLAIN | FILES | {"nccl", "flight", "ras", "analysis", "recipes", "rankrules"},
+    # the launcher, an orchestrator too: the hang watchdog looks at the job (observe), the
+    # straggler line judges timing (analysis); it is handed the views' words, never renders
     "launch": PLAIN
-    | RUNDIR
+    | FILES
     | LEDGER
-    | {"rankrules", "collect", "observe", "look", "analysis", "targets", "nccl"},
+    | {"rankrules", "collect", "observe", "analysis", "targets", "nccl"},
     # front ends
     "commands": ANY,
     "cli": frozenset({"commands", "errors", "textsafe"}),
@@ -103,16 +88,19 @@ FRONT = frozenset({"commands", "cli", "__main__"})
 # unit -> units it must never reach, directly or through any other.
 NEVER: dict[str, frozenset[str]] = {
     **{unit: frozenset(LAYERS) - IN_RANK for unit in IN_RANK},
-    "analysis": COLLECTING | VIEWS | FRONT | {"nccl", "explain", "recipes", "doctor"},
-    "model": frozenset(LAYERS) - {"model", "model_timing"},
-    "model_timing": frozenset(LAYERS) - {"model_timing"},
-    "model_check": frozenset(LAYERS) - {"model_check", "model", "model_timing"},
-    "checkwire": frozenset(LAYERS) - {"checkwire"},
-    "wording": frozenset(LAYERS) - {"wording", "model", "model_timing", "ranges", "rankrules"},
+    "analysis": COLLECTING
+    | VIEWS
+    | FRONT
+    | {"nccl", "flight", "ras", "explain", "recipes", "doctor"},
+    "model": frozenset(LAYERS) - {"model"},
+    "wording": frozenset(LAYERS) - {"wording", "model", "ranges", "rankrules"},
+    "ledger": COLLECTING | VIEWS | FRONT | {"analysis", "nccl", "flight", "ras", "explain"},
     "collect": VIEWS | FRONT | {"analysis", "observe", "live", "launch", "cluster", "explain"},
+    "flight": VIEWS | COLLECTING | FRONT | {"analysis", "explain", "nccl"},
+    "ras": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
     "nccl": VIEWS | COLLECTING | FRONT | {"analysis", "explain"},
     "report": COLLECTING | FRONT | {"analysis", "doctor"},
-    "tui": COLLECTING | FRONT | {"analysis", "nccl", "explain", "doctor"},
+    "tui": COLLECTING | FRONT | {"analysis", "nccl", "flight", "ras", "explain", "doctor"},
     "recipes": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "doctor": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "explain": VIEWS - {"report"} | COLLECTING | FRONT,
@@ -120,7 +108,19 @@ NEVER: dict[str, frozenset[str]] = {
     "observe": VIEWS | FRONT | {"live", "launch", "cluster"},
     # the launcher never renders: it is handed the views' words (LaunchSpec.render)
     "launch": VIEWS | FRONT,
+    "preflight": frozenset(LAYERS) - {"preflight"},
 }
+# The modules that decide (compare, grade, make findings): the design's "collectors never
+# judge" and "views never decide" are checked on them.
+JUDGING = (
+    "mldebug.analysis",
+    "mldebug.ledger.compare",
+    "mldebug.ledger.verdicts",
+    "mldebug.flight.compare",
+    "mldebug.ras.verdict",
+    "mldebug.nccl.compare",
+    "mldebug.nccl.compare_errors",
+)
 # Third-party libraries a unit may bring in (textual and rich draw; torch only in ranks'
 # scripts; psutil reads processes). Checked on everything a unit reaches.
 MAY_USE: dict[str, frozenset[str]] = {
@@ -132,10 +132,9 @@ MAY_USE: dict[str, frozenset[str]] = {
     "targets": frozenset({"psutil"}),
     "collect": frozenset({"psutil"}),
     "observe": frozenset({"psutil"}),
-    "look": frozenset({"psutil"}),
     "live": frozenset({"psutil", "rich"}),  # rich: through report (nccl's text)
     "cluster": frozenset({"psutil"}),
-    "launch": frozenset({"psutil", "rich"}),  # rich: the watchdog's text report
+    "launch": frozenset({"psutil", "rich"}),  # rich: the console's colours (launch/output.py)
     "explain": frozenset({"rich"}),
     "agent": frozenset({"pynvml"}),  # only when importable (GPU memory)
     "doctor": frozenset({"pynvml"}),
@@ -143,6 +142,10 @@ MAY_USE: dict[str, frozenset[str]] = {
     "demos": frozenset({"torch"}),
     "preflight": frozenset({"torch"}),
 }
+
+
+def judging(module: str) -> bool:
+    return any(module == j or module.startswith(j + ".") for j in JUDGING)
 
 
 def units() -> set[str]:
@@ -192,6 +195,40 @@ def test_heavy_libraries_come_only_where_they_may():
                 wrong.append(f"{module} brings in {sorted(extra)}{via}")
                 break
     assert not wrong, "\n".join(wrong)
+
+
+def test_collectors_never_judge():
+    # What reads a process or a file hands back what it read; the analysis decides.
+    wrong = [
+        f"{module} reaches {sorted(filter(judging, reach(module)))[0]}"
+        for module in sorted(graph())
+        if unit_of(module) == "collect" and any(judging(m) for m in reach(module))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_views_never_decide():
+    # A view renders the verdict it is handed: it imports no module that compares, grades
+    # or makes findings, and never reaches the analysis.
+    wrong = []
+    for module, targets in sorted(graph().items()):
+        if unit_of(module) not in VIEWS:
+            continue
+        wrong += [f"{module} imports {t}" for t in sorted(targets) if judging(t)]
+        wrong += [
+            f"{module} reaches {m}" for m in sorted(reach(module)) if inside(m, "mldebug.analysis")
+        ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_at_most_eight_loose_modules_at_the_top():
+    # The tree reads like the architecture: modules live in the package of their role.
+    top = sorted(
+        p.name
+        for p in PACKAGE.glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py", "cli.py")
+    )
+    assert len(top) <= 8, top
 
 
 def test_the_table_names_only_units_that_exist_or_are_foreseen():
@@ -258,9 +295,9 @@ def test_no_import_cycles_in_the_launcher():
     "module",
     [
         "mldebug.agent",
-        "mldebug.rundir",
-        "mldebug.safeio",
-        "mldebug.procfs",
+        "mldebug.files.rundir",
+        "mldebug.files.safeio",
+        "mldebug.files.procfs",
         "mldebug.rankrules",
         "mldebug.tiny",
         "mldebug.collect.gdb",

@@ -5,9 +5,9 @@ real format from it:
 - agent: state.json written by the agent's own writer (tests/testkit/agent_writer.py: its Tracer's
   Group/Call records and its Heartbeat, through rundir's atomic writer), read back by
   collect/agentstate.py,
-  judged live (analysis/sequence.py) and at exit (launch/timeouts.py);
+  judged live (analysis/sequence.py) and at exit (analysis/exit_waits.py);
 - flight: torch's Flight Recorder dump in its pickle format (the fields torch 2.13 writes,
-  as in the recorded dumps of tests/data/flight), read by nccl/flight_read.py;
+  as in the recorded dumps of tests/data/flight), read by flight/read.py;
 - watchdog: ProcessGroupNCCL's lines in torch's wording (as in tests/data/nccl/watchdog_2.4),
   for the scenarios a watchdog can tell (who enqueued how far);
 - ras: launch counts per op type as NCCL's RAS reports them (assembled from the documented
@@ -25,17 +25,17 @@ import pytest
 from testkit.agent_writer import Made, write_state
 from testkit.ras_fake import nccl_json
 
-import mldebug.ledger as ledger
-from mldebug import rundir, safeio
+import mldebug.ledger.compare as ledger
+from mldebug.analysis.exit_waits import explain
 from mldebug.analysis.sequence import sequence_verdict
 from mldebug.collect.agentstate import read_state
-from mldebug.launch.timeouts import explain
-from mldebug.ledgerverdicts import OUTCOMES, VERDICT_BEHIND, VERDICT_HANG, VERDICT_MISMATCH
+from mldebug.files import rundir, safeio
+from mldebug.flight import compare_flight_dumps, read_flight_dump
+from mldebug.ledger.verdicts import OUTCOMES, VERDICT_BEHIND, VERDICT_HANG, VERDICT_MISMATCH
 from mldebug.model import STATE_RUNNING, RankView
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump
-from mldebug.nccl.ras_read import read_ras_file
-from mldebug.nccl.ras_verdict import ras_findings
 from mldebug.nccl.scan import scan_paths
+from mldebug.ras.read import read_ras_file
+from mldebug.ras.verdict import ras_findings
 
 NOW = 1_700_000_000.0
 

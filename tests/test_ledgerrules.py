@@ -1,15 +1,15 @@
-"""The collective ledger's contract (mldebug/ledgerrules.py): group names both ways, every
+"""The collective ledger's contract (mldebug/ledger/rules.py): group names both ways, every
 source's op names, dtypes, the one freshness rule, and state.json's open schema."""
 
 from __future__ import annotations
 
 import pytest
 
-import mldebug.ledgerrules as rules
-from mldebug import rundir, safeio
+import mldebug.ledger.rules as rules
 from mldebug.agent import collectives
 from mldebug.agent.heartbeat import Heartbeat
 from mldebug.collect.agentstate import parse_state, read_state
+from mldebug.files import rundir, safeio
 
 
 @pytest.mark.parametrize(

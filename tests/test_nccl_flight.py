@@ -24,13 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mldebug.model import (
-    KIND_FR_INCOMPLETE,
-    KIND_MISMATCH,
-    KIND_OUTLIER,
-    SEVERITY_WARNING,
-)
-from mldebug.nccl.flight import (
+from mldebug.flight import (
     FlightDump,
     FlightDumpError,
     compare_flight_dumps,
@@ -38,7 +32,13 @@ from mldebug.nccl.flight import (
     read_flight_dump,
     summarize_flight_dump,
 )
-from mldebug.nccl.flight_read import MAX_BYTES
+from mldebug.flight.read import MAX_BYTES
+from mldebug.model import (
+    KIND_FR_INCOMPLETE,
+    KIND_MISMATCH,
+    KIND_OUTLIER,
+    SEVERITY_WARNING,
+)
 
 DATA = Path(__file__).parent / "data"
 FLIGHT = DATA / "flight"
@@ -61,7 +61,7 @@ def scenario(name: str, form: str = "") -> list[FlightDump]:
 
 def raw_pickle(path: Path) -> dict:
     """The recorded pickle as it is, read with the reader's own unpickler of plain data."""
-    from mldebug.nccl.flight_read import _PlainUnpickler
+    from mldebug.flight.read import _PlainUnpickler
 
     return _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
 
@@ -371,7 +371,7 @@ def test_dumps_are_told_apart_by_their_content():
 
 
 def test_the_rank_comes_from_the_end_of_the_file_name():
-    from mldebug.nccl.flight_read import rank_from_name
+    from mldebug.flight.read import rank_from_name
 
     assert rank_from_name("/run/fr/rank_12") == 12
     assert rank_from_name("comm_lib_trace_rank_3") == 3
@@ -388,23 +388,23 @@ def test_the_flight_modules_import_only_the_model_and_plain_helpers():
     allowed = {
         "mldebug.model",
         "mldebug.ranges",
-        "mldebug.rundir",
-        "mldebug.safeio",
+        "mldebug.files.rundir",
+        "mldebug.files.safeio",
         "mldebug.textsafe",
         "mldebug.wording",
     }
     # the collective ledger
     allowed |= {
-        "mldebug.ledger",
-        "mldebug.ledgerforms",
-        "mldebug.ledgerrules",
-        "mldebug.ledgerverdicts",
-        "mldebug.ledgerwords",
+        "mldebug.ledger.compare",
+        "mldebug.ledger.forms",
+        "mldebug.ledger.rules",
+        "mldebug.ledger.verdicts",
+        "mldebug.ledger.words",
     }
-    flight = [m for m in edges if m.startswith("mldebug.nccl.flight")]
+    flight = [m for m in edges if m.startswith("mldebug.flight")]
     assert len(flight) >= 4
     for module in flight:
-        outside = {m for m in edges[module] if not m.startswith("mldebug.nccl.flight")}
+        outside = {m for m in edges[module] if not m.startswith("mldebug.flight")}
         assert outside <= allowed, (module, outside)
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mldebug import safeio
 from mldebug.agent import eventlog
 from mldebug.agent.flight import FlightDumps
+from mldebug.files import safeio
+from mldebug.flight import read_flight_dump
 from mldebug.launch import env as envs
 from mldebug.launch.flight import request_dumps, wait_for_dumps
-from mldebug.nccl.flight import read_flight_dump
 
 FLIGHT = Path(__file__).parent / "data" / "flight"  # recorded Flight Recorder dumps
 

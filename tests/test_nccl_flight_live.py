@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from testkit.torchfeatures import needs_gloo_flight_recorder
 
+from mldebug.flight import compare_flight_dumps, read_flight_dump, summarize_flight_dump
 from mldebug.model import KIND_OUTLIER
-from mldebug.nccl.flight import compare_flight_dumps, read_flight_dump, summarize_flight_dump
 
 pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 

@@ -2,8 +2,8 @@
 
 import os
 
+from mldebug.files.rundir import RunPaths
 from mldebug.launch.output import LAUNCHER, Console, OutputTailer, RankFilter, format_line
-from mldebug.rundir import RunPaths
 
 
 def test_format_line_prefixes_and_replaces_bad_utf8():

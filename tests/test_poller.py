@@ -256,9 +256,9 @@ def test_the_live_view_reads_moving_ranks_only_when_looked_at_or_told_to_watch_a
     step at every poll; py-spy is a fake that logs each reading."""
     from testkit.pyspy_fakes import calls, fake_pyspy, sleepers, stop
 
+    from mldebug.files.rundir import RunPaths
+    from mldebug.files.safeio import make_private_dir, write_json_atomic
     from mldebug.model import JobTargets, RankTarget
-    from mldebug.rundir import RunPaths
-    from mldebug.safeio import make_private_dir, write_json_atomic
 
     paths = RunPaths(make_private_dir(tmp_path / "run"))
     make_private_dir(paths.ranks_dir)

@@ -26,10 +26,10 @@ from testkit.jobs import line_of, stop, wait_ready
 from testkit.noptrace import Restricted, py_spy_refused, restricted
 
 from mldebug.collect.rankstacks import ask_rank, parse_faulthandler
+from mldebug.files.procfs import proc_start_ticks
+from mldebug.files.safeio import write_json_atomic
 from mldebug.model import FAIL_ERROR, RankTarget
-from mldebug.procfs import proc_start_ticks
 from mldebug.rankrules import stack_signals
-from mldebug.safeio import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "nondumpable_job.py"

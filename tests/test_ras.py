@@ -11,9 +11,9 @@ import pytest
 from testkit.ras_fake import FakeRas, nccl_json
 
 from mldebug.collect.ras import BUDGET_S, addresses_of, ask_ras
-from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras, read_ras_file
-from mldebug.nccl.ras_verdict import ras_findings
 from mldebug.nccl.scan import scan_paths
+from mldebug.ras.read import RasError, looks_like_ras, parse_ras, read_ras_file
+from mldebug.ras.verdict import ras_findings
 
 DATA = Path(__file__).parent / "data" / "ras"
 SLACK = 5.0  # a loaded machine; the bound is what is checked, not the speed
@@ -165,7 +165,7 @@ def test_refused_connection_is_a_note(monkeypatch):
 
 def test_addresses_come_from_the_ranks_environment(monkeypatch):
     envs = {1: {"NCCL_RAS_ADDR": "127.0.0.1:29999"}, 2: {"NCCL_RAS_ENABLE": "0"}, 3: None}
-    monkeypatch.setattr("mldebug.procfs.proc_environ", lambda pid: envs[pid])
+    monkeypatch.setattr("mldebug.files.procfs.proc_environ", lambda pid: envs[pid])
     assert addresses_of([1, 2]) == [("127.0.0.1", 29999)]
     assert addresses_of([2]) == []
     assert addresses_of([1, 3]) == [("127.0.0.1", 29999), ("localhost", 28028)]

@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mldebug.nccl.flight import read_flight_dump
-from mldebug.nccl.ras_read import RasError, parse_ras
-from mldebug.nccl.ras_verdict import ras_findings
+from mldebug.flight import read_flight_dump
+from mldebug.ras.read import RasError, parse_ras
+from mldebug.ras.verdict import ras_findings
 
 RAS = sorted((Path(__file__).parent / "data" / "ras").glob("*_*.*"))
 TEXTS = [p.read_bytes() for p in RAS]
@@ -95,7 +95,7 @@ def test_any_plain_ring_reads_alike_both_ways(rows):
     path = folder / "rank_0"
     path.write_bytes(pickle.dumps({"version": "2.10", "entries": entries, "pg_config": {}}))
     fast = read_flight_dump(str(path))
-    import mldebug.nccl.flight_read as reader
+    import mldebug.flight.read as reader
 
     saved = reader.fast_entries
     reader.fast_entries = lambda *args: None  # type: ignore[assignment]

@@ -3,7 +3,7 @@
 Read from the source (nothing run), so a finding or a kind added later, anywhere in the
 package, is checked without this file changing: every `recipe=...` given to any call, every
 module-level `RECIPE*` constant and the strings of `*RECIPE*` tables, and for every `KIND_*`
-constant of mldebug/model.py, the `Finding(...)` calls that make it. A recipe given as an
+constant of mldebug/model/__init__.py, the `Finding(...)` calls that make it. A recipe given as an
 expression the source does not spell out (`recipe=rule.recipe`) counts as given: its
 strings are checked where they are written.
 """

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mldebug.files.rundir import RunPaths, create_run_dir
 from mldebug.launch.failures import (
     collect_failures,
     failure_from_error_file,
@@ -26,7 +27,6 @@ from mldebug.launch.failures import (
 )
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
-from mldebug.rundir import RunPaths, create_run_dir
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.procfs import pid_alive
-from mldebug.rundir import RunPaths, hostname
+from mldebug.files.procfs import pid_alive
+from mldebug.files.rundir import RunPaths, hostname
 
 pytestmark = pytest.mark.multirank
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
+from mldebug.files.procfs import pid_alive
+from mldebug.files.rundir import create_run_dir
 from mldebug.launch.output import Console
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
-from mldebug.procfs import pid_alive
-from mldebug.rundir import create_run_dir
 
 TICKER = """\
 import os, sys, time

@@ -8,6 +8,8 @@ import pytest
 
 from mldebug.agent.identity import ENV_OWNER, claim_rank, is_launcher
 from mldebug.commands.run import parse_args
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import write_json_atomic
 from mldebug.launch import env as envs
 from mldebug.launch.failures import (
     Failure,
@@ -19,8 +21,6 @@ from mldebug.launch.failures import (
     signal_of,
 )
 from mldebug.rankrules import rank_identity
-from mldebug.rundir import RunPaths
-from mldebug.safeio import write_json_atomic
 
 
 def test_rank_env_matches_what_torchrun_sets():

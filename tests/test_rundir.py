@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mldebug import procfs, rundir, safeio
+from mldebug.files import procfs, rundir, safeio
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ import pytest
 from testkit.jobs import MLDEBUG, dump_json, start, stop, wait_ready
 
 from mldebug.analysis.timing import judge_timing
+from mldebug.files.rundir import RunPaths
 from mldebug.launch.stragglers import read_views
-from mldebug.rundir import RunPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "straggler.py"

@@ -9,8 +9,8 @@ import json
 
 from timing_sim import simulate
 
+from mldebug.files.rundir import RunPaths
 from mldebug.launch.stragglers import QUIET, StragglerWatch
-from mldebug.rundir import RunPaths
 
 
 def write(paths: RunPaths, states: list[dict]) -> None:

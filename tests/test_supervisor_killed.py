@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from mldebug.procfs import pid_alive
-from mldebug.rundir import RunPaths
+from mldebug.files.procfs import pid_alive
+from mldebug.files.rundir import RunPaths
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 GRACE = 2.0

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from testkit.agent_writer import Made, write_state
 
+from mldebug.analysis.exit_waits import Place, explain, timeout_of
 from mldebug.collect.agentstate import read_state
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import make_private_dir
 from mldebug.launch.failures import Failure, format_report
-from mldebug.launch.timeouts import Place, explain, timeout_of
-from mldebug.rundir import RunPaths
-from mldebug.safeio import make_private_dir
 
 GLOO = (
     "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms "

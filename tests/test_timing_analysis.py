@@ -15,8 +15,8 @@ from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing import judge_timing
 from mldebug.analysis.timing_arrival import CallRecord, arrivals
 from mldebug.collect.agentstate import parse_state
-from mldebug.ledger import rank_sum_tail
-from mldebug.model_timing import StepTiming
+from mldebug.ledger.compare import rank_sum_tail
+from mldebug.model.timing import StepTiming
 
 DATA = Path(__file__).parent / "data" / "timing"
 

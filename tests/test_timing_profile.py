@@ -14,7 +14,7 @@ import pytest
 from mldebug.analysis.timing_profile import judge_profiles, rank_profile, unsampled_notes
 from mldebug.collect.profile import parse_raw, sample_job
 from mldebug.model import FAIL_EXITED, RankTarget
-from mldebug.model_timing import SampledStacks
+from mldebug.model.timing import SampledStacks
 
 DATA = Path(__file__).parent / "data" / "timing"
 MLDEBUG = [sys.executable, "-m", "mldebug"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mldebug.launch.timeouts import timeout_of
+from mldebug.analysis.exit_waits import timeout_of
 from mldebug.nccl.logformats import prefixes
 
 pytestmark = pytest.mark.compat  # cheap; .ci/compat runs it on each end of the range

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mldebug import rundir, safeio
-from mldebug.rundir import RunPaths
-from mldebug.safeio import UntrustedDirError
+from mldebug.files import rundir, safeio
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import UntrustedDirError
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 NOBODY = 65534

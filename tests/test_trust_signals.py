@@ -14,8 +14,8 @@ import textwrap
 import threading
 import time
 
-from mldebug.procfs import proc_start_ticks
-from mldebug.rundir import RunPaths, hostname
+from mldebug.files.procfs import proc_start_ticks
+from mldebug.files.rundir import RunPaths, hostname
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 

@@ -16,9 +16,9 @@ import time
 import pytest
 from testkit.procs import SLEEPY
 
-from mldebug import rundir
 from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes, with_crashes
 from mldebug.errors import NoTargetError
+from mldebug.files import rundir
 from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
 from mldebug.observe.pyspy import observe_once
 from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets

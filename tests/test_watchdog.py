@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from mldebug.analysis.snapshot import build_snapshot
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import make_private_dir, write_json_atomic
 from mldebug.launch.watchdog import ON_HANG_KEEP, ON_HANG_STOP, HangWatchdog, progress_token
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 from mldebug.report.hang import hang_report
-from mldebug.rundir import RunPaths
-from mldebug.safeio import make_private_dir, write_json_atomic
 from mldebug.wording import finding_text
 
 TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
@@ -697,7 +697,7 @@ def test_moving_ranks_are_those_whose_step_or_collective_count_moved(tmp_path):
 
 
 def test_the_runs_hang_timeout_sets_the_threshold_for_dump_and_watchdog_alike(tmp_path):
-    from mldebug.look import hang_threshold, run_hang_after
+    from mldebug.observe.look import hang_threshold, run_hang_after
 
     paths = RunPaths(make_private_dir(tmp_path / "run"))
     assert run_hang_after(paths.root) is None  # no run.json

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any, TextIO
 
-    from ..rundir import RunPaths
+    from ..files.rundir import RunPaths
 
     WriteJson = Callable[[Path, dict], object]
 
@@ -172,7 +172,7 @@ def _register_stack_signal(safeio: ModuleType, path: Path) -> int | None:
     try:
         from . import stacksignal
 
-        signals, procfs = _sibling("rankrules").stack_signals(), _sibling("procfs")
+        signals, procfs = _sibling("rankrules").stack_signals(), _sibling("files.procfs")
         return stacksignal.register(safeio.open_append(path), signals, procfs.caught_signals())
     except Exception:
         return None  # no stacks without ptrace; the program runs as it would
@@ -205,7 +205,7 @@ def activate() -> None:
     rank, local_rank, world_size = identity
     if not claim_rank(os.environ, rank, os.getpid()):
         return  # a DataLoader worker or subprocess of a rank that already has its agent
-    rundir, safeio = _sibling("rundir"), _sibling("safeio")
+    rundir, safeio = _sibling("files.rundir"), _sibling("files.safeio")
     paths = rundir.RunPaths(Path(run_dir))
     safeio.make_private_dir(paths.rank_dir(rank))
     host = rundir.hostname()
@@ -221,7 +221,7 @@ def activate() -> None:
             "host": host,
             "pid": os.getpid(),
             "start_time": time.time(),
-            "start_ticks": _sibling("procfs").proc_start_ticks(),
+            "start_ticks": _sibling("files.procfs").proc_start_ticks(),
             "owner": os.environ[ENV_OWNER],
             # what `dump` needs to ask for stacks without ptrace (agent/stacksignal.py)
             "stack_signal": stack_signal,

@@ -57,9 +57,9 @@ INLINE_POLL = 8  # pending calls a synchronous call looks at when it returns
 MAX_STACK = 64
 
 
-# The collective ledger's contract (mldebug/ledgerrules.py, loaded by path as rankrules is):
+# The collective ledger's contract (mldebug/ledger/rules.py, loaded by path as rankrules is):
 # the group names the outside parses.
-_rules = _sibling("ledgerrules")
+_rules = _sibling("ledger.rules")
 DEFAULT_GROUP = _rules.DEFAULT_GROUP
 MAX_GROUP_NAME = _rules.MAX_GROUP_NAME
 

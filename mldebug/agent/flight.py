@@ -46,7 +46,7 @@ MAX_GROUPS = 64
 MAX_TEXT = 200
 
 
-_rules = _sibling("ledgerrules")  # the collective ledger's contract: group names
+_rules = _sibling("ledger.rules")  # the collective ledger's contract: group names
 DEFAULT_GROUP = _rules.DEFAULT_GROUP
 
 

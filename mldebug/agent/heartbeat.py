@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
 PART = "heartbeat"
 ENV_INTERVAL = "MLDEBUG_HEARTBEAT"
-DEFAULT_INTERVAL = _sibling("ledgerrules").DEFAULT_INTERVAL  # the one the readers assume
+DEFAULT_INTERVAL = _sibling("ledger.rules").DEFAULT_INTERVAL  # the one the readers assume
 POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
 # state.json's schema version, by the collective ledger's contract (open to added sections)
-VERSION = _sibling("ledgerrules").STATE_VERSION
+VERSION = _sibling("ledger.rules").STATE_VERSION
 
 
 def interval_from(env: Mapping[str, str]) -> float:

@@ -1,4 +1,4 @@
-"""The package's stdlib-only modules (rundir, safeio, procfs, rankrules, ledgerrules),
+"""The package's stdlib-only modules (files/rundir.py, safeio.py, procfs.py, rankrules.py, ledger/rules.py),
 loaded by their path next to this package as `_mldebug.<name>`: the rank's own environment
 may have no mldebug. `_mldebug` is a bare package over mldebug's directory (its __init__
 never runs), so these modules import each other relatively, and each is loaded once per

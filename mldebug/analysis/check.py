@@ -1,6 +1,6 @@
 """`mldebug check`'s verdict: who could not join, which device and which link is slow.
 
-Pure functions over a `CheckResults` (model_check.py). Bandwidths are nccl-tests' (its
+Pure functions over a `CheckResults` (model/check.py). Bandwidths are nccl-tests' (its
 doc/PERFORMANCE.md): algbw = S / t for a buffer of S bytes; busbw = algbw * 2(n-1)/n for
 all_reduce, algbw * (n-1)/n for all_gather and reduce_scatter (S the whole buffer), algbw
 for a send/recv exchange between two ranks.
@@ -30,7 +30,7 @@ from mldebug.model import (
     Finding,
     FindingPart,
 )
-from mldebug.model_check import (
+from mldebug.model.check import (
     Bandwidth,
     CheckRank,
     CheckResults,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import mldebug.ledgerrules as rules
+import mldebug.ledger.rules as rules
 from mldebug.model import AgentState
 
 
 def fresh(state: AgentState | None, now: float, stale: float | None = None) -> bool:
-    """The agent wrote its file lately: by the one freshness rule (ledgerrules.stale_after,
+    """The agent wrote its file lately: by the one freshness rule (ledger.rules.stale_after,
     from its interval), or within `stale` seconds where given."""
     if state is None:
         return False

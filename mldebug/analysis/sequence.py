@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import mldebug.ledger as ledger
-import mldebug.ledgerrules as rules
-from mldebug.ledgerverdicts import (
+import mldebug.ledger.compare as ledger
+import mldebug.ledger.rules as rules
+from mldebug.ledger.verdicts import (
     VERDICT_BEHIND,
     VERDICT_HANG,
     VERDICT_MISMATCH,
@@ -75,7 +75,7 @@ def interval_of(state: AgentState) -> float:
 
 def frozen_after(state: AgentState) -> float:
     """How old a heartbeat may be before a living process counts as frozen (the one
-    freshness rule, ledgerrules.stale_after)."""
+    freshness rule, ledger.rules.stale_after)."""
     return rules.stale_after(state.interval)
 
 
@@ -151,7 +151,7 @@ def _describe(call: CollectiveCall) -> str:
 
 def ledger_call(call: CollectiveCall) -> ledger.Call:
     """The agent's record of a call in the ledger's form (live here, at exit in
-    launch/timeouts.py)."""
+    analysis/exit_waits.py)."""
     return ledger.Call(
         call.seq,
         rules.op_name(call.op),

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import mldebug.ledger as ledger
+import mldebug.ledger.compare as ledger
 from mldebug.analysis.frames import (
     collective_op,
     stack_key,
@@ -41,7 +41,7 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
-from mldebug.model_timing import TimingTable
+from mldebug.model.timing import TimingTable
 
 
 def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:

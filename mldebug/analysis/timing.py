@@ -26,7 +26,7 @@ from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing_arrival import Arrival, CallRecord, arrivals
 from mldebug.analysis.timing_flight import FlightVerdict, judge_flight
 from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
-from mldebug.model_timing import (
+from mldebug.model.timing import (
     RankTiming,
     StepTiming,
     TimingRow,

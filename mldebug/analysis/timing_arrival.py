@@ -2,7 +2,7 @@
 
 An adapter: the records become the collective ledger's `RankProgress` per group (calls by
 their number, with `Call.entered` and `Call.ended`), and the ledger's own alignment and its
-"who arrives last" (mldebug/ledgerarrival.py) judge them. Each rank's wait is completion
+"who arrives last" (mldebug/ledger/arrival.py) judge them. Each rank's wait is completion
 minus entry on its own clock: no clock agreement across nodes is needed.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-import mldebug.ledger as ledger
-from mldebug.ledger import Arrival
+import mldebug.ledger.compare as ledger
+from mldebug.ledger.compare import Arrival
 
 __all__ = ["Arrival", "CallRecord", "arrivals"]
 

@@ -4,7 +4,7 @@ Each step (aligned across ranks by its number) the ranks are placed 1..n by how 
 took outside collectives: their whole work, their compute alone, their data wait alone (a
 straggler is slow in one of them; the others' share of the step is noise). With no rank
 different from the others, a rank's place each step is equally likely any of 1..n, so its
-places summed over m steps follow a known distribution (ledgerarrival.rank_sum_tail): the
+places summed over m steps follow a known distribution (ledger.arrival.rank_sum_tail): the
 chance of a sum that high is exact, whatever the step times' own distribution (a 1 s
 checkpoint pause or a GC pause moves a rank's place on one step by at most n-1).
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mldebug.ledger import rank_sum_tail
-from mldebug.model_timing import StepTiming
+from mldebug.ledger.compare import rank_sum_tail
+from mldebug.model.timing import StepTiming
 
 FALSE_ALARM = 1e-3  # per look, over every rank and part
 MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or more)

@@ -3,7 +3,7 @@ all-reduces), from the Flight Recorder rows each agent keeps (agent/timing_fligh
 
 The rows carry when each rank enqueued collective #N (the host's clock; a duration too where
 the recorder timed it). The ledger aligns them by number and says who came last at each
-(mldebug/ledgerarrival.py). Consecutive collectives of one step are not independent (a rank
+(mldebug/ledger/arrival.py). Consecutive collectives of one step are not independent (a rank
 late for a step is late for all of its buckets), so the vote is per step: each collective
 belongs to the step the last rank enqueued it in, and a step's
 late rank is the one last at most of its collectives (each row says its step: the rank's
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from mldebug.analysis.timing_arrival import CallRecord, arrivals
 from mldebug.analysis.timing_evidence import FALSE_ALARM
-from mldebug.ledger import Arrival, binomial_tail
-from mldebug.model_timing import RankTiming
+from mldebug.ledger.compare import Arrival, binomial_tail
+from mldebug.model.timing import RankTiming
 
 MIN_STEPS = 8  # steps with a late rank, at least
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from mldebug.analysis.frames import collective_op, is_rendezvous, user_frame
 from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER
 from mldebug.model import SEVERITY_WARNING, Finding, Frame
-from mldebug.model_timing import (
+from mldebug.model.timing import (
     WHERE_COLLECTIVE,
     WHERE_DATA,
     WHERE_OTHER,

@@ -4,7 +4,7 @@ reads it back (docs/multi-node.md has the format).
 It is already merged: each distinct set of thread stacks is written once (`stacks`), each
 rank names its stack by index and adds its small facts (pid, state from its samples, CPU,
 how its reading failed) and its agent's state.json as read (one writer, the agent; one
-reader, collect.agentstate.parse_state; one version, ledgerrules.STATE_VERSION), and
+reader, collect.agentstate.parse_state; one version, ledger.rules.STATE_VERSION), and
 `groups` are the node's merged classes (ranks with the same main-thread stack). Nothing is
 judged across ranks here: the front end judges every node's ranks together. Thread ids are
 left out, so that ranks with the same stacks share one entry.
@@ -139,7 +139,7 @@ def node_document(
             "heartbeat_age": view.heartbeat_age,
             "failure": failures.get(view.rank),
             # state.json as the node read it: one writer (the agent), one reader
-            # (collect.agentstate.parse_state), one version (ledgerrules.STATE_VERSION)
+            # (collect.agentstate.parse_state), one version (ledger.rules.STATE_VERSION)
             "agent": agent_files.get(target.pid) if view.agent is not None else None,
         }
         ranks.append(entry)

@@ -34,7 +34,7 @@ from mldebug.model import (
     SourceFindings,
     StackSample,
 )
-from mldebug.nccl.ras_verdict import carried_findings
+from mldebug.ras.verdict import carried_findings
 from mldebug.textsafe import one_line
 from mldebug.wording import ranks_text
 

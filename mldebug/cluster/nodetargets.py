@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from mldebug import rundir
 from mldebug.errors import NoTargetError
+from mldebug.files import rundir
 from mldebug.model import JobTargets, RankTarget
 from mldebug.targets import describe_job, discover_rank_processes, target_from_process
 

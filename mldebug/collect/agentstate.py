@@ -11,10 +11,12 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import mldebug.ledgerrules as rules
+import mldebug.ledger.rules as rules
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.collect.eventfiles import parse_time
 from mldebug.collect.memstate import parse_census, parse_timeline
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import read_json
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -23,8 +25,6 @@ from mldebug.model import (
     MemoryReading,
     RankTarget,
 )
-from mldebug.rundir import RunPaths
-from mldebug.safeio import read_json
 
 MAX_STATE_BYTES = 1 << 20
 MAX_GROUPS = 64

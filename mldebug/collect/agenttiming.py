@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from mldebug.collect.eventfiles import parse_time
-from mldebug.model_timing import (
+from mldebug.model.timing import (
     CallTiming,
     FlightCallTiming,
     LoaderTiming,

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mldebug.collect.agentstate import read_state
-from mldebug.safeio import make_private_dir, write_request
+from mldebug.files.safeio import make_private_dir, write_request
 
 CENSUS_DIR = "census"  # agent/census.py: REQUEST
 REQUEST_FILE = "request"

@@ -1,4 +1,4 @@
-"""`mldebug check`'s results, read back from what the ranks printed (checkwire.py).
+"""`mldebug check`'s results, read back from what the ranks printed (preflight/wire.py).
 
 `results_of(lines, ...)` is pure: lines of any origin (the ranks' logs, a launcher's
 combined output, a paste) to a `CheckResults`. `read_run(paths)` reads a run directory's
@@ -11,16 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mldebug import checkwire as wire
-from mldebug import safeio
-from mldebug.model_check import (
+from mldebug.files import safeio
+from mldebug.files.rundir import RunPaths
+from mldebug.model.check import (
     CheckRank,
     CheckResults,
     CollectiveTime,
     ComputeRate,
     PairTime,
 )
-from mldebug.rundir import RunPaths
+from mldebug.preflight import wire
 from mldebug.textsafe import one_line
 
 LOG_LIMIT = 4 << 20  # bytes read of one log: a check prints a few kilobytes

@@ -35,13 +35,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-import mldebug.ledgerrules as rules
+import mldebug.ledger.rules as rules
 from mldebug.collect.agentstate import read_states
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.pystack import find_pystack, read_pystack
 from mldebug.collect.rankstacks import ask_rank
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
 from mldebug.errors import ToolMissingError
+from mldebug.files.procfs import pid_alive
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,
@@ -54,7 +55,6 @@ from mldebug.model import (
     RankTarget,
     StackSample,
 )
-from mldebug.procfs import pid_alive
 from mldebug.wording import ranks_text
 
 MAX_PIDS = 1024  # distinct processes one poll reads; the others are reported as not read
@@ -347,7 +347,7 @@ class JobCollector:
         else:
             moved = seen[2]
         self._moves[target.pid] = (state.time, state, moved)
-        # A stale heartbeat (the one rule, ledgerrules.stale_after): the agent stopped
+        # A stale heartbeat (the one rule, ledger.rules.stale_after): the agent stopped
         # writing, and what its file says is not news.
         return moved and rules.is_fresh(wall - state.time, state.interval)
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug.rundir import hostname
-from mldebug.safeio import make_private_dir, open_regular
+from mldebug.files.rundir import hostname
+from mldebug.files.safeio import make_private_dir, open_regular
 
 CORE_PATTERN = "/proc/sys/kernel/core_pattern"
 CORE_USES_PID = "/proc/sys/kernel/core_uses_pid"

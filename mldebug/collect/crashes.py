@@ -15,7 +15,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from mldebug import rundir, safeio
+from mldebug.files import rundir, safeio
 from mldebug.model import JobTargets, RankCrash
 
 MAX_RANKS = 1 << 16  # error files looked at per run directory

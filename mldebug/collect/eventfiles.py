@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
+from mldebug.files import safeio
+from mldebug.files.rundir import RunPaths
 from mldebug.model import RankEvent
-from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
 EVENTS_BYTES = 64 * 1024  # the end of one events.jsonl

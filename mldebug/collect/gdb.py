@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mldebug.collect import gdbparse
 from mldebug.errors import ToolMissingError
+from mldebug.files.procfs import proc_stat
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,
@@ -40,7 +41,6 @@ from mldebug.model import (
     NativeThread,
     RankTarget,
 )
-from mldebug.procfs import proc_stat
 
 GDB_REMEDY = (
     "Install it: sudo apt-get install gdb (Debian, Ubuntu), sudo dnf install gdb (Fedora, "

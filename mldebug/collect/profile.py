@@ -21,10 +21,10 @@ import threading
 from collections.abc import Sequence
 
 from mldebug.collect.pyspy import classify_pyspy_error, find_pyspy
+from mldebug.files.procfs import pid_alive
+from mldebug.files.safeio import read_head
 from mldebug.model import FAIL_ERROR, FAIL_EXITED, FAIL_TIMEOUT, RankTarget
-from mldebug.model_timing import SampledStacks
-from mldebug.procfs import pid_alive
-from mldebug.safeio import read_head
+from mldebug.model.timing import SampledStacks
 
 MAX_OUTPUT = 64 << 20  # bytes of py-spy output read per rank
 MAX_STACKS = 4096  # distinct stacks kept per rank

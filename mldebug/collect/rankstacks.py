@@ -30,9 +30,9 @@ import signal
 import time
 from pathlib import Path
 
-from mldebug import procfs, rundir, safeio
 from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
 from mldebug.collect.pyspy import interned_frame
+from mldebug.files import procfs, rundir, safeio
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_EXITED,

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mldebug import procfs
-from mldebug.nccl.ras_model import RasReport
-from mldebug.nccl.ras_read import RasError, looks_like_ras, parse_ras
+from mldebug.files import procfs
+from mldebug.ras.model import RasReport
+from mldebug.ras.read import RasError, looks_like_ras, parse_ras
 from mldebug.textsafe import one_line
 
 DEFAULT_HOST = "localhost"

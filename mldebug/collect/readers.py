@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from mldebug.procfs import proc_uids
+from mldebug.files.procfs import proc_uids
 
 READER_NAMES = ("py-spy", "gdb", "mldebug")
 STATUS_LIMIT = 8192  # bytes of /proc/PID/status read: TracerPid is in the first lines

@@ -18,19 +18,19 @@ import signal
 import sys
 import time
 
-from mldebug import checkwire as wire
-from mldebug import safeio
 from mldebug.analysis.check import check_verdict
 from mldebug.collect.checklines import read_run
 from mldebug.commands.common import command_parser, count, seconds, write_out
 from mldebug.errors import EXIT_FINDINGS, EXIT_OK, MldebugError
+from mldebug.files import safeio
+from mldebug.files.rundir import MANIFEST, RunPaths, create_run_dir
+from mldebug.files.safeio import UntrustedDirError, make_private_dir
 from mldebug.launch import env as envs
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
 from mldebug.model import SEVERITY_INFO, Finding
+from mldebug.preflight import wire
 from mldebug.report.check import render_text, to_json
-from mldebug.rundir import MANIFEST, RunPaths, create_run_dir
-from mldebug.safeio import UntrustedDirError, make_private_dir
 
 DESCRIPTION = """\
 Run the preflight tests on every rank of a job and name the outlier: can every rank join

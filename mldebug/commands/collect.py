@@ -71,11 +71,11 @@ def main(argv: list[str]) -> int:
     if args.slurm_job is not None and not args.slurm_job.isdigit():
         raise_usage(f"--slurm-job {args.slurm_job!r} is not a job id (a number)")
 
-    from mldebug import rundir
     from mldebug.cluster.document import node_document
     from mldebug.cluster.nodetargets import node_targets
     from mldebug.collect.ras import ask_ras, carried, quiet_notes
-    from mldebug.look import run_hang_after
+    from mldebug.files import rundir
+    from mldebug.observe.look import run_hang_after
     from mldebug.observe.pyspy import views_of
 
     if args.native and args.nonblocking:

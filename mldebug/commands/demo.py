@@ -82,10 +82,10 @@ def copy_job(folder: Path) -> Path:
 
 
 def _report_once(nproc: int, timeout: float) -> int:
+    from mldebug.files.rundir import create_run_dir
     from mldebug.launch.spec import LaunchSpec
     from mldebug.launch.supervisor import Supervisor
     from mldebug.report.text import print_report
-    from mldebug.rundir import create_run_dir
 
     paths = create_run_dir()
     supervisor = Supervisor(

@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from mldebug.look import Source
     from mldebug.model import JobReadings, JobTargets
+    from mldebug.observe.look import Source
 
 EXIT_STATUS = """\
 exit status:
@@ -154,9 +154,9 @@ def _all_refused(snapshot: JobSnapshot) -> bool:
 def _observe_here(
     args: argparse.Namespace, pids: list[int], run_dir: str | None, more: Sequence[Source] = ()
 ) -> tuple[JobSnapshot, JobReadings]:
-    """The job on this machine, looked at once as the hang watchdog looks (mldebug.look):
+    """The job on this machine, looked at once as the hang watchdog looks (mldebug.observe.look):
     its snapshot and the notes reading left."""
-    from mldebug.look import look_at_job
+    from mldebug.observe.look import look_at_job
 
     job = _targets_from_args(pids, run_dir)
     if args.census:

@@ -15,7 +15,7 @@ from mldebug.commands.common import count, seconds
 from mldebug.model import JobReadings, JobSnapshot, JobTargets, SourceFindings
 
 if TYPE_CHECKING:
-    from mldebug.look import Source
+    from mldebug.observe.look import Source
 
 MAX_SECONDS = 300.0
 MAX_RATE = 1000

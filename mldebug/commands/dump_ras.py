@@ -1,5 +1,5 @@
 """`dump`'s question to NCCL's RAS: asked when a rank's endpoint answers, judged with the
-stacks just read (collect/ras.py asks; nccl/ras_verdict.py makes the findings; the judge
+stacks just read (collect/ras.py asks; ras/verdict.py makes the findings; the judge
 weighs them with the rest). Silent when nothing listens at NCCL's default address: a job
 without NCCL 2.24+ is the usual case."""
 
@@ -11,7 +11,7 @@ from mldebug.model import JobReadings, JobSnapshot, SourceFindings
 def ras_source(snapshot: JobSnapshot, readings: JobReadings) -> SourceFindings:
     """What NCCL RAS says of the ranks read, and what asking it left noted."""
     from mldebug.collect.ras import ask_ras, quiet_notes
-    from mldebug.nccl.ras_verdict import view_findings
+    from mldebug.ras.verdict import view_findings
 
     del readings  # RAS is asked through the ranks' pids, as read
     views = [v for v in snapshot.ranks if v.target is not None and v.target.pid]

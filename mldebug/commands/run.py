@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mldebug.errors import MldebugError
+from mldebug.files.rundir import MANIFEST, create_run_dir
+from mldebug.files.safeio import UntrustedDirError, make_private_dir
 from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.supervisor import Supervisor
 from mldebug.ranges import parse_ranks
-from mldebug.rundir import MANIFEST, create_run_dir
-from mldebug.safeio import UntrustedDirError, make_private_dir
 
 if TYPE_CHECKING:
     from types import FrameType

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from mldebug.doctor.check import FAIL, OK, SKIP, WARN, Check, Probe
-from mldebug.procfs import proc_stat
-from mldebug.rundir import is_live, list_runs
+from mldebug.files.procfs import proc_stat
+from mldebug.files.rundir import is_live, list_runs
 from mldebug.textsafe import one_line
 
 TORCH_TIMEOUT = 60.0  # importing torch takes 20-30 s on a loaded machine

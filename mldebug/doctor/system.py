@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from mldebug.doctor.check import FAIL, OK, WARN, Check, Probe
-from mldebug.rundir import runs_root
-from mldebug.safeio import read_head
+from mldebug.files.rundir import runs_root
+from mldebug.files.safeio import read_head
 from mldebug.textsafe import one_line
 from mldebug.wording import human_bytes
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from mldebug import rundir, safeio
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
@@ -43,6 +42,7 @@ from mldebug.explain.readers import (
     tracebacks,
 )
 from mldebug.explain.text import Line, normalised, ranks_seen, split_lines, words_pattern
+from mldebug.files import rundir, safeio
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -58,12 +58,12 @@ from mldebug.model import (
     SOURCE_WATCHDOG,
     Finding,
 )
-from mldebug.nccl import ras_read
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.logfacts import FileLog
 from mldebug.nccl.logparse import parse_bytes, rank_of_path
-from mldebug.nccl.ras_model import RasReport
-from mldebug.nccl.ras_verdict import KIND_NCCL_RAS
+from mldebug.ras import read as ras_read
+from mldebug.ras.model import RasReport
+from mldebug.ras.verdict import KIND_NCCL_RAS
 
 MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
 MAX_TOTAL_BYTES = 128 << 20

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mldebug.files.procfs import proc_start_ticks, proc_stat
+from mldebug.files.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
+from mldebug.files.safeio import UntrustedDirError, make_private_dir
 from mldebug.launch.coredumps import CoreCatcher
 from mldebug.launch.env import free_port, rank_env
 from mldebug.launch.failures import Failure, collect_failures, exit_code_of, with_cores
@@ -24,9 +27,6 @@ from mldebug.launch.pipes import FULL_ERRNOS, Logs, PipeReader, Stream, make_pip
 from mldebug.launch.procs import end_groups
 from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.wrapped import WrappedRanks
-from mldebug.procfs import proc_start_ticks, proc_stat
-from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
-from mldebug.safeio import UntrustedDirError, make_private_dir
 
 
 @dataclass

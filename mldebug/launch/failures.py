@@ -18,12 +18,12 @@ import signal
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
-from mldebug.safeio import read_json, read_tail
+from mldebug.files.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
+from mldebug.files.safeio import read_json, read_tail
 from mldebug.wording import finding_text
 
 if TYPE_CHECKING:
-    from mldebug.launch.timeouts import Explanation
+    from mldebug.analysis.exit_waits import Explanation
 
 RECIPE = "rank-crash"
 RECIPE_TIMEOUT = "collective-hang"  # a collective timeout nothing explains
@@ -313,7 +313,7 @@ def format_report(
 ) -> str:
     """The first-failure summary printed when a job dies (empty when nothing failed).
 
-    `explanation` (launch.timeouts.Explanation): the first failure is a collective timeout,
+    `explanation` (analysis.exit_waits.Explanation): the first failure is a collective timeout,
     and this is what the ranks were waiting in and who caused it; the report leads with it.
     """
     from mldebug.ranges import format_ranks

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from mldebug.safeio import write_request
+from mldebug.files.safeio import write_request
 
 FR_DIR = "fr"  # as the agent's MLDEBUG_FR_DIR and torch's dump prefix (launch/env.py)
 REQUEST_FILE = "request"  # mldebug/agent/flight.py: REQUEST_FILE

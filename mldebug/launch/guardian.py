@@ -24,7 +24,7 @@ Only processes of this job are signalled, each verified first by pid *and* start
     parent had already exited when it was first seen cannot be told from a stranger.
 
 Run as `python -I -c ... PACKAGE_PARENT RUN_DIR GRACE SUPERVISOR_PID` (see `start`): stdlib
-and mldebug.rundir only, so it starts fast.
+and mldebug.files.rundir only, so it starts fast.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def start_guardian(run_dir: Path, grace: float, say: Callable[[str], None]) -> G
 
 def _snapshot() -> dict[int, tuple[int, int, int, str]]:
     """pid -> (ppid, pgid, start ticks, state) of every process: one pass over /proc."""
-    from mldebug.procfs import proc_stat
+    from mldebug.files.procfs import proc_stat
 
     table = {}
     for name in os.listdir("/proc"):
@@ -221,8 +221,8 @@ def _kill(send: Callable[[int, int], None], target: int, signum: int) -> None:
 
 def mark_interrupted(run_dir: Path, supervisor_pid: int) -> None:
     """run.json says the run was interrupted, and why (unless it already has an end)."""
+    from mldebug.files.rundir import STATUS_INTERRUPTED, STATUS_RUNNING, RunPaths, read_manifest
     from mldebug.launch.manifest import release_reserve, write_manifest
-    from mldebug.rundir import STATUS_INTERRUPTED, STATUS_RUNNING, RunPaths, read_manifest
 
     paths = RunPaths(run_dir)
     data = read_manifest(run_dir)

@@ -6,12 +6,12 @@ directory and, once, from the ranks still alive.
 
 from __future__ import annotations
 
+from mldebug.analysis.exit_waits import Explanation, Timeout, explain, places_of, timeout_of
 from mldebug.collect.agentstate import read_state
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import read_json, read_tail
 from mldebug.launch.failures import Failure
-from mldebug.launch.timeouts import Explanation, Timeout, explain, places_of, timeout_of
 from mldebug.model import JobSnapshot
-from mldebug.rundir import RunPaths
-from mldebug.safeio import read_json, read_tail
 
 # The stacks of the ranks still alive are read once before they are stopped, within this.
 LAST_STACKS_DEADLINE = 5.0

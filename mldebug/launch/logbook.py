@@ -10,9 +10,9 @@ import os
 import time
 from collections.abc import Callable
 
+from mldebug.files.rundir import RunPaths
 from mldebug.launch.manifest import Manifest
 from mldebug.launch.pipes import LogFile, Logs, error_text
-from mldebug.rundir import RunPaths
 
 MAX_FILES_SAID = 6  # incomplete logs named on the console; run.json has them all
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from mldebug.procfs import proc_start_ticks
-from mldebug.rundir import STATUS_RUNNING, RunPaths
-from mldebug.safeio import create_new, write_json_atomic
+from mldebug.files.procfs import proc_start_ticks
+from mldebug.files.rundir import STATUS_RUNNING, RunPaths
+from mldebug.files.safeio import create_new, write_json_atomic
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,10 +11,10 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from mldebug.analysis.exit_waits import Explanation
+from mldebug.files.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
 from mldebug.launch.failures import Failure, exit_code_of, format_report, job_outcome
 from mldebug.launch.logbook import incomplete_logs_note
-from mldebug.launch.timeouts import Explanation
-from mldebug.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCEEDED, RunPaths
 
 HANG_EXIT_CODE = 124  # the job was stopped by --on-hang stop (as timeout(1) says)
 

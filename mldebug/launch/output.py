@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import open_regular, read_json
 from mldebug.launch.lines import LineSplitter
-from mldebug.rundir import RunPaths
-from mldebug.safeio import open_regular, read_json
 
 READ_CHUNK = 1 << 20
 MAX_CHUNKS_PER_LOOK = 4

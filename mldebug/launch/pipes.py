@@ -38,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mldebug.files.safeio import open_append
 from mldebug.launch.lines import LineSplitter
 from mldebug.launch.output import Console, format_lines
-from mldebug.safeio import open_append
 
 READ_CHUNK = 1 << 20
 POLL_INTERVAL = 0.1  # seconds: how often progress bars and ended ranks are looked at

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from mldebug.procfs import proc_stat
+from mldebug.files.procfs import proc_stat
 
 
 def live_groups(pgids: Iterable[int]) -> set[int]:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mldebug.files.rundir import RunPaths
 from mldebug.launch import env as envs
 from mldebug.launch.output import Console, RankFilter
-from mldebug.rundir import RunPaths
 
 
 @dataclass

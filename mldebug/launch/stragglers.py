@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 
 from mldebug.analysis.timing import KIND_INPUT_BOUND, KIND_STRAGGLER, judge_timing
 from mldebug.collect.agentstate import read_state
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import open_append
 from mldebug.model import STATE_RUNNING, Finding, RankView
-from mldebug.rundir import RunPaths
-from mldebug.safeio import open_append
 from mldebug.wording import finding_text
 
 ENV_STRAGGLER = "MLDEBUG_STRAGGLER"

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from mldebug.files.rundir import hostname
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
 from mldebug.launch.children import (
@@ -59,7 +60,6 @@ from mldebug.launch.spec import LaunchSpec
 from mldebug.launch.stragglers import StragglerWatch
 from mldebug.launch.stragglers import enabled as stragglers_enabled
 from mldebug.launch.watchdog import HangWatchdog
-from mldebug.rundir import hostname
 
 __all__ = ["HANG_EXIT_CODE", "Supervisor"]
 

@@ -11,7 +11,7 @@ Once a second a thread of its own looks at what moves while the job works:
     more in any rank's log or in the launcher's.
 
 When nothing moved for SECS while a process of the job lives, it looks at the job as
-`mldebug dump --run` does (`mldebug.look`, bounded by DUMP_DEADLINE), and the dump decides
+`mldebug dump --run` does (`mldebug.observe.look`, bounded by DUMP_DEADLINE), and the dump decides
 (analysis.quiet):
 
   * a hang (an error finding: a wait longer than the hang threshold, a frozen rank...): the
@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 
 from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
 from mldebug.collect.agentstate import read_state
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import create_new, make_private_dir
 from mldebug.launch.flight import request_dumps, wait_for_dumps
-from mldebug.rundir import RunPaths
-from mldebug.safeio import create_new, make_private_dir
 from mldebug.textsafe import printable
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def dump_job(
     root: Path, deadline: float = DUMP_DEADLINE, error_after: float | None = None
 ) -> tuple[JobSnapshot, tuple[str, ...]]:
     """(snapshot, notes) of the job, as `mldebug dump --run ROOT` reads it."""
-    from mldebug.look import look_at_run
+    from mldebug.observe.look import look_at_run
 
     return look_at_run(root, deadline, error_after)
 
@@ -169,7 +169,7 @@ class HangWatchdog:
         self.on_hang = on_hang
         self._alive, self._say, self._stop, self._record = alive, say, stop, record
         self._render = render
-        from mldebug.look import hang_threshold
+        from mldebug.observe.look import hang_threshold
 
         threshold = hang_threshold(timeout)
         self._dump = dump or (lambda root: dump_job(root, DUMP_DEADLINE, threshold))

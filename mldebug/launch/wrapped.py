@@ -18,10 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mldebug.launch import procs
-from mldebug.launch.manifest import Manifest
-from mldebug.procfs import descends_from, proc_environ, proc_start_ticks, proc_stat
-from mldebug.rundir import (
+from mldebug.files.procfs import descends_from, proc_environ, proc_start_ticks, proc_stat
+from mldebug.files.rundir import (
     ENV_RUN_DIR,
     STATUS_FAILED,
     STATUS_INTERRUPTED,
@@ -32,7 +30,9 @@ from mldebug.rundir import (
     parse_rank,
     same_dir,
 )
-from mldebug.safeio import json_number, read_json
+from mldebug.files.safeio import json_number, read_json
+from mldebug.launch import procs
+from mldebug.launch.manifest import Manifest
 
 MAX_HOST_CHARS = 255
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT

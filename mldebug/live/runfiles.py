@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from pathlib import Path
 
-from mldebug import safeio
 from mldebug.collect.changed import ChangedFiles
 from mldebug.collect.eventfiles import parse_event_line as parse_event_line  # one parser, here too
 from mldebug.collect.eventfiles import read_event_file
+from mldebug.files import safeio
+from mldebug.files.rundir import RunPaths
 from mldebug.model import Finding, LogTail, RankEvent, RunFiles
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.follow import RunFollower
-from mldebug.rundir import RunPaths
 from mldebug.textsafe import printable
 
 TAIL_BYTES = 16 * 1024  # per log file: enough for ~200 lines of training output

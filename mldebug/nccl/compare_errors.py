@@ -6,9 +6,9 @@ errors, and the NCCL errors torch raised. Pure functions over `RankLog`s.
 
 from __future__ import annotations
 
-import mldebug.ledger as ledger
-import mldebug.ledgerrules as rules
-from mldebug.ledgerverdicts import VERDICT_BEHIND, VERDICT_HANG, ledger_finding
+import mldebug.ledger.compare as ledger
+import mldebug.ledger.rules as rules
+from mldebug.ledger.verdicts import VERDICT_BEHIND, VERDICT_HANG, ledger_finding
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mldebug import rundir, safeio
-from mldebug.nccl import flight
+from mldebug import flight
+from mldebug.files import rundir, safeio
 from mldebug.nccl.logparse import CHUNK, MAX_LINE, FileLog, LogParser
 from mldebug.nccl.scan import RUN_NCCL_FILES, RUN_RANKS, Scan, finish, join_pids
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from mldebug import rundir, safeio
+from mldebug.files import rundir, safeio
 from mldebug.nccl import logformats as f
 from mldebug.nccl.logfacts import (
     ERR_NCCL,

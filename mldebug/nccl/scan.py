@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mldebug import rundir, safeio
+from mldebug import flight
+from mldebug.files import rundir, safeio
+from mldebug.flight import pool as flight_pool
 from mldebug.model import KIND_FR_UNREAD, SEVERITY_INFO, Finding
-from mldebug.nccl import compare, flight, flight_pool, ranklog, ras_read, ras_verdict
+from mldebug.nccl import compare, ranklog
 from mldebug.nccl.logparse import FileLog, parse_file
+from mldebug.ras import read as ras_read
+from mldebug.ras import verdict as ras_verdict
 
 MAX_FILES = 20_000  # files looked at under the paths given
 MAX_DEPTH = 8
@@ -54,7 +58,7 @@ class Scan:
     skipped: int = 0  # files in directories passed over (not logs)
     ranks: list[ranklog.RankLog] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    ras: list = field(default_factory=list)  # ras_model.RasReport: saved `ncclras` answers
+    ras: list = field(default_factory=list)  # ras.model.RasReport: saved `ncclras` answers
 
     @property
     def files_read(self) -> int:

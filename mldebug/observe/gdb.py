@@ -30,6 +30,7 @@ from mldebug.analysis.snapshot import see_job
 from mldebug.collect import gdb as gdbs
 from mldebug.collect.cores import CoreInfo, NotACoreError, core_info, core_plan, rank_from_name
 from mldebug.errors import MldebugError, NoTargetError
+from mldebug.files.rundir import parse_rank, read_manifest
 from mldebug.model import (
     FAIL_ERROR,
     FAIL_TIMEOUT,
@@ -41,7 +42,6 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
-from mldebug.rundir import parse_rank, read_manifest
 
 PARALLEL = 2  # gdb runs side by side: each takes ~0.7 GB and a core on a torch rank
 MAX_CORES = 1024

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from mldebug import rundir
 from mldebug.collect.crashes import with_crashes
+from mldebug.files import rundir
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets
 from mldebug.targets import manifest_exit_codes
 

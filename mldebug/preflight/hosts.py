@@ -6,7 +6,7 @@ SPEC_JSON: {"hosts": [...], "nproc": N, "port": P, "ssh": [ssh argv before the h
 "remote": [the remote python argv], "env": {limits}}. Host i's local rank l is global rank
 i*N + l, with torchrun's environment and the rendezvous on the first host. Every line a
 rank writes comes back through its ssh session onto this process's output (the check's
-launcher log), where the front end reads the records (checkwire.py): no filesystem needs to
+launcher log), where the front end reads the records (preflight/wire.py): no filesystem needs to
 be shared. Standard library only; it ends when every session has.
 """
 

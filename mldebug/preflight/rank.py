@@ -1,5 +1,5 @@
 """The program `mldebug check` runs on every rank: can it join, how fast do collectives go,
-how fast does its device multiply matrices. Results are lines of stdout (mldebug/checkwire.py).
+how fast does its device multiply matrices. Results are lines of stdout (mldebug/preflight/wire.py).
 
     python -m mldebug.preflight.rank      # under mldebug check, torchrun, srun...
 
@@ -21,7 +21,7 @@ MASTER_PORT as torchrun gives them, else SLURM_PROCID/SLURM_NTASKS). The phases:
    share a machine compete alike.
 
 It never exits non-zero for what it measured (a launcher would stop the others): a failure
-is a record. Only the limits in checkwire's ENV_* change what it does.
+is a record. Only the limits in preflight/wire.py's ENV_* change what it does.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 import traceback
 from datetime import timedelta
 
-from mldebug import checkwire as wire
+from mldebug.preflight import wire
 
 BATCH_SECONDS = 0.3  # one timed batch of matmuls: long beside a scheduler's period (100 ms)
 CHUNK_SECONDS = 0.02  # matmuls between two syncs within a batch

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 
 from mldebug.model import SEVERITY_INFO
-from mldebug.model_check import CheckRank, CheckVerdict
+from mldebug.model.check import CheckRank, CheckVerdict
 from mldebug.ranges import format_ranks
 from mldebug.rankrules import human_bytes
 from mldebug.report.jsonout import finding_to_json

@@ -5,8 +5,9 @@ Everything shown comes from files: passed through `textsafe` before it reaches a
 
 from __future__ import annotations
 
+from mldebug import flight
 from mldebug.model import SEVERITY_ERROR, Finding
-from mldebug.nccl import flight, ranklog
+from mldebug.nccl import ranklog
 from mldebug.nccl.scan import Scan
 from mldebug.ranges import format_ranks
 from mldebug.report.facts import fact_lines, recipe_command
@@ -50,7 +51,7 @@ def text_report(scan: Scan, verbose: bool = False) -> str:
         )
     if scan.dumps:
         read.append(f"{len(scan.dumps)} Flight Recorder dump{'s' if len(scan.dumps) > 1 else ''}")
-    if scan.ras:  # saved `ncclras` answers (nccl/ras_read.py)
+    if scan.ras:  # saved `ncclras` answers (ras/read.py)
         read.append(f"{len(scan.ras)} NCCL RAS answer{'s' if len(scan.ras) > 1 else ''}")
     head = "mldebug nccl: " + ", ".join(read)
     if logs:

@@ -17,7 +17,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mldebug.model_timing import TimingRow, TimingTable
+from mldebug.model.timing import TimingRow, TimingTable
 
 MAX_ROWS = 16  # rows shown; the ranks after them are counted
 SPARK = "▁▂▃▄▅▆▇█"

@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
+from mldebug.files.rundir import RunPaths
+from mldebug.files.safeio import check_private_dir, create_new, make_private_dir
 from mldebug.model import JobSnapshot
-from mldebug.rundir import RunPaths
-from mldebug.safeio import check_private_dir, create_new, make_private_dir
 
 
 def report_dir(run_dir: Path | None, cwd: Path) -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 from mldebug.agent.heartbeat import DEFAULT_INTERVAL, Heartbeat
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.agentstate import read_states
+from mldebug.files.safeio import write_json_atomic
 from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
-from mldebug.safeio import write_json_atomic
 
 NOW = 1_767_225_600.0
 TRAIN = "/home/me/proj/train.py"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mldebug import rankrules, rundir, safeio
+from mldebug import rankrules
 from mldebug.agent import collectives
+from mldebug.files import rundir, safeio
 from testkit.agent_states import heartbeat
 
 

@@ -20,9 +20,18 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# Modules that are a unit of their own inside their package: the ledger's contract is
+# loaded inside every rank, the rest of the ledger is not.
+OWN_UNITS = ("ledger.rules",)
+
+
 def unit_of(module: str) -> str:
-    """The unit a module belongs to: mldebug.collect.gdb -> "collect", mldebug -> "mldebug"."""
+    """The unit a module belongs to: mldebug.collect.gdb -> "collect", mldebug -> "mldebug",
+    mldebug.ledger.rules -> "ledger.rules"."""
     parts = module.split(".")
+    inner = ".".join(parts[1:3])
+    if inner in OWN_UNITS:
+        return inner
     return parts[1] if len(parts) > 1 else parts[0]
 
 

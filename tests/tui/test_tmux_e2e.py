@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mldebug.files.procfs import pid_alive
 from mldebug.launch.env import free_port
-from mldebug.procfs import pid_alive
 
 JOB = Path(__file__).parent / "jobs" / "straggler.py"
 WORLD = 4

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from mldebug.model import Finding, JobSnapshot
-from mldebug.model_timing import TimingRow, TimingTable
+from mldebug.model.timing import TimingRow, TimingTable
 from mldebug.report.timing import agent_cells, ordered_rows, sparkline
 from mldebug.textsafe import printable
 from mldebug.wording import finding_text

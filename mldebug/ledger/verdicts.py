@@ -1,10 +1,10 @@
 """From the ledger's verdict to a finding: one table, whichever source saw it.
 
-`compare_group` (ledger.py) says who is behind, who is mismatched and whether every member
+`compare_group` (ledger/compare.py) says who is behind, who is mismatched and whether every member
 waits (a hang). Five sources feed it: the agents' live states (analysis/sequence.py), their
-last states at exit (launch/timeouts.py), torch's Flight Recorder dumps
-(nccl/flight_compare.py), the NCCL watchdog's lines (nccl/compare_errors.py) and NCCL RAS's
-launch counts (nccl/ras_verdict.py). Each adapter only translates its source into the
+last states at exit (analysis/exit_waits.py), torch's Flight Recorder dumps
+(flight/compare.py), the NCCL watchdog's lines (nccl/compare_errors.py) and NCCL RAS's
+launch counts (ras/verdict.py). Each adapter only translates its source into the
 ledger's form and words the finding; the kind, the base severity and the recipe of a
 verdict come from `OUTCOMES` here, and `ledger_finding` fills the finding's fields the same
 way for all of them. So "a rank behind" is one kind and one recipe whoever saw it, and the
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import mldebug.ledgerrules as rules
+import mldebug.ledger.rules as rules
 from mldebug.model import (
     KIND_HANG,
     KIND_MISMATCH,

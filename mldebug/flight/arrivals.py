@@ -17,8 +17,8 @@ from array import array
 from collections.abc import Sequence
 from itertools import compress, repeat
 
-from .flight_model import FlightDump
-from .flight_table import EntryTable, Same
+from .model import FlightDump
+from .table import EntryTable, Same
 
 NEAR_NS = 1000  # entries this close to the latest may read as equal in seconds (floats)
 

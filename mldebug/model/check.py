@@ -1,7 +1,7 @@
 """What `mldebug check` measured and what the analysis made of it: frozen dataclasses, no I/O.
 
 The collector (collect/checklines.py) builds a `CheckResults` from the ranks' result lines
-(checkwire.py); the analysis (analysis/check.py) turns it into a `CheckVerdict`; the views
+(preflight/wire.py); the analysis (analysis/check.py) turns it into a `CheckVerdict`; the views
 (report/check.py) only render that.
 """
 
@@ -34,7 +34,7 @@ class CheckRank:
     master: str | None = None  # the rendezvous address the rank was given
     started: bool = False  # it printed its start record
     joined: bool | None = None  # None: it never said (ended or was stopped before)
-    failed_step: str | None = None  # checkwire.STEPS, or the phase the group failed in
+    failed_step: str | None = None  # preflight.wire.STEPS, or the phase the group failed in
     error: str | None = None  # the error it caught, as it printed it
     compute: tuple[ComputeRate, ...] = ()
     finished: bool = False  # it printed its end record

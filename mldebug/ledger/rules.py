@@ -3,8 +3,8 @@ across ranks, how every source names an op, what state.json holds and when it is
 
 Stdlib only and free of imports from the package: the agent loads this file by its path
 inside every rank (as it loads rankrules.py), and the outside imports it as
-`mldebug.ledgerrules`. The agent's writer, the reader (collect/agentstate.py), the
-comparer (mldebug/ledger.py) and every source's adapter use these rules, so a group's name,
+`mldebug.ledger.rules`. The agent's writer, the reader (collect/agentstate.py), the
+comparer (mldebug/ledger/compare.py) and every source's adapter use these rules, so a group's name,
 an op's name or a heartbeat's age means the same on both sides.
 """
 

@@ -21,13 +21,13 @@ import json
 import re
 from collections import Counter
 
-from mldebug.rundir import MAX_RANK
-from mldebug.safeio import json_depth_ok, read_head
+from mldebug.files.rundir import MAX_RANK
+from mldebug.files.safeio import json_depth_ok, read_head
+from mldebug.flight.read import int64_of as _int
+from mldebug.nccl.logformats import VERSION
 from mldebug.textsafe import one_line
 
-from .flight_read import int64_of as _int
-from .logformats import VERSION
-from .ras_model import (
+from .model import (
     ALL_OPS,
     FORMAT_JSON,
     FORMAT_TEXT,

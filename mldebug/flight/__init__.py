@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from mldebug.textsafe import one_line
 
-from .flight_compare import compare_flight_dumps
-from .flight_model import FlightDump, FlightEntry, FlightGroup
-from .flight_read import FlightDumpError, looks_like_flight_dump, read_flight_dump
-from .flight_summary import tally_entries
+from .compare import compare_flight_dumps
+from .model import FlightDump, FlightEntry, FlightGroup
+from .read import FlightDumpError, looks_like_flight_dump, read_flight_dump
+from .summary import tally_entries
 
 __all__ = [
     "FlightDump",

@@ -16,8 +16,8 @@ Layout (see shared DESIGN):
 
 This module is the layout (where each file is) and the discovery of runs (which are this
 user's, which is the newest live one). Everything in a run directory is input, possibly
-planted by someone else: its files are read and written only through `safeio.py` (no
-symlink followed, every read capped); `procfs.py` reads what /proc says about a process.
+planted by someone else: its files are read and written only through `files/safeio.py` (no
+symlink followed, every read capped); `files/procfs.py` reads what /proc says about a process.
 
 Stdlib only: the in-rank agent loads it by path (as `_mldebug.rundir`, with its siblings).
 """

@@ -18,9 +18,9 @@ from typing import Any
 
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.snapshot import judged
+from mldebug.files.rundir import read_manifest
 from mldebug.model import JobReadings, JobSnapshot, JobTargets, SourceFindings
 from mldebug.observe.pyspy import observe_look
-from mldebug.rundir import read_manifest
 
 # Another source of a look: what it says, given the snapshot as read and the readings.
 Source = Callable[[JobSnapshot, JobReadings], SourceFindings]

@@ -3,10 +3,10 @@
 Everything in a run directory is input, possibly planted by someone else: every file is
 opened without following symlinks, read with a size cap, and refused unless it is a regular
 file (a FIFO would block a read forever); a directory is used only when it is this user's
-and nobody else can write to it. `rundir.py` says where the files are; this module is how
+and nobody else can write to it. `files/rundir.py` says where the files are; this module is how
 they are touched.
 
-Stdlib only: the in-rank agent loads it by path (agent `_sibling`), as it does `rundir.py`.
+Stdlib only: the in-rank agent loads it by path (agent `_sibling`), as it does `files/rundir.py`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading many Flight Recorder dumps at once: worker processes where there are cores.
 
 A 1,024-rank job leaves 1,024 dumps of 2,000 entries: about 200 MB of pickles. Each
-worker reads a share of the files with the same checked reader (flight_read: plain data
+worker reads a share of the files with the same checked reader (flight/read.py: plain data
 only, every cap) and sends back what it read, normalised: a column table (flight_table.py)
 of a few bytes an entry, which the parent unpickles (our own objects, from our own worker)
 in a small fraction of what reading the dumps costs. With one core, or few files, it reads
@@ -21,9 +21,9 @@ from dataclasses import replace
 from itertools import repeat
 from multiprocessing.context import BaseContext
 
-from .flight_model import FlightDump, FlightEntry
-from .flight_read import FlightDumpError, read_flight_dump
-from .flight_table import EntryTable
+from .model import FlightDump, FlightEntry
+from .read import FlightDumpError, read_flight_dump
+from .table import EntryTable
 
 MIN_FILES = 32  # fewer files are read faster than workers start
 CHUNK = 8  # files per task: few round trips, a fair share at the end

@@ -2,7 +2,7 @@
 uids, ancestry. Every read is bounded; a process that is gone or another user's is None or
 False, never an exception.
 
-Stdlib only: the in-rank agent loads it by path (agent `_sibling`), as it does `rundir.py`.
+Stdlib only: the in-rank agent loads it by path (agent `_sibling`), as it does `files/rundir.py`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import Any, overload
 
-from .flight_model import FlightEntry
+from .model import FlightEntry
 
 # A row: the entry's repeated part, in FlightEntry's words.
 ROW_FIELDS = (

@@ -4,7 +4,7 @@ Each entry carries `time_created_ns` (when its rank enqueued the collective) and
 recorder timed it (NCCL with TORCH_NCCL_ENABLE_TIMING), `duration_ms`. The dumps become the
 collective ledger's RankProgress per group (calls by number, entry and end times) and the
 ledger says who came last at each #N that every ranked dump recorded
-(mldebug/ledgerarrival.py):
+(mldebug/ledger/arrival.py):
 
   * with `duration_ms` on every rank: each rank's wait is its own duration, so no clock
     agreement is needed; the rank that waited least came last, and the spread is how much
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-import mldebug.ledger as ledger
+import mldebug.ledger.compare as ledger
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.ranges import format_ranks
 
-from .flight_arrivals import entry_order_columns
-from .flight_model import FlightDump
+from .arrivals import entry_order_columns
+from .model import FlightDump
 
 KIND_STRAGGLER = "straggler"  # the same kind as the agent's finding (analysis/timing.py)
 MIN_COLLECTIVES = 8

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import mldebug.ledgerforms as forms
-import mldebug.ledgerrules as rules
-from mldebug.ledgerforms import Behind, Call, GroupVerdict, Side, numel
+import mldebug.ledger.forms as forms
+import mldebug.ledger.rules as rules
+from mldebug.ledger.forms import Behind, Call, GroupVerdict, Side, numel
 from mldebug.wording import ranks_text
 from mldebug.wording import verb as _verb
 

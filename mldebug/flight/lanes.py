@@ -16,11 +16,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import compress
 
-import mldebug.ledger as ledger
-import mldebug.ledgerrules as rules
+import mldebug.ledger.compare as ledger
+import mldebug.ledger.rules as rules
 
-from .flight_model import FlightDump, FlightEntry
-from .flight_table import EntryTable, Same
+from .model import FlightDump, FlightEntry
+from .table import EntryTable, Same
 
 MAX_SHARED = 1 << 16  # distinct calls kept by one comparison (a hostile set of dumps)
 

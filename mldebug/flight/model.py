@@ -1,4 +1,4 @@
-"""What one Flight Recorder dump says, as plain frozen dataclasses (read by flight_read).
+"""What one Flight Recorder dump says, as plain frozen dataclasses (read by flight/read.py).
 
 torch's Flight Recorder keeps, per process, a ring of the last collectives its process
 groups issued (2,000 by default, NCCL and gloo alike). A dump is one rank's view: its

@@ -1,5 +1,5 @@
 """The collective ledger's forms: one call, one rank's place in a group's count, and the
-verdicts (mldebug/ledger.py judges; mldebug/ledgerwords.py says them). Every source's
+verdicts (mldebug/ledger/compare.py judges; mldebug/ledger/words.py says them). Every source's
 adapter builds `RankProgress`; `Call.entered` and `Call.ended` carry a source's entry and
 completion times for a later "who arrives last" verdict.
 """

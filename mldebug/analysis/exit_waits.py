@@ -9,7 +9,7 @@ it; the last stacks taken (a hang report, or a reading taken as the first rank d
 where a rank that was in no collective stood.
 
 `explain(...)` lines the ranks up by sequence number, per group, through the collective
-ledger (mldebug/ledger.py, the same judge as the live verdict's), and takes the first call
+ledger (mldebug/ledger/compare.py, the same judge as the live verdict's), and takes the first call
 where they part:
   * some ranks made call #N and wait in it, others never made it: those are the cause
     ("rank 1 never called all_reduce #6 (train.py:9); ranks 0,2-3 wait in it");
@@ -29,10 +29,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import mldebug.ledger as ledger
-import mldebug.ledgerrules as rules
+import mldebug.ledger.compare as ledger
+import mldebug.ledger.rules as rules
 from mldebug.analysis.sequence import ledger_call
-from mldebug.ledgerverdicts import (
+from mldebug.ledger.verdicts import (
     OUTCOMES,
     VERDICT_BEHIND,
     VERDICT_HANG,
@@ -92,7 +92,7 @@ class Cause:
     group: str
     seq: int
     location: str | None  # the culprit's call site (file:line), when known
-    verdict: str  # the ledger's verdict (ledgerverdicts.VERDICT_*): its kind and recipe
+    verdict: str  # the ledger's verdict (ledger.verdicts.VERDICT_*): its kind and recipe
 
     @property
     def recipe(self) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mldebug.ledger import RasCount, compare_group, from_ras_counts
-from mldebug.ledgerverdicts import VERDICT_BEHIND, ledger_finding
+from mldebug.ledger.compare import RasCount, compare_group, from_ras_counts
+from mldebug.ledger.verdicts import VERDICT_BEHIND, ledger_finding
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -31,8 +31,8 @@ from mldebug.model import (
 from mldebug.ranges import format_ranks
 from mldebug.textsafe import one_line
 
-from .ras_model import ALL_OPS, RasComm, RasCountGroup, RasReport
-from .ras_read import RasError, parse_ras
+from .model import ALL_OPS, RasComm, RasCountGroup, RasReport
+from .read import RasError, parse_ras
 
 KIND_NCCL_RAS = "nccl_ras"  # the lead may move this beside the other KIND_* in model.py
 NOT_COMPLETIONS = (

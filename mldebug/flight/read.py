@@ -21,14 +21,14 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
-from mldebug.rundir import MAX_RANK
-from mldebug.safeio import json_depth_ok, read_head
+from mldebug.files.rundir import MAX_RANK
+from mldebug.files.safeio import json_depth_ok, read_head
 from mldebug.textsafe import one_line
 
-from .flight_columns import fast_entries
-from .flight_model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
-from .flight_summary import tally_entries
-from .flight_table import first_of_groups
+from .columns import fast_entries
+from .model import FORMAT_JSON, FORMAT_PICKLE, FlightDump, FlightEntry, FlightGroup
+from .summary import tally_entries
+from .table import first_of_groups
 
 MAX_BYTES = 64 << 20  # 2,000 entries with stacks take about 2 MB; 20,000 about 20
 MAX_ENTRIES = 100_000

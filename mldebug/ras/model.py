@@ -1,5 +1,5 @@
-"""What NCCL's RAS said about a job, as plain frozen dataclasses (read by ras_read, asked by
-collect/ras.py, judged by ras_verdict).
+"""What NCCL's RAS said about a job, as plain frozen dataclasses (read by ras/read.py, asked by
+collect/ras.py, judged by ras/verdict.py).
 
 NCCL 2.24+ runs a RAS thread in every process; asked over its client socket (what the
 `ncclras` tool does) it reports, per communicator, each rank's host, pid and CUDA device,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 
-from .flight_model import FlightEntry, FlightTally
-from .flight_table import EntryTable
+from .model import FlightEntry, FlightTally
+from .table import EntryTable
 
 
 def _keep(best: dict, counts: dict, key, seq: int, done: bool, row: tuple) -> None:

@@ -2,7 +2,7 @@
 the rank the others waited for, and how sure one can be that a rank is late by chance.
 
 Calls are aligned by their number in the group's count, the ledger's own alignment
-(ledgerforms.calls_by_number); each source's adapter fills `Call.entered` / `Call.ended`:
+(ledger.forms.calls_by_number); each source's adapter fills `Call.entered` / `Call.ended`:
 
   * with both times (the agent's trace; a Flight Recorder entry with `duration_ms`): each
     rank's wait is its completion minus its entry, on its own clock, so no clock agreement
@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mldebug.ledgerforms import Call, RankProgress, calls_by_number
+from mldebug.ledger.forms import Call, RankProgress, calls_by_number
 
 EXACT_CELLS = 200_000  # rank_sum_tail: steps x ranks at most for the exact distribution
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mldebug.model_timing import RankTiming, TimingTable
+from mldebug.model.timing import RankTiming, TimingTable
 
 # What a collector could not do for one rank (StackSample.failure).
 FAIL_EXITED = "exited"  # the process is gone (before or during the dump)
@@ -323,7 +323,7 @@ class AgentState:
     timeline: MemoryTimeline | None = None  # memory over time (collect/memstate.py)
     census: TensorCensus | None = None  # the newest census of its live tensors
     census_before: TensorCensus | None = None  # the one before it
-    timing: RankTiming | None = None  # where its steps' time goes (model_timing.py)
+    timing: RankTiming | None = None  # where its steps' time goes (model/timing.py)
 
     @property
     def progress(self) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from itertools import chain, compress, repeat
 
-from .flight_table import Column, EntryTable, Same, column
+from .table import Column, EntryTable, Same, column
 
 _LIMIT = 1 << 63
 _INT_OR_NONE = {int, type(None)}
@@ -107,7 +107,7 @@ def _exact(names: list[str], shapes: list[tuple], frames: tuple) -> bool:
             return False
     if not _types(column.get("profiling_name", ())) <= {str, type(None)}:
         return False
-    # Stacks need no check: a stack's place is read alike from equal frames (flight_read).
+    # Stacks need no check: a stack's place is read alike from equal frames (flight/read.py).
     return _types(frames) <= {list, type(None)}
 
 

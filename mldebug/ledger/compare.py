@@ -3,8 +3,8 @@
 Every member of a process group numbers its collectives on that group 1, 2, 3...; call #N
 must be the same op, with the same shapes and dtypes where the op needs them, on every
 member. Every source says where each rank is in that count: the live agent's state.json
-(analysis/sequence.py), the last states at exit (launch/timeouts.py), torch's Flight
-Recorder dumps (nccl/flight_compare.py), NCCL's watchdog lines (nccl/compare_errors.py)
+(analysis/sequence.py), the last states at exit (analysis/exit_waits.py), torch's Flight
+Recorder dumps (flight/compare.py), NCCL's watchdog lines (nccl/compare_errors.py)
 and NCCL's RAS launch counts (`from_ras_counts` here). Each adapter turns its source into
 `RankProgress` per rank and group; `compare_group` judges them, the same way and in the
 same words whatever the source:
@@ -23,9 +23,9 @@ same words whatever the source:
   differ between the two ends.
 
 `RankProgress.calls` carry entry and completion times (`Call.entered`, `Call.ended`) where a
-source has them: ledgerarrival.py's "who arrives last" (re-exported here) judges them.
-Pure functions, standard library only; the forms are in ledgerforms.py, the sentences in
-ledgerwords.py, both re-exported here.
+source has them: ledger/arrival.py's "who arrives last" (re-exported here) judges them.
+Pure functions, standard library only; the forms are in ledger/forms.py, the sentences in
+ledger/words.py, both re-exported here.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import mldebug.ledgerrules as rules
-from mldebug.ledgerarrival import Arrival, arrivals, binomial_tail, rank_sum_tail
-from mldebug.ledgerforms import (
+import mldebug.ledger.rules as rules
+from mldebug.ledger.arrival import Arrival, arrivals, binomial_tail, rank_sum_tail
+from mldebug.ledger.forms import (
     KIND_DTYPES,
     KIND_OP,
     KIND_SHAPES,
@@ -50,7 +50,7 @@ from mldebug.ledgerforms import (
     calls_by_number,
     numel,
 )
-from mldebug.ledgerwords import (
+from mldebug.ledger.words import (
     behind_sentence,
     behind_text,
     call_text,
@@ -61,7 +61,7 @@ from mldebug.ledgerwords import (
     tensors_text,
 )
 
-# The ledger's public names, for the adapters: `import mldebug.ledger as ledger`.
+# The ledger's public names, for the adapters: `import mldebug.ledger.compare as ledger`.
 __all__ = [
     "KIND_DTYPES",
     "KIND_OP",
@@ -266,7 +266,7 @@ def compare_group(
     """The verdict on one group. `progress`: rank -> where it is (the ranks a source has);
     `members`: the group's ranks where known (a listed member without progress made no
     call on it); `size`: how many members the group has, where only that is known;
-    `inputs`: the calls' shapes are their inputs alone (ledgerrules.same_shape_expected)."""
+    `inputs`: the calls' shapes are their inputs alone (ledger.rules.same_shape_expected)."""
     known = dict(progress)
     listed = set(members) if members is not None else None
     if listed is not None:

@@ -10,7 +10,7 @@ N-th must be the same op with the same sizes and dtypes on every member. So, per
   timeout, a rank outside this group holding them);
 - point-to-point ops: each send matched with the receive at the other end (NCCL names both
   ends in the entry: `nccl:send 0->1`, `nccl:recv 1<-0`).
-The judging is the collective ledger's (mldebug/ledger.py), the same as for the agents'
+The judging is the collective ledger's (mldebug/ledger/compare.py), the same as for the agents'
 states and the watchdog's lines: the majority decides the culprit (never "the first rank
 is right"), and every mismatch of a group is reported, up to the ledger's cap.
 """
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-import mldebug.ledger as ledger
-import mldebug.ledgerrules as rules
-from mldebug.ledgerverdicts import (
+import mldebug.ledger.compare as ledger
+import mldebug.ledger.rules as rules
+from mldebug.ledger.verdicts import (
     VERDICT_BEHIND,
     VERDICT_HANG,
     VERDICT_MISMATCH,
@@ -39,10 +39,10 @@ from mldebug.model import (
 )
 from mldebug.wording import ranks_text as _ranks_text
 
-from .flight_lanes import Book, Lane, call_of, empty_lane, lanes_of
-from .flight_model import FlightDump, FlightEntry, FlightGroup
-from .flight_table import first_of_groups
-from .flight_timing import arrival_findings
+from .lanes import Book, Lane, call_of, empty_lane, lanes_of
+from .model import FlightDump, FlightEntry, FlightGroup
+from .table import first_of_groups
+from .timing import arrival_findings
 
 DEFAULT_GROUP = rules.DEFAULT_GROUP
 MAX_FINDINGS_PER_GROUP = 6
