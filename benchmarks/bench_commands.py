@@ -225,7 +225,7 @@ def node_documents(path: Path, nodes: int, per_node: int = 8) -> int:
 
     targets, samples, world = synthetic(128, per_node)
     kinds = {}
-    for host, text in documents(targets, samples, per_node):
+    for host, text in documents(targets, samples, per_node, {}):  # no agent states
         doc = json.loads(text)
         node = int(host[3:])
         key = "loading" if any(r["rank"] == world // 2 + 3 for r in doc["ranks"]) else None
