@@ -125,6 +125,31 @@ def is_torch_collective(frame: Any) -> bool:
     )
 
 
+# torch.compile's entry points, innermost first (the phase under way wins): a stack through
+# one of them is compiling (py-spy dumps of real inductor compiles, tests/data/compiling).
+# Running a compiled function passes through none of them (eval_frame.py, the generated
+# module's `call`, aot_autograd's runtime wrappers are not listed). The agent samples its
+# main thread with this table; the analysis reads py-spy's stacks with it.
+COMPILE_FILES = (
+    ("triton/compiler/compiler.py", "triton"),
+    ("torch/_inductor/cpp_builder.py", "torch._inductor (C++ build)"),
+    ("torch/_inductor/async_compile.py", "torch._inductor"),
+    ("torch/_inductor/select_algorithm.py", "torch._inductor (autotuning)"),
+    ("torch/_inductor/compile_fx.py", "torch._inductor"),
+    ("torch/_dynamo/symbolic_convert.py", "torch._dynamo (tracing)"),
+    ("torch/_dynamo/convert_frame.py", "torch._dynamo"),
+)
+_COMPILE_ENDINGS = tuple(ending for ending, _ in COMPILE_FILES)
+
+
+def compile_phase_of(path: str, function: str) -> str | None:
+    """What compiles in this function of a file of this path (COMPILE_FILES), or None. A
+    module's own body (`<module>`) is its import, not a compile."""
+    if function == "<module>" or not path.endswith(_COMPILE_ENDINGS):
+        return None
+    return next(phase for ending, phase in COMPILE_FILES if path.endswith(ending))
+
+
 def frame_label(frame: Any) -> str:
     """`function (file:line)` with the path shortened for people."""
     if frame is None:

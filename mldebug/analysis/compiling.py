@@ -1,0 +1,172 @@
+"""Compiling is not hanging: a rank inside torch.compile is slow, not stuck.
+
+With `torch.compile` a rank can compile for minutes (dynamo traces the bytecode, inductor
+generates code and has the system C++ compiler build it, triton builds GPU kernels) while the
+other ranks wait for it in their next collective. Its stack then looks stuck (its main thread
+sleeps in `Future.result` while a pool builds, or in `subprocess.communicate`), and the
+others wait for it: read as it looks, a hang.
+
+A rank is *compiling* when its main thread's stack passes through one of torch's compile
+entry points (`rankrules.COMPILE_FILES`: frames seen in py-spy dumps of real inductor compiles). Running
+an already compiled function passes through none of them (`eval_frame.py`, the generated
+module's `call` and aot_autograd's runtime wrappers are not listed). How long it has
+compiled comes from its agent, which samples its own main thread at each heartbeat
+(`agent/compiles.py`); without an agent it is not known.
+
+`explain_compiles` runs in the judge after the waits are graded: a finding whose culprits
+all compile (a rank the others wait for, a rank that does not move) becomes one `compiling`
+finding, info, that keeps who waits and for how long; ranks that compile and no finding
+named get one too. Mismatches and crashes are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mldebug.analysis.frames import is_user_frame
+from mldebug.model import (
+    KIND_COMPILING,
+    KIND_OUTLIER,
+    KIND_PROGRESSING,
+    KIND_STUCK,
+    SEVERITY_INFO,
+    Finding,
+    Frame,
+    RankView,
+)
+from mldebug.rankrules import compile_phase_of
+from mldebug.wording import ranks_text, verb
+
+# Findings that say a rank is somewhere the others wait for it, or does not move: a compile
+# explains them. A mismatch, a crash or a missing rank it does not.
+EXPLAINED_KINDS = frozenset({KIND_OUTLIER, KIND_STUCK, KIND_PROGRESSING})
+
+
+@dataclass(frozen=True)
+class Compile:
+    """One rank seen compiling."""
+
+    rank: int
+    phase: str  # "torch._inductor (C++ build)"
+    location: str | None  # the user's line that called into the compile (file:line)
+    seconds: float | None  # how long so far, by its agent; None: not known
+
+
+def compile_phase(frames: Sequence[Frame]) -> str | None:
+    """What compiles on this stack (frames outermost first), or None: not compiling."""
+    for frame in reversed(frames):  # innermost first: the phase under way
+        if frame.native:
+            continue
+        phase = compile_phase_of(frame.file, frame.function)
+        if phase is not None:
+            return phase
+    return None
+
+
+def compile_caller(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost user frame before the compile begins: the line that called the compiled
+    function (the generated modules inductor runs from its cache are not the user's)."""
+    caller = None
+    for frame in frames:
+        if not frame.native and compile_phase_of(frame.file, frame.function) is not None:
+            break
+        if is_user_frame(frame):
+            caller = frame
+    return caller
+
+
+def compile_seconds(view: RankView) -> float | None:
+    """How long the rank has compiled, by its agent (state.json's `compile`), plus the
+    state's age: the agent saw the compile begin at `since` on its own clock."""
+    agent = view.agent
+    if agent is None or agent.compile is None or agent.compile.since is None:
+        return None
+    return max(0.0, agent.time - agent.compile.since) + (view.heartbeat_age or 0.0)
+
+
+def compiling_ranks(views: Sequence[RankView]) -> dict[int, Compile]:
+    """rank -> how it compiles, for the live ranks whose main thread is in a compile."""
+    found = {}
+    for view in views:
+        if view.gone or not view.threads:
+            continue
+        frames = view.threads[0].frames
+        phase = compile_phase(frames)
+        if phase is None:
+            continue
+        caller = compile_caller(frames)
+        found[view.rank] = Compile(
+            view.rank, phase, caller.location if caller else None, compile_seconds(view)
+        )
+    return found
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def compiling_finding(compiles: Sequence[Compile], waited_for: Finding | None = None) -> Finding:
+    """One finding for ranks that compile; `waited_for`: the finding it explains (who waits,
+    in which collective, for how long)."""
+    ranks = tuple(sorted(c.rank for c in compiles))
+    phases = sorted({c.phase for c in compiles})
+    known = [c.seconds for c in compiles if c.seconds is not None]
+    longest = max(known) if known else None
+    summary = (
+        f"{ranks_text(ranks)} {verb(ranks, 'is', 'are')} compiling "
+        f"({', '.join(phases)}"
+        + (f", for {_seconds(longest)} so far" if longest is not None else "")
+        + ")"
+    )
+    waiting: tuple[int, ...] = ()
+    if waited_for is not None:  # its waiting ranks, or its parts' (an outlier from stacks)
+        named = set(waited_for.waiting) or {r for p in waited_for.parts for r in p.ranks}
+        waiting = tuple(sorted(named - set(ranks)))
+    if waiting:
+        summary += f"; {ranks_text(waiting)} {verb(waiting, 'waits', 'wait')} for it"
+    summary += ": slow, not hung"
+    facts = [("compile phase", ", ".join(phases))]
+    if longest is not None:
+        facts.append(("compiling for", _seconds(longest)))
+    location = next((c.location for c in compiles if c.location), None)
+    return Finding(
+        KIND_COMPILING,
+        ranks,
+        summary,
+        location=location,
+        severity=SEVERITY_INFO,
+        recipe="compiling-rank",
+        waiting=waiting,
+        waited=waited_for.waited if waited_for is not None else None,
+        collective=waited_for.collective if waited_for is not None else None,
+        sources=waited_for.sources if waited_for is not None else (),
+        facts=tuple(facts),
+    )
+
+
+def explain_compiles(findings: Sequence[Finding], compiles: Mapping[int, Compile]) -> list[Finding]:
+    """The findings with the ones a compile explains made `compiling` (info), and a
+    `compiling` finding for compiling ranks that no finding named."""
+    if not compiles:
+        return list(findings)
+    out: list[Finding] = []
+    told: set[int] = set()
+    for finding in findings:
+        culprits = set(finding.ranks)
+        if (
+            finding.kind in EXPLAINED_KINDS
+            and culprits
+            and culprits <= compiles.keys()
+            and not culprits <= told
+        ):
+            out.append(compiling_finding([compiles[r] for r in sorted(culprits)], finding))
+            told |= culprits
+            continue
+        if finding.kind in EXPLAINED_KINDS and culprits and culprits <= told:
+            continue  # said already by a compiling finding
+        out.append(finding)
+    rest = [compiles[r] for r in sorted(compiles.keys() - told)]
+    if rest:
+        out.append(compiling_finding(rest))
+    return out

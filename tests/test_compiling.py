@@ -1,0 +1,194 @@
+"""A rank inside torch.compile is compiling, not hung (analysis/compiling.py, agent/compiles.py).
+
+The stacks in tests/data/compiling/ are `py-spy dump --json` of real inductor compiles on this
+machine (torch 2.13, CPU, g++): the main thread building C++ (`cpp_builder`), waiting for the
+compile pool's builds (`Future.result` under `AsyncCompile.wait`), generating code (inductor's
+scheduler), and, once compiled, running the compiled function (`Runner.call` of the generated
+module): that one is not compiling.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import mldebug.rankrules as rankrules
+from mldebug.agent.compiles import Compiles
+from mldebug.analysis.compiling import compile_caller, compile_phase, compiling_ranks
+from mldebug.analysis.judge import Evidence, judge
+from mldebug.collect.agentstate import parse_compile
+from mldebug.collect.pyspy import parse_pyspy_json
+from mldebug.model import (
+    KIND_COMPILING,
+    SEVERITY_ERROR,
+    SEVERITY_INFO,
+    STATE_STUCK,
+    STATE_WAITING,
+    AgentState,
+    CompileProgress,
+    Frame,
+    RankTarget,
+    RankView,
+)
+
+pytestmark = pytest.mark.unit
+DATA = Path(__file__).parent / "data"
+
+
+def main_frames(name: str) -> tuple[Frame, ...]:
+    return parse_pyspy_json((DATA / "compiling" / name).read_text())[0].frames
+
+
+@pytest.mark.parametrize(
+    ("name", "phase"),
+    [
+        ("pyspy_inductor_cpp_build.json", "torch._inductor (C++ build)"),
+        ("pyspy_inductor_wait_builds.json", "torch._inductor"),
+        ("pyspy_inductor_codegen.json", "torch._inductor"),
+        ("pyspy_running_compiled.json", None),
+    ],
+)
+def test_recorded_stacks_are_compiling_or_not(name, phase):
+    assert compile_phase(main_frames(name)) == phase
+
+
+def test_the_caller_is_the_users_line_not_inductors_generated_module():
+    # The stack passes through a module inductor generated in its cache directory (not a
+    # library path); the line that called into the compile is the program's own.
+    frames = main_frames("pyspy_inductor_wait_builds.json")
+    assert any("/cache1/" in f.file and f.function == "<module>" for f in frames)
+    caller = compile_caller(frames)
+    assert caller is not None and caller.file == "/tmp/c28/comp.py" and caller.line == 8
+
+
+def test_importing_torch_dynamo_is_not_compiling():
+    # Seen on a real job: importing torch._dynamo runs the bodies of convert_frame.py and
+    # symbolic_convert.py; a module's body is its import.
+    site = "/venv/lib/python3.11/site-packages/torch/_dynamo/"
+    frames = (
+        Frame("<module>", "/job/train.py", 52),
+        Frame("<module>", site + "convert_frame.py", 62),
+        Frame("<module>", site + "symbolic_convert.py", 56),
+    )
+    assert compile_phase(frames) is None
+
+
+TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+IN_ALL_REDUCE = (
+    Frame("<module>", "/job/train.py", 69),
+    Frame("main", "/job/train.py", 58),
+    Frame("all_reduce", TORCH, 3252),
+)
+IN_A_QUEUE = (
+    Frame("<module>", "/job/train.py", 69),
+    Frame("main", "/job/train.py", 56),
+    Frame("wait", "/usr/lib/python3.11/threading.py", 327),
+)
+
+
+def views(rank1: tuple[Frame, ...], agent: AgentState | None = None) -> list[RankView]:
+    from mldebug.model import ThreadStack
+
+    def view(rank: int, frames, state: str, agent=None) -> RankView:
+        return RankView(
+            rank,
+            RankTarget(100 + rank, rank, 2),
+            state,
+            threads=(ThreadStack(1, "MainThread", frames),),
+            collective="all_reduce" if state == STATE_WAITING else None,
+            agent=agent,
+            heartbeat_age=0.5 if agent else None,
+        )
+
+    return [view(0, IN_ALL_REDUCE, STATE_WAITING), view(1, rank1, STATE_STUCK, agent)]
+
+
+def test_a_rank_the_others_wait_for_is_compiling_info_and_no_error():
+    compiling = main_frames("pyspy_inductor_wait_builds.json")
+    agent = AgentState(1, 101, time=1000.0, compile=CompileProgress(958.0, "x", 2, 3.0, 3.0))
+    found = judge(Evidence(views(compiling, agent), world_size=2))
+    assert not [f for f in found if f.severity != SEVERITY_INFO]
+    first = found[0]
+    assert first.kind == KIND_COMPILING and first.ranks == (1,)
+    assert first.waiting == (0,)
+    assert ("compiling for", "42 s") in first.facts  # 1000 - 958, plus the state's age 0.5
+    assert first.location == "/tmp/c28/comp.py:8"
+
+
+def test_the_same_rank_still_in_its_own_code_stays_an_error():
+    found = judge(Evidence(views(IN_A_QUEUE), world_size=2))
+    assert found[0].severity == SEVERITY_ERROR
+    assert all(f.kind != KIND_COMPILING for f in found)
+
+
+def test_a_rank_running_compiled_code_is_not_compiling():
+    running = main_frames("pyspy_running_compiled.json")
+    assert compiling_ranks(views(running)) == {}
+
+
+def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end():
+    """A real stack walk: the main thread runs a function whose code lives in a file named
+    as dynamo's convert_frame.py, while another thread samples it as the heartbeat does."""
+    now = [100.0]
+    compiles = Compiles(rankrules, clock=lambda: now[0])
+    code = compile(
+        "def _compile(inside, leave):\n    inside.set()\n    leave.wait(10)\n",
+        "/venv/lib/python3.11/site-packages/torch/_dynamo/convert_frame.py",
+        "exec",
+    )
+    space: dict = {}
+    exec(code, space)  # noqa: S102 (a fixed function of this test)
+    inside, leave, sampled = threading.Event(), threading.Event(), []
+
+    def heartbeat() -> None:
+        inside.wait(10)
+        compiles.sample()
+        now[0] = 105.0
+        compiles.sample()
+        sampled.append(compiles.section())
+        leave.set()
+
+    import sys
+
+    sys.modules.setdefault("torch._dynamo", type(sys)("torch._dynamo"))  # imported: walk
+    thread = threading.Thread(target=heartbeat)
+    thread.start()
+    space["_compile"](inside, leave)
+    thread.join(10)
+    assert sampled == [
+        {"since": 100.0, "phase": "torch._dynamo", "count": 1, "seconds": 0.0, "longest": 0.0}
+    ]
+    now[0] = 112.0
+    compiles.sample()  # the main thread left the compile
+    assert compiles.section() == {
+        "since": None,
+        "phase": None,
+        "count": 1,
+        "seconds": 12.0,
+        "longest": 12.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "section",
+    [None, [], "x", {"count": True}, {"count": -1}, {"count": "2"}, {}],
+)
+def test_a_compile_section_that_is_not_one_is_ignored(section):
+    assert parse_compile(section) is None
+
+
+def test_a_hostile_compile_section_is_read_as_plain_bounded_data():
+    read = parse_compile(
+        {
+            "since": "yesterday",
+            "phase": "\x1b[31mred\x1b[0m\n" + "x" * 500,
+            "count": 3,
+            "seconds": float("nan"),
+            "longest": -4,
+        }
+    )
+    assert read is not None and read.since is None and read.count == 3
+    assert read.phase is not None and "\x1b" not in read.phase and "\n" not in read.phase
+    assert len(read.phase) <= 80 and read.seconds == 0.0 and read.longest == 0.0
