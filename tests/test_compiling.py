@@ -16,7 +16,12 @@ import pytest
 
 import mldebug.rankrules as rankrules
 from mldebug.agent.compiles import Compiles
-from mldebug.analysis.compiling import compile_caller, compile_phase, compiling_ranks
+from mldebug.analysis.compiling import (
+    compile_caller,
+    compile_phase,
+    compiling_ranks,
+    name_recompiles,
+)
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.collect.agentstate import parse_compile
 from mldebug.collect.pyspy import parse_pyspy_json
@@ -28,6 +33,7 @@ from mldebug.model import (
     STATE_WAITING,
     AgentState,
     CompileProgress,
+    Finding,
     Frame,
     RankTarget,
     RankView,
@@ -158,7 +164,14 @@ def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end():
     space["_compile"](inside, leave)
     thread.join(10)
     assert sampled == [
-        {"since": 100.0, "phase": "torch._dynamo", "count": 1, "seconds": 0.0, "longest": 0.0}
+        {
+            "since": 100.0,
+            "phase": "torch._dynamo",
+            "count": 1,
+            "seconds": 0.0,
+            "longest": 0.0,
+            "ended": None,
+        }
     ]
     now[0] = 112.0
     compiles.sample()  # the main thread left the compile
@@ -168,6 +181,7 @@ def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end():
         "count": 1,
         "seconds": 12.0,
         "longest": 12.0,
+        "ended": 112.0,
     }
 
 
@@ -192,3 +206,87 @@ def test_a_hostile_compile_section_is_read_as_plain_bounded_data():
     assert read is not None and read.since is None and read.count == 3
     assert read.phase is not None and "\x1b" not in read.phase and "\n" not in read.phase
     assert len(read.phase) <= 80 and read.seconds == 0.0 and read.longest == 0.0
+
+
+def _agent_views(counts: dict[int, CompileProgress | None]) -> list[RankView]:
+    return [
+        RankView(
+            r,
+            RankTarget(100 + r, r, len(counts)),
+            "running",
+            agent=AgentState(r, 100 + r, 1.0, compile=c),
+        )
+        for r, c in counts.items()
+    ]
+
+
+def test_a_straggler_that_recompiles_where_the_others_do_not_is_named_with_it():
+    straggler = Finding("straggler", (1,), "rank 1 arrives last", severity="warning")
+    once = CompileProgress(None, None, 1, 20.0, 20.0)
+    views = _agent_views({0: once, 1: CompileProgress(None, None, 4, 95.0, 40.0), 2: once})
+    (named,) = name_recompiles([straggler], views)
+    assert ("compiles", "4 (the others at most 1)") in named.facts
+    assert "compiled 4 times (95 s in all), the others at most 1: recompiles" in named.then
+    # The same counts on every rank: nothing to say; a rank without an agent: not known.
+    even = _agent_views({0: once, 1: once, 2: once})
+    assert name_recompiles([straggler], even) == [straggler]
+    none = _agent_views({0: None, 1: None})
+    assert name_recompiles([straggler], none) == [straggler]
+
+
+MB = 1_000_000
+START = 1_700_000_000.0
+
+
+def _memory_state(rank: int, rising: int, flat: int, compile_section: dict | None):
+    """A rank's state.json from its agent's own timeline writer: RSS that rises 1 MB a
+    second for `rising` seconds (what inductor loads and builds while it compiles), then
+    stays; one point a second as the heartbeat takes them."""
+    import json as _json
+    import random
+
+    from mldebug.agent.memory_timeline import Timeline
+    from mldebug.collect.agentstate import parse_state
+
+    rng, timeline = random.Random(rank), Timeline()
+    for i in range(rising + flat):
+        value = 400 * MB + MB * min(i, rising) + rng.gauss(0, 0.2 * MB)
+        timeline.add(START + i, int(value), None, i * 15, i * 16)
+    section = timeline.section()
+    section["limits"] = {"host_total": 24 << 30, "host_available": 18 << 30}
+    data = {
+        "version": 1,
+        "rank": rank,
+        "pid": 100 + rank,
+        "time": START + rising + flat,
+        "started": START - 5,
+        "memory_timeline": section,
+    }
+    if compile_section is not None:
+        data["compile"] = compile_section
+    return parse_state(_json.loads(_json.dumps(data)), rank)
+
+
+def _growth_of(states) -> list[Finding]:
+    from mldebug.analysis.memory import memory_findings
+
+    found = memory_findings(
+        [RankView(s.rank, RankTarget(s.pid, s.rank), "running", agent=s) for s in states]
+    )
+    return [f for f in found if f.kind == "memory_growth"]
+
+
+def test_memory_a_compile_took_is_a_warm_up_not_a_leak():
+    # Seen on the real job (tests/test_compiling_job.py): rank 1's RSS rose for the ~50 s
+    # of its compile, and the growth rule named it right after.
+    flat = _memory_state(0, 0, 55, None)
+    grew = _memory_state(1, 52, 3, None)
+    assert [f.ranks for f in _growth_of([flat, grew])] == [(1,)]  # the shape alone: growth
+    ended = {"since": None, "count": 1, "seconds": 50.0, "longest": 50.0, "ended": START + 52}
+    compiled = _memory_state(1, 52, 3, ended)
+    assert _growth_of([flat, compiled]) == []
+    under_way = {"since": START + 2, "count": 1, "seconds": 0.0, "longest": 0.0}
+    assert _growth_of([flat, _memory_state(1, 55, 0, under_way)]) == []
+    # A leak that goes on after the compile ended is still one.
+    early = {"since": None, "count": 1, "seconds": 5.0, "longest": 5.0, "ended": START + 5}
+    assert [f.ranks for f in _growth_of([flat, _memory_state(1, 55, 0, early)])] == [(1,)]

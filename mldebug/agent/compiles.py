@@ -7,7 +7,9 @@ entry points (`rankrules.COMPILE_FILES`). From those samples it keeps:
   * `since`: when the compile under way was first seen (the agent's clock), or null;
   * `phase`: what compiles then ("torch._inductor (C++ build)");
   * `count`: compiles seen so far (a compile shorter than a heartbeat may go unseen);
-  * `seconds`: seconds spent compiling in the compiles that ended, and `longest` of them.
+  * `seconds`: seconds spent compiling in the compiles that ended, and `longest` of them;
+  * `ended`: when the last of them was seen ended (memory grown while compiling is a
+    warm-up, not a leak: analysis/growth.py starts after it).
 
 The analysis says "rank 1 is compiling, for 42 s so far" from `since`, and the watchdog
 compares a compile under way with the longest one before it. Cost per heartbeat: nothing
@@ -44,6 +46,7 @@ class Compiles:
         self.count = 0
         self.seconds = 0.0
         self.longest = 0.0
+        self.ended: float | None = None
 
     def _phase(self, code: CodeType) -> str | None:
         key = (code.co_filename, code.co_name)
@@ -85,6 +88,7 @@ class Compiles:
             self.seconds += took
             self.longest = max(self.longest, took)
             self.since = self.phase = None
+            self.ended = now
 
     def section(self) -> dict | None:
         """The `compile` section, or None before any compile was seen."""
@@ -96,4 +100,5 @@ class Compiles:
             "count": self.count,
             "seconds": round(self.seconds, 3),
             "longest": round(self.longest, 3),
+            "ended": self.ended,
         }

@@ -22,9 +22,10 @@ named get one too. Mismatches and crashes are left alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mldebug.analysis.frames import is_user_frame
+from mldebug.analysis.timing import KIND_STRAGGLER
 from mldebug.model import (
     KIND_COMPILING,
     KIND_OUTLIER,
@@ -169,4 +170,42 @@ def explain_compiles(findings: Sequence[Finding], compiles: Mapping[int, Compile
     rest = [compiles[r] for r in sorted(compiles.keys() - told)]
     if rest:
         out.append(compiling_finding(rest))
+    return out
+
+
+def compile_counts(views: Sequence[RankView]) -> dict[int, tuple[int, float]]:
+    """rank -> (compiles its agent saw, seconds they took), for the live ranks with an
+    agent (a rank whose agent saw none: (0, 0.0))."""
+    counts = {}
+    for view in views:
+        if view.gone or view.agent is None:
+            continue
+        seen = view.agent.compile
+        counts[view.rank] = (0, 0.0) if seen is None else (seen.count, seen.seconds)
+    return counts
+
+
+def name_recompiles(findings: Sequence[Finding], views: Sequence[RankView]) -> list[Finding]:
+    """Straggler findings whose ranks compiled more often than every other rank say so."""
+    counts = compile_counts(views)
+    out = []
+    for finding in findings:
+        mine = [counts[r] for r in finding.ranks if r in counts]
+        others = [c for r, c in counts.items() if r not in finding.ranks]
+        if (
+            finding.kind != KIND_STRAGGLER
+            or not others
+            or len(mine) != len(finding.ranks)
+            or min(n for n, _ in mine) <= max(n for n, _ in others)
+        ):
+            out.append(finding)
+            continue
+        most, most_others = max(n for n, _ in mine), max(n for n, _ in others)
+        seconds = max(s for _, s in mine)
+        words = (
+            f"; {ranks_text(finding.ranks)} compiled {most} times ({_seconds(seconds)} in all), "
+            f"the others at most {most_others}: recompiles"
+        )
+        facts = (*finding.facts, ("compiles", f"{most} (the others at most {most_others})"))
+        out.append(replace(finding, then=finding.then + words, facts=facts))
     return out

@@ -13,7 +13,8 @@ in the findings they made of their own evidence (`Evidence.found`). Then, once:
      is one finding, seen by several sources;
   3. each wait is graded by how long the waiting ranks have waited (analysis/severity.py);
   4. what a compile explains is said as such (analysis/compiling.py): a rank the others
-     wait for, or one that does not move, inside torch.compile is compiling (info);
+     wait for, or one that does not move, inside torch.compile is compiling (info); a
+     straggler that compiled more often than every other rank is said to recompile;
   5. the findings are ordered: errors first, then by kind (a crash, then what the ranks
      wait for, then what is merely slow); findings read from text (explain's, which carry
      how sure their reader is) most sure first.
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from mldebug.analysis.compiling import compiling_ranks, explain_compiles
+from mldebug.analysis.compiling import compiling_ranks, explain_compiles, name_recompiles
 from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.sequence import SequenceVerdict
 from mldebug.analysis.severity import ERROR_AFTER, grade
@@ -85,7 +86,10 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
         )
     made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)
     graded = grade(merge_same(made), evidence.views, evidence.error_after)
-    return sort_findings(explain_compiles(graded, compiling_ranks(evidence.views)))
+    told = explain_compiles(
+        name_recompiles(graded, evidence.views), compiling_ranks(evidence.views)
+    )
+    return sort_findings(told)
 
 
 def _same(a: Finding, b: Finding) -> bool:

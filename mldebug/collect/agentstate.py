@@ -210,6 +210,7 @@ def parse_compile(data: object) -> CompileProgress | None:
         count=count,
         seconds=parse_time(data.get("seconds")) or 0.0,  # a number of seconds >= 0
         longest=parse_time(data.get("longest")) or 0.0,
+        ended=parse_time(data.get("ended")),
     )
 
 

@@ -314,6 +314,7 @@ class CompileProgress:
     count: int  # compiles seen so far
     seconds: float  # in the compiles that ended
     longest: float  # the longest of them
+    ended: float | None = None  # when the last compile was seen ended (agent's clock)
 
 
 @dataclass(frozen=True)
