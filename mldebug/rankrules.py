@@ -138,16 +138,27 @@ COMPILE_FILES = (
     ("torch/_inductor/compile_fx.py", "torch._inductor"),
     ("torch/_dynamo/symbolic_convert.py", "torch._dynamo (tracing)"),
     ("torch/_dynamo/convert_frame.py", "torch._dynamo"),
+    ("torch/__init__.py", "torch.compile (set-up)"),  # its function `compile` only
 )
 _COMPILE_ENDINGS = tuple(ending for ending, _ in COMPILE_FILES)
+# In these files only these functions compile: `torch.compile(model)` itself imports
+# inductor (seconds; a real job's rank sat there 20 s on a loaded machine).
+_COMPILE_FUNCTIONS = {"torch/__init__.py": frozenset({"compile"})}
 
 
 def compile_phase_of(path: str, function: str) -> str | None:
     """What compiles in this function of a file of this path (COMPILE_FILES), or None. A
-    module's own body (`<module>`) is its import, not a compile."""
+    module's own body (`<module>`) is its import, not a compile (an import that
+    `torch.compile` makes is seen by its `compile` frame further out)."""
     if function == "<module>" or not path.endswith(_COMPILE_ENDINGS):
         return None
-    return next(phase for ending, phase in COMPILE_FILES if path.endswith(ending))
+    for ending, phase in COMPILE_FILES:
+        if path.endswith(ending):
+            only = _COMPILE_FUNCTIONS.get(ending)
+            if only is not None and function.rsplit(".", 1)[-1] not in only:
+                return None
+            return phase
+    return None
 
 
 def frame_label(frame: Any) -> str:

@@ -290,3 +290,39 @@ def test_memory_a_compile_took_is_a_warm_up_not_a_leak():
     # A leak that goes on after the compile ended is still one.
     early = {"since": None, "count": 1, "seconds": 5.0, "longest": 5.0, "ended": START + 5}
     assert [f.ranks for f in _growth_of([flat, _memory_state(1, 55, 0, early)])] == [(1,)]
+
+
+def test_a_compile_far_longer_than_the_ranks_earlier_ones_is_said_and_stays_info():
+    compiling = main_frames("pyspy_inductor_cpp_build.json")
+
+    def told(since: float, longest: float) -> Finding:
+        seen = CompileProgress(since, "x", 3, 2 * longest, longest)
+        found = judge(Evidence(views(compiling, AgentState(1, 101, 1000.0, compile=seen)), 2))
+        return next(f for f in found if f.kind == KIND_COMPILING)
+
+    slow = told(since=700.0, longest=20.0)  # 300 s now, 20 s at most before
+    assert slow.severity == SEVERITY_INFO
+    assert "far longer than its compiles before (the longest took 20 s)" in slow.summary
+    assert ("longest compile before", "20 s") in slow.facts
+    usual = told(since=985.0, longest=20.0)  # 15 s now
+    assert "far longer" not in usual.summary
+
+
+def test_torch_compile_importing_inductor_is_compiling_other_imports_are_not():
+    # Seen on the real job: `torch.compile(model)` imports torch._inductor.compile_fx (20 s
+    # on a loaded machine) before any compile frame runs; rank 0 waited for it.
+    site = "/venv/lib/python3.11/site-packages/torch/"
+    boot = "<frozen importlib._bootstrap>"
+    frames = (
+        Frame("main", "/job/train.py", 59),
+        Frame("compile", site + "__init__.py", 2836),
+        Frame("optimize", site + "_dynamo/eval_frame.py", 1682),
+        Frame("_TorchCompileInductorWrapper.get_compiler_config", site + "__init__.py", 2497),
+        Frame("_find_and_load", boot, 1176),
+        Frame("<module>", site + "_inductor/compile_fx.py", 74),
+        Frame("<module>", site + "_inductor/debug.py", 38),
+    )
+    assert compile_phase(frames) == "torch.compile (set-up)"
+    assert compile_caller(frames) == frames[0]
+    other = (Frame("main", "/job/train.py", 59), Frame("manual_seed", site + "__init__.py", 9))
+    assert compile_phase(other) is None

@@ -39,6 +39,10 @@ from mldebug.model import (
 from mldebug.rankrules import compile_phase_of
 from mldebug.wording import ranks_text, verb
 
+# A compile this many times longer than the rank's longest before it (and a minute or more)
+# is said: still info (a compile ends), but worth a look (a cache that stopped working).
+FAR_LONGER = 5.0
+FAR_LONGER_MIN = 60.0
 # Findings that say a rank is somewhere the others wait for it, or does not move: a compile
 # explains them. A mismatch, a crash or a missing rank it does not.
 EXPLAINED_KINDS = frozenset({KIND_OUTLIER, KIND_STUCK, KIND_PROGRESSING})
@@ -52,6 +56,7 @@ class Compile:
     phase: str  # "torch._inductor (C++ build)"
     location: str | None  # the user's line that called into the compile (file:line)
     seconds: float | None  # how long so far, by its agent; None: not known
+    longest_before: float = 0.0  # its longest compile before this one, by its agent
 
 
 def compile_phase(frames: Sequence[Frame]) -> str | None:
@@ -97,8 +102,13 @@ def compiling_ranks(views: Sequence[RankView]) -> dict[int, Compile]:
         if phase is None:
             continue
         caller = compile_caller(frames)
+        seen = view.agent.compile if view.agent is not None else None
         found[view.rank] = Compile(
-            view.rank, phase, caller.location if caller else None, compile_seconds(view)
+            view.rank,
+            phase,
+            caller.location if caller else None,
+            compile_seconds(view),
+            seen.longest if seen is not None else 0.0,
         )
     return found
 
@@ -120,6 +130,9 @@ def compiling_finding(compiles: Sequence[Compile], waited_for: Finding | None = 
         + (f", for {_seconds(longest)} so far" if longest is not None else "")
         + ")"
     )
+    before = max(c.longest_before for c in compiles)
+    if longest is not None and before > 0 and longest >= max(FAR_LONGER * before, FAR_LONGER_MIN):
+        summary += f", far longer than its compiles before (the longest took {_seconds(before)})"
     waiting: tuple[int, ...] = ()
     if waited_for is not None:  # its waiting ranks, or its parts' (an outlier from stacks)
         named = set(waited_for.waiting) or {r for p in waited_for.parts for r in p.ranks}
@@ -130,6 +143,8 @@ def compiling_finding(compiles: Sequence[Compile], waited_for: Finding | None = 
     facts = [("compile phase", ", ".join(phases))]
     if longest is not None:
         facts.append(("compiling for", _seconds(longest)))
+    if before > 0:
+        facts.append(("longest compile before", _seconds(before)))
     location = next((c.location for c in compiles if c.location), None)
     return Finding(
         KIND_COMPILING,
