@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -159,6 +159,21 @@ def compile_phase_of(path: str, function: str) -> str | None:
                 return None
             return phase
     return None
+
+
+def compile_phase_in(frames: Iterable[tuple[str, str]]) -> str | None:
+    """What compiles on a stack of (file, function) pairs, outermost first: the phase of the
+    innermost compile frame. Frames under an import (importlib's frames) do not count:
+    importing torch._dynamo runs its modules' and classes' bodies, which is no compile;
+    under `torch.compile`, its frame further out already said so."""
+    phase = None
+    for path, function in frames:
+        if path.startswith("<frozen importlib"):
+            break
+        found = compile_phase_of(path, function)
+        if found is not None:
+            phase = found
+    return phase
 
 
 def frame_label(frame: Any) -> str:

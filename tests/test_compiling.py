@@ -134,7 +134,7 @@ def test_a_rank_running_compiled_code_is_not_compiling():
     assert compiling_ranks(views(running)) == {}
 
 
-def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end():
+def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end(monkeypatch):
     """A real stack walk: the main thread runs a function whose code lives in a file named
     as dynamo's convert_frame.py, while another thread samples it as the heartbeat does."""
     now = [100.0]
@@ -158,7 +158,8 @@ def test_the_agent_sees_its_main_thread_compile_begin_go_on_and_end():
 
     import sys
 
-    sys.modules.setdefault("torch._dynamo", type(sys)("torch._dynamo"))  # imported: walk
+    if "torch._dynamo" not in sys.modules:  # the agent walks only once dynamo is imported
+        monkeypatch.setitem(sys.modules, "torch._dynamo", type(sys)("torch._dynamo"))
     thread = threading.Thread(target=heartbeat)
     thread.start()
     space["_compile"](inside, leave)
@@ -326,3 +327,82 @@ def test_torch_compile_importing_inductor_is_compiling_other_imports_are_not():
     assert compile_caller(frames) == frames[0]
     other = (Frame("main", "/job/train.py", 59), Frame("manual_seed", site + "__init__.py", 9))
     assert compile_phase(other) is None
+
+
+def test_importing_dynamo_runs_class_bodies_that_are_no_compile():
+    # Importing torch._dynamo.symbolic_convert runs its classes' bodies (frames named after
+    # the class) and decorators: seen as "compiling" on a real job's start before this rule.
+    site = "/venv/lib/python3.11/site-packages/torch/"
+    boot = "<frozen importlib._bootstrap>"
+    frames = (
+        Frame("main", "/job/train.py", 56),
+        Frame("SGD.__init__", site + "optim/sgd.py", 30),
+        Frame("_find_and_load", boot, 1176),
+        Frame("<module>", site + "_dynamo/symbolic_convert.py", 56),
+        Frame("InstructionTranslatorBase", site + "_dynamo/symbolic_convert.py", 1200),
+        Frame("break_graph_if_unsupported", site + "_dynamo/symbolic_convert.py", 700),
+    )
+    assert compile_phase(frames) is None
+
+
+class _Said:
+    """A rules module whose stack verdict a test sets: the bookkeeping, apart from the walk."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+
+    def compile_phase_in(self, frames) -> str | None:
+        list(frames)
+        return self.phase
+
+
+def test_torch_compile_returning_then_compiling_at_the_first_call_is_one_compile(monkeypatch):
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "torch._dynamo", type(sys)("torch._dynamo"))
+    said, now = _Said(), [100.0]
+    compiles = Compiles(said, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    def beat(at: float, phase: str | None) -> None:
+        now[0], said.phase = at, phase
+        compiles.sample()
+
+    beat(100.0, "torch.compile (set-up)")
+    beat(110.0, None)  # torch.compile(model) returned
+    beat(111.0, "torch._dynamo")  # its first call compiles: the same compile
+    section = compiles.section()
+    assert section is not None and section["since"] == 100.0 and section["count"] == 1
+    beat(160.0, None)
+    beat(300.0, "torch._dynamo")  # a recompile, minutes later
+    beat(320.0, None)
+    section = compiles.section()
+    assert section is not None
+    assert (section["count"], section["seconds"], section["longest"]) == (2, 80.0, 60.0)
+
+
+def test_a_rank_whose_agent_said_it_exits_is_not_frozen_however_long_its_teardown():
+    # Seen on the real job under load: after its last line, rank 1's interpreter teardown
+    # (torch, inductor's compile workers) outlasted the frozen threshold, and the watchdog
+    # stopped a job that had finished.
+    from mldebug.analysis.sequence import is_frozen
+    from mldebug.collect.agentstate import parse_state
+    from mldebug.model import STATE_RUNNING, ThreadStack
+
+    def view(exiting: bool) -> RankView:
+        data = {"version": 1, "rank": 1, "pid": 101, "time": 1000.0, "groups": {}, "trace": []}
+        if exiting:
+            data["exiting"] = True
+        agent = parse_state(data, 1)
+        threads = (
+            ThreadStack(
+                1, "MainThread", (Frame("_shutdown", "/usr/lib/python3.11/threading.py", 1),)
+            ),
+            ThreadStack(2, "mldebug-heartbeat", ()),
+        )
+        return RankView(
+            1, RankTarget(101, 1, 2), STATE_RUNNING, threads, agent=agent, heartbeat_age=30.0
+        )
+
+    assert is_frozen(view(exiting=False))
+    assert not is_frozen(view(exiting=True))

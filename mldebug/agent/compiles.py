@@ -6,7 +6,8 @@ entry points (`rankrules.COMPILE_FILES`). From those samples it keeps:
 
   * `since`: when the compile under way was first seen (the agent's clock), or null;
   * `phase`: what compiles then ("torch._inductor (C++ build)");
-  * `count`: compiles seen so far (a compile shorter than a heartbeat may go unseen);
+  * `count`: compiles seen so far (a compile shorter than a heartbeat may go unseen; one
+    seen again within SAME_COMPILE seconds of its end is the same one);
   * `seconds`: seconds spent compiling in the compiles that ended, and `longest` of them;
   * `ended`: when the last of them was seen ended (memory grown while compiling is a
     warm-up, not a leak: analysis/growth.py starts after it).
@@ -14,7 +15,7 @@ entry points (`rankrules.COMPILE_FILES`). From those samples it keeps:
 The analysis says "rank 1 is compiling, for 42 s so far" from `since`, and the watchdog
 compares a compile under way with the longest one before it. Cost per heartbeat: nothing
 until the program imported torch._dynamo, then one walk of at most MAX_STACK frames with a
-dictionary lookup per frame.
+`endswith` per frame.
 
 Stdlib only.
 """
@@ -28,48 +29,49 @@ import time
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import CodeType, ModuleType
+    from types import ModuleType
 
 MAX_STACK = 400  # a dynamo + inductor compile is about 60 frames deep under the user's
-MAX_FILES = 4096  # (file, function) pairs remembered as compile or not
+# A compile seen again this soon after one ended is the same one: `torch.compile(model)`
+# (it imports inductor) returned, and the model's first call compiles.
+SAME_COMPILE = 3.0
 
 
 class Compiles:
     def __init__(self, rules: ModuleType, clock: Callable[[], float] = time.time) -> None:
         self.off = False
-        self._phase_of = rules.compile_phase_of
+        self._phase_in = rules.compile_phase_in
         self._clock = clock
         self._main = threading.main_thread().ident
-        self._files: dict[tuple[str, str], str | None] = {}
         self.since: float | None = None
         self.phase: str | None = None
         self.count = 0
         self.seconds = 0.0
         self.longest = 0.0
         self.ended: float | None = None
-
-    def _phase(self, code: CodeType) -> str | None:
-        key = (code.co_filename, code.co_name)
-        phase = self._files.get(key, "")
-        if phase == "":
-            phase = self._phase_of(*key)
-            if len(self._files) < MAX_FILES:
-                self._files[key] = phase
-        return phase
+        self._last: tuple[float, float, float] | None = None  # (since, took, longest before)
 
     def phase_now(self) -> str | None:
-        """What the main thread compiles now (the innermost compile frame), or None."""
+        """What the main thread compiles now (rankrules.compile_phase_in), or None."""
         if "torch._dynamo" not in sys.modules or self._main is None:
             return None  # no torch.compile without dynamo: nothing to walk
         frame = sys._current_frames().get(self._main)
-        for _ in range(MAX_STACK):
-            if frame is None:
-                return None
-            phase = self._phase(frame.f_code)
-            if phase is not None:
-                return phase
+        stack: list[tuple[str, str]] = []
+        while frame is not None and len(stack) < MAX_STACK:
+            code = frame.f_code
+            stack.append((code.co_filename, code.co_name))
             frame = frame.f_back
-        return None
+        return self._phase_in(reversed(stack))  # outermost first
+
+    def _begin(self, now: float) -> None:
+        last = self._last
+        if last is not None and self.ended is not None and now - self.ended <= SAME_COMPILE:
+            # torch.compile(model) returned and its first call compiles: one compile
+            since, took, longest = last
+            self.since, self.seconds, self.longest = since, self.seconds - took, longest
+            return
+        self.since = now
+        self.count += 1
 
     def sample(self) -> None:
         """One heartbeat's look: a compile begins, goes on or ends."""
@@ -79,12 +81,12 @@ class Compiles:
         phase = self.phase_now()
         if phase is not None:
             if self.since is None:
-                self.since = now
-                self.count += 1
+                self._begin(now)
             self.phase = phase
             return
         if self.since is not None:
             took = max(0.0, now - self.since)
+            self._last = (self.since, took, self.longest)
             self.seconds += took
             self.longest = max(self.longest, took)
             self.since = self.phase = None

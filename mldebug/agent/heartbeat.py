@@ -112,6 +112,8 @@ class Heartbeat:
         flight = None if self._stopping else self.flight.summary(groups, state["step_time"])
         if flight is not None:
             state["flight_recorder"] = flight
+        if self._stopping:  # the last state: the interpreter exits (its teardown may be long)
+            state["exiting"] = True
         timing = self.timing
         if timing is not None and not timing.off:
             try:

@@ -36,7 +36,7 @@ from mldebug.model import (
     Frame,
     RankView,
 )
-from mldebug.rankrules import compile_phase_of
+from mldebug.rankrules import compile_phase_in, compile_phase_of
 from mldebug.wording import ranks_text, verb
 
 # A compile this many times longer than the rank's longest before it (and a minute or more)
@@ -61,13 +61,7 @@ class Compile:
 
 def compile_phase(frames: Sequence[Frame]) -> str | None:
     """What compiles on this stack (frames outermost first), or None: not compiling."""
-    for frame in reversed(frames):  # innermost first: the phase under way
-        if frame.native:
-            continue
-        phase = compile_phase_of(frame.file, frame.function)
-        if phase is not None:
-            return phase
-    return None
+    return compile_phase_in((f.file, f.function) for f in frames if not f.native)
 
 
 def compile_caller(frames: Sequence[Frame]) -> Frame | None:

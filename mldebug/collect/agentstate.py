@@ -242,6 +242,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         census_before=census[1],
         timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
         compile=parse_compile(data.get("compile")),
+        exiting=data.get("exiting") is True,
     )
 
 

@@ -338,6 +338,7 @@ class AgentState:
     census_before: TensorCensus | None = None  # the one before it
     timing: RankTiming | None = None  # where its steps' time goes (model/timing.py)
     compile: CompileProgress | None = None  # torch.compile, once the agent saw one
+    exiting: bool = False  # its last state, written as the interpreter exits
 
     @property
     def progress(self) -> tuple[int, int, int]:
