@@ -406,3 +406,66 @@ def test_a_rank_whose_agent_said_it_exits_is_not_frozen_however_long_its_teardow
 
     assert is_frozen(view(exiting=False))
     assert not is_frozen(view(exiting=True))
+
+
+def _stack_snapshot(rank1: tuple[Frame, ...]):
+    """The real analysis of 3 readings a rank, 0.4 s apart, both ranks idle: rank 0 in
+    all_reduce, rank 1 on `rank1` (no agent: the stacks decide)."""
+    from mldebug.analysis.snapshot import build_snapshot
+    from mldebug.model import StackSample, ThreadStack
+
+    targets = [RankTarget(100 + r, r, 2) for r in (0, 1)]
+    samples = {
+        t.pid: tuple(
+            StackSample(
+                t,
+                999.2 + 0.4 * i,
+                threads=(ThreadStack(1, "MainThread", IN_ALL_REDUCE if t.rank == 0 else rank1),),
+                cpu_seconds=10.0,
+                main_cpu_seconds=9.0,
+            )
+            for i in range(3)
+        )
+        for t in targets
+    }
+    return build_snapshot(targets, samples, 2, now=1000.0)
+
+
+@pytest.mark.parametrize("compiling", [True, False])
+def test_the_watchdog_says_a_compile_and_never_stops_the_job_for_it(tmp_path, compiling):
+    from mldebug.files.rundir import RunPaths
+    from mldebug.files.safeio import make_private_dir
+    from mldebug.launch.watchdog import ON_HANG_STOP, HangWatchdog
+    from mldebug.report.hang import hang_report
+
+    frames = main_frames("pyspy_inductor_cpp_build.json") if compiling else IN_A_QUEUE
+    snapshot = _stack_snapshot(frames)
+    said: list[str] = []
+    stops: list[int] = []
+    clock = [0.0]
+    watchdog = HangWatchdog(
+        RunPaths(make_private_dir(tmp_path / "run")),
+        10,
+        ON_HANG_STOP,
+        render=hang_report,
+        alive=lambda: True,
+        say=said.append,
+        stop=lambda: stops.append(1),
+        dump=lambda root: (snapshot, ()),
+        clock=lambda: clock[0],
+    )
+    watchdog.check()
+    clock[0] = 11.0
+    watchdog.check()
+    if not compiling:  # the same job with rank 1 stuck in its own code: a hang, stopped
+        assert stops == [1] and len(watchdog.reports) == 1
+        return
+    assert stops == [] and watchdog.reports == []
+    (line,) = said
+    assert line.startswith(
+        "mldebug: no step or collective for 11s; not a hang: rank 1 is compiling "
+        "(torch._inductor (C++ build)); rank 0 waits for it: slow, not hung"
+    ), line
+    clock[0] = 22.0  # it looks again later, and still does not stop
+    watchdog.check()
+    assert stops == [] and len(said) == 2
