@@ -7,11 +7,13 @@ sleeps in `Future.result` while a pool builds, or in `subprocess.communicate`), 
 others wait for it: read as it looks, a hang.
 
 A rank is *compiling* when its main thread's stack passes through one of torch's compile
-entry points (`rankrules.COMPILE_FILES`: frames seen in py-spy dumps of real inductor compiles). Running
-an already compiled function passes through none of them (`eval_frame.py`, the generated
-module's `call` and aot_autograd's runtime wrappers are not listed). How long it has
-compiled comes from its agent, which samples its own main thread at each heartbeat
-(`agent/compiles.py`); without an agent it is not known.
+entry points (`rankrules.COMPILE_FILES`: frames seen in py-spy dumps of real inductor
+compiles), outside an import (`rankrules.compile_phase_in`). Running an already compiled
+function passes through none of them (`eval_frame.py`, the generated module's `call` and
+aot_autograd's runtime wrappers are not listed). A rank frozen inside a compile (its
+heartbeat stopped: C code holds the GIL) stays frozen: a deadlock there is still a hang.
+How long it has compiled comes from its agent, which samples its own main thread at each
+heartbeat (`agent/compiles.py`); without an agent it is not known.
 
 `explain_compiles` runs in the judge after the waits are graded: a finding whose culprits
 all compile (a rank the others wait for, a rank that does not move) becomes one `compiling`
