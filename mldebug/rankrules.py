@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -146,6 +147,7 @@ _COMPILE_ENDINGS = tuple(ending for ending, _ in COMPILE_FILES)
 _COMPILE_FUNCTIONS = {"torch/__init__.py": frozenset({"compile"})}
 
 
+@lru_cache(maxsize=4096)  # a heartbeat asks about the same few hundred frames each second
 def compile_phase_of(path: str, function: str) -> str | None:
     """What compiles in this function of a file of this path (COMPILE_FILES), or None. A
     module's own body (`<module>`) is its import, not a compile (an import that
