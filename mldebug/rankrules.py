@@ -90,16 +90,20 @@ _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
 _MLDEBUG_DIR = str(Path(__file__).resolve().parent) + "/"
 _C10D_FILE = "torch/distributed/distributed_c10d.py"
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+# Modules torch inductor generates into its cache (torch/_inductor/codecache.py get_path:
+# <cache>/<key[1:3]>/<key>.py, the key "c" and 51 base32 characters): torch's, not the user's.
+_INDUCTOR_MODULE = re.compile(r"/([a-z0-9]{2})/c\1[a-z0-9]{49}\.py$")
 
 
 def is_library_path(path: str) -> bool:
-    """Standard library, installed packages, torch, mldebug itself, or no file at all."""
+    """Standard library, installed packages, torch (with the modules inductor generates),
+    mldebug itself, or no file at all."""
     if not path or path.startswith("<frozen") or path == "?":  # "<string>" is `python -c` code
         return True
     if any(marker in path for marker in _LIBRARY_MARKERS) or path.startswith(_MLDEBUG_DIR):
         return True
     # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
-    return _STDLIB.search(path) is not None
+    return _STDLIB.search(path) is not None or _INDUCTOR_MODULE.search(path) is not None
 
 
 def short_path(path: str) -> str:

@@ -469,3 +469,17 @@ def test_the_watchdog_says_a_compile_and_never_stops_the_job_for_it(tmp_path, co
     clock[0] = 22.0  # it looks again later, and still does not stop
     watchdog.check()
     assert stops == [] and len(said) == 2
+
+
+def test_modules_inductor_generates_are_torchs_not_the_users():
+    frames = main_frames("pyspy_running_compiled.json")  # Runner.call of the compiled module
+    generated = frames[-1]
+    assert generated.function == "Runner.call" and "/cache1/2g/c2gn4sui" in generated.file
+    assert rankrules.is_library_path(generated.file)
+    from mldebug.analysis.frames import user_frame
+
+    found = user_frame(frames)
+    assert found is not None and found.file == "/tmp/c28/run_compiled.py"
+    # A user's file in a two-letter folder is still the user's.
+    assert not rankrules.is_library_path("/home/me/ab/cab.py")
+    assert not rankrules.is_library_path("/home/me/ab/c" + "x" * 51 + ".py")
