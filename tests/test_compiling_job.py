@@ -156,7 +156,8 @@ def test_dump_during_the_compile_says_compiling_and_holds_no_error(job):
     last = named[-1]
     assert last["ranks"] == [1] and last["severity"] == "info"
     assert last["waiting"] == [0], last
-    assert "torch._" in dict(last["facts"])["compile phase"]
+    # torch.compile's set-up, dynamo, inductor: whichever rank 1 was in then
+    assert dict(last["facts"])["compile phase"].startswith("torch"), last
     # How long so far comes from rank 1's agent, and passed the watchdog's timeout.
     assert (_seconds(last) or 0) > HANG_TIMEOUT, last
     assert last["location"] in {f"{EXAMPLE.resolve()}:{n}" for n in COMPILE_LINES}, last
