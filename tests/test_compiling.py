@@ -483,3 +483,25 @@ def test_modules_inductor_generates_are_torchs_not_the_users():
     # A user's file in a two-letter folder is still the user's.
     assert not rankrules.is_library_path("/home/me/ab/cab.py")
     assert not rankrules.is_library_path("/home/me/ab/c" + "x" * 51 + ".py")
+
+
+@pytest.mark.parametrize(
+    ("seen", "severity"),
+    [
+        # Seen on the real job: the watchdog looked just after a 5-minute compile ended,
+        # rank 0's wait read 299 s, and the job was stopped.
+        (CompileProgress(None, None, 1, 295.0, 295.0, ended=999.0), SEVERITY_INFO),
+        # its state was written while it still compiled: it ended within the state's age
+        (CompileProgress(705.0, "torch._inductor", 1, 0.0, 0.0), SEVERITY_INFO),
+        # a minute after its compile: the wait is a hang again
+        (CompileProgress(None, None, 1, 295.0, 295.0, ended=940.0), SEVERITY_ERROR),
+    ],
+)
+def test_a_wait_for_a_rank_that_just_finished_compiling_counts_from_its_end(seen, severity):
+    agent = AgentState(1, 101, time=1000.0, compile=seen)
+    found = judge(Evidence(views(IN_A_QUEUE, agent), world_size=2))
+    assert found[0].kind == "outlier" and found[0].ranks == (1,)
+    assert found[0].severity == severity
+    if severity == SEVERITY_INFO:
+        assert found[0].since.startswith("rank 1 finished compiling ")
+        assert found[0].since.endswith(" s ago: the wait counts from then")

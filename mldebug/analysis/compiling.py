@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mldebug.analysis.frames import is_user_frame
+from mldebug.analysis.severity import SHORT_WAIT
 from mldebug.analysis.timing import KIND_STRAGGLER
 from mldebug.model import (
     KIND_COMPILING,
@@ -34,6 +35,7 @@ from mldebug.model import (
     KIND_PROGRESSING,
     KIND_STUCK,
     SEVERITY_INFO,
+    SEVERITY_WARNING,
     Finding,
     Frame,
     RankView,
@@ -181,6 +183,55 @@ def explain_compiles(findings: Sequence[Finding], compiles: Mapping[int, Compile
     rest = [compiles[r] for r in sorted(compiles.keys() - told)]
     if rest:
         out.append(compiling_finding(rest))
+    return out
+
+
+def compiled_since(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> at most how long ago its last compile ended, for live ranks not compiling by
+    their stack whose agent saw a compile: still under way in a state up to a heartbeat old
+    (it ended after that state), or ended at `ended` (agent's clock, plus the state's age)."""
+    found = {}
+    for view in views:
+        seen = view.agent.compile if view.agent is not None and not view.gone else None
+        if seen is None or view.agent is None:
+            continue
+        if view.threads and compile_phase(view.threads[0].frames) is not None:
+            continue  # compiling now: compiling_ranks says so
+        age = view.heartbeat_age or 0.0
+        if seen.since is not None:
+            found[view.rank] = age
+        elif seen.ended is not None:
+            found[view.rank] = max(0.0, view.agent.time - seen.ended) + age
+    return found
+
+
+def regrade_after_compiles(
+    findings: Sequence[Finding], ended: Mapping[int, float], error_after: float
+) -> list[Finding]:
+    """A rank the others waited for all through its compile, caught just after it: their
+    wait counts from the compile's end (seen on a real job: the watchdog looked a moment after
+    a 5-minute compile, while rank 0's wait read 299 s)."""
+    out = []
+    for finding in findings:
+        culprits = set(finding.ranks)
+        if (
+            finding.kind not in EXPLAINED_KINDS
+            or finding.severity == SEVERITY_INFO
+            or not culprits
+            or not culprits <= ended.keys()
+        ):
+            out.append(finding)
+            continue
+        since = max(ended[r] for r in culprits)
+        if since >= error_after:
+            out.append(finding)  # long enough after its compile: the finding stands
+            continue
+        severity = SEVERITY_INFO if since < min(SHORT_WAIT, error_after) else SEVERITY_WARNING
+        clause = (
+            f"{ranks_text(sorted(culprits))} finished compiling {_seconds(since)} ago: "
+            "the wait counts from then"
+        )
+        out.append(replace(finding, severity=severity, since=clause))
     return out
 
 
