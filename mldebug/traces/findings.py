@@ -172,7 +172,7 @@ def straggler(traces: list[RankTrace], found: list[Arrival]) -> Finding | None:
 def _late_detail(rank: int, found: list[Arrival]) -> str:
     """Where the rank came last (the longest waits first), and who came last elsewhere."""
     mine = sorted((a for a in found if a.last == rank), key=lambda a: -a.waited)
-    said = ", ".join(f"{a.op} #{a.index} ({_ms(a.waited)})" for a in mine[:4])
+    said = ", ".join(f"{a.label} ({_ms(a.waited)})" for a in mine[:3])
     others = Counter(a.last for a in found if a.last != rank)
     rest = ", ".join(f"rank {r} at {n}" for r, n in sorted(others.items()))
     return f"last at {said}" + (f"; last elsewhere: {rest}" if rest else "")

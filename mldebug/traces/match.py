@@ -11,6 +11,8 @@ for it about the difference.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -30,6 +32,34 @@ class Arrival:
     last: int  # the rank that arrived last
     waited: float  # microseconds the other ranks waited for it (their median)
     durations: tuple[tuple[int, float], ...]  # (rank, microseconds in it)
+
+    @property
+    def label(self) -> str:
+        """How a person tells it from the others: its op, its size, its number."""
+        count = elements(self.size)
+        size = f" of {count:,} elements" if count is not None else ""
+        return f"{self.op}{size} #{self.index}"
+
+
+def elements(size: str) -> int | None:
+    """The elements a collective moves: "In msg nelems" as is, or torch's "Input Dims"
+    (a list of shapes; [] is a scalar) summed over its tensors."""
+    if size.isdigit():
+        return int(size)
+    try:
+        dims = json.loads(size)
+    except ValueError:
+        return None
+    if not isinstance(dims, list):
+        return None
+    total = 0
+    for shape in dims:
+        shapes = shape if shape and isinstance(shape[0], list) else [shape]
+        for one in shapes:
+            if not isinstance(one, list) or not all(isinstance(d, int) for d in one):
+                return None
+            total += math.prod(one)
+    return total
 
 
 def _keyed(trace: RankTrace) -> dict[tuple, float]:

@@ -49,6 +49,7 @@ HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_run
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d{1,6})", re.IGNORECASE)
 _GLOO_OP = re.compile(r"^gloo:([a-z_]+)")
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")  # ncclDevKernel_AllReduce_Sum_f32
 
 
 def rank_of_name(path: str) -> int | None:
@@ -64,7 +65,7 @@ def _op_of(name: str, args: dict) -> str:
     named = args.get("Collective name")
     if isinstance(named, str) and named:
         return named[:64]
-    match = _GLOO_OP.match(name)
+    match = _GLOO_OP.match(name) or _NCCL_KERNEL.match(name)
     if match:
         return match.group(1)
     for prefix in ("c10d::", "nccl:"):
@@ -191,8 +192,8 @@ def read_rank(path: str, max_chars: int | None = None) -> tuple[RankTrace, int |
         for event in stream.events():
             fold.add(event)
         meta = stream.meta
-    if not fold.events and "traceEvents" not in meta and not meta:
-        raise TraceError("not a Chrome trace: no traceEvents")
+    if not stream.has_events:
+        raise TraceError("not a Chrome trace: it has no traceEvents")
     rank, world, backend = _distributed(meta)
     on_device = len(fold.device) > 0 or len(fold.device_comm) > 0
     if fold.steps:

@@ -59,6 +59,7 @@ class TraceStream:
         self._max = max_chars
         self.meta: dict[str, Any] = {}
         self.cut = False  # stopped at max_chars: the rest of the file was not read
+        self.has_events = False  # the document holds a list of events (or is one)
 
     # -- the window ---------------------------------------------------------------------
     def _fill(self) -> bool:
@@ -104,7 +105,7 @@ class TraceStream:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as error:
                 if self._eof:
-                    ended = error.pos >= len(self._buf) - 1 or "Unterminated" in error.msg
+                    ended = error.pos >= len(self._buf.rstrip()) or "Unterminated" in error.msg
                     raise TraceError(
                         "the JSON ends early (a truncated file?)"
                         if ended or self.cut
@@ -125,6 +126,7 @@ class TraceStream:
     def events(self) -> Iterator[dict]:
         try:
             if self._expect("{[") == "[":
+                self.has_events = True
                 yield from self._array()
             else:
                 yield from self._object()
@@ -156,6 +158,7 @@ class TraceStream:
             self._expect(":")
             if key == "traceEvents":
                 self._expect("[")
+                self.has_events = True
                 yield from self._array()
             else:
                 self.meta[key] = self._value()

@@ -70,7 +70,7 @@ def _rank(rank: int, scenario: str, init: str, out: str) -> None:
     )
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    delay = 0.6 if scenario == "input_bound" else 0.0
+    delay = 1.5 if scenario == "input_bound" else 0.0
     loader = DataLoader(Batches(delay), batch_size=None, num_workers=0)
     extra = 0.5 if (scenario == "slow_rank" and rank == SLOW_RANK) else 0.0
     work = torch.randn(512, 512)
