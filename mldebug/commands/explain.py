@@ -71,7 +71,8 @@ def main(argv: list[str]) -> int:
         raise nothing_readable(
             report.problems,
             "the paste was empty",
-            "Give log files or directories, or pipe a log in: `cat slurm.out | mldebug explain -`.",
+            "Give log files, profiler traces (*.json, *.json.gz) or directories, or pipe a "
+            "log in: `cat slurm.out | mldebug explain -`.",
         )
     width = None
     if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap

@@ -135,7 +135,8 @@ def read_traces(paths: list[str]) -> TraceRead:
         by_rank[rank] = path
         out.traces.append(_as_rank(trace, rank))
     free = (r for r in range(len(paths) + len(by_rank) + 1) if r not in by_rank)
-    for trace, rank in zip(unnamed, free, strict=False):  # no rank in the file or its name: by order
+    # no rank in the file or its name: the first free numbers, in order
+    for trace, rank in zip(unnamed, free, strict=False):
         out.problems.append(f"{trace.source}: says no rank; called rank {rank}")
         out.traces.append(_as_rank(trace, rank))
     out.traces.sort(key=lambda t: t.rank)
