@@ -45,8 +45,11 @@ SYNC_NAMES = frozenset(
         "hipDeviceSynchronize",
     }
 )
-HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime"})
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# torch 1.9+ categories, and the capitalised ones of torch 1.8's traces
+CPU_OPS = frozenset({"cpu_op", "Operator"})
+HOST_CATS = CPU_OPS | {"user_annotation", "python_function", "cuda_runtime", "Runtime"}
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
+KERNELS = frozenset({"kernel", "Kernel"})
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d{1,6})", re.IGNORECASE)
 _GLOO_OP = re.compile(r"^gloo:([a-z_]+)")
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")  # ncclDevKernel_AllReduce_Sum_f32
@@ -120,7 +123,7 @@ class _Fold:
         args = args if isinstance(args, dict) else {}
         if cat in DEVICE_CATS:
             self._span(start, end)
-            if cat == "kernel" and name.lower().startswith(DEVICE_COMM):
+            if cat in KERNELS and name.lower().startswith(DEVICE_COMM):
                 self.device_comm.add(start, end)
                 self._collective(self.device_colls, name, args, start, duration)
             else:
@@ -142,7 +145,7 @@ class _Fold:
             # and record_param_comms is NCCL's (its kernel is the collective)
             if name.startswith("gloo:"):
                 self._collective(self.host_colls, name, args, start, duration)
-        elif cat == "cpu_op":
+        elif cat in CPU_OPS:
             self.host.add(start, end)
 
     def _span(self, start: float, end: float) -> None:
