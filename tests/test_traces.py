@@ -359,3 +359,36 @@ def test_nccl_kernels_are_matched_by_sequence_number_and_the_late_rank_named(tmp
     assert found[KIND_STRAGGLER].ranks == (1,) and found[KIND_STRAGGLER].waiting == (0, 2, 3)
     assert dict(found[KIND_STRAGGLER].facts)["last_at"] == "6/6"
     assert "allreduce of 1,048,576 elements #" in found[KIND_STRAGGLER].detail
+
+
+def test_a_long_profile_of_many_collectives_is_judged_without_overflow():
+    """20,000 collectives a rank (a long NCCL profile): the test of chance stays finite."""
+    from mldebug.traces.findings import trace_findings
+    from mldebug.traces.model import Collective, RankTrace
+
+    def rank(r: int) -> RankTrace:
+        colls = tuple(
+            Collective("0", "allreduce", "4096", i, i * 100.0, 10.0 if r == 3 else 40.0)
+            for i in range(20_000)
+        )
+        return RankTrace(
+            source=f"rank{r}.json",
+            rank=r,
+            world_size=4,
+            backend="nccl",
+            where=ON_DEVICE,
+            events=40_000,
+            steps=(1000.0,) * 2000,
+            window=2e6,
+            compute=1.2e6,
+            comm=6e5,
+            exposed=3e5,
+            idle=2e5,
+            data=0.0,
+            sync=0.0,
+            collectives=colls,
+        )
+
+    found = {f.kind: f for f in trace_findings([rank(r) for r in range(4)])}
+    assert found[KIND_STRAGGLER].ranks == (3,)
+    assert dict(found[KIND_STRAGGLER].facts)["last_at"] == "20000/20000"

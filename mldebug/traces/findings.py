@@ -16,7 +16,7 @@ The kinds are the agent's (analysis/timing.py), so a view words them alike.
 from __future__ import annotations
 
 from collections import Counter
-from math import comb
+from math import exp, lgamma, log, log1p
 
 from mldebug.model import SEVERITY_INFO, SEVERITY_WARNING, CollectiveRef, Finding
 from mldebug.ranges import format_ranks
@@ -63,8 +63,20 @@ def _pct(share: float) -> str:
 
 
 def _tail(n: int, k: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    """P(X >= k) for X ~ Binomial(n, p), in logs (n may be 200,000 collectives)."""
+    if k <= 0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0
+    head = lgamma(n + 1)
+    logp, logq = log(p), log1p(-p)
+    return min(
+        1.0,
+        sum(
+            exp(head - lgamma(i + 1) - lgamma(n - i + 1) + i * logp + (n - i) * logq)
+            for i in range(k, n + 1)
+        ),
+    )
 
 
 def _rank_line(t: RankTrace) -> str:
