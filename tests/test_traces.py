@@ -196,6 +196,17 @@ def test_a_balanced_job_gets_its_split_and_no_warning():
     assert found[0].ranks == (0, 1, 2, 3) and found[0].severity == "info"
 
 
+def test_the_split_says_the_late_rank_of_every_collective_matched():
+    split = kinds("balanced")[KIND_SPLIT]
+    facts = dict(split.facts)
+    late = facts["last_per_collective"].split("; ")
+    assert len(late) == 30  # 10 profiled steps: two gradient buckets and the loss each
+    assert late[0].startswith("all_reduce of 270,864 elements #0: rank ")
+    assert any(entry.startswith("all_reduce of 1 element #") for entry in late)
+    counted = dict(part.split(": ") for part in facts["last_by_rank"].split(", "))
+    assert sum(int(n) for n in counted.values()) == 30
+
+
 def test_the_slow_rank_is_named_with_the_ranks_that_wait_for_it():
     found = kinds("slow_rank")
     straggler = found[KIND_STRAGGLER]

@@ -16,6 +16,7 @@ The kinds are the agent's (analysis/timing.py), so a view words them alike.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from math import exp, lgamma, log, log1p
 
 from mldebug.model import SEVERITY_INFO, SEVERITY_WARNING, CollectiveRef, Finding
@@ -87,7 +88,27 @@ def _rank_line(t: RankTrace) -> str:
     )
 
 
-def split(traces: list[RankTrace]) -> Finding:
+SHOWN_ARRIVALS = 64  # collectives whose late rank the split's facts list
+
+
+def _late_facts(found: list[Arrival]) -> list[tuple[str, str]]:
+    """Who came last at each matched collective (the first SHOWN_ARRIVALS), and how often
+    each rank did: the late rank per collective, whether or not it makes a straggler."""
+    if not found:
+        return []
+    counts = Counter(a.last for a in found)
+    return [
+        ("last_by_rank", ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))),
+        (
+            "last_per_collective",
+            "; ".join(
+                f"{a.label}: rank {a.last} (+{_ms(a.waited)})" for a in found[:SHOWN_ARRIVALS]
+            ),
+        ),
+    ]
+
+
+def split(traces: list[RankTrace], found: Sequence[Arrival] = ()) -> Finding:
     ranks = tuple(t.rank for t in traces)
     where = "device kernels" if any(t.where == ON_DEVICE for t in traces) else "host ops"
     backends = sorted({t.backend for t in traces if t.backend})
@@ -119,6 +140,7 @@ def split(traces: list[RankTrace]) -> Finding:
         ("timed", where),
         ("step_ms", f"{step / 1000:.1f}"),
         *((f"rank{t.rank}", _rank_line(t)) for t in shown),
+        *_late_facts(list(found)),
     ]
     return Finding(
         kind=KIND_SPLIT,
@@ -224,7 +246,7 @@ def trace_findings(traces: list[RankTrace]) -> list[Finding]:
     if not traces:
         return []
     found = arrivals(traces)
-    out = [split(traces)]
+    out = [split(traces, found)]
     for finding in (
         straggler(traces, found),
         _host_wait(

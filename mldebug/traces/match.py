@@ -37,7 +37,7 @@ class Arrival:
     def label(self) -> str:
         """How a person tells it from the others: its op, its size, its number."""
         count = elements(self.size)
-        size = f" of {count:,} elements" if count is not None else ""
+        size = "" if count is None else f" of {count:,} element{'' if count == 1 else 's'}"
         return f"{self.op}{size} #{self.index}"
 
 
