@@ -69,7 +69,11 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # beside the pipeline
     "recipes": frozenset({"textsafe"}) | FILES,
     "doctor": frozenset({"textsafe", "wording"}) | FILES,
-    "explain": PLAIN | FILES | {"nccl", "flight", "ras", "analysis", "recipes", "rankrules"},
+    "explain": PLAIN
+    | FILES
+    | {"nccl", "flight", "ras", "analysis", "recipes", "rankrules", "traces"},
+    # torch.profiler traces: read in bounded memory, lined up across ranks, as findings
+    "traces": PLAIN | FILES,
     # the launcher, an orchestrator too: the hang watchdog looks at the job (observe), the
     # straggler line judges timing (analysis); it is handed the views' words, never renders
     "launch": PLAIN
@@ -104,6 +108,7 @@ NEVER: dict[str, frozenset[str]] = {
     "recipes": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "doctor": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "explain": VIEWS - {"report"} | COLLECTING | FRONT,
+    "traces": VIEWS | COLLECTING | FRONT | {"analysis", "explain", "nccl", "flight", "ras"},
     "cluster": VIEWS | FRONT,
     "observe": VIEWS | FRONT | {"live", "launch", "cluster"},
     # the launcher never renders: it is handed the views' words (LaunchSpec.render)

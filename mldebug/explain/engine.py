@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mldebug.analysis.judge import Evidence, judge
+from mldebug.explain import traces
 from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
@@ -172,8 +173,11 @@ def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Expla
     return kept
 
 
-def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
-    """Every reader over `lines`, beside what mldebug.nccl found in the same text."""
+def run_readers(
+    lines: list[Line], scan: nccl_scan.Scan, more: Sequence[Explained] = ()
+) -> list[Explained]:
+    """Every reader over `lines`, beside what mldebug.nccl found in the same text (and
+    what `more` sources found: the profiler traces), judged together."""
     mine: list[Explained] = []
     # Progress bars split off the lines they were glued to stand between a message's lines:
     # only the timeouts reader, which asks who was still busy, reads them.
@@ -186,7 +190,7 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     # A WARN line one of the readers explained is not a finding of its own.
     theirs = [f for f in theirs if f.kind != KIND_NCCL_WARNING or not said & set(f.lines)]
     claimed = {where for f in mine + theirs for where in f.lines}
-    return judged(_root_causes(mine + theirs + tracebacks.read(text, claimed)))
+    return judged(_root_causes(mine + theirs + tracebacks.read(text, claimed) + list(more)))
 
 
 def judged(found: list[Explained]) -> list[Explained]:
@@ -272,7 +276,17 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     """What `paths` (files, directories, run directories) and a paste on stdin say."""
     result = Explanation()
     files = [p for p in paths if p != "-"]
+    pasted = traces.pasted_paths(stdin.decode("utf-8", "replace")) if stdin else None
+    if pasted is not None:  # a paste of trace file names: the files, not the text
+        files, stdin = files + pasted, None
+    found_traces, named = traces.trace_paths(files)
+    files = [p for p in files if p not in named]
+    read = traces.read_traces(found_traces)
+    result.traces, result.trace_bytes = read.traces, sum(read.sizes.values())
+    result.problems += read.problems
     found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
+    in_folders = set(found_traces)  # a folder's traces are not logs
+    found.logs = [log for log in found.logs if log.path not in in_folders]
     result.problems += found.problems
     scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems, ras=found.ras)
     total = 0
@@ -312,7 +326,8 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
         nccl_scan.finish(scan)
     result.scan = scan
     result.ranks = ranks_seen(result.lines) | {r.rank for r in scan.ranks if r.rank is not None}
-    result.findings = run_readers(result.lines, scan)
+    result.ranks |= {t.rank for t in read.traces}
+    result.findings = run_readers(result.lines, scan, traces.explained(read.traces))
     return result
 
 
