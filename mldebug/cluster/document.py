@@ -466,7 +466,9 @@ def _depth(thread: object) -> int:
     return len(frames) if isinstance(frames, list) else -1
 
 
-def _renumbered(template: RankView, rank: object, pid: object, local_rank: object) -> RankView | None:
+def _renumbered(
+    template: RankView, rank: object, pid: object, local_rank: object
+) -> RankView | None:
     """`template`'s view for another rank and pid of the same node, which said the same in
     all else: the two objects copied as they are (their other fields are checked already),
     at a tenth of building them anew."""
