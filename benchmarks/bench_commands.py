@@ -313,9 +313,11 @@ while True:
     time.sleep(3600)
 """
 
+
 # The agents' side, in one process: each rank's state.json written by the agent's own
 # Heartbeat (with the rank's pid, so that the reader takes it as that rank's), once a
-# second as the agent's heartbeat does, five steps on each time.
+# second as the agent's heartbeat does, five steps on each time; writer K of WRITERS writes
+# the ranks K, K + WRITERS, ...
 STATE_WRITER = """
 import sys, time
 from pathlib import Path
@@ -325,20 +327,22 @@ from mldebug.files import rundir, safeio
 
 paths = rundir.RunPaths(Path(sys.argv[1]))
 beats = []
-for rank, pid in enumerate(map(int, sys.argv[2:])):
+for rank, pid in list(enumerate(map(int, sys.argv[3:])))[int(sys.argv[2])::WRITERS]:
     steps = Steps()
     beat = Heartbeat(paths.state_file(rank), safeio.write_json_atomic, rank, time.time(),
                      None, steps, None, 1.0)
     beat.pid = pid
     beats.append((steps, beat))
-print("written", flush=True)
 while True:
     began = time.time()
     for steps, beat in beats:
         steps.set((steps.value or 0) + 5)
         beat.write_once()
+    if beats[0][1].writes == 1:
+        print("written", flush=True)
     time.sleep(max(0.0, 1.0 - (time.time() - began)))
 """
+WRITERS = 4  # the agents write from their own processes: a few writers share the ranks
 
 
 def agent_run(folder: Path, count: int) -> tuple[list[subprocess.Popen], list[int], Path]:
@@ -367,15 +371,20 @@ def agent_run(folder: Path, count: int) -> tuple[list[subprocess.Popen], list[in
     for rank, pid in enumerate(pids):
         manifest.set_rank(rank, pid=pid, local_rank=rank, host=rundir.hostname())
     manifest.write()
-    writer = subprocess.Popen(
-        [sys.executable, "-c", STATE_WRITER, str(paths.root), *map(str, pids)],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    if writer.stdout is None or writer.stdout.readline().strip() != "written":
-        raise SystemExit("the state writer did not start")
-    return [host, writer], pids, paths.root
+    code = STATE_WRITER.replace("WRITERS", str(WRITERS))
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(paths.root), str(k), *map(str, pids)],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for k in range(WRITERS)
+    ]
+    for writer in writers:  # every rank's state.json written once
+        if writer.stdout is None or writer.stdout.readline().strip() != "written":
+            raise SystemExit("a state writer did not start")
+    return [host, *writers], pids, paths.root
 
 
 def bench_attach(args, tmp: Path) -> None:
@@ -384,7 +393,6 @@ def bench_attach(args, tmp: Path) -> None:
     count, seconds = args.attach_ranks, args.attach_seconds
     procs, pids, run_dir = agent_run(tmp, count)
     try:
-        time.sleep(2.0)  # every state.json written once at least
         view = measure(
             [*MLDEBUG, "attach", "--run", str(run_dir)], f"{count}/{count} ranks", seconds, 5.0
         )

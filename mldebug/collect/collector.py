@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import mldebug.ledger.rules as rules
-from mldebug.collect.agentstate import read_states
+from mldebug.collect.agentstate import StateReader
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.pystack import find_pystack, read_pystack
 from mldebug.collect.rankstacks import ask_rank
@@ -156,6 +156,7 @@ class JobCollector:
         # put in the rotation at an even spacing from the others so seen
         self._joined: dict[int, float] = {}
         self._agents: dict[int, AgentState] = {}  # pid -> this poll's state.json
+        self._states = StateReader()  # reads the state.json files that changed
         self._focus: frozenset[int] = frozenset()  # ranks the view looks at: read each poll
         self._lock = threading.Lock()  # one poll at a time
         self._reading: set[int] = set()  # pids with a py-spy run under way (maybe abandoned)
@@ -328,7 +329,7 @@ class JobCollector:
         move), or the `max_ranks_per_poll` of them read the longest time ago."""
         targets = self._readable()
         if self.skip_moving:
-            self._agents = read_states(targets, self.job.run_dir)
+            self._agents = self._states.read(targets, self.job.run_dir)
             now, wall = time.monotonic(), time.time()
             for target in targets:
                 pid = target.pid
