@@ -295,4 +295,5 @@ def _grep_line(raw: bytes, kept: Kept) -> None:
     """`N:text` (a line holding a word), `N-text` (one near it); `--` between groups."""
     head = _GREP_LINE.match(raw)
     if head is not None:
-        kept.add(int(head.group(1)), raw[head.end() :], head.group(2) == b":")
+        text = raw[head.end() : head.end() + MAX_LINE]
+        kept.add(int(head.group(1)), text, head.group(2) == b":")
