@@ -12,7 +12,8 @@ plain alternative run as a process in the same run, and the ratio.
            (tests/jobs/sleepy_ranks.py) | a sequential `py-spy dump --pid` loop over them
   explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
            `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
-           of the watchdog's pattern
+           of the watchdog's pattern; then `mldebug nccl --json LOG` on the same log | the
+           same `grep -c` (both commands read the whole file in one streaming pass)
   front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
            recorded (squeue, scontrol and an srun that passes on the nodes' documents:
            the documented node format, as `mldebug collect` prints them, one a line): the
@@ -176,6 +177,8 @@ def bench_explain(args, tmp: Path) -> None:
     plain = run_timed(["grep", "-c", "Watchdog caught collective", str(log)], args.repeat)
     mine = run_timed([*MLDEBUG, "explain", "--json", str(log)], args.repeat)
     row(f"explain LOG ({mb:.0f} MB)", mine, plain, verdict(mine[2]))
+    nccl = run_timed([*MLDEBUG, "nccl", "--json", str(log)], args.repeat)
+    row(f"nccl LOG ({mb:.0f} MB)", nccl, plain, verdict(nccl[2]))
     log.unlink()
 
 
