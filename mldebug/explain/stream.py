@@ -225,11 +225,17 @@ def _by_grep(fd: int, path: str, words: tuple[str, ...], program: str) -> tuple[
             pass
         for raw in lines.close():
             _grep_line(raw, kept)
+    except BaseException:  # an interrupt: neither is left reading a 1 GB file
+        for child in (proc, counter):
+            if child is not None:
+                child.kill()
+                child.communicate()
+        raise
     finally:
         proc.stdout.close()
-        status = proc.wait()
-        if counter is not None:
-            count = _counted(counter, fd)
+    status = proc.wait()
+    if counter is not None:
+        count = _counted(counter, fd)
     if status not in (0, 1) or count is None:
         return None
     return kept, count
