@@ -20,6 +20,7 @@ import pytest
 from mldebug.explain import stream
 from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
 from mldebug.explain.text import AROUND
+from mldebug.files import picked
 
 CORPUS = Path(__file__).resolve().parent / "data" / "explain"
 FRAGMENTS = ("timeout_rank6_absent.log", "elastic_sigsegv.log", "nccl_oom_enqueue.log")
@@ -143,7 +144,7 @@ def test_grep_and_python_keep_the_same_lines(tmp_path):
     assert by_grep.count == by_python.count == path.read_bytes().count(b"\n") + 1
     assert by_grep.lines[-1] == (by_grep.count, "5: RuntimeError: the last line")
     long = [text for _, text in by_grep.lines if "yyyy" in text]
-    assert long and all(len(t.encode()) <= stream.MAX_LINE for t in long)
+    assert long and all(len(t.encode()) <= picked.LINE_BYTES for t in long)
     assert any(text == "3:   x = step(batch)" for _, text in by_grep.lines)  # context kept
 
 

@@ -20,7 +20,6 @@ TAIL = 50_000  # and from its end
 MIDDLE = 50_000  # lines kept between them: around the word-lines of a new shape
 MAX_SHAPES = 100_000  # shapes remembered between head and tail
 MAX_KEPT_BYTES = 8 << 20  # text kept in each of head, middle and tail
-MAX_LINE = picked.MAX_LINE
 _DIGITS = re.compile(rb"\d+")
 
 Numbered = tuple[int, bytes, bool]  # line number (1-based), its bytes, holds a word

@@ -2,13 +2,14 @@
 them, read in one pass in bounded memory and handed on one at a time.
 
 Which lines hold a word is asked of `grep -E` where there is one: one pass in C over all
-the words at once (benchmarks/bench_commands.py: Python's `bytes.find` per word, or one
-regular expression of them all, costs tens of times more on a 1 GB log, and GNU grep's
-`-F` with the same words about twice as much as `-E`). The file goes to grep as the
+the words at once (benchmarks/bench_commands.py's `prefilter` line prints, beside it, what
+Python's `bytes.find` per word, one Python regular expression of them all and GNU grep's
+`-F` with the same words cost over the same log). The file goes to grep as the
 descriptor the caller opened (never through a symlink); while grep reads it, `wc -l`
 counts its lines on a second descriptor of the same file (else this process does). Without
-grep the same lines are picked in Python, slower. Lines are cut at `MAX_LINE` bytes (grep
-looks at a line whole, Python at its first MAX_LINE bytes). Stdlib only.
+grep the same lines are picked in Python, slower. A line longer than MAX_LINE bytes comes
+cut to LINE_BYTES (grep looks at a line whole for a word, Python at what it keeps of it).
+Stdlib only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mldebug.files import safeio
 
 CHUNK = 4 << 20  # bytes read at a time
 MAX_LINE = 4096
+LINE_BYTES = MAX_LINE + 1  # a longer line comes cut to this: one byte over says it was cut
 _GREP_LINE = re.compile(rb"(\d+)([:-])")
 
 Sink = Callable[[int, bytes, bool], None]  # line number (1-based), its bytes, holds a word
@@ -56,7 +58,7 @@ class Lines:
     """A byte stream cut into lines, each at most `limit` bytes (a longer one is cut, the
     rest of it dropped as it arrives, never held whole)."""
 
-    def __init__(self, limit: int = MAX_LINE) -> None:
+    def __init__(self, limit: int = LINE_BYTES) -> None:
         self.limit = limit
         self._carry = b""
         self._skipping = False
@@ -129,8 +131,6 @@ def _by_grep(
     """grep's lines, and the count of all lines (`wc -l` on a second descriptor of the same
     file, else this process), made at once on two cores; None when grep fails (then Python
     reads the file)."""
-    # -E: GNU grep's automaton reads the alternation in one pass, about twice as fast as
-    # -F with the same words (benchmarks/README.md)
     argv = [program, "-a", "-n", "-E", f"-B{before}", f"-A{after}", "-e", ere(words)]
     env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
     try:
@@ -140,7 +140,7 @@ def _by_grep(
     counter = _wc(path, fd, env)
     assert proc.stdout is not None
     out = proc.stdout.fileno()
-    lines = Lines(MAX_LINE + 24)  # grep's "N:" ahead of each line
+    lines = Lines(LINE_BYTES + 24)  # grep's "N:" ahead of each line
     count = None
     try:
         if counter is None:  # counted here while grep reads: the output waits in the pipe
@@ -225,5 +225,5 @@ def _grep_line(raw: bytes, sink: Sink) -> None:
     """`N:text` (a line holding a word), `N-text` (one near it); `--` between groups."""
     head = _GREP_LINE.match(raw)
     if head is not None:
-        text = raw[head.end() : head.end() + MAX_LINE]
+        text = raw[head.end() : head.end() + LINE_BYTES]
         sink(int(head.group(1)), text, head.group(2) == b":")
