@@ -34,7 +34,7 @@ class Kept:
     tail: deque[Numbered] = field(default_factory=deque)
     dropped: int = 0  # lines that held a word or stood near one, not kept
     _sizes: list[int] = field(default_factory=lambda: [0, 0, 0])
-    _shapes: set[bytes] = field(default_factory=set)
+    _shapes: set[int] = field(default_factory=set)  # their hashes: a few bytes each
     _before: deque[Numbered] = field(default_factory=lambda: deque(maxlen=AROUND))
     _after_until: int = 0
 
@@ -69,7 +69,7 @@ class Kept:
             self._before.append(line)
 
     def _new_shape(self, raw: bytes) -> bool:
-        shape = _DIGITS.sub(b"#", raw[:400])
+        shape = hash(_DIGITS.sub(b"#", raw[:400]))
         if shape in self._shapes or len(self._shapes) >= MAX_SHAPES:
             return False
         self._shapes.add(shape)
