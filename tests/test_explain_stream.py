@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,7 @@ def _mixed_log(path: Path) -> None:
 
 
 def test_grep_and_python_keep_the_same_lines(tmp_path):
+    assert shutil.which("grep"), "grep is part of every image the tests run on"
     path = tmp_path / "mixed.out"
     _mixed_log(path)
     by_grep = stream.read_log(str(path), STREAM_WORDS)
