@@ -13,7 +13,8 @@ plain alternative run as a process in the same run, and the ratio.
            (tests/jobs/sleepy_ranks.py) | a sequential `py-spy dump --pid` loop over them
   explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
            `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
-           of the watchdog's pattern
+           of the watchdog's pattern; then `mldebug nccl --json LOG` on the same log | the
+           same `grep -c` (both commands read the whole file in one streaming pass)
   front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
            recorded (squeue, scontrol and an srun that passes on the nodes' documents:
            the documented node format, as `mldebug collect` prints them, one a line): the
@@ -185,7 +186,58 @@ def bench_explain(args, tmp: Path) -> None:
     plain = run_timed(["grep", "-c", "Watchdog caught collective", str(log)], args.repeat)
     mine = run_timed([*MLDEBUG, "explain", "--json", str(log)], args.repeat)
     row(f"explain LOG ({mb:.0f} MB)", mine, plain, verdict(mine[2]))
+    nccl = run_timed([*MLDEBUG, "nccl", "--json", str(log)], args.repeat)
+    row(f"nccl LOG ({mb:.0f} MB)", nccl, plain, verdict(nccl[2]))
+    prefilters(log, args.repeat)
     log.unlink()
+
+
+PYTHON_FINDS = (
+    "import os, re, sys, time\n"
+    "from mldebug.explain.engine import STREAM_WORDS\n"
+    "words = [w.encode() for w in STREAM_WORDS]\n"
+    "one = re.compile(b'|'.join(re.escape(w) for w in words))\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "data = os.read(fd, 64 << 20)\n"
+    "started = time.process_time()\n"
+    "for w in words:\n"
+    "    data.find(w)\n"
+    "finds = time.process_time() - started\n"
+    "started = time.process_time()\n"
+    "one.search(data[: 8 << 20])\n"
+    "regex = (time.process_time() - started) * 8\n"
+    "print(f'{finds:.2f} {regex:.2f}')\n"
+)
+
+
+def prefilters(log: Path, repeat: int) -> None:
+    """What picks the lines of the readers' words, each over the whole log as a process
+    (CPU s): grep -E (what explain runs), grep -F with the same words; and Python's own,
+    timed in-process over the first 64 MB (bytes.find per word; one regular expression of
+    them all, over 8 MB, x8), scaled to the log's size."""
+    from mldebug.explain.engine import STREAM_WORDS
+    from mldebug.files.picked import ere
+
+    env = {**os.environ, "LC_ALL": "C"}
+    size_64 = log.stat().st_size / (64 << 20)
+    cpu = {}
+    for name, how in (("grep -E", ["-E", "-e", ere(STREAM_WORDS)]), ("grep -F", ["-F"])):
+        words = [] if name == "grep -E" else [a for w in STREAM_WORDS for a in ("-e", w)]
+        cpu[name] = run_timed(["grep", "-a", "-c", *how, *words, str(log)], repeat, env=env)[3]
+    said = subprocess.run(
+        [sys.executable, "-c", PYTHON_FINDS, str(log)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
+    print(
+        f"  prefilter, {len(STREAM_WORDS)} words, CPU s over the log: "
+        f"grep -E {cpu['grep -E']:.2f}, grep -F {cpu['grep -F']:.2f}, "
+        f"Python bytes.find per word {float(said[0]) * size_64:.1f}, "
+        f"Python one regex {float(said[1]) * size_64:.1f}",
+        flush=True,
+    )
 
 
 # ---- front: node documents of the largest jobs ----

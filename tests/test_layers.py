@@ -237,7 +237,7 @@ def test_at_most_eight_loose_modules_at_the_top():
 
 
 def test_the_table_names_only_units_that_exist_or_are_foreseen():
-    # Rows for units other developers add (explain) may come before their code does.
+    # A row may come before its unit's code does.
     foreseen = {"explain"}
     named = set(LAYERS) | {u for row in LAYERS.values() if row for u in row}
     assert named - units() <= foreseen, sorted(named - units() - foreseen)

@@ -82,7 +82,8 @@ def _head(report: Explanation) -> str:
         if names == ["<stdin>"]
         else f"{len(names)} {'file' if len(names) == 1 else 'files'}"
     )
-    parts = [f"{what} ({count} lines, {size / 1024:.1f} KB)"] if names else []
+    amount = f"{size / 1e6:,.0f} MB" if size >= 10e6 else f"{size / 1024:.1f} KB"
+    parts = [f"{what} ({count:,} lines, {amount})"] if names else []
     if report.traces:
         n, events = len(report.traces), sum(t.events for t in report.traces)
         parts.append(
