@@ -15,8 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mldebug.analysis.judge import Evidence, judge
-from mldebug.explain import traces
-from mldebug.explain import stream
+from mldebug.explain import stream, traces
 from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
