@@ -16,6 +16,7 @@ from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
+from mldebug.analysis.change import change_findings
 from mldebug.analysis.timing import TimingVerdict, judge_timing
 from mldebug.model import (
     SOURCE_AGENT,
@@ -79,6 +80,7 @@ def find_problems(
     findings += _seen_by(
         SOURCE_TIMING, timing.findings
     )  # slow jobs: straggler, input/comm-bound, host syncs
+    findings += _seen_by(SOURCE_TIMING, change_findings(views))  # slower over the run
     return sort_findings(findings)
 
 
