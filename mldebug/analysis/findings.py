@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mldebug import model
+from mldebug.analysis.change import change_findings
 from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
 from mldebug.analysis.stacks import stack_findings
-from mldebug.analysis.change import change_findings
 from mldebug.analysis.timing import TimingVerdict, judge_timing
 from mldebug.model import (
     SOURCE_AGENT,
