@@ -4,8 +4,8 @@
     # in another terminal:
     mldebug dump
 
-Synchronous data parallel on CPU: each step a rank loads a batch, works `--compute-ms`
-milliseconds, all-reduces its gradients and steps its optimizer. From step `--slow-from`
+Synchronous data parallel on CPU: each step a rank loads a batch, waits `--compute-ms`
+milliseconds for its "device" (a sleep, as a host waits for a GPU), all-reduces its gradients and steps its optimizer. From step `--slow-from`
 each batch takes `--slow-data-ms` to make instead of `--data-ms` (a cache that ran out, a
 shard on slower storage): every rank slows down together, so no rank stands out; the
 change is over time.
@@ -44,9 +44,7 @@ class SlowingDataset(Dataset):
 
 
 def work(model: torch.nn.Module, batch: torch.Tensor, seconds: float) -> torch.Tensor:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        torch.mm(batch.T, batch)  # the forward pass of a bigger model
+    time.sleep(seconds)  # the device computing while the host waits (a GPU's forward pass)
     loss = model(batch).pow(2).mean()
     loss.backward()
     return loss.detach()

@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
+from mldebug.model import SEVERITY_INFO, SEVERITY_WARNING, STATE_EXITED, Finding, RankView
 from mldebug.model.timing import UNIT_CALLS, RankTiming, StepBlock
 from mldebug.ranges import format_ranks
 
@@ -42,7 +42,8 @@ MIN_BEFORE = 4  # blocks before a change
 MIN_AFTER = 3  # blocks since
 MIN_UNITS = 16  # steps (or collectives) since
 MIN_SECONDS = 5.0  # seconds since
-MIN_RATIO = 1.3  # the step (median) got this much longer
+MIN_RATIO = 1.3  # the step (median) got this much longer: info
+WARN_RATIO = 1.5  # ...this much: a warning (a busier machine makes a CPU job 1.3x slower)
 SEPARATION = 5.0  # the difference of medians over the noise of two medians
 JITTER = 0.03  # log-time noise floor between blocks (3%)
 CONSISTENT = 0.8  # share of blocks since that are above the midway level
@@ -258,7 +259,7 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         summary,
         location=site,
         recipe=RECIPE,
-        severity=SEVERITY_WARNING,
+        severity=SEVERITY_WARNING if after >= WARN_RATIO * before else SEVERITY_INFO,
         waiting=waiting,
         facts=facts,
     )

@@ -1,7 +1,7 @@
 """`mldebug run`: one console line when the job's steps got slower and stayed slower.
 
 A daemon thread reads the ranks' state.json every CHECK_EVERY seconds and looks for a
-lasting slowdown in their step history (analysis/change.py). When the same change (the same
+lasting slowdown in their step history (analysis/change.py), a warning (WARN_RATIO). When the same change (the same
 ranks, from about the same step) is found at PERSIST checks in a row, it says so once on the
 console and appends a `slowdown` event to each named rank's events.jsonl. A later change (a
 new step, or other ranks) is news again. MLDEBUG_CHANGE=0 turns it off (the finding stays in
@@ -20,7 +20,7 @@ from mldebug.analysis.change import change_finding
 from mldebug.files.rundir import RunPaths
 from mldebug.files.safeio import open_append
 from mldebug.launch.stragglers import RANKS_A_SECOND, read_views
-from mldebug.model import Finding
+from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.wording import finding_text
 
 ENV_CHANGE = "MLDEBUG_CHANGE"
@@ -78,6 +78,8 @@ class ChangeWatch:
 
     def check(self) -> str | None:
         finding = change_finding(read_views(self.paths))
+        if finding is not None and finding.severity != SEVERITY_WARNING:
+            finding = None  # a change under WARN_RATIO stays in `dump`, off the console
         key = _key(finding) if finding is not None else None
         self._count = self._count + 1 if key is not None and key == self._seen else 1
         self._seen = key
