@@ -8,8 +8,8 @@ Prints, in one run:
     DataLoader gets slower from step --slow-from on (each size is its milliseconds a sample
     after, 1 before; 8 samples a batch). Once a second the ranks' state files are judged as
     `mldebug dump` and the console's check judge them (analysis/change.py): the step and
-    the seconds after the change when it is first named (info, and warning), the step time
-    before and after, and whether `mldebug run`'s console line came;
+    the seconds after the change when it is first named (info, and warning) and when
+    `mldebug run`'s console line came, and what it said;
   * a real healthy job for --healthy-seconds (an evaluation every 25 steps, a 1.5 s
     checkpoint pause every 40): the checks that named a change (false alarms);
   * the same on --sim-runs generated runs of 1,500 steps (jitter ±15%, warm-up, GC pauses,
@@ -103,9 +103,17 @@ def real_size(folder: Path, nproc: int, slow_ms: float, slow_from: int, limit: f
     first: dict[str, tuple[int, float, str]] = {}
     paths = RunPaths(run_dir)
     deadline = time.monotonic() + limit
+    log = folder / f"{name}.console"
+    console_at = None
     try:
-        while time.monotonic() < deadline and "warning" not in first:
+        while time.monotonic() < deadline:
             time.sleep(1)
+            if console_at is None and "lasting change" in log.read_text(errors="replace"):
+                console_at = (int(state(run_dir).get("step") or 0), time.time())
+            if console_at is not None or (
+                "warning" in first and time.time() - first["warning"][1] > 20
+            ):
+                break  # the console line came, or 20 s after the warning it did not
             finding = change_finding(read_views(paths))
             if finding is None:
                 continue
@@ -116,8 +124,9 @@ def real_size(folder: Path, nproc: int, slow_ms: float, slow_from: int, limit: f
         began = change_time(run_dir, slow_from)
     finally:
         stop(proc)
-    said = "lasting change" in (folder / f"{name}.console").read_text(errors="replace")
-    out = {"slow_ms": slow_ms, "console": said}
+    out: dict = {"slow_ms": slow_ms}
+    if console_at is not None:
+        first["console"] = (*console_at, "")
     for level, (step, when, summary) in first.items():
         out[level] = (step - slow_from, None if began is None else when - began, summary)
     return out
@@ -233,11 +242,12 @@ def main() -> None:
             print(f"\nreal jobs: {args.nproc} gloo ranks, data 1 ms a sample (8 a batch), "
                   f"10 ms of device wait a step, slower from step {args.slow_from}")  # fmt: skip
             print(f"{'after ms/sample':>15} | {'first named (info)':>26} | "
-                  f"{f'warning (>= {WARN_RATIO:.1f}x)':>26} | console | what it said")  # fmt: skip
+                  f"{f'warning (>= {WARN_RATIO:.1f}x)':>26} | {'console line':>26} | "
+                  "what it said")  # fmt: skip
             for size in args.sizes:
                 r = real_size(folder, args.nproc, size, args.slow_from, args.limit)
                 cells = []
-                for level in ("info", "warning"):
+                for level in ("info", "warning", "console"):
                     if level in r:
                         steps, seconds, _ = r[level]
                         sec = "?" if seconds is None else f"{seconds:.1f} s"
@@ -245,8 +255,8 @@ def main() -> None:
                     else:
                         cells.append("not named")
                 said = r.get("warning", r.get("info", (0, 0, "")))[2]
-                print(f"{size:>15g} | {cells[0]:>26} | {cells[1]:>26} | "
-                      f"{'yes' if r['console'] else 'no':>7} | {said}")  # fmt: skip
+                print(f"{size:>15g} | {cells[0]:>26} | {cells[1]:>26} | {cells[2]:>26} | "
+                      f"{said}")  # fmt: skip
             checks, alarms, steps, said = real_healthy(folder, args.nproc, args.healthy_seconds)
             print(f"\nhealthy job, {args.healthy_seconds:.0f} s ({steps} steps, an evaluation "
                   f"every 25 steps, a 1.5 s checkpoint every 40): {alarms} of {checks} checks "

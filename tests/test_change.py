@@ -91,6 +91,18 @@ def test_slowdowns_of_each_size_are_named(extra):
     assert finding is not None and dict(finding.facts)["grew in"] == "data"
 
 
+def test_a_rank_whose_state_is_older_is_judged_where_the_others_changed():
+    """Rank 3's state is 150 steps behind: its change alone has not lasted 5 s yet."""
+    shape = data_slowdown(at=610)
+    sections = [history_section(shape(random.Random(r), r), 800) for r in range(3)]
+    sections.append(history_section(shape(random.Random(3), 3), 650))
+    alone = rank_change(3, parse_timing(sections[3]).history)
+    assert alone is None
+    finding = change_finding(views_of(sections))
+    assert finding is not None and finding.ranks == (0, 1, 2, 3)
+    assert "every rank's step" in finding.summary
+
+
 def test_one_rank_that_got_slower_is_named_and_the_others_wait_for_it():
     def shape(rng, rank):
         part = "compute" if rank == 2 else "collective"

@@ -130,12 +130,19 @@ def change_point(logs: Sequence[float], sigma: float) -> int | None:
     return where
 
 
-def rank_change(rank: int, blocks: Sequence[StepBlock]) -> Change | None:
-    """The rank's lasting slowdown, if its history shows one."""
+def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -> Change | None:
+    """The rank's lasting slowdown, if its history shows one. `at`: the step another rank's
+    change began at: this rank is judged there (the same rise and consistency), without the
+    minimum length, which the other rank's change has met (its state may be a heartbeat
+    older)."""
     blocks = [b for b in blocks if b.wall > 0]
     logs = [math.log(b.wall) for b in blocks]
     sigma = noise(logs)
-    k = change_point(logs, sigma)
+    if at is None:
+        k = change_point(logs, sigma)
+    else:
+        k = next((i for i, b in enumerate(blocks) if b.first + b.units > at), None)
+        k = k if k is not None and MIN_BEFORE <= k < len(blocks) else None
     if k is None:
         return None
     before, since = logs[:k], logs[k:]
@@ -151,8 +158,8 @@ def rank_change(rank: int, blocks: Sequence[StepBlock]) -> Change | None:
     k += next(i for i, x in enumerate(since) if x > midway)
     first = blocks[k]
     units = sum(b.units for b in blocks[k:])
-    seconds = blocks[-1].end - first.start
-    if units < MIN_UNITS or seconds < MIN_SECONDS:
+    seconds = units * _median([b.wall for b in blocks[k:]])  # a pause since is no length
+    if at is None and (units < MIN_UNITS or seconds < MIN_SECONDS):
         return None
     old, new = blocks[:k], blocks[k:]
     return Change(
@@ -186,6 +193,15 @@ def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str]:
     searched, and the unit ("steps", or "collectives" where no step is counted)."""
     searched = _searched(views)
     found = [c for rank, t in searched if (c := rank_change(rank, t.history)) is not None]
+    if found:  # the others judged where the change began: a job's ranks change together
+        at = int(_median([c.since for c in found]))
+        named = {c.rank for c in found}
+        found += [
+            c
+            for rank, t in searched
+            if rank not in named and (c := rank_change(rank, t.history, at)) is not None
+        ]
+        found.sort(key=lambda c: c.rank)
     unit = "collectives" if searched and searched[0][1].history_unit == UNIT_CALLS else "steps"
     return found, len(searched), unit
 
