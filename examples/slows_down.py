@@ -15,6 +15,8 @@ A healthy job with pauses (`--slow-from 0`, the default):
     --eval-every 40        an evaluation every 40 steps (`--eval-batches` batches, no step)
     --checkpoint-every 60  a checkpoint pause of `--checkpoint-seconds` on every rank
     --steps 0              run until stopped (the default)
+    --hand-update          update the weights by hand, no optimizer: the program counts no
+                           step, and mldebug judges its collectives' cadence instead
 
 It prints READY once the first step is done, and the step time every 50 steps.
 """
@@ -72,6 +74,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--checkpoint-seconds", type=float, default=2.0)
     parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--hand-update", action="store_true", help="no optimizer.step()")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -88,8 +91,14 @@ def main() -> None:
         loss = work(model, batch, args.compute_ms / 1000)
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
         dist.all_reduce(grads)
-        optimizer.step()
-        optimizer.zero_grad()
+        if args.hand_update:
+            with torch.no_grad():
+                for param in model.parameters():
+                    param -= 1e-3 * param.grad
+                    param.grad = None
+        else:
+            optimizer.step()
+            optimizer.zero_grad()
         if args.eval_every and step % args.eval_every == 0:
             evaluate(model, args.eval_batches)
         if args.checkpoint_every and step % args.checkpoint_every == 0:

@@ -91,6 +91,27 @@ def test_slowdowns_of_each_size_are_named(extra):
     assert finding is not None and dict(finding.facts)["grew in"] == "data"
 
 
+def test_a_step_that_grows_gradually_is_said_so_from_where_it_began():
+    """Compute grows by 50 ms over steps 300-900 (a leak that slows every step)."""
+
+    def ramp(rng, rank):
+        base = healthy(rng)
+
+        def shape(step):
+            c, d, co, s = base(step)
+            return c + 0.05 * min(1.0, max(0.0, (step - 300) / 600)), d, co, s
+
+        return shape
+
+    finding = change_finding(job(ramp, steps=1000))
+    assert finding is not None and dict(finding.facts)["shape"] == "gradual"
+    assert 290 <= int(dict(finding.facts)["since"].split("~")[1]) <= 400
+    assert "every rank's step grows longer gradually: now " in finding.summary
+    assert "computing" in finding.summary
+    steady = change_finding(job(data_slowdown()))
+    assert steady is not None and dict(steady.facts)["shape"] == "a step"
+
+
 def test_a_rank_whose_state_is_older_is_judged_where_the_others_changed():
     """Rank 3's state is 150 steps behind: its change alone has not lasted 5 s yet."""
     shape = data_slowdown(at=610)

@@ -6,10 +6,12 @@ what takes the time, so they share it):
     (8 ms -> 80 ms a batch);
   * `mldebug run`, 2 healthy ranks with an evaluation (40 batches, no optimizer step) every
     25 steps and a 1.5 s checkpoint pause every 40 steps;
+  * `mldebug run`, 2 ranks, the same slowdown in a loop that updates its weights by hand (no
+    optimizer: the program counts no step);
 THEN `mldebug run` says on its console that every rank's step got slower from step ~60,
 waiting for data (and records it in events.jsonl); `dump` has the same finding, with no
 straggler and no error; the healthy job gets no change finding over several dumps and no
-console line; `mldebug compare` of the two runs says the data wait is what grew.
+console line; the loop without steps is judged on its collectives' cadence; `mldebug compare` of the two runs says the data wait is what grew.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def jobs(tmp_path_factory):
     started, logs = {}, {}
     for name, nproc, args in (
         ("slowing", 3, ("--slow-from", str(SLOW_FROM), "--data-ms", "1", "--slow-data-ms", "10")),
+        ("cadence", 2, ("--slow-from", str(SLOW_FROM), "--data-ms", "1", "--slow-data-ms", "10",
+                        "--hand-update")),
         ("healthy", 2, ("--eval-every", "25", "--eval-batches", "40", "--checkpoint-every", "40",
                         "--checkpoint-seconds", "1.5")),
     ):  # fmt: skip
@@ -96,6 +100,21 @@ def test_an_all_rank_data_slowdown_mid_run_is_named_as_a_change_over_time(jobs):
     assert "straggler" not in kinds
     assert [f for f in report["findings"] if f["severity"] == "error"] == []
     assert code == 0
+
+
+def test_a_loop_without_steps_is_judged_on_its_collectives_cadence(jobs):
+    run_dir, log = jobs["cadence"]
+    deadline = time.monotonic() + 180
+    found: list = []
+    while time.monotonic() < deadline and not found:
+        _, report = dump_json(run_dir)
+        found = [f for f in report["findings"] if f["kind"] == "slowdown"]
+        time.sleep(2)
+    assert found, report["findings"]
+    assert found[0]["ranks"] == [0, 1]
+    assert found[0]["summary"].startswith("from collective ~")
+    assert "every rank's collective takes" in found[0]["summary"]
+    assert "waiting for data" in found[0]["summary"]
 
 
 def test_a_healthy_job_with_evaluation_and_checkpoint_pauses_stays_silent(jobs):

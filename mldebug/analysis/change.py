@@ -49,6 +49,8 @@ JITTER = 0.03  # log-time noise floor between blocks (3%)
 CONSISTENT = 0.8  # share of blocks since that are above the midway level
 CLIP = 6.0  # noise widths around the median where log times are clipped for the search
 MAX_RANKS = 64  # ranks searched at most (evenly spread): bounded work at 1,024 ranks
+DRIFT = 0.35  # a rise of this share of the change within DRIFT_BLOCKS either side: gradual
+DRIFT_BLOCKS = 3
 OWN_SHARE = 0.5  # growth outside collectives over this share: the rank's own change
 PARTS = ("data", "compute", "collective", "sync")
 PART_WORDS = {
@@ -86,6 +88,7 @@ class Change:
     parts_after: tuple[float, ...]
     units: int  # units since the change
     seconds: float  # seconds since the change
+    gradual: bool = False  # rising before the change point or still rising since: a drift
 
     @property
     def ratio(self) -> float:
@@ -162,6 +165,19 @@ def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -
     if at is None and (units < MIN_UNITS or seconds < MIN_SECONDS):
         return None
     old, new = blocks[:k], blocks[k:]
+    edge = DRIFT_BLOCKS
+    drift = rise * DRIFT
+    gradual = len(since) >= 2 * edge and (
+        _median(logs[-edge:]) - _median(logs[k : k + edge]) > drift
+        or _median(logs[max(0, k - edge) : k]) - low > drift
+    )
+    if gradual:  # where the slope began (back to the level before), and the level now
+        while k > MIN_BEFORE and logs[k - 1] > low + max(2 * sigma, rise * 0.1):
+            k -= 1
+        low = _median(logs[:k])
+        while k > MIN_BEFORE and logs[k - 1] > low + max(2 * sigma, rise * 0.1):
+            k -= 1
+        first, old, new = blocks[k], blocks[:k], blocks[-edge:]
     return Change(
         rank,
         first.first,
@@ -172,6 +188,7 @@ def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -
         tuple(_median([_part(b, p) for b in new]) for p in PARTS),
         units,
         seconds,
+        gradual,
     )
 
 
@@ -255,9 +272,13 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
     else:
         who, verb = f"the {one}s of ranks {format_ranks(ranks)}", "take"
     others = f"; ranks {format_ranks(waiting)} wait for {'it' if len(ranks) == 1 else 'them'}"
+    if typical.gradual:
+        grows = "grows" if verb == "takes" else "grow"
+        head = f"since {one} ~{since} {who} {grows} longer gradually: now {after / before:.1f}x"
+    else:
+        head = f"from {one} ~{since} {who} {verb} {after / before:.1f}x longer"
     summary = (
-        f"from {one} ~{since} {who} {verb} {after / before:.1f}x longer "
-        f"({_ms(before)} -> {_ms(after)}), {words}{loader}"
+        f"{head} ({_ms(before)} -> {_ms(after)}), {words}{loader}"
         + (others if waiting else "")
         + ": a lasting change over the run"
     )
@@ -267,6 +288,7 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         ("after", _ms(after)),
         ("ratio", f"{after / before:.2f}x"),
         ("grew in", part),
+        ("shape", "gradual" if typical.gradual else "a step"),
         ("lasted", f"{typical.units} {unit}, {typical.seconds:.0f} s"),
     )
     return Finding(
