@@ -13,7 +13,8 @@ Prints, in one run:
   * a real healthy job for --healthy-seconds (an evaluation every 25 steps, a 1.5 s
     checkpoint pause every 40): the checks that named a change (false alarms);
   * the same on --sim-runs generated runs of 1,500 steps (jitter ±15%, warm-up, GC pauses,
-    evaluations and checkpoints, fed through the real agent history and reader), each
+    evaluations and checkpoints, fed through the real agent history and reader; "bursts":
+    also 40 steps at 1.8x every 300, a busy neighbour now and then), each
     judged at every block, beside the plain alternatives: the mean of the last 16 steps
     against the mean of the run so far, alarm at 1.3x (what a hand-written check of a
     throughput line does), and the same with medians.
@@ -178,12 +179,27 @@ def plain_alarms(walls: list[float], start: int) -> tuple[int | None, int | None
     return mean_at, median_at
 
 
+BURSTS = -1.0  # a healthy run on a busy node: short slow spells
+
+
+def bursts(base):
+    """A neighbour's burst now and then: 40 steps (about 1.5 s) at 1.8x every 300 steps."""
+
+    def shape(step: int) -> tuple[float, float, float, float]:
+        c, d, co, s = base(step)
+        return (c * 1.8 if step % 300 >= 260 else c), d, co, s
+
+    return shape
+
+
 def sim_run(seed: int, extra: float, at: int, steps: int = 1500) -> tuple[int | None, ...]:
     """Steps after the change (a healthy run: after its start) at which mldebug, the plain
     mean check and the plain median check first fire; None: never. mldebug is judged at every
     block (as a rank's state is, once a second) from the change on (a healthy run: from its
     start)."""
     shape = healthy(random.Random(seed))
+    if extra == BURSTS:
+        shape, extra = bursts(shape), 0.0
     if extra:
         shape = slower(shape, at, "data", extra)
     base = at if extra else 0
@@ -215,13 +231,13 @@ def simulated(runs: int, sizes: list[float], at: int) -> None:
         cells = []
         for way in range(3):
             fired = [r[way] for r in results if r[way] is not None]
-            if extra == 0:
+            if extra <= 0:
                 cells.append(f"false alarms {len(fired) / runs:>6.1%}")
             else:
                 after = f"{statistics.median(fired):.0f} steps" if fired else "-"
                 cells.append(f"{len(fired):>4}/{runs:<4} {after:>12}")
-        ratio = "1.00x" if extra == 0 else f"{(0.026 + extra) / 0.026:.2f}x"
-        label = "healthy" if extra == 0 else f"{extra * 1000:.0f} ms"
+        ratio = "1.00x" if extra <= 0 else f"{(0.026 + extra) / 0.026:.2f}x"
+        label = {0.0: "healthy", BURSTS: "healthy, bursts"}.get(extra, f"{extra * 1000:.0f} ms")
         print(f"{label:>16} {ratio:>10} | {cells[0]:>26} | {cells[1]:>26} | {cells[2]:>26}")
 
 
@@ -261,7 +277,7 @@ def main() -> None:
             print(f"\nhealthy job, {args.healthy_seconds:.0f} s ({steps} steps, an evaluation "
                   f"every 25 steps, a 1.5 s checkpoint every 40): {alarms} of {checks} checks "
                   f"named a change; console line: {'yes' if said else 'no'}")  # fmt: skip
-    simulated(args.sim_runs, [0.0, 0.004, 0.008, 0.013, 0.026, 0.06], 610)
+    simulated(args.sim_runs, [0.0, BURSTS, 0.004, 0.008, 0.013, 0.026, 0.06], 610)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
