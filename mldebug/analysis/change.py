@@ -15,6 +15,9 @@ cadence). On the log of the blocks' step time:
      the newest one sit above the midway level, and the change has lasted MIN_UNITS units
      and MIN_SECONDS seconds.
 
+A step time that rises gradually (still rising after the change point, or already rising
+before it) "grows gradually": from where the slope left the level before, to its level now.
+
 A block is a median of BLOCK steps: one evaluation or checkpoint pause moves it little, and a
 pause that spans blocks is over by the newest one. Warm-up is faster later, never slower, and
 speed-ups are not findings. benchmarks/bench_change.py measures how soon a change is named and
