@@ -123,9 +123,10 @@ def real_size(folder: Path, nproc: int, slow_ms: float, slow_from: int, limit: f
                 if level not in first and (level == "info" or finding.severity == "warning"):
                     first[level] = (now_step, time.time(), finding.summary)
         began = change_time(run_dir, slow_from)
+        reached = int(state(run_dir).get("step") or 0)
     finally:
         stop(proc)
-    out: dict = {"slow_ms": slow_ms}
+    out: dict = {"slow_ms": slow_ms, "reached": reached}
     if console_at is not None:
         first["console"] = (*console_at, "")
     for level, (step, when, summary) in first.items():
@@ -269,7 +270,7 @@ def main() -> None:
                         sec = "?" if seconds is None else f"{seconds:.1f} s"
                         cells.append(f"{steps:>4} steps, {sec:>8} after")
                     else:
-                        cells.append("not named")
+                        cells.append(f"not named by step {r['reached']}")
                 said = r.get("warning", r.get("info", (0, 0, "")))[2]
                 print(f"{size:>15g} | {cells[0]:>26} | {cells[1]:>26} | {cells[2]:>26} | "
                       f"{said}")  # fmt: skip
