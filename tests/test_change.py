@@ -22,6 +22,7 @@ from mldebug.analysis.compare import compare
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.errors import EXIT_NO_TARGET, EXIT_OK, EXIT_USAGE
+from mldebug.launch.changes import _same
 from mldebug.report.compare import text_report, verdict
 
 
@@ -283,3 +284,10 @@ def test_compare_bad_input_is_one_line_and_its_exit_code(tmp_path, capsys):
         assert cli.main(["compare", *args]) == code, args
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
+
+
+def test_the_console_says_one_change_once_though_checks_place_it_a_few_blocks_apart():
+    assert _same(((0, 1), 98), ((0, 1), 82))
+    assert _same(((0, 1), 5000), ((0, 1), 5800))  # a long run's merged rows
+    assert not _same(((0, 1), 98), ((0, 1), 400))  # a later change
+    assert not _same(((0, 1), 98), ((1,), 98))

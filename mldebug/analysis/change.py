@@ -52,8 +52,8 @@ JITTER = 0.03  # log-time noise floor between blocks (3%)
 CONSISTENT = 0.8  # share of blocks since that are above the midway level
 CLIP = 6.0  # noise widths around the median where log times are clipped for the search
 MAX_RANKS = 64  # ranks searched at most (evenly spread): bounded work at 1,024 ranks
-DRIFT = 0.35  # a rise of this share of the change within DRIFT_BLOCKS either side: gradual
-DRIFT_BLOCKS = 3
+DRIFT = 0.5  # a rise of this share of the change (and of SEPARATION noise widths) between
+DRIFT_BLOCKS = 3  # ...the first and last quarter since (this many blocks at least): gradual
 OWN_SHARE = 0.5  # growth outside collectives over this share: the rank's own change
 PARTS = ("data", "compute", "collective", "sync")
 PART_WORDS = {
@@ -168,18 +168,17 @@ def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -
     if at is None and (units < MIN_UNITS or seconds < MIN_SECONDS):
         return None
     old, new = blocks[:k], blocks[k:]
-    edge = DRIFT_BLOCKS
-    drift = rise * DRIFT
-    gradual = len(since) >= 2 * edge and (
+    edge = max(DRIFT_BLOCKS, (len(logs) - k) // 4)
+    drift = max(rise * DRIFT, SEPARATION * sigma)
+    gradual = len(logs) - k >= 2 * edge and (
         _median(logs[-edge:]) - _median(logs[k : k + edge]) > drift
         or _median(logs[max(0, k - edge) : k]) - low > drift
     )
     if gradual:  # where the slope began (back to the level before), and the level now
-        while k > MIN_BEFORE and logs[k - 1] > low + max(2 * sigma, rise * 0.1):
-            k -= 1
-        low = _median(logs[:k])
-        while k > MIN_BEFORE and logs[k - 1] > low + max(2 * sigma, rise * 0.1):
-            k -= 1
+        for _ in range(2):  # the level before, then again without the slope's blocks
+            while k > MIN_BEFORE and logs[k - 1] > low + max(3 * sigma, rise * 0.1):
+                k -= 1
+            low = _median(logs[:k])
         first, old, new = blocks[k], blocks[:k], blocks[-edge:]
     return Change(
         rank,

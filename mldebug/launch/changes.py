@@ -26,6 +26,8 @@ from mldebug.wording import finding_text
 ENV_CHANGE = "MLDEBUG_CHANGE"
 CHECK_EVERY = 2.0
 PERSIST = 2  # checks in a row that find the same change
+SAME_STEPS = 64  # two checks' change points this close are one change...
+SAME_SHARE = 0.2  # ...or this close as a share of the step
 SILENCE = f"{ENV_CHANGE}=0 silences this line"
 
 
@@ -34,11 +36,20 @@ def enabled(env: Mapping[str, str]) -> bool:
 
 
 def _key(finding: Finding) -> tuple:
-    """What makes two checks' findings the same change: the ranks and where it began (the
-    step, to a block or two: later checks may place it a block apart)."""
+    """What makes two checks' findings the same change: the ranks and where it began."""
     since = dict(finding.facts).get("since", "")
     digits = "".join(ch for ch in since if ch.isdigit())
-    return finding.ranks, int(digits) // 32 if digits else None
+    return finding.ranks, int(digits) if digits else None
+
+
+def _same(one: tuple | None, other: tuple | None) -> bool:
+    """The same change, placed by two checks: the same ranks, from about the same step
+    (later checks may move it by a few blocks, more on a long run's merged rows)."""
+    if one is None or other is None or one[0] != other[0]:
+        return False
+    if one[1] is None or other[1] is None:
+        return one[1] == other[1]
+    return abs(one[1] - other[1]) <= max(SAME_STEPS, SAME_SHARE * max(one[1], other[1]))
 
 
 class ChangeWatch:
@@ -55,7 +66,7 @@ class ChangeWatch:
         self.persist = persist
         self._seen: tuple | None = None
         self._count = 0
-        self._said: set[tuple] = set()
+        self._said: list[tuple] = []
         self.said: list[str] = []
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mldebug-changes", daemon=True)
@@ -81,11 +92,13 @@ class ChangeWatch:
         if finding is not None and finding.severity != SEVERITY_WARNING:
             finding = None  # a change under WARN_RATIO stays in `dump`, off the console
         key = _key(finding) if finding is not None else None
-        self._count = self._count + 1 if key is not None and key == self._seen else 1
+        self._count = self._count + 1 if _same(key, self._seen) else 1
         self._seen = key
-        if finding is None or key is None or self._count < self.persist or key in self._said:
+        if finding is None or key is None or self._count < self.persist:
             return None
-        self._said.add(key)
+        if any(_same(key, said) for said in self._said):
+            return None
+        self._said.append(key)
         line = f"mldebug: {finding_text(finding)} (mldebug recipes {finding.recipe}; {SILENCE})"
         self.said.append(line)
         self._say(line)
