@@ -20,11 +20,13 @@ from mldebug.files.safeio import read_json
 from mldebug.model import (
     AgentState,
     CollectiveCall,
+    CompileProgress,
     FlightGroup,
     GroupProgress,
     MemoryReading,
     RankTarget,
 )
+from mldebug.textsafe import printable
 
 MAX_STATE_BYTES = 1 << 20
 MAX_GROUPS = 64
@@ -191,6 +193,27 @@ def _interval(value: object) -> float | None:
     return when if when is not None and 0.01 <= when <= MAX_INTERVAL else None
 
 
+MAX_PHASE = 80  # characters of a compile phase kept
+
+
+def parse_compile(data: object) -> CompileProgress | None:
+    """state.json's `compile` section (agent/compiles.py), checked field by field."""
+    if not isinstance(data, dict):
+        return None
+    count = _int(data.get("count"), 1, 1 << 31)
+    if count is None:
+        return None
+    phase = data.get("phase")
+    return CompileProgress(
+        since=parse_time(data.get("since")),
+        phase=" ".join(printable(phase[:MAX_PHASE]).split()) if isinstance(phase, str) else None,
+        count=count,
+        seconds=parse_time(data.get("seconds")) or 0.0,  # a number of seconds >= 0
+        longest=parse_time(data.get("longest")) or 0.0,
+        ended=parse_time(data.get("ended")),
+    )
+
+
 def parse_state(data: dict, rank: int) -> AgentState | None:
     """state.json's content, checked; None when it is not a state of this rank."""
     if not rules.is_state(data, rank):  # keys it does not know are ignored (an open schema)
@@ -218,6 +241,8 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         census=census[0],
         census_before=census[1],
         timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
+        compile=parse_compile(data.get("compile")),
+        exiting=data.get("exiting") is True,
     )
 
 
