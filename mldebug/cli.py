@@ -45,6 +45,10 @@ COMMANDS = {
         "mldebug.commands.check",
         "preflight tests on every rank: connectivity, collective bandwidth, matmul TFLOPS",
     ),
+    "compare": (
+        "mldebug.commands.compare",
+        "two runs side by side: step time and its split, what got slower and where",
+    ),
     "nccl": (
         "mldebug.commands.nccl",
         "NCCL logs, torch distributed errors and Flight Recorder dumps, compared across ranks",

@@ -13,6 +13,8 @@ the agent keeps, in bounded rolling windows:
   * `syncs`: the host-sync call sites and the seconds blocked there;
   * `work`: the user lines the main thread was on outside collectives and data loading, as
     the heartbeat saw them (about once a second): where a straggler spends its extra time;
+  * `history`: the whole run's step time (or, where no step is counted, the collectives'
+    cadence) in blocks of medians, bounded (agent/step_history.py);
   * `flight`: the collectives the trace does not see (DDP's C++ all-reduces), from torch's
     Flight Recorder, read at a bounded rate (agent/timing_flight.py).
 
@@ -32,6 +34,7 @@ from collections import deque
 
 from .collectives import user_site
 from .eventlog import fail, fault_point
+from .step_history import StepHistory
 from .timing_flight import FlightCalls
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -97,6 +100,8 @@ class Timing:
         self.syncs = _Sites()
         self.work = _Sites()
         self.flight = FlightCalls()
+        self.history = StepHistory()  # the whole run's step time, in blocks
+        self._calls = 0
         self._starts: deque[tuple[float, int]] = deque(maxlen=MAX_STARTS)
         self._files: dict[str, bool] = {}
         self._main = threading.main_thread().ident
@@ -114,8 +119,11 @@ class Timing:
         self.calls.append(
             [call.group.name, call.seq, call.op, call.enqueued, call.completed, call.asynchronous]
         )
-        if not call.asynchronous:
-            self._collective += max(0.0, call.completed - call.enqueued)
+        waited = 0.0 if call.asynchronous else max(0.0, call.completed - call.enqueued)
+        self._collective += waited
+        if self._begun is None:  # no step counted (yet): the collectives' cadence
+            self._calls += 1
+            self.history.add_call(self._calls, call.enqueued, waited, self._data, self._sync)
 
     # ------------------------------------------------------------------ from the step count
     def on_step(self, value: int, now: float) -> None:
@@ -132,6 +140,7 @@ class Timing:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
             self.steps.append([value, begun, wall, coll, data, sync])
+            self.history.add_step(value, begun, wall, coll, data, sync)
         except Exception as error:
             self.stop(error)
 
@@ -204,6 +213,9 @@ class Timing:
         }
         if self.flight.rows:
             section["flight"] = self.flight.rows
+        history = self.history.rows()
+        if history is not None:
+            section["history"] = history
         return section
 
     def stop(self, error: BaseException) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mldebug import model
+from mldebug.analysis.change import change_findings
 from mldebug.analysis.memory import memory_findings
 from mldebug.analysis.nonfinite import nonfinite_findings
 from mldebug.analysis.sequence import SequenceVerdict, sequence_verdict
@@ -80,6 +81,7 @@ def find_problems(
     findings += _seen_by(
         SOURCE_TIMING, timing.findings
     )  # slow jobs: straggler, input/comm-bound, host syncs
+    findings += _seen_by(SOURCE_TIMING, change_findings(views))  # slower over the run
     return sort_findings(findings)
 
 

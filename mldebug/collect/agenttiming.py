@@ -11,11 +11,14 @@ from typing import TypeVar
 
 from mldebug.collect.eventfiles import parse_time
 from mldebug.model.timing import (
+    UNIT_CALLS,
+    UNIT_STEPS,
     CallTiming,
     FlightCallTiming,
     LoaderTiming,
     RankTiming,
     SiteTiming,
+    StepBlock,
     StepTiming,
 )
 
@@ -23,6 +26,7 @@ MAX_CALLS = 256
 MAX_STEPS = 64
 MAX_SITES = 16
 MAX_TEXT = 512
+MAX_BLOCKS = 160  # history rows (the agent keeps at most 128)
 MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
 
 T = TypeVar("T")  # a parsed row
@@ -78,6 +82,30 @@ def _step(row: object) -> StepTiming | None:
     return StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
 
 
+def _block(row: object) -> StepBlock | None:
+    if not isinstance(row, list) or len(row) != 8:
+        return None
+    first, units = _int(row[0]), _int(row[3], 1)
+    start, end = parse_time(row[1]), parse_time(row[2])
+    wall, coll, data, sync = (_seconds(v) for v in row[4:8])
+    if first is None or units is None or start is None or end is None or end < start:
+        return None
+    if wall is None or coll is None or data is None or sync is None:
+        return None
+    return StepBlock(first, start, end, units, wall, coll, data, sync)
+
+
+def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:
+    if not isinstance(value, dict) or value.get("unit") not in (UNIT_STEPS, UNIT_CALLS):
+        return (), UNIT_STEPS
+    blocks = _rows(value.get("rows"), _block, MAX_BLOCKS)
+    ordered = all(
+        a.first < b.first and a.end <= b.start + 1e-3
+        for a, b in zip(blocks, blocks[1:], strict=False)
+    )
+    return (blocks if ordered else ()), str(value["unit"])
+
+
 def _loader(entry: object) -> LoaderTiming | None:
     if not isinstance(entry, dict):
         return None
@@ -110,7 +138,10 @@ def parse_timing(value: object) -> RankTiming | None:
     """state.json's `timing`, checked; None when absent or not a timing section."""
     if not isinstance(value, dict) or value.get("version") != 1:
         return None
+    history, unit = _history(value.get("history"))
     return RankTiming(
+        history=history,
+        history_unit=unit,
         calls=_rows(value.get("calls"), _call, MAX_CALLS),
         steps=_rows(value.get("steps"), _step, MAX_STEPS),
         loaders=_rows(value.get("loaders"), _loader, MAX_SITES),

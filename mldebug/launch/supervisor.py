@@ -29,6 +29,8 @@ from collections.abc import Callable
 from mldebug.files.rundir import hostname
 from mldebug.launch import env as envs
 from mldebug.launch import procs, wrapped
+from mldebug.launch.changes import ChangeWatch
+from mldebug.launch.changes import enabled as changes_enabled
 from mldebug.launch.children import (
     Child,
     end_children,
@@ -96,6 +98,7 @@ class Supervisor:
         self._hang_stop = False  # the watchdog stopped the job (--on-hang stop)
         self.last_waits = LastWaits(spec.paths)  # a collective timeout's explanation
         self.stragglers: StragglerWatch | None = None  # launch/stragglers.py
+        self.changes: ChangeWatch | None = None  # launch/changes.py: slower over the run
         self.cores = CoreCatcher(spec.paths.root) if spec.core_dumps else None  # --core-dumps
         error = self.manifest.error
         if error is not None and error.errno in FULL_ERRNOS:
@@ -140,6 +143,9 @@ class Supervisor:
         if stragglers_enabled(os.environ):
             self.stragglers = StragglerWatch(self.paths, self._say)
             self.stragglers.start()
+        if changes_enabled(os.environ):
+            self.changes = ChangeWatch(self.paths, self._say)
+            self.changes.start()
 
     def show_output(self, console: Console) -> None:
         """Turn console output on for a job started without it (output from now on)."""
@@ -255,6 +261,8 @@ class Supervisor:
             self._guard("ending the hang watchdog", self.watchdog.close)
         if self.stragglers is not None:
             self.stragglers.close()
+        if self.changes is not None:
+            self.changes.close()
         self._guard("stopping the job", lambda: self._end_children(self.spec.grace_period))
         self._guard("showing the last output", self._finish_output)
         self._guard("summing up the run", self._conclude)

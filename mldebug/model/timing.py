@@ -57,6 +57,29 @@ class StepTiming:
 
 
 @dataclass(frozen=True)
+class StepBlock:
+    """A block of consecutive units (steps, or collectives where no step is counted) of a
+    rank's whole-run history: medians per unit of the wall time and its parts."""
+
+    first: int  # the block's first step (or collective) number
+    start: float
+    end: float
+    units: int
+    wall: float
+    collective: float = 0.0
+    data: float = 0.0
+    sync: float = 0.0
+
+    @property
+    def compute(self) -> float:
+        return max(0.0, self.wall - self.collective - self.data - self.sync)
+
+
+UNIT_STEPS = "steps"
+UNIT_CALLS = "calls"
+
+
+@dataclass(frozen=True)
 class LoaderTiming:
     """A DataLoader a rank waited on: its dataset's class, workers, the user's line."""
 
@@ -84,6 +107,8 @@ class RankTiming:
     syncs: tuple[SiteTiming, ...] = ()  # host-sync call sites, most seconds first
     work: tuple[SiteTiming, ...] = ()  # where the main thread worked, most seen first
     flight: tuple[FlightCallTiming, ...] = ()  # Flight Recorder collectives, oldest first
+    history: tuple[StepBlock, ...] = ()  # the whole run in blocks, oldest first
+    history_unit: str = UNIT_STEPS  # UNIT_CALLS: blocks of collectives (no step counted)
 
 
 # Where a sampled main-thread stack was (RankProfile counts).

@@ -1,5 +1,6 @@
 """The Timing tab: per rank where its step time goes, a sparkline of its step times, and the
-straggler marked (from the snapshot's timing table, analysis/timing.py)."""
+straggler marked (from the snapshot's timing table, analysis/timing.py); when the job slowed
+down over the run, the whole run's sparkline with the change marked (tui/change_spark.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from mldebug.model import Finding, JobSnapshot
 from mldebug.model.timing import TimingRow, TimingTable
 from mldebug.report.timing import agent_cells, ordered_rows, sparkline
 from mldebug.textsafe import printable
+from mldebug.tui.change_spark import change_cells
 from mldebug.wording import finding_text
 
 COLUMNS = ("rank", "step", "waiting", "data", "sync", "compute", "last at", "step times", "")
-KINDS = ("straggler", "input_bound", "comm_bound", "host_sync")
+KINDS = ("straggler", "input_bound", "comm_bound", "host_sync", "slowdown")
 MAX_ROWS = 256  # rows drawn; a larger job shows its stragglers and latest arrivers first
 EMPTY = (
     "No timing yet. Ranks started by `mldebug run` report where their steps' time goes once "
@@ -25,10 +27,14 @@ EMPTY = (
 )
 
 
-def row_cells(row: TimingRow) -> tuple[Text, ...]:
+def row_cells(row: TimingRow, change: tuple[Text, Text] | None = None) -> tuple[Text, ...]:
+    """A rank's row; `change`: its whole-run sparkline and mark when the job slowed down
+    over the run (tui/change_spark.py), in place of the window's step times."""
     mark = Text("◀ straggler", style="bold yellow") if row.straggler else Text("")
-    cells = [str(row.rank), *agent_cells(row), sparkline(row.step_times)]
-    return (*(Text(c) for c in cells), mark)
+    cells = [Text(c) for c in (str(row.rank), *agent_cells(row))]
+    if change is not None:
+        return (*cells, change[0], mark if row.straggler else change[1])
+    return (*cells, Text(sparkline(row.step_times)), mark)
 
 
 def summary_text(table: TimingTable | None, findings: tuple[Finding, ...]) -> Text:
@@ -73,5 +79,6 @@ class TimingView(Vertical):
         table.clear()
         if timing is None:
             return
+        changes = change_cells(snapshot)
         for row in ordered_rows(timing)[:MAX_ROWS]:
-            table.add_row(*row_cells(row), key=str(row.rank))
+            table.add_row(*row_cells(row, changes.get(row.rank)), key=str(row.rank))

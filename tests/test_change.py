@@ -1,0 +1,293 @@
+"""Change over time: the agent's whole-run history (agent/step_history.py), its reader, and
+the analysis that names a lasting slowdown (analysis/change.py) and compares two runs
+(analysis/compare.py, `mldebug compare`).
+
+The step durations are generated (testkit/changekit.py, with seeds); the history is made by
+the real agent class, written as JSON, read by the real reader and judged by the real
+analysis. The real multi-rank jobs are in test_change_jobs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+from testkit.changekit import calls_section, healthy, history_section, slower, views_of
+
+from mldebug import cli
+from mldebug.agent import step_history
+from mldebug.analysis.change import KIND_SLOWDOWN, change_finding, rank_change
+from mldebug.analysis.compare import compare
+from mldebug.analysis.judge import Evidence, judge
+from mldebug.collect.agenttiming import parse_timing
+from mldebug.errors import EXIT_NO_TARGET, EXIT_OK, EXIT_USAGE
+from mldebug.launch.changes import _same
+from mldebug.report.compare import text_report, verdict
+
+
+def job(shape_of, ranks: int = 4, steps: int = 800, seed: int = 0) -> list:
+    return views_of(
+        [history_section(shape_of(random.Random(seed * 100 + r), r), steps) for r in range(ranks)]
+    )
+
+
+def data_slowdown(extra: float = 0.06, at: int = 600):
+    return lambda rng, rank: slower(healthy(rng), at, "data", extra)
+
+
+# ---------------------------------------------------------------- healthy jobs stay silent
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_healthy_jobs_with_evaluation_and_checkpoint_pauses_are_no_change(seed):
+    views = job(lambda rng, rank: healthy(rng), steps=1500, seed=seed)
+    assert change_finding(views) is None
+
+
+def test_pauses_longer_than_a_block_and_warm_up_are_no_change():
+    """An evaluation of two steps' length every 150 steps, a long warm-up (the first 40
+    steps 4x slower): faster later is never a slowdown, a pause is over by the newest block."""
+
+    def shape(rng, rank):
+        base = healthy(rng, warmup=40, eval_every=150, eval_seconds=2.0)
+        return lambda step: base(step) if step % 150 != 0 else base(step - 1)
+
+    assert change_finding(job(shape, steps=1200)) is None
+
+
+def test_a_job_whose_step_is_steady_then_speeds_up_is_no_change():
+    def faster(rng, rank):
+        base = healthy(rng, compute=0.06)
+        return lambda step: base(step) if step < 400 else tuple(p / 3 for p in base(step))
+
+    assert change_finding(job(faster)) is None
+
+
+def test_a_slowdown_too_recent_is_not_said_yet():
+    """12 steps since the change (3 blocks): not yet lasting."""
+    assert change_finding(job(data_slowdown(at=788))) is None
+
+
+# ---------------------------------------------------------------- slowdowns are named
+
+
+def test_an_all_rank_data_slowdown_is_named_with_when_how_much_and_what():
+    finding = change_finding(job(data_slowdown()))
+    assert finding is not None and finding.kind == KIND_SLOWDOWN
+    assert finding.ranks == (0, 1, 2, 3) and finding.waiting == ()
+    assert finding.severity == "warning" and finding.recipe == "slowdown-over-time"
+    facts = dict(finding.facts)
+    assert facts["grew in"] == "data"
+    assert 590 <= int(facts["since"].split("~")[1]) <= 604
+    assert finding.summary.startswith("from step ~")
+    assert "every rank's step takes 3.3x longer (26 ms -> 86 ms), all of it waiting for data" in (
+        finding.summary
+    )
+
+
+@pytest.mark.parametrize("extra", [0.01, 0.02, 0.1])
+def test_slowdowns_of_each_size_are_named(extra):
+    finding = change_finding(job(data_slowdown(extra)))
+    assert finding is not None and dict(finding.facts)["grew in"] == "data"
+
+
+def test_a_step_that_grows_gradually_is_said_so_from_where_it_began():
+    """Compute grows by 50 ms over steps 300-900 (a leak that slows every step)."""
+
+    def ramp(rng, rank):
+        base = healthy(rng)
+
+        def shape(step):
+            c, d, co, s = base(step)
+            return c + 0.05 * min(1.0, max(0.0, (step - 300) / 600)), d, co, s
+
+        return shape
+
+    finding = change_finding(job(ramp, steps=1000))
+    assert finding is not None and dict(finding.facts)["shape"] == "gradual"
+    assert 290 <= int(dict(finding.facts)["since"].split("~")[1]) <= 400
+    assert "every rank's step grows longer gradually: now " in finding.summary
+    assert "computing" in finding.summary
+    steady = change_finding(job(data_slowdown()))
+    assert steady is not None and dict(steady.facts)["shape"] == "a step"
+
+
+def test_a_rank_whose_state_is_older_is_judged_where_the_others_changed():
+    """Rank 3's state is 150 steps behind: its change alone has not lasted 5 s yet."""
+    shape = data_slowdown(at=610)
+    sections = [history_section(shape(random.Random(r), r), 800) for r in range(3)]
+    sections.append(history_section(shape(random.Random(3), 3), 650))
+    alone = rank_change(3, parse_timing(sections[3]).history)
+    assert alone is None
+    finding = change_finding(views_of(sections))
+    assert finding is not None and finding.ranks == (0, 1, 2, 3)
+    assert "every rank's step" in finding.summary
+
+
+def test_one_rank_that_got_slower_is_named_and_the_others_wait_for_it():
+    def shape(rng, rank):
+        part = "compute" if rank == 2 else "collective"
+        return slower(healthy(rng), 500, part, 0.03)
+
+    finding = change_finding(job(shape))
+    assert finding is not None
+    assert finding.ranks == (2,) and finding.waiting == (0, 1, 3)
+    assert "rank 2's step takes" in finding.summary and "computing" in finding.summary
+    assert "ranks 0-1,3 wait for it" in finding.summary
+
+
+def test_a_change_long_ago_is_still_seen_in_the_merged_rows():
+    """5,000 steps, slower from step 1,000: the old rows were merged several times."""
+    section = history_section(slower(healthy(random.Random(3)), 1000, "compute", 0.05), 5000)
+    assert len(section["history"]["rows"]) <= step_history.RECENT + step_history.OLD
+    assert len(json.dumps(section["history"])) < 12_000
+    change = rank_change(0, parse_timing(section).history)
+    assert change is not None and 900 <= change.since <= 1100
+
+
+def test_a_job_without_steps_is_judged_on_its_collectives_cadence():
+    views = views_of(
+        [
+            calls_section(slower(healthy(random.Random(r), eval_every=0), 500, "data", 0.05), 700)
+            for r in range(3)
+        ]
+    )
+    finding = change_finding(views)
+    assert finding is not None
+    assert finding.summary.startswith("from collective ~")
+    assert "every rank's collective takes" in finding.summary
+
+
+def test_the_judge_keeps_the_finding_and_its_warning():
+    views = job(data_slowdown())
+    findings = judge(Evidence(views=views, world_size=4))
+    assert [f.kind for f in findings if f.kind == KIND_SLOWDOWN] == [KIND_SLOWDOWN]
+    assert not [f for f in findings if f.kind == "straggler"]
+
+
+# ---------------------------------------------------------------- the history as data
+
+
+def test_the_reader_leaves_out_bad_rows_and_unordered_histories():
+    good = history_section(healthy(random.Random(1)), 200)
+    rows = good["history"]["rows"]
+    bad = [["x", 1, 2, 3, 4, 5, 6, 7], [1, 2], [5, 9, 1, 4, 0.1, 0, 0, 0], [5, 1, 2, 0, 1, 0, 0, 0]]
+    timing = parse_timing(
+        {**good, "history": {"unit": "steps", "rows": [*rows[:3], *bad, *rows[3:]]}}
+    )
+    assert timing is not None and timing.history == parse_timing(good).history  # left out
+    unordered = [*rows[:3], rows[0], *rows[3:]]
+    timing = parse_timing({**good, "history": {"unit": "steps", "rows": unordered}})
+    assert timing is not None and timing.history == ()  # out of order: none of it trusted
+    timing = parse_timing({**good, "history": {"unit": "sql", "rows": rows}})
+    assert timing is not None and timing.history == ()
+    timing = parse_timing({**good, "history": {"unit": "steps", "rows": [*rows, [1e9] * 8]}})
+    assert timing is not None and timing.history == parse_timing(good).history
+
+
+def test_the_agent_keeps_steps_rather_than_cadence_once_steps_are_counted():
+    history = step_history.StepHistory()
+    for n in range(1, 40):
+        history.add_call(n, 100.0 + n * 0.1, 0.01, 0.0, 0.0)
+    assert history.rows()["unit"] == "calls"
+    for n in range(1, 9):
+        history.add_step(n, 200.0 + n * 0.1, 0.1, 0.01, 0.0, 0.0)
+    history.add_call(99, 300.0, 0.01, 0.0, 0.0)
+    assert history.rows() == {
+        "unit": "steps",
+        "rows": [
+            [1, 200.1, 200.5, 4, 0.1, 0.01, 0.0, 0.0],
+            [5, 200.5, 200.9, 4, 0.1, 0.01, 0.0, 0.0],
+        ],
+    }
+
+
+# ---------------------------------------------------------------- compare
+
+
+def timings(views):
+    return {v.rank: v.agent.timing for v in views}
+
+
+def test_compare_says_what_got_slower_on_every_rank():
+    a = timings(job(lambda rng, rank: healthy(rng), steps=400))
+    b = timings(job(lambda rng, rank: slower(healthy(rng), 0, "data", 0.05), steps=400))
+    comparison = compare("old", a, "new", b)
+    assert comparison is not None and comparison.slower == ("data",)
+    assert comparison.where == () and 2.5 < comparison.ratio < 3.5
+    said = verdict(comparison)
+    assert said.startswith("B's steps are ") and "slower than A's" in said
+    assert "waiting for data (+5" in said and "on every rank alike" in said
+    text = text_report(comparison)
+    assert "waiting for data" in text.splitlines()[5]
+
+
+def test_compare_names_the_rank_where_the_time_went():
+    a = timings(job(lambda rng, rank: healthy(rng), steps=400))
+
+    def shape(rng, rank):
+        return slower(healthy(rng), 0, "compute" if rank == 1 else "collective", 0.03)
+
+    comparison = compare("old", a, "new", timings(job(shape, steps=400)))
+    assert comparison is not None and comparison.where == (1,)
+    assert "where: rank 1 (the others wait for it in collectives)" in verdict(comparison)
+
+
+def test_compare_says_when_a_run_itself_slowed_down():
+    a = timings(job(lambda rng, rank: healthy(rng), steps=400))
+    comparison = compare("old", a, "new", timings(job(data_slowdown(at=300), steps=800)))
+    assert comparison is not None
+    assert any(n.startswith("new itself slowed down from step ~") for n in comparison.notes)
+
+
+def run_dir(tmp_path, name, states=None, mode=0o700):
+    root = tmp_path / name
+    (root / "ranks").mkdir(parents=True)
+    (root / "run.json").write_text(json.dumps({"status": "succeeded"}))
+    for rank, timing in (states or {}).items():
+        folder = root / "ranks" / str(rank)
+        folder.mkdir()
+        state = {"version": 1, "rank": rank, "pid": 1000 + rank, "time": 1.0, "timing": timing}
+        (folder / "state.json").write_text(json.dumps(state))
+    os.chmod(root, mode)
+    return root
+
+
+def test_compare_on_the_command_line(tmp_path, capsys):
+    a = run_dir(tmp_path, "a", {0: history_section(healthy(random.Random(1)), 300)})
+    b = run_dir(
+        tmp_path, "b", {0: history_section(slower(healthy(random.Random(2)), 0, "sync", 0.03), 300)}
+    )
+    assert cli.main(["compare", str(a), str(b)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "host syncs" in out and "slower: host syncs" in out
+    assert cli.main(["compare", "--json", str(a), str(b)]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["slower"] == ["sync"]
+    assert cli.main(["compare", "--fail-slower", "1.2", str(a), str(b)]) == 1
+    assert cli.main(["compare", "--fail-slower", "5", str(a), str(b)]) == EXIT_OK
+
+
+def test_compare_bad_input_is_one_line_and_its_exit_code(tmp_path, capsys):
+    good = run_dir(tmp_path, "good", {0: history_section(healthy(random.Random(1)), 300)})
+    empty = run_dir(tmp_path, "empty", {})
+    shared = run_dir(tmp_path, "shared", {0: history_section(healthy(random.Random(1)), 300)})
+    os.chmod(shared, 0o777)
+    cases = [
+        ([str(good), str(tmp_path / "missing")], EXIT_NO_TARGET, "is not an mldebug run directory"),
+        ([str(good), str(empty)], EXIT_NO_TARGET, "has no step timing"),
+        ([str(shared), str(good)], EXIT_NO_TARGET, "is writable by others"),
+        ([str(good)], EXIT_USAGE, "the following arguments are required"),
+        (["--fail-slower", "0.5", str(good), str(good)], EXIT_USAGE, "not between 1 and 1000"),
+    ]
+    for args, code, words in cases:
+        assert cli.main(["compare", *args]) == code, args
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+
+
+def test_the_console_says_one_change_once_though_checks_place_it_a_few_blocks_apart():
+    assert _same(((0, 1), 98), ((0, 1), 82))
+    assert _same(((0, 1), 5000), ((0, 1), 5800))  # a long run's merged rows
+    assert not _same(((0, 1), 98), ((0, 1), 400))  # a later change
+    assert not _same(((0, 1), 98), ((1,), 98))
