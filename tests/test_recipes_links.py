@@ -11,10 +11,11 @@ strings are checked where they are written.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from mldebug import model
-from mldebug.recipes import get_recipe
+from mldebug.recipes import get_recipe, load_recipes
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mldebug"
 
@@ -224,3 +225,9 @@ def test_the_scan_reads_recipe_tables_and_dynamic_recipes():
     assert is_dynamic(recipe, {}, enclosing_functions(tree)[call])
     assert not is_dynamic(ast.parse("'x' if y else None").body[0].value, {}, None)
     assert is_dynamic(ast.parse("'x' if y else table[k]").body[0].value, {}, None)
+
+
+def test_the_readme_counts_the_recipes_the_command_lists():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = re.search(r"\| (\d+) troubleshooting guides each finding points to", readme)
+    assert said and int(said.group(1)) == len(load_recipes())
