@@ -38,7 +38,7 @@ def screen_text(app) -> str:
 async def see(pilot, app, *needles: str) -> str:
     """The screen once it shows every needle (a few refreshes may be needed on a busy
     machine); no control character may be drawn, and every needle must be there."""
-    for _ in range(60):
+    for _ in range(300):  # 15 s at most: a loaded machine may take seconds to switch tabs
         text = screen_text(app)
         if all(needle in text for needle in needles):
             break
