@@ -13,6 +13,8 @@ the agent keeps, in bounded rolling windows:
   * `syncs`: the host-sync call sites and the seconds blocked there;
   * `work`: the user lines the main thread was on outside collectives and data loading, as
     the heartbeat saw them (about once a second): where a straggler spends its extra time;
+  * `blocks`: the whole run's steps, a row of medians per 16 steps (agent/timing_blocks.py),
+    for verdicts that hold over the run;
   * `flight`: the collectives the trace does not see (DDP's C++ all-reduces), from torch's
     Flight Recorder, read at a bounded rate (agent/timing_flight.py).
 
@@ -32,6 +34,7 @@ from collections import deque
 
 from .collectives import user_site
 from .eventlog import fail, fault_point
+from .timing_blocks import Blocks
 from .timing_flight import FlightCalls
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -97,6 +100,7 @@ class Timing:
         self.syncs = _Sites()
         self.work = _Sites()
         self.flight = FlightCalls()
+        self.blocks = Blocks()  # the whole run, a row of medians per 16 steps
         self._starts: deque[tuple[float, int]] = deque(maxlen=MAX_STARTS)
         self._files: dict[str, bool] = {}
         self._main = threading.main_thread().ident
@@ -132,6 +136,8 @@ class Timing:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
             self.steps.append([value, begun, wall, coll, data, sync])
+            with self._lock:
+                self.blocks.add(value, begun, wall, coll, data, sync)
         except Exception as error:
             self.stop(error)
 
@@ -194,6 +200,7 @@ class Timing:
                 self.flight.maybe_read(traced, self._starts_copy)
         with self._lock:
             calls, steps = list(self.calls), list(self.steps)
+            blocks = list(self.blocks.rows)
         section = {
             "version": VERSION,
             "calls": calls,
@@ -201,6 +208,7 @@ class Timing:
             "loaders": [dict(entry) for entry in list(self.loaders.values())],
             "syncs": self.syncs.rows(),
             "work": self.work.rows(),
+            "blocks": blocks,
         }
         if self.flight.rows:
             section["flight"] = self.flight.rows

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from mldebug.collect.eventfiles import parse_time
 from mldebug.model.timing import (
+    BlockTiming,
     CallTiming,
     FlightCallTiming,
     LoaderTiming,
@@ -22,6 +23,7 @@ from mldebug.model.timing import (
 MAX_CALLS = 256
 MAX_STEPS = 64
 MAX_SITES = 16
+MAX_BLOCKS = 96
 MAX_TEXT = 512
 MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
 
@@ -78,6 +80,16 @@ def _step(row: object) -> StepTiming | None:
     return StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
 
 
+def _block(row: object) -> BlockTiming | None:
+    if not isinstance(row, list) or len(row) != 10:
+        return None
+    block, first, start, steps = _int(row[0]), _int(row[1]), parse_time(row[2]), _int(row[3], 1)
+    values = [_seconds(v) for v in row[4:10]]
+    if block is None or first is None or start is None or steps is None or None in values:
+        return None
+    return BlockTiming(block, first, start, steps, *values)  # type: ignore[arg-type]
+
+
 def _loader(entry: object) -> LoaderTiming | None:
     if not isinstance(entry, dict):
         return None
@@ -117,4 +129,5 @@ def parse_timing(value: object) -> RankTiming | None:
         syncs=_rows(value.get("syncs"), _site, MAX_SITES),
         work=_rows(value.get("work"), _site, MAX_SITES),
         flight=_rows(value.get("flight"), _flight, MAX_CALLS),
+        blocks=_rows(value.get("blocks"), _block, MAX_BLOCKS),
     )
