@@ -93,8 +93,8 @@ def test_comm_bound_is_info_while_its_share_holds():
 
 
 def test_comm_bound_is_a_warning_when_its_share_grew_over_the_run():
-    findings = found(world=4, compute=0.03, comm=0.02, jitter=0.1, steps=600,
-                     comm_later=(300, 0.08))  # fmt: skip
+    findings = found(world=4, compute=0.03, comm=0.01, jitter=0.1, steps=600,
+                     comm_later=(300, 0.1))  # fmt: skip
     assert named(findings) == [("comm_bound", (0, 1, 2, 3))]
     assert findings[0].severity == SEVERITY_WARNING
     assert "its share grew over the run from " in findings[0].summary
