@@ -46,6 +46,11 @@ MIN_STEPS = 8  # steps in each rank's window before anything is judged
 # test, analysis/timing_evidence.py), the others wait for it this share of their step...
 WAIT_SHARE = 0.05
 WORK_RATIO = 1.05  # ...and its work between collectives is this much longer
+# The run's decayed means (analysis/timing_hold.py) are measured over hundreds of steps: their
+# error is a fraction of a percent, so a lower bar is not crossed by noise, and a rank that
+# costs the others 3-5% of every step (1.1x of half the step) is named steadily.
+HELD_WAIT_SHARE = 0.03
+HELD_WORK_RATIO = 1.03
 LATE_SHARE = 0.02  # a collective someone waited at: lateness over this share of a step
 LATE_MIN = 0.001  # ...and over a millisecond
 DATA_SHARE = 0.25  # every rank waits for data this share of its step: input-bound
@@ -195,8 +200,10 @@ def _straggler_finding(
     waited: list[Arrival],
     shares: dict[int, float],
     detail: str | None = None,
+    bars: tuple[float, float] = (WAIT_SHARE, WORK_RATIO),
 ) -> Finding | None:
-    """`splits`: the window's medians, or the run's decayed means (`detail` says so)."""
+    """`splits`: the window's medians, or the run's decayed means (`detail` says so, `bars`
+    are then theirs)."""
     late = list(found.late)
     others = [s for r, s in splits.items() if r not in late]
     slow = [splits[r] for r in late]
@@ -209,7 +216,7 @@ def _straggler_finding(
     if others_step <= 0 or others_work <= 0:
         return None
     ratio = work / others_work
-    if wait < WAIT_SHARE * others_step or ratio < WORK_RATIO:
+    if wait < bars[0] * others_step or ratio < bars[1]:
         return None
     ops = Counter(a.op or "collective" for a in waited if a.last in late)
     op = ops.most_common(1)[0][0] if ops else "collective"
@@ -414,7 +421,8 @@ def _held_straggler(
         f"rank differs; {len(waited)} collectives the others waited at"
     )
     found = evidence.Evidence(held.late, held.chance, held.part, 0)
-    return _straggler_finding(found, _held_splits(held, ready), waited, shares, sure)
+    bars = (HELD_WAIT_SHARE, HELD_WORK_RATIO)
+    return _straggler_finding(found, _held_splits(held, ready), waited, shares, sure, bars)
 
 
 def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since | None:
