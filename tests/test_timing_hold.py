@@ -13,7 +13,7 @@ from timing_sim import simulate, views
 from mldebug.agent.timing_blocks import BLOCK, Blocks
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.analysis.timing import judge_timing
-from mldebug.analysis.timing_hold import since_of, weighted_tail
+from mldebug.analysis.timing_hold import judge_held, since_of, weighted_tail
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.model import KIND_NCCL_NETWORK, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.wording import finding_text
@@ -144,3 +144,13 @@ def test_the_agents_blocks_are_medians_of_their_steps_and_read_back_checked():
     parsed = parse_timing({"version": 1, "blocks": [*rows, *bad]})
     assert parsed is not None and [b.block for b in parsed.blocks] == [0, 1, 2]
     assert parsed.blocks[1].work == 0.08
+
+
+def test_a_rank_that_costs_the_others_under_3_percent_is_not_named_however_sure():
+    # 1.02x compute: the run's evidence is sure of the order, the cost is too small to warn.
+    for steps in (400, 1000):
+        job = dict(world=4, slow_rank=3, factor=1.02, jitter=0.05, steps=steps)
+        assert found(**job) == []
+    blocks = {v.rank: v.agent.timing.blocks for v in views(simulate(**job))}
+    held = judge_held(blocks)
+    assert held is not None and held.late == (3,)  # the order alone is no warning
