@@ -1,8 +1,9 @@
 """The commands users type, timed as processes (interpreter start included), each beside the
 plain alternative run as a process in the same run, and the ratio.
 
-    python benchmarks/bench_commands.py [--only nccl,dump,explain,front] [--ranks 1024]
+    python benchmarks/bench_commands.py [--only nccl,dump,explain,front,attach] [--ranks 1024]
         [--entries 2000] [--local 32] [--log-mb 1024] [--nodes 16384] [--repeat 1]
+        [--attach-ranks 1024] [--attach-seconds 60]
 
   nccl     `mldebug nccl --json DIR` on RANKS Flight Recorder dumps of ENTRIES entries
            (built as benchmarks/bench_flight.py builds them: torch 2.13's recorded gloo
@@ -12,13 +13,22 @@ plain alternative run as a process in the same run, and the ratio.
            (tests/jobs/sleepy_ranks.py) | a sequential `py-spy dump --pid` loop over them
   explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
            `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
-           of the watchdog's pattern
+           of the watchdog's pattern; then `mldebug nccl --json LOG` on the same log | the
+           same `grep -c` (both commands read the whole file in one streaming pass)
   front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
            recorded (squeue, scontrol and an srun that passes on the nodes' documents:
            the documented node format, as `mldebug collect` prints them, one a line): the
            front end reads, merges and judges them | a process that json.loads each
            document and groups the ranks by their main stack in a dict (no states, no
            tree, no verdict)
+  attach   `mldebug attach --run DIR` (the live view, in a tmux pane) for --attach-seconds
+           on a run of ATTACH_RANKS agent ranks: one process forks them (each a plain
+           Python process sitting in train_step, its proc.json as the in-rank hook writes
+           it, run.json as `mldebug run` writes it), and one writer process rewrites every
+           rank's state.json once a second with the agent's own Heartbeat, five steps on
+           each time (ranks that train, seen through their agents) | `py-spy top --pid` on
+           one of those ranks for as long. Printed: CPU s of the view and of the py-spy
+           runs it started, and that as a percentage of one core (target: 25%)
 
 Each line prints, for both, wall seconds and CPU seconds (the process's and its children's,
 best of --repeat) and peak memory (MB, the largest of the process and its children), the
@@ -176,7 +186,58 @@ def bench_explain(args, tmp: Path) -> None:
     plain = run_timed(["grep", "-c", "Watchdog caught collective", str(log)], args.repeat)
     mine = run_timed([*MLDEBUG, "explain", "--json", str(log)], args.repeat)
     row(f"explain LOG ({mb:.0f} MB)", mine, plain, verdict(mine[2]))
+    nccl = run_timed([*MLDEBUG, "nccl", "--json", str(log)], args.repeat)
+    row(f"nccl LOG ({mb:.0f} MB)", nccl, plain, verdict(nccl[2]))
+    prefilters(log, args.repeat)
     log.unlink()
+
+
+PYTHON_FINDS = (
+    "import os, re, sys, time\n"
+    "from mldebug.explain.engine import STREAM_WORDS\n"
+    "words = [w.encode() for w in STREAM_WORDS]\n"
+    "one = re.compile(b'|'.join(re.escape(w) for w in words))\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "data = os.read(fd, 64 << 20)\n"
+    "started = time.process_time()\n"
+    "for w in words:\n"
+    "    data.find(w)\n"
+    "finds = time.process_time() - started\n"
+    "started = time.process_time()\n"
+    "one.search(data[: 8 << 20])\n"
+    "regex = (time.process_time() - started) * 8\n"
+    "print(f'{finds:.2f} {regex:.2f}')\n"
+)
+
+
+def prefilters(log: Path, repeat: int) -> None:
+    """What picks the lines of the readers' words, each over the whole log as a process
+    (CPU s): grep -E (what explain runs), grep -F with the same words; and Python's own,
+    timed in-process over the first 64 MB (bytes.find per word; one regular expression of
+    them all, over 8 MB, x8), scaled to the log's size."""
+    from mldebug.explain.engine import STREAM_WORDS
+    from mldebug.files.picked import ere
+
+    env = {**os.environ, "LC_ALL": "C"}
+    size_64 = log.stat().st_size / (64 << 20)
+    cpu = {}
+    for name, how in (("grep -E", ["-E", "-e", ere(STREAM_WORDS)]), ("grep -F", ["-F"])):
+        words = [] if name == "grep -E" else [a for w in STREAM_WORDS for a in ("-e", w)]
+        cpu[name] = run_timed(["grep", "-a", "-c", *how, *words, str(log)], repeat, env=env)[3]
+    said = subprocess.run(
+        [sys.executable, "-c", PYTHON_FINDS, str(log)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
+    print(
+        f"  prefilter, {len(STREAM_WORDS)} words, CPU s over the log: "
+        f"grep -E {cpu['grep -E']:.2f}, grep -F {cpu['grep -F']:.2f}, "
+        f"Python bytes.find per word {float(said[0]) * size_64:.1f}, "
+        f"Python one regex {float(said[1]) * size_64:.1f}",
+        flush=True,
+    )
 
 
 # ---- front: node documents of the largest jobs ----
@@ -268,6 +329,145 @@ def bench_front(args, tmp: Path) -> None:
     docs.unlink()
 
 
+# ---- attach: the live view of a run of many agent ranks ----
+
+# One process forks the ranks: each is a plain Python process (no torch) that sits in
+# train_step, found by `attach --run` as `mldebug run`'s ranks are (MLDEBUG_RUN_DIR and a
+# rank variable in its environment, its proc.json as the in-rank hook writes it).
+RANK_HOST = """
+import os, sys, time
+from pathlib import Path
+from mldebug.files import procfs, rundir, safeio
+
+paths = rundir.RunPaths(Path(sys.argv[1]))
+
+
+def train_step():
+    time.sleep(3600)
+
+
+pids = []
+for rank in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        safeio.make_private_dir(paths.rank_dir(rank))
+        safeio.write_json_atomic(paths.proc_info(rank), {
+            "rank": rank, "local_rank": rank, "world_size": int(sys.argv[2]),
+            "host": rundir.hostname(), "pid": os.getpid(), "start_time": time.time(),
+            "start_ticks": procfs.proc_start_ticks(), "owner": str(os.getpid()),
+            "stack_signal": None, "main_thread": None,
+        })
+        while True:
+            train_step()
+    pids.append(pid)
+print(" ".join(map(str, pids)), flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+# The agents' side, in one process: each rank's state.json written by the agent's own
+# Heartbeat (with the rank's pid, so that the reader takes it as that rank's), once a
+# second as the agent's heartbeat does, five steps on each time; writer K of WRITERS writes
+# the ranks K, K + WRITERS, ...
+STATE_WRITER = """
+import sys, time
+from pathlib import Path
+from mldebug.agent.heartbeat import Heartbeat
+from mldebug.agent.steps import Steps
+from mldebug.files import rundir, safeio
+
+paths = rundir.RunPaths(Path(sys.argv[1]))
+beats = []
+for rank, pid in list(enumerate(map(int, sys.argv[3:])))[int(sys.argv[2])::WRITERS]:
+    steps = Steps()
+    beat = Heartbeat(paths.state_file(rank), safeio.write_json_atomic, rank, time.time(),
+                     None, steps, None, 1.0)
+    beat.pid = pid
+    beats.append((steps, beat))
+while True:
+    began = time.time()
+    for steps, beat in beats:
+        steps.set((steps.value or 0) + 5)
+        beat.write_once()
+    if beats[0][1].writes == 1:
+        print("written", flush=True)
+    time.sleep(max(0.0, 1.0 - (time.time() - began)))
+"""
+WRITERS = 4  # the agents write from their own processes: a few writers share the ranks
+
+
+def agent_run(folder: Path, count: int) -> tuple[list[subprocess.Popen], list[int], Path]:
+    """A run directory of `count` agent ranks that train: (processes to stop, the ranks'
+    pids, the directory)."""
+    from mldebug.files import rundir
+    from mldebug.launch.manifest import Manifest
+    from mldebug.launch.spec import LaunchSpec
+
+    paths = rundir.create_run_dir(folder / "run")
+    spec = LaunchSpec(paths, ["train.py"], nproc=count)
+    manifest = Manifest(paths, spec, rundir.hostname())
+    env = {**os.environ, "MLDEBUG_RUN_DIR": str(paths.root), "RANK": "0"}
+    env.update(WORLD_SIZE=str(count), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+    host = subprocess.Popen(
+        [sys.executable, "-c", RANK_HOST, str(paths.root), str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    pids = [int(p) for p in host.stdout.readline().split()] if host.stdout else []
+    if len(pids) != count:
+        raise SystemExit(f"the rank host started {len(pids)} of {count} ranks")
+    manifest.update(world_size=count)
+    for rank, pid in enumerate(pids):
+        manifest.set_rank(rank, pid=pid, local_rank=rank, host=rundir.hostname())
+    manifest.write()
+    code = STATE_WRITER.replace("WRITERS", str(WRITERS))
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(paths.root), str(k), *map(str, pids)],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for k in range(WRITERS)
+    ]
+    for writer in writers:  # every rank's state.json written once
+        if writer.stdout is None or writer.stdout.readline().strip() != "written":
+            raise SystemExit("a state writer did not start")
+    return [host, *writers], pids, paths.root
+
+
+def bench_attach(args, tmp: Path) -> None:
+    from bench_tui import measure
+
+    count, seconds = args.attach_ranks, args.attach_seconds
+    procs, pids, run_dir = agent_run(tmp, count)
+    try:
+        view = measure(
+            [*MLDEBUG, "attach", "--run", str(run_dir)], f"{count}/{count} ranks", seconds, 5.0
+        )
+        plain = measure(["py-spy", "top", "--pid", str(pids[0])], "Control-C", seconds, 5.0)
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    mine, theirs = view["own"] + view["children"], plain["own"] + plain["children"]
+    status = [line.strip() for line in view["screen"].splitlines() if "ranks:" in line]
+    print(
+        f"{'attach --run (' + str(count) + ' agent ranks)':32} {view['wall']:5.0f} s: "
+        f"CPU {mine:6.2f} s = {100 * mine / view['wall']:5.1f}% of a core (view "
+        f"{view['own']:.2f} s, its py-spy runs {view['children']:.2f} s) | py-spy top on one "
+        f"rank: {theirs:.2f} s = {100 * theirs / plain['wall']:.1f}% | "
+        f"{mine / max(theirs, 1e-3):5.2f}x  target <= 25% of a core: "
+        f"{'met' if 100 * mine / view['wall'] <= 25 else 'NOT met'}",
+        flush=True,
+    )
+    if status:
+        print(f"  the view's status line at the end: {status[-1]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="nccl,dump,explain,front")
@@ -277,6 +477,8 @@ def main() -> int:
     parser.add_argument("--log-mb", type=int, default=1024)
     parser.add_argument("--nodes", type=int, default=16384)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--attach-ranks", type=int, default=1024)
+    parser.add_argument("--attach-seconds", type=float, default=60.0)
     args = parser.parse_args()
     # As pip does at install: mldebug's modules compiled to bytecode before any is timed
     # (a process that compiles its imports each time, PYTHONDONTWRITEBYTECODE set, pays
@@ -290,6 +492,7 @@ def main() -> int:
     )
     benches = {"nccl": bench_nccl, "dump": bench_dump, "explain": bench_explain}
     benches["front"] = bench_front
+    benches["attach"] = bench_attach
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             benches[name](args, Path(tmp))

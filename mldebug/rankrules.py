@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -89,16 +90,20 @@ _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/torch/")
 _MLDEBUG_DIR = str(Path(__file__).resolve().parent) + "/"
 _C10D_FILE = "torch/distributed/distributed_c10d.py"
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+# Modules torch inductor generates into its cache (torch/_inductor/codecache.py get_path:
+# <cache>/<key[1:3]>/<key>.py, the key "c" and 51 base32 characters): torch's, not the user's.
+_INDUCTOR_MODULE = re.compile(r"/([a-z0-9]{2})/c\1[a-z0-9]{49}\.py$")
 
 
 def is_library_path(path: str) -> bool:
-    """Standard library, installed packages, torch, mldebug itself, or no file at all."""
+    """Standard library, installed packages, torch (with the modules inductor generates),
+    mldebug itself, or no file at all."""
     if not path or path.startswith("<frozen") or path == "?":  # "<string>" is `python -c` code
         return True
     if any(marker in path for marker in _LIBRARY_MARKERS) or path.startswith(_MLDEBUG_DIR):
         return True
     # The standard library: .../lib/python3.X/<module> (venvs and distro layouts alike).
-    return _STDLIB.search(path) is not None
+    return _STDLIB.search(path) is not None or _INDUCTOR_MODULE.search(path) is not None
 
 
 def short_path(path: str) -> str:
@@ -123,6 +128,58 @@ def is_torch_collective(frame: Any) -> bool:
         and frame.file.endswith(_C10D_FILE)
         and (name in COLLECTIVE_CALLS or name in POINT_TO_POINT_CALLS)
     )
+
+
+# torch.compile's entry points, innermost first (the phase under way wins): a stack through
+# one of them is compiling (py-spy dumps of real inductor compiles, tests/data/compiling).
+# Running a compiled function passes through none of them (eval_frame.py, the generated
+# module's `call`, aot_autograd's runtime wrappers are not listed). The agent samples its
+# main thread with this table; the analysis reads py-spy's stacks with it.
+COMPILE_FILES = (
+    ("triton/compiler/compiler.py", "triton"),
+    ("torch/_inductor/cpp_builder.py", "torch._inductor (C++ build)"),
+    ("torch/_inductor/async_compile.py", "torch._inductor"),
+    ("torch/_inductor/select_algorithm.py", "torch._inductor (autotuning)"),
+    ("torch/_inductor/compile_fx.py", "torch._inductor"),
+    ("torch/_dynamo/symbolic_convert.py", "torch._dynamo (tracing)"),
+    ("torch/_dynamo/convert_frame.py", "torch._dynamo"),
+    ("torch/__init__.py", "torch.compile (set-up)"),  # its function `compile` only
+)
+_COMPILE_ENDINGS = tuple(ending for ending, _ in COMPILE_FILES)
+# In these files only these functions compile: `torch.compile(model)` itself imports
+# inductor (seconds; a real job's rank sat there 20 s on a loaded machine).
+_COMPILE_FUNCTIONS = {"torch/__init__.py": frozenset({"compile"})}
+
+
+@lru_cache(maxsize=4096)  # a heartbeat asks about the same few hundred frames each second
+def compile_phase_of(path: str, function: str) -> str | None:
+    """What compiles in this function of a file of this path (COMPILE_FILES), or None. A
+    module's own body (`<module>`) is its import, not a compile (an import that
+    `torch.compile` makes is seen by its `compile` frame further out)."""
+    if function == "<module>" or not path.endswith(_COMPILE_ENDINGS):
+        return None
+    for ending, phase in COMPILE_FILES:
+        if path.endswith(ending):
+            only = _COMPILE_FUNCTIONS.get(ending)
+            if only is not None and function.rsplit(".", 1)[-1] not in only:
+                return None
+            return phase
+    return None
+
+
+def compile_phase_in(frames: Iterable[tuple[str, str]]) -> str | None:
+    """What compiles on a stack of (file, function) pairs, outermost first: the phase of the
+    innermost compile frame. Frames under an import (importlib's frames) do not count:
+    importing torch._dynamo runs its modules' and classes' bodies, which is no compile;
+    under `torch.compile`, its frame further out already said so."""
+    phase = None
+    for path, function in frames:
+        if path.startswith("<frozen importlib"):
+            break
+        found = compile_phase_of(path, function)
+        if found is not None:
+            phase = found
+    return phase
 
 
 def frame_label(frame: Any) -> str:

@@ -48,6 +48,7 @@ from mldebug.model import (
     SEVERITY_WARNING,
     STATE_RUNNING,
     STATE_STUCK,
+    STATE_UNKNOWN,
     STATE_WAITING,
     AgentState,
     CollectiveCall,
@@ -471,6 +472,30 @@ def test_a_rank_not_read_this_time_whose_agent_moves_is_running_not_stuck(tmp_pa
     states = {v.rank: v.state for v in snap.ranks}
     assert states == {0: STATE_RUNNING, 1: STATE_STUCK}
     assert "its agent says it makes progress" in snap.ranks[0].detail
+
+
+def test_a_rank_not_read_yet_or_read_once_whose_agent_moves_is_running(tmp_path):
+    # GIVEN four ranks of a live view that reads moving ranks in turns: rank 0 not read yet
+    # and rank 1 read once (one stack: unknown), both with agents whose step just moved;
+    # ranks 2 and 3 the same but with agents whose step stopped two minutes ago
+    def agent(rank: int, moved_ago: float) -> dict:
+        done = call(5, completed=NOW - moved_ago - 0.2, enqueued=NOW - moved_ago - 0.3)
+        said = state(rank, done, 5, step=40)
+        said["step_time"] = NOW - moved_ago
+        return said
+
+    root = write_run(
+        tmp_path, {0: agent(0, 0.6), 1: agent(1, 0.6), 2: agent(2, 120), 3: agent(3, 120)}
+    )
+    targets = [RankTarget(pid=pid_of(r), rank=r, world_size=4, run_dir=str(root)) for r in range(4)]
+    once = {pid_of(r): samples(r, LOAD, busy=False)[-1:] for r in (1, 3)}
+    # WHEN the snapshot is built
+    snap = build_snapshot(targets, once, world_size=4, agents=read_states(targets), now=NOW)
+    # THEN the ranks whose agents move are running; the others are as their stacks say
+    states = {v.rank: v.state for v in snap.ranks}
+    assert states == {0: STATE_RUNNING, 1: STATE_RUNNING, 2: STATE_UNKNOWN, 3: STATE_UNKNOWN}
+    assert "its stack is not read yet" in snap.ranks[0].detail
+    assert "one reading of its stack so far" in snap.ranks[1].detail
 
 
 def test_the_rank_behind_that_lost_a_thread_its_peer_runs_is_told_so(tmp_path):

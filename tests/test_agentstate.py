@@ -73,3 +73,42 @@ def test_any_value_in_any_field_is_read_without_error(field, value):
     data[field] = value
     state = parse_state(data, 1)
     assert state is not None and state.rank == 1
+
+
+def test_a_view_reads_again_only_the_state_files_that_changed(tmp_path):
+    """The live view asks for every rank's state at every poll (collect.agentstate
+    StateReader): a file the agent has not replaced since is not read again."""
+    import time
+
+    from testkit.agent_states import heartbeat_state
+
+    from mldebug.collect.agentstate import StateReader
+    from mldebug.files.rundir import RunPaths
+    from mldebug.files.safeio import make_private_dir, write_json_atomic
+    from mldebug.model import RankTarget
+
+    paths = RunPaths(make_private_dir(tmp_path / "run"))
+    make_private_dir(paths.ranks_dir)
+    targets = [RankTarget(pid=100 + r, rank=r, run_dir=str(paths.root)) for r in range(3)]
+
+    def beat(rank: int, step: int) -> None:
+        make_private_dir(paths.rank_dir(rank))
+        state = heartbeat_state(rank, 100 + rank, time.time(), step=step)
+        write_json_atomic(paths.state_file(rank), state)
+
+    for rank in range(3):
+        beat(rank, 7)
+    reader = StateReader()
+    first = reader.read(targets)
+    assert reader.reads == 3 and {s.step for s in first.values()} == {7}
+    # WHEN nothing changed, then rank 1's agent writes again
+    assert reader.read(targets) == first and reader.reads == 3
+    beat(1, 8)
+    again = reader.read(targets)
+    # THEN only rank 1's file is read again, and says its new step
+    assert reader.reads == 4
+    assert {pid: s.step for pid, s in again.items()} == {100: 7, 101: 8, 102: 7}
+    # A file replaced by a link to another is read again, and refused (never followed).
+    paths.state_file(2).unlink()
+    paths.state_file(2).symlink_to(paths.state_file(0))
+    assert set(reader.read(targets)) == {100, 101} and reader.reads == 5

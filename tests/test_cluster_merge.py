@@ -185,3 +185,25 @@ def test_a_stack_repeated_across_nodes_is_read_once_into_one_object():
     third = reader.read(changed, "node001")
     line = third.views[0].threads[0].frames[-1].line
     assert line == second.views[0].threads[0].frames[-1].line + 1
+
+
+def test_ranks_that_say_the_same_but_rank_and_pid_are_read_as_each_of_them():
+    """A node's ranks mostly say the same but their rank and pid: read once, renumbered
+    (cluster.document Reader._views), yet each one's own fields still checked."""
+    targets, samples = job(4, 4, culprit=3)
+    document = node_document(build_snapshot(targets, samples, now=10.0, partial=True), "n")
+    entries = document["ranks"]
+    own = {"rank": 0, "pid": 0, "local_rank": 0}
+    assert entries[1] | own == entries[0] | own  # ranks 0 and 1 differ in these only
+    read = Reader().read(json.loads(json.dumps(document)), "n")
+    whole = [Reader()._view(e, read_stacks(document), "n", "", 10.0) for e in entries]
+    assert list(read.views) == whole  # the same views as read field by field
+    assert [(v.rank, v.target.pid) for v in read.views] == [(t.rank, t.pid) for t in targets]
+    entries[1]["pid"], entries[2]["rank"] = -5, True  # not a pid, not a rank: dropped
+    read = Reader().read(json.loads(json.dumps(document)), "n")
+    assert [v.rank for v in read.views] == [0, 3]
+
+
+def read_stacks(document: dict) -> list:
+    reader = Reader()
+    return [reader._stack(s) for s in json.loads(json.dumps(document["stacks"]))]

@@ -89,14 +89,17 @@ class AgentJob:
             run_dir=root,
         )
 
-    def beat(self, moving=(), age: float = 0.0) -> None:
-        """A new heartbeat of every rank; the ranks in `moving` took a step since the last."""
+    def beat(self, moving=(), age: float = 0.0, timed: bool = False) -> None:
+        """A new heartbeat of every rank; the ranks in `moving` took a step since the last
+        (`timed`: at the heartbeat, as the agent's step counter records it)."""
         for rank, pid in enumerate(self.pids):
             self.steps[rank] += rank in moving
             make_private_dir(self.paths.rank_dir(rank))
+            now = time.time() - age
+            stepped = now if timed and rank in moving else None
             write_json_atomic(
                 self.paths.state_file(rank),
-                heartbeat_state(rank, pid, time.time() - age, step=self.steps[rank]),
+                heartbeat_state(rank, pid, now, step=self.steps[rank], step_time=stepped),
             )
 
     def read(self, observer) -> set[int]:
@@ -170,6 +173,24 @@ def test_dump_reads_every_rank_whatever_the_agents_say(agent_job):
         for _ in range(3):
             agent_job.beat(moving={0, 1, 2, 3})
             assert agent_job.read(observer) == {0, 1, 2, 3}
+
+
+def test_ranks_whose_first_state_says_they_train_are_first_read_one_by_one(agent_job, monkeypatch):
+    """A view opened on a job that trains: the first state of ranks 0-2 says their step
+    moved at their last heartbeat; rank 3 has taken no step yet."""
+    from mldebug.collect import collector as collector_module
+
+    # 3 moving ranks at 0.3 rotation reads a second: one rotation is 10 s.
+    monkeypatch.setattr(collector_module, "ROTATION_READS", 0.3)
+    with agent_job.observer(slow_rotation=0.0) as observer:
+        agent_job.beat(moving={0, 1, 2}, timed=True)
+        # The first of them now, the others spread over the rotation; rank 3 at every poll.
+        assert agent_job.read(observer) == {0, 3}
+        agent_job.beat(moving={0, 1, 2}, timed=True)
+        assert agent_job.read(observer) == {3}
+        observer.collector.focus([2])  # the rank screen of rank 2: read now, whatever its turn
+        agent_job.beat(moving={0, 1, 2}, timed=True)
+        assert agent_job.read(observer) == {2, 3}
 
 
 def test_many_moving_ranks_share_a_budget_of_rotation_reads(agent_job, monkeypatch):

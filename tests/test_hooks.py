@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from mldebug.files.procfs import proc_stat
 from mldebug.files.rundir import RunPaths, hostname
 from mldebug.launch import env as envs
+from mldebug.launch.children import Child, poll_children
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 HOST = hostname()
@@ -406,3 +408,29 @@ def test_a_launcher_started_with_interpreter_options_is_not_taken_for_a_rank(tmp
     for rank in (0, 1):
         pid = json.loads(paths.proc_info(rank).read_text())["pid"]
         assert f"[{HOST}:{rank}] rank {rank} pid {pid}" in out
+
+
+def test_a_rank_whose_main_thread_has_died_is_not_seen_alive_while_its_threads_end():
+    """Killed with threads running, a rank's main thread is a zombie before waitpid can reap
+    the process: its peers already see it gone, so mldebug must not count it alive then.
+    (pthread_exit on the main thread leaves the same state, and holds it.)"""
+    dying = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n",
+        ]
+    )
+    try:
+        child = Child(rank=1, popen=dying, last_alive=0.0)
+        deadline = time.monotonic() + 30
+        while proc_stat(dying.pid)[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        poll_children([child], lambda c: None)
+        assert dying.returncode is None  # waitpid cannot reap it yet
+        assert child.last_alive == 0.0
+    finally:
+        dying.kill()
+        dying.wait()

@@ -69,7 +69,11 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # beside the pipeline
     "recipes": frozenset({"textsafe"}) | FILES,
     "doctor": frozenset({"textsafe", "wording"}) | FILES,
-    "explain": PLAIN | FILES | {"nccl", "flight", "ras", "analysis", "recipes", "rankrules"},
+    "explain": PLAIN
+    | FILES
+    | {"nccl", "flight", "ras", "analysis", "recipes", "rankrules", "traces"},
+    # torch.profiler traces: read in bounded memory, lined up across ranks, as findings
+    "traces": PLAIN | FILES,
     # the launcher, an orchestrator too: the hang watchdog looks at the job (observe), the
     # straggler line judges timing (analysis); it is handed the views' words, never renders
     "launch": PLAIN
@@ -104,6 +108,7 @@ NEVER: dict[str, frozenset[str]] = {
     "recipes": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "doctor": COLLECTING | VIEWS | FRONT | {"analysis", "nccl"},
     "explain": VIEWS - {"report"} | COLLECTING | FRONT,
+    "traces": VIEWS | COLLECTING | FRONT | {"analysis", "explain", "nccl", "flight", "ras"},
     "cluster": VIEWS | FRONT,
     "observe": VIEWS | FRONT | {"live", "launch", "cluster"},
     # the launcher never renders: it is handed the views' words (LaunchSpec.render)
@@ -232,7 +237,7 @@ def test_at_most_eight_loose_modules_at_the_top():
 
 
 def test_the_table_names_only_units_that_exist_or_are_foreseen():
-    # Rows for units other developers add (explain) may come before their code does.
+    # A row may come before its unit's code does.
     foreseen = {"explain"}
     named = set(LAYERS) | {u for row in LAYERS.values() if row for u in row}
     assert named - units() <= foreseen, sorted(named - units() - foreseen)

@@ -256,6 +256,7 @@ class _Runtime:
     ) -> None:
         from . import eventlog
         from .collectives import Tracer
+        from .compiles import Compiles
         from .heartbeat import Heartbeat, interval_from
         from .memory import Memory
         from .steps import Steps
@@ -285,6 +286,7 @@ class _Runtime:
             self.memory,
             interval_from(os.environ),
             timing=self.timing,
+            compiles=Compiles(rankrules),
         )
 
     def _stepped(self, value: int, now: float) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .collectives import Tracer
+    from .compiles import Compiles
     from .memory import Memory
     from .steps import Steps
     from .timing import Timing
@@ -62,6 +63,7 @@ class Heartbeat:
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.time,
         timing: Timing | None = None,
+        compiles: Compiles | None = None,
     ) -> None:
         self.path = path
         self._write_json = write_json
@@ -72,6 +74,7 @@ class Heartbeat:
         self.steps = steps
         self.memory = memory
         self.timing = timing  # agent/timing.py: the `timing` section, when on
+        self.compiles = compiles  # agent/compiles.py: the `compile` section
         self.interval = interval
         self._clock = clock
         self._wake = threading.Event()
@@ -109,6 +112,8 @@ class Heartbeat:
         flight = None if self._stopping else self.flight.summary(groups, state["step_time"])
         if flight is not None:
             state["flight_recorder"] = flight
+        if self._stopping:  # the last state: the interpreter exits (its teardown may be long)
+            state["exiting"] = True
         timing = self.timing
         if timing is not None and not timing.off:
             try:
@@ -116,6 +121,16 @@ class Heartbeat:
                 state["timing"] = timing.section()
             except Exception as error:  # timing stops; the heartbeat goes on
                 timing.stop(error)
+        compiles = self.compiles
+        if compiles is not None and not compiles.off:
+            try:
+                compiles.sample()
+                section = compiles.section()
+                if section is not None:
+                    state["compile"] = section
+            except Exception as error:  # the compile section stops; the heartbeat goes on
+                compiles.off = True
+                fail("compiles", error)
         return state
 
     def write_once(self) -> bool:

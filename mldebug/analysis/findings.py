@@ -38,6 +38,7 @@ _KIND_ORDER = (
     model.KIND_MISSING,
     model.KIND_FROZEN,
     model.KIND_OUTLIER,
+    model.KIND_COMPILING,  # what an outlier or a stuck rank is when it compiles
     model.KIND_SLOW_DEVICE,
     model.KIND_SLOW_LINK,
     model.KIND_MISMATCH,

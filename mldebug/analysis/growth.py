@@ -3,7 +3,8 @@
 
 For each live rank, the points of the last WINDOW seconds after its warm-up (WARMUP seconds
 after its first step or collective; without either, WARMUP_ALONE seconds after the agent
-started: imports, the model built, the first compile) give:
+started: imports, the model built, the first compile; and WARMUP after a torch.compile its
+agent saw end, none while one is under way) give:
 
   * a Theil-Sen slope in bytes a second (the median of the slopes between all pairs of
     points: a GC pause or the allocator handing back a block does not move it), and per
@@ -103,6 +104,17 @@ def _warm(agent: AgentState, timeline: MemoryTimeline) -> float:
     return start + WARMUP_ALONE
 
 
+def _compiled(agent: AgentState) -> float:
+    """When the rank's torch.compile warm-up is over: WARMUP after its last compile ended
+    (inductor loads its compiler and the compiled code once); never while one is under way."""
+    seen = agent.compile
+    if seen is None:
+        return 0.0
+    if seen.since is not None:
+        return float("inf")
+    return seen.ended + WARMUP if seen.ended is not None else 0.0
+
+
 def trend(rank: int, agent: AgentState) -> Trend | None:
     """The rank's trend over its newest points after the warm-up; None with too few."""
     timeline = agent.timeline
@@ -111,7 +123,7 @@ def trend(rank: int, agent: AgentState) -> Trend | None:
     cuda = uses_cuda(timeline)
     column = 2 if cuda else 1
     newest = timeline.points[-1][0]
-    begin = max(_warm(agent, timeline), newest - WINDOW)
+    begin = max(_warm(agent, timeline), _compiled(agent), newest - WINDOW)
     rows = [p for p in timeline.points if p[0] >= begin and p[column] is not None]
     if len(rows) < MIN_POINTS or rows[-1][0] - rows[0][0] < MIN_SPAN:
         return None

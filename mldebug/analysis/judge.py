@@ -12,7 +12,11 @@ in the findings they made of their own evidence (`Evidence.found`). Then, once:
      same kind about the same culprits (and, where both name one, the same collective)
      is one finding, seen by several sources;
   3. each wait is graded by how long the waiting ranks have waited (analysis/severity.py);
-  4. the findings are ordered: errors first, then by kind (a crash, then what the ranks
+  4. what a compile explains is said as such (analysis/compiling.py): a rank the others
+     wait for, or one that does not move, inside torch.compile is compiling (info); a
+     straggler that compiled more often than every other rank is said to recompile; a
+     wait for a rank that has just finished compiling counts from the compile's end;
+  5. the findings are ordered: errors first, then by kind (a crash, then what the ranks
      wait for, then what is merely slow); findings read from text (explain's, which carry
      how sure their reader is) most sure first.
 
@@ -25,6 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from mldebug.analysis.compiling import (
+    compiled_since,
+    compiling_ranks,
+    explain_compiles,
+    name_recompiles,
+    regrade_after_compiles,
+)
 from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.sequence import SequenceVerdict
 from mldebug.analysis.severity import ERROR_AFTER, grade
@@ -84,7 +95,12 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
     made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)
     made = with_transport_fault(made)  # comm_bound is a warning with the NCCL log's sockets
     graded = grade(merge_same(made), evidence.views, evidence.error_after)
-    return sort_findings(list(graded))
+    views, error_after = evidence.views, evidence.error_after
+    told = regrade_after_compiles(
+        name_recompiles(graded, views), compiled_since(views), error_after
+    )
+    told = explain_compiles(told, compiling_ranks(views))
+    return sort_findings(told)
 
 
 def _same(a: Finding, b: Finding) -> bool:

@@ -11,6 +11,8 @@ it then takes says why. Three answers:
     start. The place is the deepest user function all ranks are in ("evaluate
     (eval.py:12)"): a quiet phase that comes back at the same place is one the job has, and
     the watchdog learns it.
+  * COMPILING: no error, and ranks are inside torch.compile (analysis/compiling.py): the
+    others wait for them, which is slow, not hung. Never stops the job.
   * UNSURE: anything else (a wait too short to be graded a hang yet, ranks not read): the
     watchdog looks again later; severity grows with the wait (analysis.severity).
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from mldebug.analysis.frames import is_user_frame
 from mldebug.model import (
+    KIND_COMPILING,
     KIND_FR_UNREAD,
     KIND_NODE_UNREACHABLE,
     KIND_UNREADABLE,
@@ -35,6 +38,7 @@ from mldebug.rankrules import frame_label
 
 HANG = "hang"
 WORKING = "working"
+COMPILING = "compiling"
 UNSURE = "unsure"
 # Errors about the reading, not the job: a job nobody could read is not known to hang.
 NOT_ABOUT_THE_JOB = frozenset({KIND_UNREADABLE, KIND_FR_UNREAD, KIND_NODE_UNREACHABLE})
@@ -42,7 +46,7 @@ NOT_ABOUT_THE_JOB = frozenset({KIND_UNREADABLE, KIND_FR_UNREAD, KIND_NODE_UNREAC
 
 @dataclass(frozen=True)
 class QuietVerdict:
-    kind: str  # HANG, WORKING or UNSURE
+    kind: str  # HANG, WORKING, COMPILING or UNSURE
     place: tuple[str, str] | None = None  # (file, function) all ranks are in, when WORKING
     where: str = ""  # that place as a person reads it: "evaluate (eval.py:12)"
 
@@ -74,6 +78,8 @@ def judge_quiet(snapshot: JobSnapshot) -> QuietVerdict:
         f.severity == SEVERITY_ERROR and f.kind not in NOT_ABOUT_THE_JOB for f in snapshot.findings
     ):
         return QuietVerdict(HANG)
+    if any(f.kind == KIND_COMPILING for f in snapshot.findings):
+        return QuietVerdict(COMPILING)
     live = [v for v in snapshot.ranks if not v.gone]
     if not live or any(v.state != STATE_RUNNING for v in live):
         return QuietVerdict(UNSURE)

@@ -101,8 +101,11 @@ def _agent_thread_there(view: RankView) -> bool:
 
 def is_frozen(view: RankView) -> bool:
     """The process lives (its stack was read, or it has not exited) but its agent's
-    heartbeat is older than frozen_after: a thread holds the GIL in C code."""
-    return alive(view) and _stale(view) and _agent_thread_there(view)
+    heartbeat is older than frozen_after: a thread holds the GIL in C code. Not when the
+    agent's last state said the interpreter exits: its teardown (torch's, inductor's
+    compile workers') can outlast frozen_after on a loaded machine, and the heartbeat ended."""
+    exiting = view.agent is not None and view.agent.exiting
+    return alive(view) and _stale(view) and _agent_thread_there(view) and not exiting
 
 
 def _fresh(view: RankView) -> bool:

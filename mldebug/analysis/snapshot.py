@@ -120,13 +120,20 @@ def with_agent(view: RankView, state: AgentState | None, now: float) -> RankView
 
 
 def as_moving(view: RankView, samples: Sequence[StackSample], now: float) -> RankView:
-    """A rank not read this time (its last stack is carried over, StackSample.carried) whose
-    agent says its step or collectives move is running: an old stack read again says
-    nothing about whether it is stuck."""
-    if not samples or not samples[-1].carried or view.state not in (STATE_STUCK, STATE_UNKNOWN):
+    """A rank not read this time (its last stack is carried over, StackSample.carried), not
+    read yet, or read once (unknown: one stack tells nothing), whose agent says its step or
+    collectives move is running: an old stack read again says nothing about whether it is
+    stuck."""
+    read_now = bool(samples) and not samples[-1].carried
+    if view.state not in (STATE_STUCK, STATE_UNKNOWN) or read_now and view.state == STATE_STUCK:
         return view
     if not moving_now(view.agent, now):
         return view
+    if not samples or read_now:  # the view reads the stacks of ranks that move in turns
+        said = "one reading of its stack so far" if samples else "its stack is not read yet"
+        return replace(
+            view, state=STATE_RUNNING, detail=f"its agent says it makes progress; {said}"
+        )
     age = max(0.0, now - samples[-1].time)
     return replace(
         view,

@@ -372,17 +372,20 @@ def _idle(
     threads: list[ThreadDifference],
     used: set[ThreadDifference],
     quiet: bool = False,
+    unread: Sequence[RankView] = (),
 ) -> list[Finding]:
     """Ranks in no collective: stuck ones, or (unless `quiet`: other ranks are accounted
-    for otherwise) a job where everyone works."""
+    for otherwise) a job where everyone works, with the `unread` ranks whose agents say
+    they work (the live view reads their stacks in turns)."""
     stuck = [v for v in present if v.state == STATE_STUCK]
     if not stuck:
         if present and not quiet and all(v.state == STATE_RUNNING for v in present):
+            working = sorted(v.rank for v in [*present, *unread])
             return [
                 Finding(
                     KIND_PROGRESSING,
-                    tuple(v.rank for v in present),
-                    f"all {len(present)} ranks are working (their stacks move or "
+                    tuple(working),
+                    f"all {len(working)} ranks are working (their stacks move or "
                     "they use CPU); nothing looks hung",
                     severity=SEVERITY_INFO,
                     recipe="stragglers",  # working but slow is what is left to look at
@@ -479,7 +482,9 @@ def stack_findings(
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
     elsewhere = [v for v in present if not v.collective]
     if not waiting:
-        findings += _idle(present, threads, used, quiet=bool(sequence.covered or frozen))
+        unread = [v for v in views if v.state == STATE_RUNNING and not v.threads and not v.gone]
+        quiet = bool(sequence.covered or frozen)
+        findings += _idle(present, threads, used, quiet=quiet, unread=unread)
     else:
         # Waiting ranks that were seen stuck (or that their agent says wait) make it an
         # error; one sample only, a warning.

@@ -53,7 +53,8 @@ MAX_DEPTH = 512
 MAX_TEXT = 1024
 MAX_NOTES = 32
 MAX_EVENTS = 256
-RAW_STACK_BYTES = 64 << 20  # the stacks the front end remembers having read, as written
+RAW_STACK_FRAMES = 1 << 20  # the frames of the stacks the front end remembers, as written
+RAW_STACK_LIKE = 8  # stacks remembered that have the same threads of the same depths
 STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
 FAILURES = (FAIL_EXITED, FAIL_PERMISSION, FAIL_TIMEOUT, FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_BUSY)
 MAX_HANG_AFTER = 86400.0
@@ -235,16 +236,21 @@ def _number(value: object) -> float | None:
 
 
 @contextmanager
-def bulk_reading() -> Iterator[None]:
+def bulk_reading(lasting: bool = False) -> Iterator[None]:
     """Python's cycle collector paused while many documents are read and merged: what they
     make (frames, stacks, states) holds no cycles and is freed by reference counting, and
     the collector's full passes over a heap that grows by every node's ranks took half the
-    reading time (benchmarks/bench_cluster_merge.py --agent-state)."""
+    reading time (benchmarks/bench_cluster_merge.py --agent-state). `lasting`: what was
+    made lives until the process ends (a one-shot command): frozen (gc.freeze) before the
+    collector resumes, whose first pass would walk every object made meanwhile (0.7 s at
+    131,072 ranks, benchmarks/bench_commands.py --only front) and find no cycle."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if lasting:
+            gc.freeze()
         if was:
             gc.enable()
 
@@ -256,10 +262,10 @@ class Reader:
         self.frames: dict[tuple, Frame] = {}
         self.stacks: dict[tuple, tuple[ThreadStack, ...]] = {}
         self.mains: dict[tuple, tuple[Frame, ...]] = {}
-        # A stack as its document wrote it (its repr: equal only for equal JSON values) ->
-        # what it read as: most nodes repeat the others' stacks, read once (bounded).
-        self.raw_stacks: dict[str, tuple[ThreadStack, ...]] = {}
-        self.raw_bytes = 0
+        # Stacks as their documents wrote them, by their threads' depths, with what they
+        # read as: most nodes repeat the others' stacks, read once (bounded).
+        self.raw_stacks: dict[tuple, list[tuple[list, tuple[ThreadStack, ...]]]] = {}
+        self.raw_frames = 0
 
     def _frame(self, raw: object) -> Frame:
         if not isinstance(raw, list) or len(raw) != 4:
@@ -279,15 +285,22 @@ class Reader:
     def _stack(self, raw: object) -> tuple[ThreadStack, ...]:
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_THREADS:
             raise ValueError(f"a stack is a list of 1 to {MAX_THREADS} threads")
-        said = repr(raw)
-        known = self.raw_stacks.get(said)
-        if known is None:
-            known = self._new_stack(raw)
-            if self.raw_bytes + len(said) > RAW_STACK_BYTES:
-                self.raw_stacks.clear()
-                self.raw_bytes = 0
-            self.raw_stacks[said] = known
-            self.raw_bytes += len(said)
+        depths = tuple(_depth(t) for t in raw)
+        alike = self.raw_stacks.setdefault(depths, [])
+        for written, known in alike:
+            # Compared as JSON values compare (a line 7.0 equals a line 7): a stack read
+            # before was checked, so the comparison goes no deeper than a valid stack.
+            if written == raw:
+                return known
+        known = self._new_stack(raw)
+        frames = sum(depths)
+        if self.raw_frames + frames > RAW_STACK_FRAMES:
+            self.raw_stacks.clear()
+            self.raw_frames = 0
+            alike = self.raw_stacks.setdefault(depths, [])
+        if len(alike) < RAW_STACK_LIKE:
+            alike.append((raw, known))
+            self.raw_frames += frames + 1
         return known
 
     def _new_stack(self, raw: list) -> tuple[ThreadStack, ...]:
@@ -329,8 +342,7 @@ class Reader:
         views: list[RankView] = []
         failures: dict[int, str] = {}
         seen: set[int] = set()
-        for entry in raw_ranks:
-            view = self._view(entry, stacks, host, job, now)
+        for entry, view in self._views(raw_ranks, stacks, host, job, now):
             if view is not None and view.rank not in seen:
                 seen.add(view.rank)
                 views.append(view)
@@ -353,6 +365,34 @@ class Reader:
             failures=failures,
             hang_after=_hang_after(data.get("hang_after")),
         )
+
+    def _views(
+        self,
+        raw_ranks: list,
+        stacks: Sequence[tuple[ThreadStack, ...]],
+        host: str,
+        job: str,
+        now: float,
+    ) -> Iterator[tuple[dict, RankView | None]]:
+        """Each rank entry with its view. A node's ranks mostly say the same but for their
+        rank and pid (one stack, state, line and collective): an entry that equals the one
+        before it in all else is that one's view renumbered, its own fields checked; only
+        a rank that differs (or carries its agent's state.json) is read field by field."""
+        shape: dict | None = None
+        template: RankView | None = None
+        for entry in raw_ranks:
+            if not isinstance(entry, dict):
+                continue
+            rest = dict(entry)
+            rank, pid = rest.pop("rank", None), rest.pop("pid", None)
+            local_rank = rest.pop("local_rank", None)
+            if template is not None and rest == shape:
+                yield entry, _renumbered(template, rank, pid, local_rank)
+                continue
+            view = self._view(entry, stacks, host, job, now)
+            if view is not None and rest.get("agent") is None:
+                shape, template = rest, view
+            yield entry, view
 
     def _view(
         self,
@@ -408,13 +448,43 @@ class Reader:
             if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), list):
                 continue
             stack = _int(entry.get("stack"), 0, len(stacks) - 1)
-            members = tuple(r for r in entry["ranks"][:MAX_RANKS] if _int(r) in ranks)
+            listed = entry["ranks"][:MAX_RANKS]
+            if set(map(type, listed)) == {int} and ranks.issuperset(listed):
+                members = tuple(listed)  # the usual case, checked without a loop here
+            else:
+                members = tuple(r for r in listed if _int(r) in ranks)
             if stack is None or not members or not stacks[stack]:
                 continue
             said = entry.get("state")
             state = said if isinstance(said, str) and said in STATES else "unknown"
             groups.append(StackGroup(ranks=members, frames=stacks[stack][0].frames, state=state))
         return tuple(groups)
+
+
+def _depth(thread: object) -> int:
+    frames = thread.get("frames") if isinstance(thread, dict) else None
+    return len(frames) if isinstance(frames, list) else -1
+
+
+def _renumbered(
+    template: RankView, rank: object, pid: object, local_rank: object
+) -> RankView | None:
+    """`template`'s view for another rank and pid of the same node, which said the same in
+    all else: the two objects copied as they are (their other fields are checked already),
+    at a tenth of building them anew."""
+    checked_rank, checked_pid = _int(rank, 0, 1 << 20), _int(pid, 1, 1 << 22)
+    if checked_rank is None or checked_pid is None or template.target is None:
+        return None
+    target = object.__new__(RankTarget)
+    target.__dict__.update(
+        template.target.__dict__,
+        pid=checked_pid,
+        rank=checked_rank,
+        local_rank=_int(local_rank, 0, 1 << 20),
+    )
+    view = object.__new__(RankView)
+    view.__dict__.update(template.__dict__, rank=checked_rank, target=target)
+    return view
 
 
 def _hang_after(value: object) -> float | None:

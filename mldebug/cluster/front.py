@@ -300,23 +300,24 @@ class Collection:
         )
 
 
-def collect_cluster(spec: ClusterSpec) -> tuple[JobSnapshot, list[str]]:
-    """Read every node once: the merged snapshot, and notes for the user."""
+def collect_cluster(spec: ClusterSpec, lasting: bool = False) -> tuple[JobSnapshot, list[str]]:
+    """Read every node once: the merged snapshot, and notes for the user. `lasting`: the
+    process ends with this snapshot (dump), which is kept out of the cycle collector's
+    passes (document.bulk_reading)."""
     collection = Collection(spec)
-    with bulk_reading():
+    with bulk_reading(lasting):
         if spec.k8s is not None:
             collection.via_k8s()
         elif spec.slurm and not spec.hosts:
             collection.via_slurm()
         else:
             collection.via_hosts()
-    if not collection.nodes and not collection.failures and not collection.pods:
-        raise MldebugError(
-            "\n".join(["no node has rank processes of yours to read", *collection.notes]),
-            "Check the host list, or that the job runs.",
-            exit_code=3,
-        )
-    with bulk_reading():
+        if not collection.nodes and not collection.failures and not collection.pods:
+            raise MldebugError(
+                "\n".join(["no node has rank processes of yours to read", *collection.notes]),
+                "Check the host list, or that the job runs.",
+                exit_code=3,
+            )
         snapshot = collection.snapshot()
     notes = list(collection.notes)
     for node in collection.nodes:

@@ -20,11 +20,13 @@ from mldebug.files.safeio import read_json
 from mldebug.model import (
     AgentState,
     CollectiveCall,
+    CompileProgress,
     FlightGroup,
     GroupProgress,
     MemoryReading,
     RankTarget,
 )
+from mldebug.textsafe import printable
 
 MAX_STATE_BYTES = 1 << 20
 MAX_GROUPS = 64
@@ -191,6 +193,27 @@ def _interval(value: object) -> float | None:
     return when if when is not None and 0.01 <= when <= MAX_INTERVAL else None
 
 
+MAX_PHASE = 80  # characters of a compile phase kept
+
+
+def parse_compile(data: object) -> CompileProgress | None:
+    """state.json's `compile` section (agent/compiles.py), checked field by field."""
+    if not isinstance(data, dict):
+        return None
+    count = _int(data.get("count"), 1, 1 << 31)
+    if count is None:
+        return None
+    phase = data.get("phase")
+    return CompileProgress(
+        since=parse_time(data.get("since")),
+        phase=" ".join(printable(phase[:MAX_PHASE]).split()) if isinstance(phase, str) else None,
+        count=count,
+        seconds=parse_time(data.get("seconds")) or 0.0,  # a number of seconds >= 0
+        longest=parse_time(data.get("longest")) or 0.0,
+        ended=parse_time(data.get("ended")),
+    )
+
+
 def parse_state(data: dict, rank: int) -> AgentState | None:
     """state.json's content, checked; None when it is not a state of this rank."""
     if not rules.is_state(data, rank):  # keys it does not know are ignored (an open schema)
@@ -218,6 +241,8 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         census=census[0],
         census_before=census[1],
         timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
+        compile=parse_compile(data.get("compile")),
+        exiting=data.get("exiting") is True,
     )
 
 
@@ -273,3 +298,49 @@ def states_of(files: Mapping[int, tuple[int, dict]]) -> dict[int, AgentState]:
 def read_states(targets: Iterable[RankTarget], run_dir: str | None = None) -> dict[int, AgentState]:
     """pid -> the state.json of each target that has one (read_state_files, parsed)."""
     return states_of(read_state_files(targets, run_dir))
+
+
+class StateReader:
+    """read_states for a view that asks at every poll: a state.json whose file is the one
+    read last time (the same inode, modification time and size: the agent replaces the
+    file at each write) is not read or parsed again. A view of 1,024 ranks whose agents
+    beat less often than it polls reads only the files that changed."""
+
+    def __init__(self) -> None:
+        # (run dir, rank, pid) -> (the file's identity when read, what it read as)
+        self._known: dict[tuple[str, int, int], tuple[tuple, AgentState | None]] = {}
+        self.reads = 0  # files read and parsed (for the tests: unchanged ones are not)
+
+    def read(
+        self, targets: Iterable[RankTarget], run_dir: str | None = None
+    ) -> dict[int, AgentState]:
+        known: dict[tuple[str, int, int], tuple[tuple, AgentState | None]] = {}
+        states: dict[int, AgentState] = {}
+        trusted: dict[str, bool] = {}
+        for target in targets:
+            root = target.run_dir or run_dir
+            if root is None or target.rank is None or target.pid in states:
+                continue
+            if root not in trusted:
+                trusted[root] = _trusted(root)
+            if not trusted[root]:
+                continue
+            path = RunPaths(Path(root)).state_file(target.rank)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            key = (root, target.rank, target.pid)
+            identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+            before = self._known.get(key)
+            if before is not None and before[0] == identity:
+                state = before[1]
+            else:
+                self.reads += 1
+                data = read_state_file(root, target.rank)
+                state = parse_state(data, target.rank) if data is not None else None
+            known[key] = (identity, state)
+            if state is not None:
+                states[target.pid] = state
+        self._known = known  # only the targets of this poll
+        return states

@@ -21,7 +21,10 @@ state.json is fresh) and whose step or collective count moved since the previous
 read this poll. It is read when it stops moving, when the view asks for it (`focus`), at
 least every `slow_rotation` seconds (in a job of many moving ranks, less often: rotation
 reads stay within ROTATION_READS a second), and once after it starts moving (so its last
-reading is one of a moving rank). A rank not read in a poll keeps its last readings in the poll's
+reading is one of a moving rank). A rank whose first state already says it moves (its step
+within the last heartbeats: analysis.progress.moving_now) joins the rotation unread, its
+first reading spread with the others' over one rotation: a view opened on 1,024 training
+ranks does not start with 1,024 py-spy runs. A rank not read in a poll keeps its last readings in the poll's
 answer, each marked `carried` (not a new sample). Each poll's states are in the answer too
 (`JobReadings.agents`), for the analysis.
 """
@@ -36,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import mldebug.ledger.rules as rules
-from mldebug.collect.agentstate import read_states
+from mldebug.collect.agentstate import StateReader
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.pystack import find_pystack, read_pystack
 from mldebug.collect.rankstacks import ask_rank
@@ -117,6 +120,7 @@ class JobCollector:
         skip_moving: bool = False,
         slow_rotation: float = SLOW_ROTATION,
         moved: Callable[[AgentState | None, AgentState | None], bool] | None = None,
+        moving: Callable[[AgentState, float], bool] | None = None,
     ) -> None:
         self.job = job_targets
         self.native = native
@@ -139,13 +143,20 @@ class JobCollector:
         # Whether a rank made progress between two of its states: the analysis' rule
         # (analysis.progress.moved), handed in by the orchestrator; without it none moves.
         self.moved = moved or (lambda before, after: False)
+        # Whether one state alone says its rank moves now, at a time (a first reading; the
+        # analysis' analysis.progress.moving_now); without it a first reading never does.
+        self.moving = moving or (lambda state, now: False)
         self.slow_rotation = slow_rotation
         self._read_at: dict[int, float] = {}  # pid -> when its stack was last read (monotonic)
         # pid -> (heartbeat time, the state then, whether it moved at that heartbeat)
         self._moves: dict[int, tuple[float, AgentState, bool]] = {}
         self._moving: dict[int, bool] = {}  # pid -> moving at this poll's choice
         self._moving_at_read: dict[int, bool] = {}  # pid -> moving when last read
+        # pid -> as if read then (monotonic): a rank seen moving before its first reading,
+        # put in the rotation at an even spacing from the others so seen
+        self._joined: dict[int, float] = {}
         self._agents: dict[int, AgentState] = {}  # pid -> this poll's state.json
+        self._states = StateReader()  # reads the state.json files that changed
         self._focus: frozenset[int] = frozenset()  # ranks the view looks at: read each poll
         self._lock = threading.Lock()  # one poll at a time
         self._reading: set[int] = set()  # pids with a py-spy run under way (maybe abandoned)
@@ -318,13 +329,14 @@ class JobCollector:
         move), or the `max_ranks_per_poll` of them read the longest time ago."""
         targets = self._readable()
         if self.skip_moving:
-            self._agents = read_states(targets, self.job.run_dir)
+            self._agents = self._states.read(targets, self.job.run_dir)
             now, wall = time.monotonic(), time.time()
             for target in targets:
                 pid = target.pid
                 self._moving[pid] = self._moves_now(target, self._agents.get(pid), wall)
             moving = sum(self._moving[t.pid] for t in targets)
             period = max(self.slow_rotation, moving / ROTATION_READS)
+            self._join(targets, now, period)
             targets = [t for t in targets if not self._skip(t, now, period)]
         limit = self.max_ranks_per_poll
         if not limit or len(targets) <= limit:
@@ -332,6 +344,18 @@ class JobCollector:
         order = sorted(targets, key=lambda t: self._read_at.get(t.pid, float("-inf")))
         picked = {t.pid for t in order[:limit]}
         return [t for t in targets if t.pid in picked][:limit]
+
+    def _join(self, targets: Sequence[RankTarget], now: float, period: float) -> None:
+        """The ranks seen moving before any reading join the rotation as if read at even
+        spacings over the last `period`: their first readings come one by one, at the
+        rotation's pace, the first of them now."""
+        new = [
+            t.pid
+            for t in targets
+            if self._moving[t.pid] and t.pid not in self._read_at and t.pid not in self._joined
+        ]
+        for place, pid in enumerate(new):
+            self._joined[pid] = now - period * (len(new) - place) / len(new)
 
     def _moves_now(self, target: RankTarget, state: AgentState | None, wall: float) -> bool:
         """The rank's agent beats and its step or collective count moved since the last poll
@@ -341,7 +365,7 @@ class JobCollector:
             return False
         seen = self._moves.get(target.pid)
         if seen is None:
-            moved = False  # a first reading: moved from what?
+            moved = self.moving(state, wall)  # a first reading: what it alone says
         elif state.time != seen[0]:
             moved = self.moved(seen[1], state)
         else:
@@ -354,13 +378,13 @@ class JobCollector:
     def _skip(self, target: RankTarget, now: float, period: float) -> bool:
         """Not read this poll: it moves, and was read less than `period` ago while it moved."""
         pid = target.pid
-        last = self._read_at.get(pid)
+        last = self._read_at.get(pid, self._joined.get(pid))
         return (
             self._moving[pid]
             and target.rank not in self._focus
             and last is not None
             and now - last < period
-            and self._moving_at_read.get(pid, False)
+            and self._moving_at_read.get(pid, pid in self._joined)
             and pid_alive(pid)
         )
 

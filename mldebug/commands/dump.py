@@ -218,7 +218,8 @@ def main(argv: list[str]) -> int:
         options = ["--samples", str(args.samples), "--interval", f"{args.interval:g}"]
         options += ["--timeout", f"{args.timeout:g}"] + ["--native"] * args.native
         options += ["--nonblocking"] * args.nonblocking
-        snapshot, notes = collect_cluster(replace(spec, collect_options=tuple(options)))
+        spec = replace(spec, collect_options=tuple(options))
+        snapshot, notes = collect_cluster(spec, lasting=True)  # kept until the command ends
     else:
         snapshot, readings = _observe_here(args, pids, run_dir, [native] if native else [])
         notes = readings.notes

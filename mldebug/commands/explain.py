@@ -4,6 +4,8 @@
     mldebug explain RUN/                       a run directory (logs, NCCL logs, dumps)
     pbpaste | mldebug explain -                a paste from an issue thread or a chat
     mldebug explain --json logs/ -             any mix, as JSON
+    mldebug explain traces/                    torch.profiler traces of every rank
+                                               (*.json, *.json.gz; or paste their names)
 
 Exit codes: as `mldebug nccl`'s (commands/common.report_parser).
 """
@@ -29,11 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
         "explain",
         "Explain a log, a paste or a run directory: NCCL, torch.distributed and\n"
         "gloo messages, tracebacks, torchelastic summaries, OOMs, py-spy dumps, nvidia-smi\n"
-        "tables, p2pBandwidthLatencyTest matrices and Flight Recorder dumps. Findings most\n"
-        "sure first, each with the lines it rests on, its ranks, the fix and the recipe.",
+        "tables, p2pBandwidthLatencyTest matrices, Flight Recorder dumps and torch.profiler\n"
+        "traces (per rank: compute, communication, idle; the late rank; data and sync waits).\n"
+        "Findings most sure first, each with the lines it rests on, its ranks, the fix and\n"
+        "the recipe.",
         exits=(
             "nothing wrong found (warnings and info only)",
-            "nothing readable: no path given could be read, and no paste on stdin",
+            "nothing readable: no path given could be read (a trace that is not one, a\n"
+            "       truncated gzip, a symbolic link), and no paste on stdin",
         ),
         paths=("*", "files or directories; - (or nothing, with input piped) reads standard input"),
     )
@@ -66,7 +71,8 @@ def main(argv: list[str]) -> int:
         raise nothing_readable(
             report.problems,
             "the paste was empty",
-            "Give log files or directories, or pipe a log in: `cat slurm.out | mldebug explain -`.",
+            "Give log files, profiler traces (*.json, *.json.gz) or directories, or pipe a "
+            "log in: `cat slurm.out | mldebug explain -`.",
         )
     width = None
     if sys.stdout is not None and sys.stdout.isatty():  # a person reads it: wrap

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mldebug.analysis.judge import Evidence, judge
+from mldebug.explain import stream, traces
 from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
@@ -41,7 +42,15 @@ from mldebug.explain.readers import (
     timeouts,
     tracebacks,
 )
-from mldebug.explain.text import Line, normalised, ranks_seen, split_lines, words_pattern
+from mldebug.explain.text import (
+    Line,
+    cleaned,
+    normalised,
+    ranks_seen,
+    split_lines,
+    words_of,
+    words_pattern,
+)
 from mldebug.files import rundir, safeio
 from mldebug.model import (
     KIND_CONNECTION,
@@ -60,17 +69,22 @@ from mldebug.model import (
 )
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.logfacts import FileLog
+from mldebug.nccl.logformats import KEYWORDS
 from mldebug.nccl.logparse import parse_bytes, rank_of_path
 from mldebug.ras import read as ras_read
 from mldebug.ras.model import RasReport
 from mldebug.ras.verdict import KIND_NCCL_RAS
 
-MAX_SOURCE_BYTES = 32 << 20  # text read of one file for the line readers
-MAX_TOTAL_BYTES = 128 << 20
+MAX_SOURCE_BYTES = 32 << 20  # a paste on stdin read for the line readers
+WHOLE_BYTES = 8 << 20  # a file up to this size is read whole; a bigger one is streamed
+MAX_TOTAL_BYTES = 128 << 20  # text kept for the readers of all files together
 STDIN = "<stdin>"
 # The words that keep a long log's lines for the readers: text.WORDS and the cues of the
-# catalog's messages that readers/messages.py reads.
-WORDS = words_pattern(tuple(message.cue for message in OWN))
+# catalog's messages that readers/messages.py reads; a streamed file also keeps the lines
+# mldebug.nccl's parser looks at (it reads the lines kept).
+CUES = tuple(message.cue for message in OWN)
+WORDS = words_pattern(CUES)
+STREAM_WORDS = tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
 
 # How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
 NCCL_SURE = {
@@ -172,8 +186,11 @@ def _drop_restated(mine: list[Explained], theirs: list[Explained]) -> list[Expla
     return kept
 
 
-def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
-    """Every reader over `lines`, beside what mldebug.nccl found in the same text."""
+def run_readers(
+    lines: list[Line], scan: nccl_scan.Scan, more: Sequence[Explained] = ()
+) -> list[Explained]:
+    """Every reader over `lines`, beside what mldebug.nccl found in the same text (and
+    what `more` sources found: the profiler traces), judged together."""
     mine: list[Explained] = []
     # Progress bars split off the lines they were glued to stand between a message's lines:
     # only the timeouts reader, which asks who was still busy, reads them.
@@ -186,7 +203,7 @@ def run_readers(lines: list[Line], scan: nccl_scan.Scan) -> list[Explained]:
     # A WARN line one of the readers explained is not a finding of its own.
     theirs = [f for f in theirs if f.kind != KIND_NCCL_WARNING or not said & set(f.lines)]
     claimed = {where for f in mine + theirs for where in f.lines}
-    return judged(_root_causes(mine + theirs + tracebacks.read(text, claimed)))
+    return judged(_root_causes(mine + theirs + tracebacks.read(text, claimed) + list(more)))
 
 
 def judged(found: list[Explained]) -> list[Explained]:
@@ -255,9 +272,19 @@ def ras_in(text: str, source: str) -> list[RasReport]:
         return []
 
 
-def _read_text(path: str) -> tuple[bytes, bool]:
-    data = safeio.read_head(path, MAX_SOURCE_BYTES + 1)
-    return data[:MAX_SOURCE_BYTES], len(data) > MAX_SOURCE_BYTES
+def _read_log(path: str, rank: int | None) -> tuple[list[Line], Source, int]:
+    """A file's lines for the readers, its Source and the bytes of text kept: a small file
+    whole; a big one streamed in one pass (stream.py), the lines around the readers' words
+    kept, in bounded memory."""
+    data = safeio.read_head(path, WHOLE_BYTES + 1)
+    if len(data) <= WHOLE_BYTES:
+        lines = split_lines(data.decode("utf-8", "replace"), path, rank, WORDS)
+        return lines, Source(path, data.count(b"\n"), len(data)), len(data)
+    del data
+    got = stream.read_log(path, STREAM_WORDS)
+    lines = cleaned(got.lines, path, rank)
+    kept = sum(len(text) for _, text in got.lines)
+    return lines, Source(path, got.count, got.size, got.dropped > 0), kept
 
 
 def _parsed(lines: list[Line], source: str, rank: int | None = None) -> FileLog:
@@ -272,7 +299,18 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
     """What `paths` (files, directories, run directories) and a paste on stdin say."""
     result = Explanation()
     files = [p for p in paths if p != "-"]
-    found = nccl_scan.scan_paths(files) if files else nccl_scan.Scan()
+    pasted = traces.pasted_paths(stdin.decode("utf-8", "replace")) if stdin else None
+    if pasted is not None:  # a paste of trace file names: the files, not the text
+        files, stdin = files + pasted, None
+    found_traces, named = traces.trace_paths(files)
+    files = [p for p in files if p not in named]
+    read = traces.read_traces(found_traces)
+    result.traces, result.trace_bytes = read.traces, sum(read.sizes.values())
+    result.problems += read.problems
+    # mldebug.nccl only finds the logs: it parses the lines kept for the readers below
+    found = nccl_scan.scan_paths(files, parse_logs=False) if files else nccl_scan.Scan()
+    in_folders = set(found_traces)  # a folder's traces are not logs
+    found.logs = [log for log in found.logs if log.path not in in_folders]
     result.problems += found.problems
     scan = nccl_scan.Scan(dumps=found.dumps, problems=found.problems, ras=found.ras)
     total = 0
@@ -282,17 +320,16 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
         if total >= MAX_TOTAL_BYTES:
             result.problems.append(f"{log.path}: not read for explain (the total read is capped)")
             continue
+        rank = rank_of_path(log.path)
         try:
-            data, cut = _read_text(log.path)
+            lines, source, kept = _read_log(log.path, rank)
         except OSError as error:
             result.problems.append(f"{log.path}: {error.strerror or error}")
             continue
-        total += len(data)
-        rank = rank_of_path(log.path)
-        lines = split_lines(data.decode("utf-8", "replace"), log.path, rank, WORDS)
+        total += kept
         scan.logs.append(_parsed(lines, log.path, rank))
         result.lines += lines
-        result.sources.append(Source(log.path, data.count(b"\n"), len(data), cut))
+        result.sources.append(source)
     if stdin is not None:
         data = stdin[:MAX_SOURCE_BYTES]
         if data.strip():
@@ -312,7 +349,8 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
         nccl_scan.finish(scan)
     result.scan = scan
     result.ranks = ranks_seen(result.lines) | {r.rank for r in scan.ranks if r.rank is not None}
-    result.findings = run_readers(result.lines, scan)
+    result.ranks |= {t.rank for t in read.traces}
+    result.findings = run_readers(result.lines, scan, traces.explained(read.traces))
     return result
 
 

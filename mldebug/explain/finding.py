@@ -11,6 +11,7 @@ from typing import Any
 from mldebug.explain.text import Line
 from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.nccl import scan as nccl_scan
+from mldebug.traces.model import RankTrace
 
 # Kinds of explain's own readers (the `kind` in --json); NCCL and Flight Recorder findings
 # keep the kinds of mldebug.model.
@@ -114,10 +115,14 @@ class Explanation:
     ranks: set[int] = field(default_factory=set)
     scan: nccl_scan.Scan = field(default_factory=nccl_scan.Scan)
     lines: list[Line] = field(default_factory=list)
+    traces: list[RankTrace] = field(default_factory=list)  # torch.profiler traces, one a rank
+    trace_bytes: int = 0
 
     @property
     def readable(self) -> bool:
-        return bool(self.sources) or bool(self.scan.dumps) or bool(self.scan.ras)
+        return (
+            bool(self.sources) or bool(self.scan.dumps) or bool(self.scan.ras) or bool(self.traces)
+        )
 
     @property
     def errors(self) -> bool:

@@ -11,6 +11,7 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mldebug.nccl.logformats import prefixes
@@ -164,14 +165,20 @@ WORDS = (
 _WORDS = re.compile("|".join(re.escape(word) for word in WORDS))
 
 
-def words_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
+def words_of(cues: tuple[str, ...]) -> tuple[str, ...]:
     """WORDS and, of each cue (a message's fixed text) WORDS does not find, its longest
-    word: one short pattern for split_lines (a long alternation costs per line)."""
+    word: the words whose lines a long text keeps."""
     extra = []
     for cue in cues:
         if cue and not _WORDS.search(cue):
             extra.append(max(re.findall(r"[\w=`]+", cue) or [cue], key=len))
-    return re.compile("|".join(re.escape(word) for word in WORDS + tuple(sorted(set(extra)))))
+    return WORDS + tuple(sorted(set(extra)))
+
+
+def words_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
+    """words_of(cues) as one short pattern for split_lines (a long alternation costs per
+    line)."""
+    return re.compile("|".join(re.escape(word) for word in words_of(cues)))
 
 
 SMALL = 20_000  # lines: a paste or a short log is read whole
@@ -196,10 +203,18 @@ def split_lines(
 ) -> list[Line]:
     """Every line of `data` (a paste, a file), cleaned; `rank` for lines no prefix names.
     A long text keeps the lines around those holding one of `words` (default WORDS)."""
-    lines: list[Line] = []
     raws = data.split("\n")[:MAX_LINES]
-    for index in _kept(raws, words or _WORDS):
-        number, raw = index + 1, raws[index][:MAX_LINE]
+    return cleaned(((i + 1, raws[i]) for i in _kept(raws, words or _WORDS)), source, rank)
+
+
+def cleaned(
+    numbered: Iterable[tuple[int, str]], source: str, rank: int | None = None
+) -> list[Line]:
+    """The lines given by their numbers (1-based), cleaned: what split_lines and a big
+    file's streamed read (stream.py) both hand to the readers."""
+    lines: list[Line] = []
+    for number, raw in numbered:
+        raw = raw[:MAX_LINE]
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
         for part, is_bar in _segments(raw):

@@ -24,6 +24,7 @@ Stdlib only: the in-rank agent loads it by path (as `_mldebug.rundir`, with its 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -61,6 +62,14 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}-{os.getpid()}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _in_rank_dir(root: Path, rank: int, name: str) -> Path:
+    """<root>/ranks/<rank>/<name> (the rank's folder for ""): made once, a view of 1,024 ranks
+    asks for their files at every poll."""
+    folder = root / "ranks" / str(rank)
+    return folder / name if name else folder
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """Pure path arithmetic over one run directory."""
@@ -88,39 +97,39 @@ class RunPaths:
         return self.root / "reports"
 
     def rank_dir(self, rank: int) -> Path:
-        return self.ranks_dir / str(rank)
+        return _in_rank_dir(self.root, rank, "")
 
     def stdout(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "stdout.log"
+        return _in_rank_dir(self.root, rank, "stdout.log")
 
     def stderr(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "stderr.log"
+        return _in_rank_dir(self.root, rank, "stderr.log")
 
     def proc_info(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "proc.json"
+        return _in_rank_dir(self.root, rank, "proc.json")
 
     def error_file(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "error.json"
+        return _in_rank_dir(self.root, rank, "error.json")
 
     def exit_file(self, rank: int) -> Path:
         """Written at a normal interpreter shutdown: its absence after the rank is gone
         means it died abruptly (a signal, os._exit)."""
-        return self.rank_dir(rank) / "exit.json"
+        return _in_rank_dir(self.root, rank, "exit.json")
 
     def fault_log(self, rank: int) -> Path:
         """Python stacks faulthandler writes when the rank dies of a fatal signal."""
-        return self.rank_dir(rank) / "faulthandler.log"
+        return _in_rank_dir(self.root, rank, "faulthandler.log")
 
     def stacks_file(self, rank: int) -> Path:
         """Every thread's Python stack, written by faulthandler in the rank when `dump` sends
         the signal its agent registered (agent/stacksignal.py): read when ptrace is refused."""
-        return self.rank_dir(rank) / "stacks.txt"
+        return _in_rank_dir(self.root, rank, "stacks.txt")
 
     def state_file(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "state.json"
+        return _in_rank_dir(self.root, rank, "state.json")
 
     def events_file(self, rank: int) -> Path:
-        return self.rank_dir(rank) / "events.jsonl"
+        return _in_rank_dir(self.root, rank, "events.jsonl")
 
     def rank_ids(self) -> list[int]:
         """Ranks that have a directory here, in order: only names rank_dir() would give

@@ -52,10 +52,17 @@ def poll_children(children: list[Child], ended: Callable[[Child], None]) -> None
     for child in children:
         if child.returncode is None:
             now = time.time()
-            if child.popen.poll() is None:
-                child.last_alive = now
-            else:
+            if child.popen.poll() is not None:
                 ended(child)
+            elif not _dying(child.popen.pid):
+                child.last_alive = now
+
+
+def _dying(pid: int) -> bool:
+    """Its main thread has exited while other threads still end (a rank with threads killed
+    by a signal): peers may already see it gone, yet waitpid cannot reap it for a while."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] in ("Z", "X")
 
 
 def end_children(

@@ -22,6 +22,8 @@ When nothing moved for SECS while a process of the job lives, it looks at the jo
   * every rank computing (an evaluation, a checkpoint written, imports and the first
     compile): an info line and report, "not a hang". The place is learned: a quiet phase
     that comes back there (evaluation every N steps) is not reported again;
+  * ranks compiling (torch.compile, analysis/compiling.py) and no error: a line, "not a
+    hang", and another look SECS later; a compile is never a reason to stop the job;
   * anything else (a wait still too short to call a hang): a line and a report, and another
     look SECS later: the severity grows with the wait (analysis.severity).
 """
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mldebug.analysis.quiet import HANG, WORKING, QuietVerdict, judge_quiet
+from mldebug.analysis.quiet import COMPILING, HANG, WORKING, QuietVerdict, judge_quiet
 from mldebug.collect.agentstate import read_state
 from mldebug.files.rundir import RunPaths
 from mldebug.files.safeio import create_new, make_private_dir
@@ -307,6 +309,11 @@ class HangWatchdog:
             return (
                 f"mldebug: no step or collective for {quiet:.0f}s, but every rank is computing "
                 f"in {judged.where}: not a hang{where}"
+            )
+        if judged.kind == COMPILING:  # never stopped for: a compile ends
+            return (
+                f"mldebug: no step or collective for {quiet:.0f}s; not a hang: {verdict}{where}"
+                f"\n  looking again in {self.timeout:g}s"
             )
         return (
             f"mldebug: no step or collective for {quiet:.0f}s; not a hang yet: {verdict}{where}"

@@ -42,6 +42,7 @@ KIND_RENDEZVOUS = "rendezvous"  # everyone waits in init_process_group / the sto
 KIND_HANG = "hang"  # every rank waits in the same collective, none is elsewhere
 KIND_UNREADABLE = "unreadable"  # ranks whose stacks could not be read
 KIND_PROGRESSING = "progressing"  # informational: the job is working, not hung
+KIND_COMPILING = "compiling"  # informational: ranks inside torch.compile, slow not hung
 KIND_CRASH = "crash"  # a rank ended by an exception or a signal: the root cause of what follows
 KIND_STUCK = "stuck"  # ranks that do not move, outside any collective, nobody waits on them
 KIND_ENDED = "ended"  # informational: every rank has exited with code 0, the job is over
@@ -305,6 +306,18 @@ class TensorCensus:
 
 
 @dataclass(frozen=True)
+class CompileProgress:
+    """torch.compile as the rank's agent saw it (state.json's `compile`, agent/compiles.py)."""
+
+    since: float | None  # when the compile under way began (agent's clock); None: none
+    phase: str | None  # what compiles then: "torch._inductor (C++ build)"
+    count: int  # compiles seen so far
+    seconds: float  # in the compiles that ended
+    longest: float  # the longest of them
+    ended: float | None = None  # when the last compile was seen ended (agent's clock)
+
+
+@dataclass(frozen=True)
 class AgentState:
     """A rank's ranks/<rank>/state.json (docs/agent.md), as read: the in-rank view."""
 
@@ -324,6 +337,8 @@ class AgentState:
     census: TensorCensus | None = None  # the newest census of its live tensors
     census_before: TensorCensus | None = None  # the one before it
     timing: RankTiming | None = None  # where its steps' time goes (model/timing.py)
+    compile: CompileProgress | None = None  # torch.compile, once the agent saw one
+    exiting: bool = False  # its last state, written as the interpreter exits
 
     @property
     def progress(self) -> tuple[int, int, int]:

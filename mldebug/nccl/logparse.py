@@ -24,8 +24,9 @@ Ahead of any of them may stand a launcher's prefix: `[host:rank] ` (mldebug run)
 from __future__ import annotations
 
 import os
+import shutil
 
-from mldebug.files import rundir, safeio
+from mldebug.files import picked, rundir, safeio
 from mldebug.nccl import logformats as f
 from mldebug.nccl.logfacts import (
     ERR_NCCL,
@@ -45,6 +46,8 @@ CHUNK = (
 )  # bytes read at a time: small enough to stay in the CPU cache for every keyword pass
 MAX_LINE = 4096  # NCCL itself cuts a line at 1024 bytes; torch's messages are longer
 MAX_PROCS = 4096  # processes told apart in one file; more are one "others" bucket
+PICK_BYTES = 8 << 20  # a bigger file read whole goes through grep first (files/picked.py)
+WORDS = tuple(word.decode() for word in f.KEYWORDS)
 
 
 def rank_of_path(path: str) -> int | None:
@@ -233,8 +236,10 @@ def parse_file(
     except OSError as error:
         return FileLog(path, [], error=error.strerror or str(error))
     try:
+        size = os.fstat(fd).st_size
+        if limit is None and tail is None and size > PICK_BYTES and shutil.which("grep"):
+            return _parse_picked(fd, path, rank, size)
         if tail is not None:
-            size = os.fstat(fd).st_size
             if size > tail:
                 os.lseek(fd, size - tail, os.SEEK_SET)
                 os.read(fd, 0)
@@ -260,3 +265,36 @@ def parse_file(
         os.close(fd)
     procs = parser.close()
     return FileLog(path, procs, read, parser.lines, parser.cut_lines, truncated)
+
+
+def _parse_picked(fd: int, path: str, rank: int | None, size: int) -> FileLog:
+    """A big file read whole: grep hands on the lines that hold a keyword and the line
+    after each (a "Last error:" line's error), the rest of the file costs grep's one pass
+    in C, not a `bytes.find` per keyword (benchmarks/bench_commands.py, `nccl LOG`)."""
+    parsers: list[LogParser] = []
+    pending: list[bytes] = []
+
+    def flush() -> None:
+        if pending:
+            parsers[0].feed(b"\n".join(pending) + b"\n")
+            pending.clear()
+
+    def sink(number: int, raw: bytes, hit: bool) -> None:
+        pending.append(raw)
+        if len(pending) >= 1024:
+            flush()
+
+    def start() -> picked.Sink:
+        parsers[:] = [LogParser(path, rank)]
+        pending.clear()
+        return sink
+
+    try:
+        count = picked.pick(fd, path, WORDS, start, 0, 1)
+        flush()
+    except OSError as error:
+        procs = parsers[0].procs if parsers else []
+        return FileLog(path, procs, size, 0, error=error.strerror or str(error))
+    parser = parsers[0]
+    procs = parser.close()
+    return FileLog(path, procs, size, count, parser.cut_lines)

@@ -108,7 +108,14 @@ def read_dumps(scan: Scan, deadline: float | None = None) -> int:
     return unread
 
 
-def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits: Any) -> None:
+def _one(
+    path: Path,
+    scan: Scan,
+    named: bool,
+    dumps_only: bool = False,
+    parse_logs: bool = True,
+    **limits: Any,
+) -> None:
     head = _head(path)
     if head is None:
         log = parse_file(str(path), **limits)  # says why it cannot be read
@@ -129,6 +136,9 @@ def _one(path: Path, scan: Scan, named: bool, dumps_only: bool = False, **limits
     if dumps_only or (not named and (path.name.endswith(SKIP_SUFFIXES) or b"\0" in head)):
         scan.skipped += 1
         return
+    if not parse_logs:  # the caller reads the log itself (explain: one pass for both)
+        scan.logs.append(FileLog(str(path), []))
+        return
     log = parse_file(str(path), **limits)
     if log.error is not None:
         scan.problems.append(f"{path}: {log.error}")
@@ -145,8 +155,9 @@ def finish(scan: Scan) -> Scan:
     return scan
 
 
-def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
-    """Read every file named and every file under every directory named."""
+def scan_paths(paths: list[str], max_files: int = MAX_FILES, parse_logs: bool = True) -> Scan:
+    """Read every file named and every file under every directory named (`parse_logs`
+    False: the logs are only listed, in `logs`, for the caller to read)."""
     scan = Scan()
     count = 0
     runs: list[rundir.RunPaths] = []
@@ -168,10 +179,10 @@ def scan_paths(paths: list[str], max_files: int = MAX_FILES) -> Scan:
                     scan.problems.append(f"{name}: more than {max_files} files; the rest not read")
                     break
                 count += 1
-                _one(file, scan, named=False)
+                _one(file, scan, named=False, parse_logs=parse_logs)
         elif stat.S_ISREG(info.st_mode):
             count += 1
-            _one(path, scan, named=True)
+            _one(path, scan, named=True, parse_logs=parse_logs)
         else:
             scan.problems.append(f"{name}: not a regular file or directory")
     read_dumps(scan)

@@ -37,7 +37,9 @@ class JobObserver:
         self, job_targets: JobTargets, keep_agent_files: bool = False, **options: Any
     ) -> None:
         self.keep_agent_files = keep_agent_files  # JobReadings.agent_files (a node document)
-        self.collector = JobCollector(job_targets, moved=progress.moved, **options)
+        self.collector = JobCollector(
+            job_targets, moved=progress.moved, moving=progress.moving_now, **options
+        )
         self.readings: JobReadings | None = None  # what the last poll read
         self.events = EventsReader()  # re-reads only the events.jsonl files that grew
 

@@ -82,13 +82,21 @@ def _head(report: Explanation) -> str:
         if names == ["<stdin>"]
         else f"{len(names)} {'file' if len(names) == 1 else 'files'}"
     )
-    parts = [f"{what} ({count} lines, {size / 1024:.1f} KB)"] if names else []
+    amount = f"{size / 1e6:,.0f} MB" if size >= 10e6 else f"{size / 1024:.1f} KB"
+    parts = [f"{what} ({count:,} lines, {amount})"] if names else []
+    if report.traces:
+        n, events = len(report.traces), sum(t.events for t in report.traces)
+        parts.append(
+            f"{n} profiler {'trace' if n == 1 else 'traces'} "
+            f"({events:,} events, {report.trace_bytes / 1024:.1f} KB)"
+        )
     if report.scan.dumps:
         parts.append(f"{len(report.scan.dumps)} Flight Recorder dumps")
     if report.scan.ras:
         ras = len(report.scan.ras)
         parts.append(f"{ras} NCCL RAS {'report' if ras == 1 else 'reports'}")
     head = "mldebug explain: " + (", ".join(parts) or f"{what} (0 lines)")
+
     if report.ranks:
         head += f"; ranks seen: {format_ranks(report.ranks)}"
     return head
@@ -157,6 +165,10 @@ def json_report(report: Explanation) -> dict:
             for s in report.sources
         ],
         "flight_dumps": [{"path": d.path, "rank": d.rank} for d in report.scan.dumps],
+        "traces": [
+            {"path": t.source, "rank": t.rank, "events": t.events, "truncated": t.cut}
+            for t in report.traces
+        ],
         "problems": list(report.problems),
         "ranks_seen": sorted(report.ranks),
         "verdict": report.findings[0].summary + report.findings[0].then

@@ -1,0 +1,172 @@
+"""`mldebug explain` of a log bigger than any of its buffers: read in one streaming pass, an
+error anywhere in it (its first lines, its middle, its very end: past the 32 MB and 400,000
+lines explain once read) is found as in a small file that holds it, at its own line
+numbers, and the command's memory does not grow with the file.
+
+The logs are made here: NCCL INFO chatter with srun's `N: ` prefixes (the lines that make
+most of a big SLURM output) around fragments of the explain corpus (tests/data/explain).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mldebug.explain import stream
+from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
+from mldebug.explain.text import AROUND
+from mldebug.files import picked
+
+CORPUS = Path(__file__).resolve().parent / "data" / "explain"
+FRAGMENTS = ("timeout_rank6_absent.log", "elastic_sigsegv.log", "nccl_oom_enqueue.log")
+BIG_MB = 48  # over the 32 MB explain read of a file before, and over WHOLE_BYTES
+
+
+def _chatter(lines: int, start: int = 0) -> bytes:
+    return "".join(
+        f"{i % 8}: gpu{i % 8:03d}:{4100 + i % 8}:{4200 + i % 8} [{i % 8}] NCCL INFO Channel "
+        f"{i % 32:02d}/0 : {i % 8}[{i % 8}] -> {(i + 1) % 8}[{(i + 1) % 8}] via P2P/IPC/read\n"
+        for i in range(start, start + lines)
+    ).encode()
+
+
+def _log(path: Path, fragment: bytes, before_mb: float, after_mb: float) -> int:
+    """A log of chatter, `fragment` after `before_mb` of it; the fragment's first line number.
+    The AROUND lines on each side of it are the same in every log made: a big log's
+    streamed read keeps them, a small one is read whole, and both readers see the same."""
+    block = _chatter(8_192)
+    per_block = block.count(b"\n")
+    blocks_before = round(before_mb * (1 << 20) / len(block))
+    with open(path, "wb") as out:
+        for _ in range(blocks_before):
+            out.write(block)
+        out.write(_chatter(AROUND))
+        out.write(fragment)
+        out.write(_chatter(AROUND))
+        for _ in range(round(after_mb * (1 << 20) / len(block))):
+            out.write(block)
+    return blocks_before * per_block + AROUND + 1
+
+
+def _said(findings) -> list[tuple]:
+    return [(f.kind, f.ranks, f.severity, f.recipe) for f in findings]
+
+
+@pytest.fixture(scope="module")
+def small_findings(tmp_path_factory) -> dict[str, list[tuple]]:
+    """Each fragment in a small file (chatter around it, read whole)."""
+    folder = tmp_path_factory.mktemp("small")
+    out = {}
+    for index, name in enumerate(FRAGMENTS):
+        path = folder / f"slurm-{index}.out"  # a fragment's name may name a rank
+        _log(path, (CORPUS / name).read_bytes(), 0, 0)
+        out[name] = _said(explain([str(path)]).findings)
+        assert out[name], name
+    return out
+
+
+@pytest.mark.parametrize("name", FRAGMENTS)
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_an_error_anywhere_in_a_big_log_is_found_as_in_a_small_one(
+    tmp_path, small_findings, name, where
+):
+    # GIVEN a 48 MB log (over 600,000 lines) with the fragment at its start, middle or end
+    before = {"start": 0, "middle": BIG_MB / 2, "end": BIG_MB}[where]
+    path = tmp_path / "slurm-4242.out"
+    first = _log(path, (CORPUS / name).read_bytes(), before, BIG_MB - before)
+    assert path.stat().st_size > WHOLE_BYTES and path.stat().st_size > 40 << 20
+    # WHEN explained, THEN the findings are the small file's, cited at the big file's lines
+    got = explain([str(path)])
+    assert _said(got.findings) == small_findings[name]
+    fragment_lines = (CORPUS / name).read_bytes().count(b"\n")
+    cited = [int(w.rsplit(":", 1)[1]) for f in got.findings for w in f.lines if ":" in w]
+    assert cited and all(first <= n < first + fragment_lines for n in cited)
+    (source,) = got.sources
+    assert source.lines == path.read_bytes().count(b"\n") and not source.truncated
+    assert source.bytes_read == path.stat().st_size
+
+
+def _peak_mb(argv: list[str]) -> tuple[float, str]:
+    """The command's peak RSS (the largest of it and its waited children) and its stdout."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 1, out[-400:]
+    return usage.ru_maxrss / 1024, out
+
+
+def test_the_explain_command_streams_a_big_log_in_bounded_memory(tmp_path):
+    # GIVEN the same error at the end of a small log and of a 48 MB one
+    fragment = (CORPUS / "timeout_rank6_absent.log").read_bytes()
+    small, big = tmp_path / "small.out", tmp_path / "big.out"
+    _log(small, fragment, 0, 0)
+    _log(big, fragment, BIG_MB, 0)
+    # WHEN `mldebug explain --json` reads each
+    command = [sys.executable, "-m", "mldebug", "explain", "--json"]
+    small_mb, _ = _peak_mb([*command, str(small)])
+    big_mb, out = _peak_mb([*command, str(big)])
+    # THEN it names the same rank, and the big file costs far less than its own size:
+    # it never held the file (a whole read alone would add 48 MB of bytes and as much text)
+    said = json.loads(out)
+    assert said["findings"][0]["kind"] == "timeout_suspect"
+    assert said["findings"][0]["ranks"] == [6]
+    assert said["sources"][0]["bytes_read"] == big.stat().st_size
+    assert big_mb < small_mb + BIG_MB / 3, (small_mb, big_mb)
+
+
+def _mixed_log(path: Path) -> None:
+    """Chatter, one message said over and over, a traceback in the middle (its code lines
+    hold none of the words), a line longer than MAX_LINE, no newline at the very end."""
+    with open(path, "wb") as out:
+        for i in range(3_000):
+            out.write(_chatter(20, i * 20))
+            out.write(f"{i % 8}: [W socket.cpp:{i}] Warning: retrying to connect\n".encode())
+            if i == 1_500:
+                out.write((CORPUS / "elastic_sigsegv.log").read_bytes())
+                out.write(b"3: Traceback (most recent call last):\n3:   x = step(batch)\n")
+                out.write(b"3: RuntimeError: " + b"y" * 10_000 + b"\n")
+        out.write(b"5: RuntimeError: the last line")
+
+
+def test_grep_and_python_keep_the_same_lines(tmp_path):
+    assert shutil.which("grep"), "grep is part of every image the tests run on"
+    path = tmp_path / "mixed.out"
+    _mixed_log(path)
+    by_grep = stream.read_log(str(path), STREAM_WORDS)
+    by_python = stream.read_log(str(path), STREAM_WORDS, grep=None)
+    assert by_grep.lines == by_python.lines
+    assert by_grep.count == by_python.count == path.read_bytes().count(b"\n") + 1
+    assert by_grep.lines[-1] == (by_grep.count, "5: RuntimeError: the last line")
+    long = [text for _, text in by_grep.lines if "yyyy" in text]
+    assert long and all(len(t.encode()) <= picked.LINE_BYTES for t in long)
+    assert any(text == "3:   x = step(batch)" for _, text in by_grep.lines)  # context kept
+
+
+def test_past_its_bounds_a_file_keeps_its_ends_and_each_new_message_once(tmp_path, monkeypatch):
+    # GIVEN a log whose lines near a word are many more than the bounds
+    path = tmp_path / "mixed.out"
+    _mixed_log(path)
+    monkeypatch.setattr(stream, "HEAD", 500)
+    monkeypatch.setattr(stream, "TAIL", 500)
+    for grep in ("grep", None):
+        got = stream.read_log(str(path), STREAM_WORDS, grep=grep)
+        numbers = [n for n, _ in got.lines]
+        texts = [text for _, text in got.lines]
+        # THEN the lines stay in order, some were dropped and said so, the ends are kept
+        assert numbers == sorted(set(numbers)) and got.dropped > 0
+        assert len(got.lines) < 500 + 500 + stream.MIDDLE
+        assert numbers[0] == 1 and numbers[-1] == got.count
+        # the middle's new messages are there with the lines around them; of the warning
+        # said 3,000 times, the middle keeps the first it sees and those around new ones
+        assert "3:   x = step(batch)" in texts
+        assert any("SIGSEGV" in t for t in texts)
+        middle = texts[500:-500]
+        assert 1 <= sum("retrying to connect" in t for t in middle) <= 12
