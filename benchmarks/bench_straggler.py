@@ -2,6 +2,15 @@
 
     python benchmarks/bench_straggler.py [--nproc 4] [--healthy-seconds 180] [--factors ...]
     python benchmarks/bench_straggler.py --cost-only [--pairs 2]   # the timing's cost alone
+    python benchmarks/bench_straggler.py --stability [--runs 5] [--nprocs 2 4] [--watch 40]
+
+With --stability, prints instead, per rank count and slowdown factor, over --runs runs each:
+when the ranks' files first name rank 1 (seconds after the first step, and its step), and the
+share of the looks after that which still name it (what `mldebug dump` and the console's
+check judge: the agents' state files, analysis/timing.py), with the run's blocks
+(analysis/timing_hold.py) beside the 64-step window alone (the blocks left out: the plain
+alternative, what `dump` judged before); and a healthy job's looks with a warning (its
+comm-heavy variant included: half its step in an all_reduce). A look every --every seconds.
 
 Prints, in one run:
   * per slowdown factor (rank 1 computes 1.1x ... 2x as long as the others, ±10% step jitter
@@ -39,7 +48,9 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 
+from mldebug.analysis.timing import judge_timing
 from mldebug.files.rundir import RunPaths
 from mldebug.launch.stragglers import read_views, slow_finding
 
@@ -332,6 +343,125 @@ def agent_text(agent: dict, limit: float) -> str:
     return f"{right}: {dumped}; console line at step {agent['step']}, {agent['seconds']:.1f} s"
 
 
+def _windows_only(views: list) -> list:
+    """The views with the run's blocks left out: the 64-step window alone."""
+    bare = []
+    for view in views:
+        timing = view.agent.timing if view.agent is not None else None
+        if timing is not None:
+            view = replace(view, agent=replace(view.agent, timing=replace(timing, blocks=())))
+        bare.append(view)
+    return bare
+
+
+def _names(views: list) -> tuple[int, ...] | None:
+    found = slow_finding(views)
+    return found.ranks if found is not None else None
+
+
+def _warned(views: list) -> list[str]:
+    return [
+        f"{f.kind} {f.ranks}"
+        for f in judge_timing(views).findings
+        if f.severity in ("warning", "error")
+    ]
+
+
+def watch_run(folder: Path, name: str, nproc: int, args: list[str], watch: float,
+              every: float) -> dict:  # fmt: skip
+    """One job under `mldebug run`, looked at every `every` s for `watch` s after its first
+    step: per look, what the blocks and the window alone name, and any warning."""
+    proc, run_dir, _ = launch(folder, name, nproc, args)
+    looks = []
+    try:
+        ready = wait_ready(run_dir, nproc, proc)
+        while time.monotonic() < ready + watch:
+            time.sleep(every)
+            views = read_views(RunPaths(run_dir))
+            bare = _windows_only(views)
+            looks.append({
+                "t": time.monotonic() - ready, "step": step_of(run_dir, SLOW_RANK),
+                "held": _names(views), "window": _names(bare),
+                "warned": _warned(views), "warned_window": _warned(bare),
+            })  # fmt: skip
+        return {"looks": looks}
+    finally:
+        stop(proc)
+
+
+def stability(looks: list[dict], key: str) -> tuple[float | None, int | None, float | None, int]:
+    """(seconds, step) of the first look naming rank 1, the share of the later looks that
+    still name it, and the looks naming another rank."""
+    first = next((i for i, look in enumerate(looks) if look[key] == (SLOW_RANK,)), None)
+    wrong = sum(1 for look in looks if look[key] not in (None, (SLOW_RANK,)))
+    if first is None:
+        return None, None, None, wrong
+    after = looks[first + 1 :]
+    share = sum(look[key] == (SLOW_RANK,) for look in after) / len(after) if after else None
+    return looks[first]["t"], looks[first]["step"], share, wrong
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    values = sorted(values)
+    return f"{format(statistics.median(values), fmt)} ({format(values[0], fmt)}-{format(values[-1], fmt)})"
+
+
+def stability_main(args: argparse.Namespace, folder: Path) -> None:
+    print(f"# {os.cpu_count()} CPUs; rank {SLOW_RANK} computes FACTOR x as long, 60 ms of "
+          f"compute a step, ±10% jitter on every rank; a look every {args.every:g} s for "
+          f"{args.watch:g} s after the first step; {args.runs} runs each", flush=True)  # fmt: skip
+    print(
+        "ranks | factor | named in | first named: s after 1st step, step (median, range) | "
+        "stability after: blocks (mean, min) | window alone (mean, min) | wrong names"
+    )
+    for nproc in args.nprocs:
+        for factor in args.factors:
+            results = []
+            for run in range(args.runs):
+                job = ["--slow-rank", str(SLOW_RANK), "--factor", str(factor), "--jitter",
+                       "0.1", "--steps", "0"]  # fmt: skip
+                results.append(watch_run(folder, f"s{nproc}-{factor}-{run}", nproc, job,
+                                         args.watch, args.every))  # fmt: skip
+            held = [stability(r["looks"], "held") for r in results]
+            window = [stability(r["looks"], "window") for r in results]
+            named = [h for h in held if h[0] is not None]
+            shares = [h[2] for h in held if h[2] is not None]
+            plain = [w[2] for w in window if w[2] is not None]
+            print(
+                f"{nproc} | {factor:g}x | {len(named)}/{len(held)} | "
+                f"{_spread([h[0] for h in named], '.0f')} s, step "
+                f"{_spread([float(h[1] or 0) for h in named], '.0f')} | "
+                f"{_mean_min(shares)} | {_mean_min(plain)} | "
+                f"{sum(h[3] for h in held)} (window alone {sum(w[3] for w in window)})",
+                flush=True,
+            )
+        healthy = []
+        for run in range(args.runs):
+            job = ["--factor", "1", "--jitter", "0.1", "--checkpoint-every", "25", "--steps",
+                   "0", *(["--compute-ms", "10", "--comm-kb", "16384"] if run % 2 else [])]  # fmt: skip
+            healthy.append(watch_run(folder, f"h{nproc}-{run}", nproc, job, args.watch,
+                                     args.every))  # fmt: skip
+        looks = [look for r in healthy for look in r["looks"]]
+        alarms = sum(bool(look["warned"]) for look in looks)
+        plain = sum(bool(look["warned_window"]) for look in looks)
+        print(
+            f"{nproc} | healthy | {args.runs} runs ({(args.runs) // 2} comm-heavy), "
+            f"{len(looks)} looks: {alarms} with a warning (window alone: {plain})",
+            flush=True,
+        )
+        for look in looks:
+            if look["warned"]:
+                print(f"    at {look['t']:.0f} s: {look['warned']}")
+
+
+def _mean_min(shares: list[float]) -> str:
+    if not shares:
+        return "-"
+    return f"{statistics.mean(shares) * 100:.0f}%, {min(shares) * 100:.0f}%"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nproc", type=int, default=4)
@@ -341,9 +471,17 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2, help="on/off run pairs for the cost")
     parser.add_argument("--save", type=Path, help="keep the 1.5x run's outputs here (docs)")
     parser.add_argument("--cost-only", action="store_true", help="the timing's cost alone")
+    parser.add_argument("--stability", action="store_true", help="detection and stability")
+    parser.add_argument("--runs", type=int, default=5, help="--stability: runs per case")
+    parser.add_argument("--nprocs", type=int, nargs="*", default=[2, 4])
+    parser.add_argument("--watch", type=float, default=40.0, help="--stability: seconds")
+    parser.add_argument("--every", type=float, default=2.0, help="--stability: look every")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         folder = Path(tmp)
+        if args.stability:
+            stability_main(args, folder)
+            return
         print(f"# {args.nproc} gloo ranks on {os.cpu_count()} CPUs; rank {SLOW_RANK} is slow; "
               "60 ms of compute a step, ±10% jitter on every rank", flush=True)  # fmt: skip
         print("factor | agent: first named by dump; mldebug run's console line | "

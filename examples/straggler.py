@@ -14,6 +14,8 @@ Other shapes of a slow (or healthy) job:
     --data-factor 2        the slow rank's DataLoader is 2x slower instead (input-bound)
     --factor 1 --jitter 0.1 --checkpoint-every 25   a healthy job: ±10% jitter on every
                            rank, a 1 s pause on rank 0 every 25 steps (a checkpoint), GC on
+    --comm-kb 8192         all-reduce 8 MiB more a step (a communication-heavy job, as
+                           FSDP / ZeRO-3 jobs are: half the step or more in collectives)
     --steps 0              run until stopped (the default: 400 steps)
     --ddp                  DistributedDataParallel all-reduces the gradients (in C++, during
                            backward: the Python trace does not see them; the agent reads
@@ -75,6 +77,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-seconds", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--ddp", action="store_true", help="DistributedDataParallel")
+    parser.add_argument("--comm-kb", type=int, default=0, help="more KiB all-reduced a step")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -88,6 +91,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     compute = args.compute_ms / 1000 * (args.factor if slow else 1.0)
     rng = random.Random(rank)
+    shards = torch.zeros(args.comm_kb * 256)  # float32: 256 a KiB
     started = time.perf_counter()
     for step, batch in enumerate(loader, 1):
         seconds = compute * (1 + rng.uniform(-args.jitter, args.jitter))
@@ -96,6 +100,8 @@ def main() -> None:
             grads = torch.cat([p.grad.flatten() for p in model.parameters()])
             dist.all_reduce(grads)
             dist.all_reduce(loss)
+        if args.comm_kb:
+            dist.all_reduce(shards)  # the parameters' shards of a sharded model
         optimizer.step()
         optimizer.zero_grad()
         if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:

@@ -10,7 +10,7 @@ import json
 from timing_sim import simulate
 
 from mldebug.files.rundir import RunPaths
-from mldebug.launch.stragglers import QUIET, StragglerWatch
+from mldebug.launch.stragglers import PERSIST, QUIET, WAIT_HOT, StragglerWatch
 
 
 def write(paths: RunPaths, states: list[dict]) -> None:
@@ -49,3 +49,25 @@ def test_the_line_is_said_once_then_again_only_after_a_quiet_spell(tmp_path):
     write(paths, slow)
     watch.check()
     assert watch.check() is not None and len(said) == 2
+
+
+def test_the_line_waits_a_few_looks_for_the_line_the_straggler_works_at(tmp_path):
+    # Right after the first steps the heartbeat may not have seen the rank's work yet.
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    paths = RunPaths(root)
+    said: list[str] = []
+    watch = StragglerWatch(paths, said.append)
+    slow = simulate(world=4, slow_rank=1, factor=1.5, jitter=0.1, steps=30)
+    for state in slow:
+        state["timing"]["work"] = []
+    write(paths, slow)
+    assert [watch.check() for _ in range(PERSIST + WAIT_HOT - 1)] == [None] * 4
+    write(paths, simulate(world=4, slow_rank=1, factor=1.5, jitter=0.1, steps=30))
+    line = watch.check()
+    assert line is not None and "its main thread is mostly at /home/ana/job/train.py:48" in line
+    # Never seen: said all the same, a few looks later.
+    watch = StragglerWatch(paths, said.append)
+    write(paths, slow)
+    lines = [watch.check() for _ in range(PERSIST + WAIT_HOT)]
+    assert lines[:-1] == [None] * 4 and lines[-1] is not None

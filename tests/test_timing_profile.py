@@ -169,3 +169,28 @@ def test_a_rank_slow_in_every_slice_is_the_straggler():
     sampled = [ordered(0, steps(0)), ordered(1, steps(3)), ordered(2, steps(3))]
     _, findings, _ = judge_profiles(sampled)
     assert [(f.kind, f.ranks) for f in findings] == [("straggler", (0,))]
+
+
+LOAD = (
+    ("<module>", "/home/ana/job/train.py", 90),
+    ("__next__", "/home/ana/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 733),
+)  # fmt: skip
+
+
+def shares_of(rank: int, work: int, wait: int, load: int) -> SampledStacks:
+    """A rank's 500 samples in order, each twentieth: `work`, `wait`, `load` of them."""
+    pattern = ([0] * work + [1] * wait + [2] * load) * 25
+    stacks = ((WORK, pattern.count(0)), (WAIT, pattern.count(1)), (LOAD, pattern.count(2)))
+    return SampledStacks(rank, rank, stacks, 10.0, timeline=tuple(pattern))
+
+
+def test_a_slow_rank_whose_loading_is_a_little_slower_too_is_the_straggler():
+    # On a busy node: rank 0 computes far longer (the others wait half their samples) and
+    # its loading share is 15% more than theirs; its extra time is compute, not data.
+    sampled = [shares_of(0, 13, 0, 7), shares_of(1, 6, 10, 4), shares_of(2, 6, 10, 4)]
+    assert [(f.kind, f.ranks) for f in judge_profiles(sampled)[1]] == [("straggler", (0,))]
+
+
+def test_a_rank_whose_extra_time_is_loading_is_input_bound():
+    sampled = [shares_of(0, 6, 0, 14), shares_of(1, 6, 10, 4), shares_of(2, 6, 10, 4)]
+    assert [(f.kind, f.ranks) for f in judge_profiles(sampled)[1]] == [("input_bound", (0,))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from mldebug.agent.timing_blocks import Blocks
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.collect.agentstate import parse_state
 from mldebug.model import AgentState, RankTarget, RankView
@@ -34,8 +35,14 @@ def simulate(
     gc_every: int = 0,
     sync: float = 0.0,
     seed: int = 0,
+    slow_steps: tuple[int, int] | None = None,
+    comm_later: tuple[int, float] | None = None,
 ) -> list[dict]:
-    """One state.json (as a dict) per rank after `steps` steps."""
+    """One state.json (as a dict) per rank after `steps` steps. `slow_steps`: (first, last)
+    step at which `slow_rank` is slow (default: all); `comm_later`: (step, comm) from which
+    on every transfer takes `comm` instead. The `blocks` rows are made by the agent's own
+    code (agent/timing_blocks.py) from the same steps."""
+    blocks = [Blocks() for _ in range(world)]
     rng = random.Random(seed)
     clock = [START + 0.001 * r for r in range(world)]  # each rank's own clock offset
     now = START
@@ -46,9 +53,11 @@ def simulate(
     for step in range(1, steps + 1):
         entered = []
         parts = []
+        slow_now = slow_steps is None or slow_steps[0] <= step <= slow_steps[1]
         for r in range(world):
-            d = data * (data_factor if r == slow_rank else 1.0)
-            c = compute * (factor if r == slow_rank else 1.0)
+            slow = r == slow_rank and slow_now
+            d = data * (data_factor if slow else 1.0)
+            c = compute * (factor if slow else 1.0)
             c *= 1 + rng.uniform(-jitter, jitter)
             if gc_every and rng.random() < 1 / gc_every:
                 c += 0.05  # a GC pause
@@ -57,7 +66,7 @@ def simulate(
         coll = [0.0] * world
         for _ in range(2):  # gradients, then the loss
             seq += 1
-            done = max(entered) + comm
+            done = max(entered) + (comm_later[1] if comm_later and step >= comm_later[0] else comm)
             for r in range(world):
                 calls[r].append(
                     [
@@ -79,6 +88,7 @@ def simulate(
             rows[r].append(
                 [step, begun[r] - START + clock[r], wall, coll[r], parts[r][0], parts[r][1]]
             )
+            blocks[r].add(*rows[r][-1])
         # Rank 0's checkpoint: the others wait for it in the next step's first collective.
         pause = checkpoint_seconds if checkpoint_every and step % checkpoint_every == 0 else 0.0
         begun = [end + (pause if r == 0 else 0.0) for r in range(world)]
@@ -111,6 +121,7 @@ def simulate(
                     ],
                     "syncs": [["/home/ana/job/train.py:57", steps, steps * sync]] if sync else [],
                     "work": [["/home/ana/job/train.py:48", 30, 0.0]],
+                    "blocks": list(blocks[r].rows),
                 },
             }
         )

@@ -15,6 +15,8 @@ the agent keeps, in bounded rolling windows:
     the heartbeat saw them (about once a second): where a straggler spends its extra time;
   * `history`: the whole run's step time (or, where no step is counted, the collectives'
     cadence) in blocks of medians, bounded (agent/step_history.py);
+  * `blocks`: the whole run's steps, a row of medians per 16 steps (agent/timing_blocks.py),
+    for verdicts that hold over the run;
   * `flight`: the collectives the trace does not see (DDP's C++ all-reduces), from torch's
     Flight Recorder, read at a bounded rate (agent/timing_flight.py).
 
@@ -35,6 +37,7 @@ from collections import deque
 from .collectives import user_site
 from .eventlog import fail, fault_point
 from .step_history import StepHistory
+from .timing_blocks import Blocks
 from .timing_flight import FlightCalls
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -102,6 +105,7 @@ class Timing:
         self.flight = FlightCalls()
         self.history = StepHistory()  # the whole run's step time, in blocks
         self._calls = 0
+        self.blocks = Blocks()  # the whole run, a row of medians per 16 steps
         self._starts: deque[tuple[float, int]] = deque(maxlen=MAX_STARTS)
         self._files: dict[str, bool] = {}
         self._main = threading.main_thread().ident
@@ -141,6 +145,8 @@ class Timing:
             wall = max(0.0, now - begun)
             self.steps.append([value, begun, wall, coll, data, sync])
             self.history.add_step(value, begun, wall, coll, data, sync)
+            with self._lock:
+                self.blocks.add(value, begun, wall, coll, data, sync)
         except Exception as error:
             self.stop(error)
 
@@ -203,6 +209,7 @@ class Timing:
                 self.flight.maybe_read(traced, self._starts_copy)
         with self._lock:
             calls, steps = list(self.calls), list(self.steps)
+            blocks = list(self.blocks.rows)
         section = {
             "version": VERSION,
             "calls": calls,
@@ -210,6 +217,7 @@ class Timing:
             "loaders": [dict(entry) for entry in list(self.loaders.values())],
             "syncs": self.syncs.rows(),
             "work": self.work.rows(),
+            "blocks": blocks,
         }
         if self.flight.rows:
             section["flight"] = self.flight.rows

@@ -40,6 +40,7 @@ from mldebug.analysis.findings import find_problems, sort_findings
 from mldebug.analysis.sequence import SequenceVerdict
 from mldebug.analysis.severity import ERROR_AFTER, grade
 from mldebug.analysis.timing import TimingVerdict
+from mldebug.analysis.timing_comm import with_transport_fault
 from mldebug.model import (
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -92,6 +93,7 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
             )
         )
     made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)
+    made = with_transport_fault(made)  # comm_bound is a warning with the NCCL log's sockets
     graded = grade(merge_same(made), evidence.views, evidence.error_after)
     views, error_after = evidence.views, evidence.error_after
     told = regrade_after_compiles(

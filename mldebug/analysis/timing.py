@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mldebug.analysis import timing_evidence as evidence
+from mldebug.analysis import timing_hold as hold
 from mldebug.analysis.timing_arrival import Arrival, CallRecord, arrivals
+from mldebug.analysis.timing_comm import comm_bound_finding, share_growth
 from mldebug.analysis.timing_flight import FlightVerdict, judge_flight
 from mldebug.model import SEVERITY_WARNING, STATE_EXITED, Finding, RankView
 from mldebug.model.timing import (
@@ -36,7 +38,7 @@ from mldebug.ranges import format_ranks
 
 KIND_STRAGGLER = "straggler"
 KIND_INPUT_BOUND = "input_bound"
-KIND_COMM_BOUND = "comm_bound"
+KIND_COMM_BOUND = "comm_bound"  # analysis/timing_comm.py words it
 KIND_HOST_SYNC = "host_sync"
 
 MIN_STEPS = 8  # steps in each rank's window before anything is judged
@@ -44,6 +46,11 @@ MIN_STEPS = 8  # steps in each rank's window before anything is judged
 # test, analysis/timing_evidence.py), the others wait for it this share of their step...
 WAIT_SHARE = 0.05
 WORK_RATIO = 1.05  # ...and its work between collectives is this much longer
+# The run's decayed means (analysis/timing_hold.py) are measured over hundreds of steps: their
+# error is a fraction of a percent, so a lower bar is not crossed by noise, and a rank that
+# costs the others 3-5% of every step (1.1x of half the step) is named steadily.
+HELD_WAIT_SHARE = 0.03
+HELD_WORK_RATIO = 1.03
 LATE_SHARE = 0.02  # a collective someone waited at: lateness over this share of a step
 LATE_MIN = 0.001  # ...and over a millisecond
 DATA_SHARE = 0.25  # every rank waits for data this share of its step: input-bound
@@ -147,6 +154,12 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:.0f}%"
 
@@ -186,7 +199,11 @@ def _straggler_finding(
     splits: dict[int, _Split],
     waited: list[Arrival],
     shares: dict[int, float],
+    detail: str | None = None,
+    bars: tuple[float, float] = (WAIT_SHARE, WORK_RATIO),
 ) -> Finding | None:
+    """`splits`: the window's medians, or the run's decayed means (`detail` says so, `bars`
+    are then theirs)."""
     late = list(found.late)
     others = [s for r, s in splits.items() if r not in late]
     slow = [splits[r] for r in late]
@@ -199,7 +216,7 @@ def _straggler_finding(
     if others_step <= 0 or others_work <= 0:
         return None
     ratio = work / others_work
-    if wait < WAIT_SHARE * others_step or ratio < WORK_RATIO:
+    if wait < bars[0] * others_step or ratio < bars[1]:
         return None
     ops = Counter(a.op or "collective" for a in waited if a.last in late)
     op = ops.most_common(1)[0][0] if ops else "collective"
@@ -239,7 +256,7 @@ def _straggler_finding(
         location=hot,
         recipe="stragglers",
         severity=SEVERITY_WARNING,
-        detail=_sure(found, late, len(splits), len(waited)),
+        detail=detail or _sure(found, late, len(splits), len(waited)),
     )
 
 
@@ -314,21 +331,14 @@ def _all_input_bound(splits: dict[int, _Split]) -> Finding | None:
     )
 
 
-def _comm_bound(splits: dict[int, _Split], waited: list[Arrival]) -> Finding | None:
+def _comm_bound(splits: dict[int, _Split]) -> Finding | None:
     if len(splits) < 2 or not all(s.shares[0] >= COMM_SHARE for s in splits.values()):
         return None
     ops = Counter(c.op for s in splits.values() for c in s.timing.calls)
     op = ops.most_common(1)[0][0] if ops else "collectives"
     share = _median([s.shares[0] for s in splits.values()])
-    return Finding(
-        KIND_COMM_BOUND,
-        tuple(sorted(splits)),
-        f"every rank spends a median {_pct(share)} of its step inside collectives ({op}) and "
-        "none arrives late: the transport is the limit; read the NCCL log with "
-        "`mldebug nccl` (sockets instead of InfiniBand?)",
-        recipe="nccl-sockets-instead-of-ib",
-        severity=SEVERITY_WARNING,
-    )
+    growth = share_growth({r: s.timing.blocks for r, s in splits.items()})
+    return comm_bound_finding(sorted(splits), share, op, growth)
 
 
 def _host_sync(splits: dict[int, _Split]) -> Finding | None:
@@ -377,40 +387,127 @@ def _table(
     return TimingTable("agent", rows, compared, note)
 
 
+def _held_splits(held: hold.Held, splits: dict[int, _Split]) -> dict[int, _Split]:
+    """The run's decayed means in the window's form: judged by the same bars, in the same
+    words."""
+    found = {}
+    for rank, split in splits.items():
+        m = held.means[rank]
+        parts = (m.collective, m.data, m.sync, m.compute)
+        shares = tuple(part / m.step if m.step > 0 else 0.0 for part in parts)
+        found[rank] = _Split(
+            rank,
+            split.timing,
+            m.step,
+            m.collective,
+            m.data,
+            m.sync,
+            m.work,
+            shares,  # type: ignore[arg-type]
+        )
+    return found
+
+
+def _held_straggler(
+    held: hold.Held, ready: dict[int, _Split], waited: list[Arrival], shares: dict[int, float]
+) -> Finding | None:
+    """The straggler the run's decayed evidence names, when the window alone does not."""
+    late = list(held.late)
+    chance = max(held.chance[r] for r in late)
+    part = _PART_WORDS.get(held.part[late[0]], held.part[late[0]])
+    sure = (
+        f"{held.blocks} blocks of steps compared across {len(ready)} ranks, the older weighing "
+        f"less: its {part} ranks this high by chance {_chance_text(chance)} at most when no "
+        f"rank differs; {len(waited)} collectives the others waited at"
+    )
+    found = evidence.Evidence(held.late, held.chance, held.part, 0)
+    bars = (HELD_WAIT_SHARE, HELD_WORK_RATIO)
+    return _straggler_finding(found, _held_splits(held, ready), waited, shares, sure, bars)
+
+
+def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since | None:
+    """Since which step of the window the rank has stood out (in `part`)."""
+    rows = evidence.common_steps({r: s.steps for r, s in ready.items()})
+    value = dict(evidence.PARTS).get(part, evidence.PARTS[0][1])
+    ranks = sorted(ready)
+    if not rows:
+        return None
+    i, middle = ranks.index(rank), (len(ranks) + 1) / 2
+    excess = [hold.places([value(row[r]) for r in ranks])[i] - middle for row in rows]
+    first = rows[hold.since_of(excess)][rank]
+    return hold.Since(first.step, first.start)
+
+
+def _with_since(
+    finding: Finding,
+    held: hold.Held | None,
+    found: evidence.Evidence | None,
+    ready: dict[int, _Split],
+    now: dict[int, float],
+) -> Finding:
+    """The slow rank's finding with since when: from the run's blocks where they name it,
+    else from the window."""
+    rank = finding.ranks[0]
+    since = held.since.get(rank) if held is not None else None
+    if since is None and found is not None and rank in found.late:
+        since = _window_since(ready, rank, found.part.get(rank, "work"))
+    if since is None:
+        return finding
+    ago = max(0.0, now.get(rank, since.start) - since.start)
+    return replace(
+        finding,
+        since=f"since step {since.step}, {_ago(ago)} ago",
+        facts=(*finding.facts, ("since_step", str(since.step)), ("since_s", f"{ago:.1f}")),
+    )
+
+
 def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
-    """The timing table and the timing findings of one snapshot's ranks."""
+    """The timing table and the timing findings of one snapshot's ranks: the window's
+    evidence, and the run's (analysis/timing_hold.py) so that a verdict holds."""
     splits = _splits(views)
     if not splits:
         return TimingVerdict(None)
     ready = {r: s for r, s in splits.items() if len(s.steps) >= MIN_STEPS}
     if len(ready) < len(splits) or len(ready) < 1:
         return TimingVerdict(_table(splits, {}, [], 0))
+    now = {v.rank: v.agent.time for v in views if v.agent is not None}
     step = _median([s.step for s in ready.values()])
     waited = _waited_at(arrivals(_records(ready)), step)
     found, shares = _stragglers(ready, waited)
+    held = hold.judge_held({r: s.timing.blocks for r, s in ready.items()})
     late = list(found.late) if found is not None else []
     findings: list[Finding] = []
     straggler = (
         _straggler_finding(found, ready, waited, shares) if found is not None and late else None
     )
+    if straggler is None and held is not None and held.late:
+        straggler = _held_straggler(held, ready, waited, shares)
     if straggler is None:
         flight = judge_flight({r: s.timing for r, s in ready.items()})
         straggler = _flight_finding(flight, ready) if flight is not None else None
         if straggler is not None:
-            late = list(straggler.ranks)
             shares = _flight_shares(flight, ready) if flight is not None else shares
             waited = waited or list(flight.arrivals if flight is not None else ())
     if straggler is not None:
-        findings.append(straggler)
+        late = list(straggler.ranks)
+        findings.append(_with_since(straggler, held, found, ready, now))
     else:
         late = []
-        for check in (_all_input_bound(ready), _comm_bound(ready, waited)):
+        for check in (_input_bound_all(ready, held), _comm_bound(ready)):
             if check is not None:
                 findings.append(check)
-    sync = _host_sync(ready)
+    sync = _host_sync(ready) or (_host_sync(_held_splits(held, ready)) if held else None)
     if sync is not None:
         findings.append(sync)
     return TimingVerdict(_table(ready, shares, late, len(waited)), tuple(findings))
+
+
+def _input_bound_all(ready: dict[int, _Split], held: hold.Held | None) -> Finding | None:
+    """Every rank waits for data: in the window, or over the run (decayed)."""
+    found = _all_input_bound(ready)
+    if found is None and held is not None:
+        found = _all_input_bound(_held_splits(held, ready))
+    return found
 
 
 def timing_findings(views: Sequence[RankView]) -> list[Finding]:

@@ -56,7 +56,7 @@ class Evidence:
     steps: int  # the steps every rank timed, compared
 
 
-def _common_steps(windows: Mapping[int, Sequence[StepTiming]]) -> list[dict[int, StepTiming]]:
+def common_steps(windows: Mapping[int, Sequence[StepTiming]]) -> list[dict[int, StepTiming]]:
     by_step: dict[int, dict[int, StepTiming]] = {}
     for rank, steps in windows.items():
         for step in steps:
@@ -67,7 +67,7 @@ def _common_steps(windows: Mapping[int, Sequence[StepTiming]]) -> list[dict[int,
 def judge(windows: Mapping[int, Sequence[StepTiming]]) -> Evidence:
     """Which ranks are slower outside collectives than chance allows, step after step."""
     ranks = sorted(windows)
-    rows = _common_steps(windows)
+    rows = common_steps(windows)
     n, m = len(ranks), len(rows)
     if n < 2 or m == 0:
         return Evidence((), {}, {}, m)

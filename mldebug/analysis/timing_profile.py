@@ -210,7 +210,11 @@ def _finding(
         f"it is inside collectives {_pct(shares[slow.rank])} of its samples, "
         f"{who} a median {_pct(waiting)}"
     )
-    if data - others_data >= DATA_GAP:
+    # Its extra time is data loading when its extra data share is at least half the gap the
+    # others wait in (as the agent's rule, analysis/timing.py): on a busy node every part of
+    # a slow rank's step can take a little longer, its loading too.
+    gap = waiting - shares[slow.rank]
+    if data - others_data >= max(DATA_GAP, 0.5 * gap):
         return Finding(
             KIND_INPUT_BOUND,
             (slow.rank,),

@@ -13,6 +13,7 @@ from mldebug.collect.eventfiles import parse_time
 from mldebug.model.timing import (
     UNIT_CALLS,
     UNIT_STEPS,
+    BlockTiming,
     CallTiming,
     FlightCallTiming,
     LoaderTiming,
@@ -25,6 +26,7 @@ from mldebug.model.timing import (
 MAX_CALLS = 256
 MAX_STEPS = 64
 MAX_SITES = 16
+MAX_HOLD_BLOCKS = 96  # blocks of 16 steps (the agent keeps 96)
 MAX_TEXT = 512
 MAX_BLOCKS = 160  # history rows (the agent keeps at most 128)
 MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
@@ -106,6 +108,16 @@ def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:
     return (blocks if ordered else ()), str(value["unit"])
 
 
+def _hold_block(row: object) -> BlockTiming | None:
+    if not isinstance(row, list) or len(row) != 10:
+        return None
+    block, first, start, steps = _int(row[0]), _int(row[1]), parse_time(row[2]), _int(row[3], 1)
+    values = [_seconds(v) for v in row[4:10]]
+    if block is None or first is None or start is None or steps is None or None in values:
+        return None
+    return BlockTiming(block, first, start, steps, *values)  # type: ignore[arg-type]
+
+
 def _loader(entry: object) -> LoaderTiming | None:
     if not isinstance(entry, dict):
         return None
@@ -148,4 +160,5 @@ def parse_timing(value: object) -> RankTiming | None:
         syncs=_rows(value.get("syncs"), _site, MAX_SITES),
         work=_rows(value.get("work"), _site, MAX_SITES),
         flight=_rows(value.get("flight"), _flight, MAX_CALLS),
+        blocks=_rows(value.get("blocks"), _hold_block, MAX_HOLD_BLOCKS),
     )

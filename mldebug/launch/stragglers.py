@@ -27,6 +27,7 @@ ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
 CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
 RANKS_A_SECOND = 256
 PERSIST = 2  # checks in a row that name the same ranks
+WAIT_HOT = 3  # checks more for the straggler's hottest user line, when not known yet
 QUIET = 15  # checks in a row without a straggler before a new one is news again
 MAX_RANKS = 1024  # state files one check reads
 SILENCE = f"{ENV_STRAGGLER}=0 silences this line"
@@ -103,6 +104,8 @@ class StragglerWatch:
             return None
         if self._count < self.persist or ranks == self._said or finding is None:
             return None
+        if finding.location is None and self._count < self.persist + WAIT_HOT:
+            return None  # a few more looks for the line it works at (the heartbeat's samples)
         self._said = ranks
         line = f"mldebug: {finding_text(finding)} (mldebug recipes {finding.recipe}; {SILENCE})"
         self.said.append(line)

@@ -80,6 +80,23 @@ UNIT_CALLS = "calls"
 
 
 @dataclass(frozen=True)
+class BlockTiming:
+    """One block of consecutive steps of one rank (agent/timing_blocks.py): medians of its
+    steps, in seconds. `block` is step // the block size, the same on every rank."""
+
+    block: int
+    first: int  # its first step timed
+    start: float  # when that step began, on the rank's clock
+    steps: int  # steps timed in it
+    wall: float
+    collective: float = 0.0
+    data: float = 0.0
+    sync: float = 0.0
+    work: float = 0.0  # wall time outside collectives
+    compute: float = 0.0  # outside every wait
+
+
+@dataclass(frozen=True)
 class LoaderTiming:
     """A DataLoader a rank waited on: its dataset's class, workers, the user's line."""
 
@@ -109,6 +126,7 @@ class RankTiming:
     flight: tuple[FlightCallTiming, ...] = ()  # Flight Recorder collectives, oldest first
     history: tuple[StepBlock, ...] = ()  # the whole run in blocks, oldest first
     history_unit: str = UNIT_STEPS  # UNIT_CALLS: blocks of collectives (no step counted)
+    blocks: tuple[BlockTiming, ...] = ()  # the whole run, a row per block of steps, oldest first
 
 
 # Where a sampled main-thread stack was (RankProfile counts).

@@ -1,0 +1,61 @@
+"""The rank's step timing over the whole run, a block of BLOCK steps a row (docs/agent.md).
+
+`steps` in the timing section is a window of the last 64 steps: enough to name a straggler
+early, too short to hold a verdict (a window that happens to be noisy names nobody). Each
+block of BLOCK consecutive step numbers becomes one row of medians, kept for the last
+MAX_BLOCKS blocks; the analysis weighs them with a decay (analysis/timing_hold.py), so
+evidence builds up over the run and fades once it stops. Blocks are numbered by step
+number (step // BLOCK), the same on every rank: rows of one block compare across ranks.
+
+A row: [block, first step, its start, steps, wall, collective, data, sync, work, compute], the medians of its
+steps (work: the wall time outside collectives; compute: outside every wait).
+
+Stdlib only: this runs in the ranks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+BLOCK = 16  # steps a row
+MAX_BLOCKS = 96  # rows kept: 1,536 steps; older blocks weigh under 2% in the analysis
+MIN_STEPS = BLOCK // 2  # a block with fewer steps timed (the first, a gap) is left out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+class Blocks:
+    """Steps in, one row of medians per completed block out. Called from the main thread
+    (`add`); `rows` copies under the caller's lock."""
+
+    def __init__(self) -> None:
+        self.rows: deque[list] = deque(maxlen=MAX_BLOCKS)
+        self._block: int | None = None
+        self._steps: list[tuple[float, float, float, float, float]] = []
+        self._first = 0
+        self._start = 0.0
+
+    def add(
+        self, step: int, start: float, wall: float, coll: float, data: float, sync: float
+    ) -> None:
+        block = step // BLOCK
+        if block != self._block:
+            self._close()
+            self._block, self._steps, self._first, self._start = block, [], step, start
+        self._steps.append((wall, coll, data, sync, max(0.0, wall - coll)))
+
+    def _close(self) -> None:
+        steps = self._steps
+        if self._block is None or len(steps) < MIN_STEPS:
+            return
+        wall, coll, data, sync, work = (_median([s[i] for s in steps]) for i in range(5))
+        compute = _median([max(0.0, s[0] - s[1] - s[2] - s[3]) for s in steps])
+        row = [wall, coll, data, sync, work, compute]
+        head = [self._block, self._first, self._start, len(steps)]
+        self.rows.append([*head, *(round(v, 6) for v in row)])
