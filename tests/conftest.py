@@ -1,9 +1,18 @@
 """Fixtures shared across test modules."""
 
+import signal
+
 import pytest
 from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
 from testkit.k8s import pod_job  # noqa: F401 (one job for the --k8s tests, shared)
 from testkit.procs import sleepy_ranks
+
+
+def pytest_configure(config):
+    # A suite started in the background (`nohup ... &`) inherits Ctrl-C ignored, and so would
+    # every process it starts; the jobs and commands it tests get what a terminal gives them.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
