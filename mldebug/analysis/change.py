@@ -31,6 +31,7 @@ collectives wait for them.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,13 +66,7 @@ PART_WORDS = {
 
 
 def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+    return statistics.median(values) if values else 0.0
 
 
 def _part(block: StepBlock, name: str) -> float:

@@ -10,16 +10,12 @@ new step, or other ranks) is news again. MLDEBUG_CHANGE=0 turns it off (the find
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 
 from mldebug.analysis.change import change_finding
 from mldebug.files.rundir import RunPaths
-from mldebug.files.safeio import open_append
-from mldebug.launch.stragglers import RANKS_A_SECOND, read_views
+from mldebug.launch.stragglers import RANKS_A_SECOND, read_views, record_finding
 from mldebug.model import SEVERITY_WARNING, Finding
 from mldebug.wording import finding_text
 
@@ -102,27 +98,5 @@ class ChangeWatch:
         line = f"mldebug: {finding_text(finding)} (mldebug recipes {finding.recipe}; {SILENCE})"
         self.said.append(line)
         self._say(line)
-        self._record(finding)
+        record_finding(self.paths, finding)
         return line
-
-    def _record(self, finding: Finding) -> None:
-        for rank in finding.ranks:
-            record = {
-                "time": time.time(),
-                "rank": rank,
-                "kind": finding.kind,
-                "step": None,
-                "message": finding_text(finding),
-                "location": finding.location,
-                "source": "mldebug run",
-            }
-            try:
-                fd = open_append(self.paths.events_file(rank))
-            except OSError:
-                continue
-            try:
-                os.write(fd, (json.dumps(record) + "\n").encode())
-            except OSError:
-                pass
-            finally:
-                os.close(fd)

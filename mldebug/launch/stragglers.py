@@ -110,27 +110,29 @@ class StragglerWatch:
         line = f"mldebug: {finding_text(finding)} (mldebug recipes {finding.recipe}; {SILENCE})"
         self.said.append(line)
         self._say(line)
-        self._record(finding)
+        record_finding(self.paths, finding)
         return line
 
-    def _record(self, finding: Finding) -> None:
-        for rank in finding.ranks:
-            record = {
-                "time": time.time(),
-                "rank": rank,
-                "kind": finding.kind,
-                "step": None,
-                "message": finding_text(finding),
-                "location": finding.location,
-                "source": "mldebug run",
-            }
-            try:
-                fd = open_append(self.paths.events_file(rank))
-            except OSError:
-                continue
-            try:
-                os.write(fd, (json.dumps(record) + "\n").encode())
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+
+def record_finding(paths: RunPaths, finding: Finding) -> None:
+    """What the console said, as an event of each rank it names (the Anomalies tab, dump)."""
+    for rank in finding.ranks:
+        record = {
+            "time": time.time(),
+            "rank": rank,
+            "kind": finding.kind,
+            "step": None,
+            "message": finding_text(finding),
+            "location": finding.location,
+            "source": "mldebug run",
+        }
+        try:
+            fd = open_append(paths.events_file(rank))
+        except OSError:
+            continue
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
