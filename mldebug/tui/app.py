@@ -37,6 +37,7 @@ from mldebug.tui.widgets.rank_table import RankTable
 from mldebug.tui.widgets.recipes_view import RecipesView
 from mldebug.tui.widgets.stack_tree import StackTree
 from mldebug.tui.widgets.timing_view import TimingView
+from mldebug.tui.widgets.view_tabs import ViewTabs
 
 TABS = ("overview", "anomalies", "memory", "nccl", "logs", "recipes", "timing")
 
@@ -99,7 +100,7 @@ class AttachApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="▣")
         yield FindingsBanner(id="banner")
-        with TabbedContent(id="tabs", initial="overview"):
+        with ViewTabs(id="tabs", initial="overview"):
             with TabPane("Overview", id="overview"):
                 yield Input(
                     placeholder="/ filter ranks: 0-3,7 or text (state, frame, host)",

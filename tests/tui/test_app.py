@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from testkit.tui_fakes import FIXED_TIME, FakePoller, Frame, hung_job
-from textual.widgets import DataTable, Input, Log, TabbedContent
+from textual.widgets import DataTable, Input, Log, TabbedContent, TabPane
 
 from mldebug.commands.attach import live_app
 from mldebug.live.sources import SourceLines
@@ -719,3 +719,21 @@ async def test_mldebugs_own_collective_wrapper_folds_like_a_library_frame():
             for label in labels
         ), labels
         assert any(label.startswith("average_gradients") for label in labels), labels
+
+
+async def test_a_quick_second_tab_key_is_not_undone_by_the_first_tabs_focus(poller):
+    # GIVEN a widget of the NCCL tab taking the focus (what pressing "4" or a click does) and
+    # the user's "5" handled before that focus has reached the tab pane: the order a loaded
+    # machine gives
+    app = live_app(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("4")
+        app.action_tab("logs")
+        # WHEN the NCCL pane's news that a widget in it took the focus arrives only now
+        nccl = app.query_one("#nccl", TabPane)
+        nccl.post_message(TabPane.Focused(nccl))
+        for _ in range(3):
+            await pilot.pause()
+        # THEN the user stays on the tab they asked for last
+        assert app.query_one(TabbedContent).active == "logs"
