@@ -387,6 +387,7 @@ def _by_greps(
         _stop(counters)
         return _by_grep(fd, path, words, sink, before, after, program)
     greps: list[subprocess.Popen[bytes]] = []
+    feeders: list[threading.Thread] = []
     failed: list[OSError] = []
     done = False
     try:
@@ -402,8 +403,8 @@ def _by_greps(
                 os.close(into)
             assert greps[-1].stdout is not None
             _wide(greps[-1].stdout.fileno())
-            feeder = threading.Thread(target=_feed, args=(fd, part, out, failed), daemon=True)
-            feeder.start()
+            feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
+            feeders[-1].start()
         whole = _newlines(counters[0])
         for part, grep, counter in zip(ranges, greps, counters, strict=True):
             behind = _newlines(counter) if part.read_from else whole
@@ -416,6 +417,8 @@ def _by_greps(
             _stop([*greps, *counters])
         for grep in greps:
             grep.wait()
+        for feeder in feeders:  # each ends at its part's end, or when its grep is gone
+            feeder.join()
     if not done or failed or whole < 0 or any(grep.returncode not in (0, 1) for grep in greps):
         return None
     size = os.fstat(fd).st_size
