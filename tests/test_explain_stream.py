@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -170,3 +171,86 @@ def test_past_its_bounds_a_file_keeps_its_ends_and_each_new_message_once(tmp_pat
         assert any("SIGSEGV" in t for t in texts)
         middle = texts[500:-500]
         assert 1 <= sum("retrying to connect" in t for t in middle) <= 12
+
+
+def _in_parts(monkeypatch, parts: int) -> list[int]:
+    """Big files read in `parts` parts at once (any file of a MiB or more), whatever the
+    CPUs here; the part counts of each read, as the reads go."""
+    monkeypatch.setattr(picked, "SPLIT_BYTES", 1 << 20)
+    monkeypatch.setattr(picked, "cpus", lambda: parts)
+    seen: list[int] = []
+    by_greps = picked._by_greps
+
+    def spy(*args):
+        seen.append(len(args[-1]))
+        return by_greps(*args)
+
+    monkeypatch.setattr(picked, "_by_greps", spy)
+    return seen
+
+
+def test_a_big_log_read_by_a_grep_a_part_at_once_says_what_one_grep_says(tmp_path, monkeypatch):
+    # GIVEN a 9 MB log holding every paste of the explain corpus once, chatter between them
+    pastes = sorted(CORPUS.glob("*.log"))
+    chatter = _chatter(400)
+    between = chatter * (1 + (WHOLE_BYTES + (1 << 20)) // len(pastes) // len(chatter))
+    path = tmp_path / "slurm-4242.out"
+    with open(path, "wb") as out:
+        for paste in pastes:
+            out.write(between + paste.read_bytes())
+    one = explain([str(path)])
+    # WHEN it is read by 3 greps at once, each its part of the file
+    parts = _in_parts(monkeypatch, 3)
+    got = explain([str(path)])
+    # THEN the findings, the lines they cite and the line count are one grep's
+    assert parts == [3]
+    assert len({f.kind for f in one.findings}) > 5
+    assert [(*s, f.lines) for s, f in zip(_said(got.findings), got.findings, strict=True)] == [
+        (*s, f.lines) for s, f in zip(_said(one.findings), one.findings, strict=True)
+    ]
+    assert got.sources == one.sources
+    assert got.sources[0].lines == path.read_bytes().count(b"\n")
+
+
+def _picks(path: Path, words, before: int, after: int, grep) -> tuple[int, list]:
+    got: list[tuple[int, bytes, bool]] = []
+
+    def start():
+        got.clear()
+        return lambda number, raw, hit: got.append((number, raw, hit))
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return picked.pick(fd, str(path), words, start, before, after, grep), got
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("before,after", [(AROUND, AROUND), (0, 1), (0, 0), (5, 2)])
+def test_each_part_hands_on_its_lines_as_a_grep_of_the_whole_file(
+    tmp_path, monkeypatch, before, after
+):
+    # GIVEN logs of words, chatter, empty and long lines, cut in parts wherever they fall
+    shuffle = random.Random(before * 10 + after)
+    words = ("Watchdog", "rror", "NCCL WARN")
+    path = tmp_path / "mixed.out"
+    seen = _in_parts(monkeypatch, 1)
+    monkeypatch.setattr(picked, "SPLIT_BYTES", 64)  # any file, cut in up to 40 parts
+    for trial in range(12):
+        lines = [
+            shuffle.choice(
+                [b"x Error at %d" % i, b"NCCL WARN z", b"", b"long " + b"q" * 9000]
+                + [b"chatter %d" % i] * 20
+            )
+            for i in range(shuffle.randint(1, 400))
+        ]
+        path.write_bytes(b"\n".join(lines) + b"\n" * (trial % 2))
+        # WHEN read by Python alone, and by 1 to 40 greps at once, each its part
+        monkeypatch.setattr(picked, "cpus", lambda: 1)
+        whole = _picks(path, words, before, after, None)
+        for parts in (1, 2, 3, 7, 40):
+            monkeypatch.setattr(picked, "cpus", lambda parts=parts: parts)
+            monkeypatch.setattr(picked, "MAX_PARTS", parts)
+            # THEN each hands on the same lines, numbered alike, and the same line count
+            assert _picks(path, words, before, after, "grep") == whole, (trial, parts)
+    assert max(seen) > 3  # the parts were read by greps at once

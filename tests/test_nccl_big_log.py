@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mldebug.files import picked as picking
 from mldebug.nccl import compare, logparse, ranklog
 from mldebug.nccl.scan import scan_paths
 
@@ -51,6 +52,26 @@ def test_a_big_log_read_through_grep_parses_as_the_whole_file(tmp_path, monkeypa
     assert repr(picked.procs) == repr(whole.procs) and len(whole.procs) > 8
     findings = compare.compare(ranklog.ranks_of(picked.procs))
     assert findings == compare.compare(ranklog.ranks_of(whole.procs)) and findings
+
+
+def test_a_big_log_read_by_a_grep_a_part_at_once_parses_as_through_one_grep(tmp_path, monkeypatch):
+    # GIVEN the big log, read through one grep
+    path = tmp_path / "slurm-77.out"
+    _big_log(path)
+    one = logparse.parse_file(str(path))
+    # WHEN it is read by 3 greps at once, each its part of the file
+    monkeypatch.setattr(picking, "SPLIT_BYTES", 1 << 20)
+    monkeypatch.setattr(picking, "cpus", lambda: 3)
+    parts: list[int] = []
+    by_greps = picking._by_greps
+    monkeypatch.setattr(
+        picking, "_by_greps", lambda *args: parts.append(len(args[-1])) or by_greps(*args)
+    )
+    got = logparse.parse_file(str(path))
+    # THEN the parser made the same of it
+    assert parts == [3]
+    assert got.lines == one.lines and got.bytes_read == one.bytes_read
+    assert repr(got.procs) == repr(one.procs) and len(got.procs) > 8
 
 
 def test_the_nccl_command_path_reads_a_big_log_through_grep(tmp_path, monkeypatch):

@@ -4,8 +4,10 @@ them, read in one pass in bounded memory and handed on one at a time.
 Which lines hold a word is asked of `grep -E` where there is one: one pass in C over all
 the words at once (benchmarks/bench_commands.py's `prefilter` line prints, beside it, what
 Python's `bytes.find` per word, one Python regular expression of them all and GNU grep's
-`-F` with the same words cost over the same log). The file goes to grep as the
-descriptor the caller opened (never through a symlink); while grep reads it, `wc -l`
+`-F` with the same words cost over the same log: about 1 GB/s a core, so a big file is
+cut at line ends into a part a CPU, each read by a grep of its own at the same time, its
+bytes moved into the grep's pipe by splice from the descriptor the caller opened, never
+through a symlink). The file goes to grep as that descriptor; while grep reads it, `wc -l`
 counts its lines on a second descriptor of the same file (else this process does). Without
 grep the same lines are picked in Python, slower. A line longer than MAX_LINE bytes comes
 cut to LINE_BYTES (grep looks at a line whole for a word, Python at what it keeps of it).
@@ -14,10 +16,13 @@ Stdlib only.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -47,7 +52,11 @@ def pick(
     lines the file has."""
     program = shutil.which(grep) if grep else None
     if program:
-        count = _by_grep(fd, path, words, start(), before, after, program)
+        ranges = _ranges(fd, _parts(os.fstat(fd).st_size), before, after)
+        if len(ranges) > 1:
+            count = _by_greps(fd, path, words, start(), before, after, program, ranges)
+        else:
+            count = _by_grep(fd, path, words, start(), before, after, program)
         if count is not None:
             return count
         os.lseek(fd, 0, os.SEEK_SET)
@@ -165,9 +174,9 @@ def _by_grep(
     return count if status in (0, 1) else None
 
 
-def _wc(path: str, fd: int, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
-    """`wc -l` reading the file on a descriptor of its own (grep moves the first one's
-    offset), opened again only if it is still the same file."""
+def _wc(path: str, fd: int, env: dict[str, str], offset: int = 0) -> subprocess.Popen[bytes] | None:
+    """`wc -l` reading the file from `offset` on a descriptor of its own (grep moves the
+    first one's offset), opened again only if it is still the same file."""
     program = shutil.which("wc")
     if program is None:
         return None
@@ -179,6 +188,7 @@ def _wc(path: str, fd: int, env: dict[str, str]) -> subprocess.Popen[bytes] | No
         first, second = os.fstat(fd), os.fstat(again)
         if (first.st_dev, first.st_ino) != (second.st_dev, second.st_ino):
             return None
+        os.lseek(again, offset, os.SEEK_SET)
         return subprocess.Popen([program, "-l"], stdin=again, stdout=subprocess.PIPE, env=env)
     except OSError:
         return None
@@ -227,3 +237,228 @@ def _grep_line(raw: bytes, sink: Sink) -> None:
     if head is not None:
         text = raw[head.end() : head.end() + LINE_BYTES]
         sink(int(head.group(1)), text, head.group(2) == b":")
+
+
+# ---- a big file: a grep for each part of it, at once ----
+
+SPLIT_BYTES = 64 << 20  # a file of twice this or more is cut into parts, one grep for each
+MAX_PARTS = 4
+PIPE_BYTES = 1 << 20  # a part's bytes and its grep's lines go through pipes this big
+_SEEK_BYTES = 1 << 20  # how far around a cut its line ends are looked for
+_GREP_AT = re.compile(rb"(\d+)([:-])(\d+)[:-]")  # `N:OFFSET:` (-n -b), `-` near a word
+
+
+class Range:
+    """A part of the file: the lines that start in [keep_from, keep_to) are its own; its
+    grep reads [read_from, read_to), which holds the `after` lines ahead of them and the
+    `before` lines past them as well (a line is kept `after` lines after a word and
+    `before` lines before one), so that it sees each of its lines as a grep of the whole
+    file would."""
+
+    def __init__(self, keep_from: int, keep_to: int, read_from: int, read_to: int) -> None:
+        self.keep_from, self.keep_to = keep_from, keep_to
+        self.read_from, self.read_to = read_from, read_to
+
+
+def cpus() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _parts(size: int) -> int:
+    """How many parts a file of `size` bytes is read in: one a CPU, SPLIT_BYTES or more each."""
+    return max(1, min(MAX_PARTS, cpus(), size // SPLIT_BYTES))
+
+
+def _ranges(fd: int, parts: int, before: int, after: int) -> list[Range]:
+    """The file cut into `parts` at line starts, or one part where a cut finds no line end
+    within _SEEK_BYTES (a file of very long lines)."""
+    size = os.fstat(fd).st_size
+    whole = [Range(0, size, 0, size)]
+    cuts = [0]
+    for index in range(1, parts):
+        cut = _line_start(fd, size * index // parts)
+        if cut is None or cut <= cuts[-1] or cut >= size:
+            return whole
+        cuts.append(cut)
+    cuts.append(size)
+    out = []
+    for start, end in zip(cuts, cuts[1:], strict=False):
+        read_from = _lines_back(fd, start, after)  # a line of the part may follow a word
+        read_to = _lines_on(fd, end, before, size)  # or stand before one
+        if read_from is None or read_to is None:
+            return whole
+        out.append(Range(start, end, read_from, read_to))
+    return out
+
+
+def _line_start(fd: int, at: int) -> int | None:
+    """The first line start at or after `at`."""
+    if at == 0:
+        return 0
+    newline = os.pread(fd, _SEEK_BYTES, at - 1).find(b"\n")
+    return None if newline == -1 else at + newline
+
+
+def _lines_back(fd: int, start: int, lines: int) -> int | None:
+    """Where the line `lines` lines before the one at `start` (a line start) starts."""
+    if lines == 0 or start == 0:
+        return start
+    window = max(0, start - _SEEK_BYTES)
+    data = os.pread(fd, start - window, window)
+    end = len(data)  # data[-1] is the newline that ends the line before `start`
+    for _ in range(lines + 1):
+        newline = data.rfind(b"\n", 0, end)
+        if newline == -1:
+            return 0 if window == 0 else None
+        end = newline
+    return window + end + 1
+
+
+def _lines_on(fd: int, start: int, lines: int, size: int) -> int | None:
+    """Where the `lines` lines from `start` (a line start) end."""
+    data = os.pread(fd, _SEEK_BYTES, start) if lines else b""
+    at = 0
+    for _ in range(lines):
+        newline = data.find(b"\n", at)
+        if newline == -1:
+            return size if start + len(data) >= size else None
+        at = newline + 1
+    return min(size, start + at)
+
+
+def _feed(fd: int, part: Range, pipe: int, failed: list[OSError]) -> None:
+    """A part's bytes into its grep's pipe: by splice (the kernel moves the pages, this
+    process copies nothing), else by pread and write."""
+    offset = part.read_from
+    try:
+        while offset < part.read_to:
+            count = min(part.read_to - offset, PIPE_BYTES)
+            if hasattr(os, "splice"):
+                try:
+                    moved = os.splice(fd, pipe, count, offset_src=offset)
+                except OSError as error:
+                    if error.errno not in (errno.EINVAL, errno.ENOSYS):
+                        raise
+                    moved = os.write(pipe, os.pread(fd, count, offset))
+            else:
+                moved = os.write(pipe, os.pread(fd, count, offset))
+            if moved == 0:
+                break  # the file got shorter: its grep reads what there was
+            offset += moved
+    except BrokenPipeError:
+        pass  # its grep is gone: its status says why
+    except OSError as error:
+        failed.append(error)
+    finally:
+        os.close(pipe)
+
+
+def _wide(pipe: int) -> None:
+    """A pipe that holds PIPE_BYTES where Linux allows it (the default 64 KiB else)."""
+    try:
+        fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (AttributeError, OSError):
+        pass
+
+
+def _by_greps(
+    fd: int,
+    path: str,
+    words: tuple[str, ...],
+    sink: Sink,
+    before: int,
+    after: int,
+    program: str,
+    ranges: list[Range],
+) -> int | None:
+    """One grep for each part, all at once, their lines to `sink` in file order (a later
+    part's lines wait in its pipe, so memory stays bounded: a part with many lines waits
+    for the ones before it). The line numbers: grep's within its part, plus the lines
+    before the part (`wc -l` of the whole file less `wc -l` from where the part starts).
+    None when a program fails (then Python reads the file)."""
+    env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
+    counters = [_wc(path, fd, env, part.read_from) for part in ranges]
+    argv = [program, "-a", "-n", "-b", "-E", f"-B{before}", f"-A{after}", "-e", ere(words)]
+    if any(counter is None for counter in counters):
+        _stop(counters)
+        return _by_grep(fd, path, words, sink, before, after, program)
+    greps: list[subprocess.Popen[bytes]] = []
+    feeders: list[threading.Thread] = []
+    failed: list[OSError] = []
+    done = False
+    try:
+        for part in ranges:
+            into, out = os.pipe()
+            _wide(out)
+            try:
+                greps.append(subprocess.Popen(argv, stdin=into, stdout=subprocess.PIPE, env=env))
+            except OSError:
+                os.close(out)
+                return None
+            finally:
+                os.close(into)
+            assert greps[-1].stdout is not None
+            _wide(greps[-1].stdout.fileno())
+            feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
+            feeders[-1].start()
+        whole = _newlines(counters[0])
+        for part, grep, counter in zip(ranges, greps, counters, strict=True):
+            behind = _newlines(counter) if part.read_from else whole
+            whole = -1 if behind < 0 else whole  # lines misnumbered: the caller starts again
+            ahead = whole - behind
+            _drain_part(grep, part, ahead, sink)
+        done = True
+    finally:
+        if not done:  # a failure or an interrupt: no grep is left reading a 1 GB file
+            _stop([*greps, *counters])
+        for grep in greps:
+            grep.wait()
+        for feeder in feeders:  # each ends at its part's end, or when its grep is gone
+            feeder.join()
+    if not done or failed or whole < 0 or any(grep.returncode not in (0, 1) for grep in greps):
+        return None
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        whole += 1  # a last line without its newline
+    return whole
+
+
+def _stop(children: list[subprocess.Popen[bytes] | None]) -> None:
+    for child in children:
+        if child is not None and child.returncode is None:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
+
+
+def _newlines(counter: subprocess.Popen[bytes] | None) -> int:
+    """What `wc -l` said: the newlines it read (-1 when it failed)."""
+    if counter is None:
+        return -1
+    said, _ = counter.communicate()
+    try:
+        return int(said.split()[0]) if counter.returncode == 0 else -1
+    except (ValueError, IndexError):
+        return -1
+
+
+def _drain_part(grep: subprocess.Popen[bytes], part: Range, ahead: int, sink: Sink) -> None:
+    """A part's grep's lines to `sink`: those that start in the part, numbered in the file."""
+    assert grep.stdout is not None
+    out = grep.stdout.fileno()
+    lines = Lines(LINE_BYTES + 48)  # grep's "N:OFFSET:" ahead of each line
+    keep_from, keep_to = part.keep_from - part.read_from, part.keep_to - part.read_from
+    while True:
+        chunk = os.read(out, CHUNK)
+        got = lines.feed(chunk) if chunk else lines.close()
+        for raw in got:
+            head = _GREP_AT.match(raw)
+            if head is not None and keep_from <= int(head.group(3)) < keep_to:
+                text = raw[head.end() : head.end() + LINE_BYTES]
+                sink(ahead + int(head.group(1)), text, head.group(2) == b":")
+        if not chunk:
+            return
