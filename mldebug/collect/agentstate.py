@@ -344,8 +344,9 @@ class StateReader:
                 state = before[1]
             else:
                 self.reads += 1
-                data = read_json(path, MAX_STATE_BYTES)  # read_state_file's read; parse_state
-                state = parse_state(data, target.rank) if data is not None else None  # checks
+                # read_state_file's capped read, its path made once; parse_state checks it
+                data = read_json(path, MAX_STATE_BYTES)
+                state = parse_state(data, target.rank) if data is not None else None
             known[key] = (identity, state)
             if state is not None:
                 states[target.pid] = state

@@ -72,9 +72,9 @@ DEADLINE_GRACE = 1.0
 # skip_moving: a rank that moves is still read at least this often (seconds).
 SLOW_ROTATION = 10.0
 # ...but all moving ranks together cost at most about this many rotation reads a second (32
-# moving ranks: each every 16 s; 1,024: every 512 s). A py-spy run costs about 10 ms of CPU:
-# 2 a second keep the readings of ranks whose agents say they work near 2% of a core, what
-# `py-spy top` costs on one rank (benchmarks/bench_commands.py --only attach).
+# moving ranks: each every 16 s; 1,024: every 512 s). A py-spy run costs about 10 ms of CPU,
+# so 2 a second keep the readings of ranks whose agents say they work near 2% of a core,
+# what `py-spy top` costs on one rank (benchmarks/bench_commands.py --only attach).
 ROTATION_READS = 2.0
 
 
