@@ -206,3 +206,39 @@ def test_many_moving_ranks_share_a_budget_of_rotation_reads(agent_job, monkeypat
         assert agent_job.read(observer) == {0, 1, 2, 3}  # read once as they start moving
         agent_job.beat(moving={0, 1, 2, 3})
         assert agent_job.read(observer) == set()
+
+
+def test_a_rank_whose_agent_beat_since_the_last_poll_is_not_looked_at(agent_job):
+    """Neither py-spy nor /proc for a rank that moves and whose agent wrote a new heartbeat
+    since the last poll: it was alive a moment ago. A rank whose agent did not beat again is
+    looked at, and read once it has ended."""
+    with agent_job.observer() as observer:
+        agent_job.beat()
+        agent_job.read(observer)
+        agent_job.beat(moving={0, 1, 2, 3})
+        assert agent_job.read(observer) == {0, 1, 2, 3}  # read once as they start moving
+        checks = observer.collector.liveness_checks
+        agent_job.beat(moving={0, 1, 2, 3})
+        assert agent_job.read(observer) == set()
+        assert observer.collector.liveness_checks == checks  # the heartbeats were enough
+        # No new heartbeat (the states stay fresh) and rank 2 is killed.
+        agent_job.procs[2].kill()
+        agent_job.procs[2].wait()
+        assert agent_job.read(observer) == set()  # no py-spy at a process that is gone...
+        assert observer.collector.liveness_checks > checks
+        samples = observer.readings.samples
+        assert not samples[agent_job.pids[2]][-1].carried  # ...but it was looked at
+        assert all(samples[agent_job.pids[rank]][-1].carried for rank in (0, 1, 3))
+        assert {v.rank: v.state for v in observer.poll().ranks}[2] == STATE_EXITED
+
+
+def test_a_poll_parses_only_the_state_files_the_agents_wrote_since_the_last(agent_job):
+    with agent_job.observer() as observer:
+        agent_job.beat()
+        observer.poll()
+        reads = observer.collector._states.reads
+        observer.poll()  # no agent wrote since: no state.json read or parsed again
+        assert observer.collector._states.reads == reads
+        agent_job.beat(moving={1})
+        observer.poll()
+        assert observer.collector._states.reads == reads + 4

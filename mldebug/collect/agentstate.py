@@ -309,7 +309,14 @@ class StateReader:
     def __init__(self) -> None:
         # (run dir, rank, pid) -> (the file's identity when read, what it read as)
         self._known: dict[tuple[str, int, int], tuple[tuple, AgentState | None]] = {}
+        self._paths: dict[str, RunPaths] = {}  # run dir -> its paths, made once
         self.reads = 0  # files read and parsed (for the tests: unchanged ones are not)
+
+    def _state_path(self, root: str, rank: int) -> Path:
+        paths = self._paths.get(root)
+        if paths is None:
+            paths = self._paths[root] = RunPaths(Path(root))
+        return paths.state_file(rank)
 
     def read(
         self, targets: Iterable[RankTarget], run_dir: str | None = None
@@ -325,7 +332,7 @@ class StateReader:
                 trusted[root] = _trusted(root)
             if not trusted[root]:
                 continue
-            path = RunPaths(Path(root)).state_file(target.rank)
+            path = self._state_path(root, target.rank)
             try:
                 info = os.lstat(path)
             except OSError:
@@ -337,7 +344,8 @@ class StateReader:
                 state = before[1]
             else:
                 self.reads += 1
-                data = read_state_file(root, target.rank)
+                # read_state_file's capped read, its path made once; parse_state checks it
+                data = read_json(path, MAX_STATE_BYTES)
                 state = parse_state(data, target.rank) if data is not None else None
             known[key] = (identity, state)
             if state is not None:

@@ -71,9 +71,11 @@ MIN_READ_SECONDS = 0.05
 DEADLINE_GRACE = 1.0
 # skip_moving: a rank that moves is still read at least this often (seconds).
 SLOW_ROTATION = 10.0
-# ...but all moving ranks together cost at most about this many rotation reads a second (128
-# moving ranks: each every 16 s; 1,024: every 128 s).
-ROTATION_READS = 8.0
+# ...but all moving ranks together cost at most about this many rotation reads a second (32
+# moving ranks: each every 16 s; 1,024: every 512 s). A py-spy run costs about 10 ms of CPU,
+# so 2 a second keep the readings of ranks whose agents say they work near 2% of a core,
+# what `py-spy top` costs on one rank (benchmarks/bench_commands.py --only attach).
+ROTATION_READS = 2.0
 
 
 PTRACE_REFUSED = "ptrace refused"
@@ -151,6 +153,9 @@ class JobCollector:
         # pid -> (heartbeat time, the state then, whether it moved at that heartbeat)
         self._moves: dict[int, tuple[float, AgentState, bool]] = {}
         self._moving: dict[int, bool] = {}  # pid -> moving at this poll's choice
+        # pids whose agent wrote a new heartbeat since the previous poll: alive a moment ago
+        self._beat: set[int] = set()
+        self.liveness_checks = 0  # pid_alive asked (read by tests: a fresh beat is enough)
         self._moving_at_read: dict[int, bool] = {}  # pid -> moving when last read
         # pid -> as if read then (monotonic): a rank seen moving before its first reading,
         # put in the rotation at an even spacing from the others so seen
@@ -331,6 +336,7 @@ class JobCollector:
         if self.skip_moving:
             self._agents = self._states.read(targets, self.job.run_dir)
             now, wall = time.monotonic(), time.time()
+            self._beat = set()
             for target in targets:
                 pid = target.pid
                 self._moving[pid] = self._moves_now(target, self._agents.get(pid), wall)
@@ -368,6 +374,7 @@ class JobCollector:
             moved = self.moving(state, wall)  # a first reading: what it alone says
         elif state.time != seen[0]:
             moved = self.moved(seen[1], state)
+            self._beat.add(target.pid)
         else:
             moved = seen[2]
         self._moves[target.pid] = (state.time, state, moved)
@@ -376,7 +383,10 @@ class JobCollector:
         return moved and rules.is_fresh(wall - state.time, state.interval)
 
     def _skip(self, target: RankTarget, now: float, period: float) -> bool:
-        """Not read this poll: it moves, and was read less than `period` ago while it moved."""
+        """Not read this poll: it moves, and was read less than `period` ago while it moved.
+        A rank that ended is read (and seen exited) however fresh its last state: its agent
+        beating since the previous poll says it was alive a moment ago (a rank that ends now
+        is seen at the next poll); else its process is looked at."""
         pid = target.pid
         last = self._read_at.get(pid, self._joined.get(pid))
         return (
@@ -385,8 +395,12 @@ class JobCollector:
             and last is not None
             and now - last < period
             and self._moving_at_read.get(pid, pid in self._joined)
-            and pid_alive(pid)
+            and (pid in self._beat or self._alive(pid))
         )
+
+    def _alive(self, pid: int) -> bool:
+        self.liveness_checks += 1
+        return pid_alive(pid)
 
     def _sample_rounds(
         self, targets: Sequence[RankTarget], end: float | None

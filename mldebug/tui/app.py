@@ -133,7 +133,7 @@ class AttachApp(App[int]):
     def on_mount(self) -> None:
         self._running_loop = asyncio.get_running_loop()
         self.sub_title = one_line(self.job_name)
-        self.query_one("#status", Static).update(self._status())
+        self._show_status()
         self.set_interval(self.interval, self.request_poll)
         self.request_poll()
         self.query_one(RankTable).focus()
@@ -191,7 +191,7 @@ class AttachApp(App[int]):
         self.polling = False
         self.last_error = message.error
         self.waiting = message.waiting
-        self.query_one("#status", Static).update(self._status())
+        self._show_status()
 
     def _show(self, snapshot: JobSnapshot, files: RunFiles | None) -> None:
         self.query_one(FindingsBanner).show(snapshot.findings)
@@ -203,13 +203,18 @@ class AttachApp(App[int]):
         self.query_one(TimingView).show(snapshot)
         self.query_one(NcclView).show_files(files)
         self.query_one(LogsView).show_files(files)
-        self.query_one("#status", Static).update(self._status())
+        self._show_status()
         show_on_screen = getattr(self.screen, "show_snapshot", None)
         if callable(show_on_screen):
             show_on_screen(snapshot)
 
     def _status(self) -> Text:
         return status_text(self)
+
+    def _show_status(self) -> None:
+        # One line of a fixed height (app.tcss): its new text needs no layout of the screen,
+        # which would measure every widget again at each poll.
+        self.query_one("#status", Static).update(self._status(), layout=False)
 
     # ---- events from widgets ----
 
@@ -255,7 +260,7 @@ class AttachApp(App[int]):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        self.query_one("#status", Static).update(self._status())
+        self._show_status()
         if not self.paused:
             self.request_poll()
 
@@ -323,7 +328,7 @@ class AttachApp(App[int]):
             timeout=8,
             markup=False,
         )
-        self.query_one("#status", Static).update(self._status())
+        self._show_status()
 
     def action_quit_app(self) -> None:
         if self.stop_job is None:

@@ -347,6 +347,26 @@ async def test_256_ranks_update_only_the_cells_that_changed():
         assert len(labels) < 12  # merged: one branch per distinct stack, not per rank
 
 
+async def test_a_poll_that_changes_every_rank_is_one_repaint_of_the_table():
+    # GIVEN 256 ranks whose CPU and memory cells all change at each poll (their agents beat)
+    poller = FakePoller(lambda tick: hung_job(256, tick=tick))
+    app = live_app(poller, interval=SLOW_TIMER)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(RankTable)
+        cells, repaints = table.cells_updated, table.repaints
+        # WHEN the next poll comes
+        app.request_poll()
+        await settle(app, pilot)
+        await pilot.pause()  # drawn
+        # THEN every changed cell is sent, and the table asks for one repaint, not one a cell
+        assert table.cells_updated - cells >= 256
+        assert table.repaints - repaints == 1
+        assert str(table.get_row("255")[0]) == "255"
+        rows = {line.split()[0] for line in rendered(table).splitlines()[1:] if line.strip()}
+        assert "0" in rows  # and what is on screen is drawn
+
+
 async def test_r_opens_the_recipe_the_finding_points_to(poller):
     app = live_app(poller, interval=SLOW_TIMER)
     async with app.run_test(size=(100, 30)) as pilot:
