@@ -104,8 +104,9 @@ def is_frozen(view: RankView) -> bool:
     heartbeat is older than frozen_after: a thread holds the GIL in C code. Not when the
     agent's last state said the interpreter exits: its teardown (torch's, inductor's
     compile workers') can outlast frozen_after on a loaded machine, and the heartbeat ended."""
-    exiting = view.agent is not None and view.agent.exiting
-    return alive(view) and _stale(view) and _agent_thread_there(view) and not exiting
+    if view.agent is None:  # no heartbeat to be stale (the common case of a large job)
+        return False
+    return alive(view) and _stale(view) and _agent_thread_there(view) and not view.agent.exiting
 
 
 def _fresh(view: RankView) -> bool:

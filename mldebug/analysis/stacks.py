@@ -18,6 +18,7 @@ from mldebug.analysis.threads import ThreadDifference, explaining, thread_differ
 from mldebug.model import (
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    GONE_STATES,
     KIND_CRASH,
     KIND_ENDED,
     KIND_HANG,
@@ -90,15 +91,29 @@ def _place(view: RankView) -> tuple[str | None, bool]:
 
 
 def _bucket(views: Sequence[RankView], key: Callable[[RankView], Hashable]) -> list[list[RankView]]:
-    """Views grouped by key, biggest group first, then by lowest rank."""
-    buckets: dict = {}
+    """Views grouped by key (made of the rank's line, collective and DataLoader worker),
+    biggest group first, then by lowest rank. The ranks of a large job share a few frame
+    objects: they are put together by those first, and each set's key is made once."""
+    alike: dict = {}
     for view in views:
-        buckets.setdefault(key(view), []).append(view)
-    return sorted(buckets.values(), key=lambda b: (-len(b), min(v.rank for v in b)))
+        made_of = (id(view.user_frame), view.collective, view.dataloader_worker is not None)
+        alike.setdefault(made_of, []).append(view)
+    keyed: dict = {}
+    for members in alike.values():
+        keyed.setdefault(key(members[0]), []).append(members)
+    buckets = []
+    for sets in keyed.values():
+        if len(sets) == 1:
+            buckets.append(sets[0])
+        else:  # equal keys from different objects: the ranks in their first order
+            chosen = {id(v) for members in sets for v in members}
+            buckets.append([v for v in views if id(v) in chosen])
+    return sorted(buckets, key=lambda b: (-len(b), min(v.rank for v in b)))
 
 
-def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[Finding]:
-    gone = [v for v in views if v.gone]
+def _missing(
+    views: Sequence[RankView], gone: Sequence[RankView], world: int | None, alive: bool
+) -> list[Finding]:
     if not gone:
         return []
     if not alive and all(v.exit_code == 0 for v in gone):
@@ -160,11 +175,13 @@ def _wait_on_others(views: Sequence[RankView]) -> bool:
     )
 
 
-def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
+def _crash(gone: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
     """The root cause: the first rank that ended badly (and is gone), with what it raised."""
+    if not crashes:
+        return []
     # A rank that exited 0 did not crash, even if it handed an exception to its excepthook.
-    gone = {v.rank for v in views if v.gone and v.exit_code != 0}
-    ended = [c for c in crashes if c.rank in gone]
+    failed = {v.rank for v in gone if v.exit_code != 0}
+    ended = [c for c in crashes if c.rank in failed]
     if not ended:
         return []
     first = ended[0]
@@ -459,20 +476,22 @@ def stack_findings(
     """The verdict from what the ranks are doing: crashes, missing and unreadable ranks, the
     agents' findings (`sequence`, with the threads a rank lost), frozen ranks, then the
     stack reasoning over the ranks those do not account for. Unsorted."""
-    crash = _crash(views, crashes)
-    alive = any(not v.gone for v in views)
+    gone = [v for v in views if v.state in GONE_STATES]  # v.gone, once for every pass
+    crash = _crash(gone, crashes)
+    alive = len(gone) < len(views)
     # With every rank gone, "not running" says nothing the root cause does not.
     findings = (
         crash
-        + (_missing(views, world_size, alive) if alive or not crash else [])
+        + (_missing(views, gone, world_size, alive) if alive or not crash else [])
         + _unreadable(views, failures)
     )
     # The ranks' agents first: their count of collectives says who waits for whom whatever
     # the stacks show. The stacks judge the ranks these findings do not account for.
     frozen = frozen_findings(views)
-    missing = sorted(v.rank for v in views if v.gone)
+    missing = sorted(v.rank for v in gone)
     # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    readable = [v for v in views if not v.gone and v.state != STATE_UNREADABLE and v.threads]
+    no_stack = GONE_STATES | {STATE_UNREADABLE}
+    readable = [v for v in views if v.threads and v.state not in no_stack]
     threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
