@@ -428,7 +428,7 @@ def _group_verdict(
 
 def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
     """Ranks whose process lives while their agent's heartbeat stopped."""
-    frozen = [v for v in views if is_frozen(v)]
+    frozen = [v for v in views if v.agent is not None and is_frozen(v)]
     buckets: dict[str | None, list[RankView]] = {}
     for view in frozen:
         buckets.setdefault(view.user_frame.location if view.user_frame else None, []).append(view)

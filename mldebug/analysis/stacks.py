@@ -495,7 +495,8 @@ def stack_findings(
     threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
-    present = [v for v in readable if v.rank not in sequence.covered]
+    covered = sequence.covered
+    present = [v for v in readable if v.rank not in covered] if covered else readable
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
     waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]

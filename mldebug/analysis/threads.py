@@ -75,15 +75,26 @@ def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
             keys[view.rank] = found
     if len(keys) < 2:
         return []
-    ranks = sorted(keys)
+    # The ranks that share one set of keys, in rank order: each key is looked up once a set.
+    sharing: dict[int, tuple[set[str], list[int]]] = {}
+    for rank in sorted(keys):
+        found = keys[rank]
+        sharing.setdefault(id(found), (found, []))[1].append(rank)
+    shared = list(sharing.values())
     differences = []
-    for key in sorted(set().union(*keys.values())):
-        have = tuple(r for r in ranks if key in keys[r])
-        if len(have) < len(ranks):
-            lack = tuple(r for r in ranks if key not in keys[r])
-            differences.append(ThreadDifference(key, have, lack))
+    for key in sorted(set().union(*(found for found, _ in shared))):
+        have = [ranks for found, ranks in shared if key in found]
+        if len(have) == len(shared):
+            continue
+        lack = [ranks for found, ranks in shared if key not in found]
+        differences.append(ThreadDifference(key, _merged(have), _merged(lack)))
     differences.sort(key=lambda d: (not d.missing, -len(d.have), d.label))
     return differences
+
+
+def _merged(parts: list[list[int]]) -> tuple[int, ...]:
+    """Sorted, distinct rank lists as one sorted tuple."""
+    return tuple(parts[0]) if len(parts) == 1 else tuple(sorted(r for p in parts for r in p))
 
 
 def explaining(

@@ -135,12 +135,17 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
     names = ["ranks", "state", "collective"] + (["step", "heartbeat"] if agents else [])
     for name in (*names, "innermost user frame"):
         table.add_column(name, overflow="fold")
-    by_rank = {v.rank: v for v in snapshot.ranks}
+    by_rank: dict[int, RankView] = {}
     for group in snapshot.groups:
-        views = [by_rank[r] for r in group.ranks if r in by_rank]
-        # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
-        said = {v.collective for v in views}
-        collective = group.collective or (said.pop() if len(said) == 1 else None)
+        collective = group.collective
+        views: list[RankView] = []
+        if agents or not collective:  # a group's ranks one by one only where they are shown
+            by_rank = by_rank or {v.rank: v for v in snapshot.ranks}
+            views = [by_rank[r] for r in group.ranks if r in by_rank]
+        if not collective:
+            # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
+            said = {v.collective for v in views}
+            collective = said.pop() if len(said) == 1 else None
         table.add_row(
             Text(format_ranks(group.ranks)),
             plain(group.state, STATE_STYLE.get(group.state, "")),
