@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from itertools import chain
+from typing import NamedTuple
 
 from mldebug.analysis.frames import is_rendezvous
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
@@ -230,17 +232,41 @@ def _waiting_label(view: RankView) -> tuple[str, str | None]:
     return view.collective or "?", location_of(view)
 
 
-def _part(group: list[RankView], label: str) -> FindingPart:
-    return FindingPart(tuple(v.rank for v in group), label, location_of(group[0]))
+def _part(group: list[RankView], label: str, ranks: tuple[int, ...] | None = None) -> FindingPart:
+    """The group's ranks (`ranks`: made already) with what they do, and where."""
+    made = ranks if ranks is not None else tuple(v.rank for v in group)
+    return FindingPart(made, label, location_of(group[0]))
 
 
-def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
+class _Waiting(NamedTuple):
+    """The groups of waiting ranks, each group's ranks, and all of them sorted: made once
+    for every finding that names them."""
+
+    groups: list[list[RankView]]
+    ranks: list[tuple[int, ...]]
+    all_ranks: list[int]
+
+
+def _waiting(groups: list[list[RankView]]) -> _Waiting:
+    ranks = [tuple(v.rank for v in g) for g in groups]
+    return _Waiting(groups, ranks, sorted(chain.from_iterable(ranks)))
+
+
+def _parts(waiting: _Waiting) -> tuple[FindingPart, ...]:
+    return tuple(
+        _part(g, g[0].collective or "?", ranks)
+        for g, ranks in zip(waiting.groups, waiting.ranks, strict=True)
+    )
+
+
+def _mismatch(waiting: _Waiting, severity: str) -> list[Finding]:
+    groups = waiting.groups
     if len(groups) < 2:
         return []
     ops = {g[0].collective for g in groups}
     sides = [
-        f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
-        for g in groups[:4]
+        f"{ranks_text(waiting.ranks[i])} in {g[0].collective} at {_where(g[0])}"
+        for i, g in enumerate(groups[:4])
     ]
     more = f" and {len(groups) - 4} more groups" if len(groups) > 4 else ""
     why = (
@@ -248,7 +274,7 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
         if len(ops) > 1
         else f"{groups[0][0].collective} from different lines"
     )
-    ranks = sorted(v.rank for g in groups for v in g)
+    ranks = waiting.all_ranks
     culprit = groups[-1][0]  # the smallest group is the likeliest to have taken the wrong turn
     return [
         Finding(
@@ -258,7 +284,7 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
             location=location_of(culprit),
             recipe="mismatched-collectives",
             severity=severity,
-            parts=tuple(_part(g, g[0].collective or "?") for g in groups),
+            parts=_parts(waiting),
         )
     ]
 
@@ -290,14 +316,16 @@ def _with_lost_thread(
 
 def _outliers(
     elsewhere: list[RankView],
-    waiting_groups: list[list[RankView]],
+    waiting: _Waiting,
     severity: str,
     threads: list[ThreadDifference],
     used: set[ThreadDifference],
 ) -> list[Finding]:
-    main = waiting_groups[0]
+    main = waiting.groups[0]
     op = main[0].collective
-    waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
+    waiting_ranks = waiting.all_ranks
+    they_wait = f"{ranks_text(waiting_ranks)} {verb(waiting_ranks, 'waits', 'wait')}"
+    waiting_parts = _parts(waiting)
     findings = []
     for group in _bucket(elsewhere, key=_place):
         ranks = [v.rank for v in group]
@@ -311,14 +339,13 @@ def _outliers(
             used.add(lacking)
         summary = (
             f"{ranks_text(ranks)} never reached {op}: {doing}, while "
-            f"{ranks_text(waiting_ranks)} {verb(waiting_ranks, 'waits', 'wait')} "
-            f"in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
+            f"{they_wait} in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
         )
         # Ranks still working their way to init_process_group is how every job starts.
         group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
         parts = (
             _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
-            *(_part(g, g[0].collective or "?") for g in waiting_groups),
+            *waiting_parts,
         )
         findings.append(
             Finding(
@@ -514,9 +541,10 @@ def stack_findings(
             else SEVERITY_WARNING
         )
         groups = _bucket(waiting, key=_waiting_label)
-        findings += _mismatch(groups, severity)
+        ranked = _waiting(groups)
+        findings += _mismatch(ranked, severity)
         if elsewhere:
-            findings += _outliers(elsewhere, groups, severity, threads, used)
+            findings += _outliers(elsewhere, ranked, severity, threads, used)
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
     return findings + _thread_findings([d for d in threads if d not in used])

@@ -53,7 +53,7 @@ def plain(text: str, style: str = "", *, lines: bool = False) -> Text:
 
 
 def _header(snapshot: JobSnapshot) -> Text:
-    present = sum(1 for v in snapshot.ranks if v.target is not None)
+    present = len([v for v in snapshot.ranks if v.target is not None])
     world = snapshot.world_size
     text = Text("mldebug dump: ", style="bold")
     text.append(f"{present} rank{'s' if present != 1 else ''} found")
