@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 from mldebug.analysis.frames import is_rendezvous
@@ -49,6 +50,7 @@ from mldebug.rankrules import frame_label
 from mldebug.wording import ranks_text, verb
 
 MAX_THREAD_FINDINGS = 3
+_RANK = attrgetter("rank")
 
 
 def location_of(view: RankView) -> str | None:
@@ -110,7 +112,7 @@ def _bucket(views: Sequence[RankView], key: Callable[[RankView], Hashable]) -> l
         else:  # equal keys from different objects: the ranks in their first order
             chosen = {id(v) for members in sets for v in members}
             buckets.append([v for v in views if id(v) in chosen])
-    return sorted(buckets, key=lambda b: (-len(b), min(v.rank for v in b)))
+    return sorted(buckets, key=lambda b: (-len(b), min(map(_RANK, b))))
 
 
 def _missing(
@@ -206,8 +208,9 @@ def _crash(gone: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Findi
     ]
 
 
-def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
-    bad = [v for v in views if v.state == STATE_UNREADABLE]
+def _unreadable(
+    views: Sequence[RankView], bad: Sequence[RankView], failures: dict[int, str]
+) -> list[Finding]:
     if not bad:
         return []
     ranks = [v.rank for v in bad]
@@ -248,7 +251,7 @@ class _Waiting(NamedTuple):
 
 
 def _waiting(groups: list[list[RankView]]) -> _Waiting:
-    ranks = [tuple(v.rank for v in g) for g in groups]
+    ranks = [tuple(map(_RANK, g)) for g in groups]
     return _Waiting(groups, ranks, sorted(chain.from_iterable(ranks)))
 
 
@@ -503,22 +506,33 @@ def stack_findings(
     """The verdict from what the ranks are doing: crashes, missing and unreadable ranks, the
     agents' findings (`sequence`, with the threads a rank lost), frozen ranks, then the
     stack reasoning over the ranks those do not account for. Unsorted."""
-    gone = [v for v in views if v.state in GONE_STATES]  # v.gone, once for every pass
+    # One pass sorts the ranks out (a pass over a large job's views is what costs here).
+    gone: list[RankView] = []  # v.gone
+    bad: list[RankView] = []  # not read
+    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
+    readable: list[RankView] = []
+    agents = False
+    for view in views:
+        state = view.state
+        if state in GONE_STATES:
+            gone.append(view)
+        elif state == STATE_UNREADABLE:
+            bad.append(view)
+        elif view.threads:
+            readable.append(view)
+        agents = agents or view.agent is not None
     crash = _crash(gone, crashes)
     alive = len(gone) < len(views)
     # With every rank gone, "not running" says nothing the root cause does not.
     findings = (
         crash
         + (_missing(views, gone, world_size, alive) if alive or not crash else [])
-        + _unreadable(views, failures)
+        + _unreadable(views, bad, failures)
     )
     # The ranks' agents first: their count of collectives says who waits for whom whatever
     # the stacks show. The stacks judge the ranks these findings do not account for.
-    frozen = frozen_findings(views)
+    frozen = frozen_findings(views) if agents else []
     missing = sorted(v.rank for v in gone)
-    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    no_stack = GONE_STATES | {STATE_UNREADABLE}
-    readable = [v for v in views if v.threads and v.state not in no_stack]
     threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
@@ -526,8 +540,13 @@ def stack_findings(
     present = [v for v in readable if v.rank not in covered] if covered else readable
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
-    waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
-    elsewhere = [v for v in present if not v.collective]
+    waiting: list[RankView] = []
+    elsewhere: list[RankView] = []
+    for view in present:
+        if not view.collective:
+            elsewhere.append(view)
+        elif view.state != STATE_RUNNING:
+            waiting.append(view)
     if not waiting:
         unread = [v for v in views if v.state == STATE_RUNNING and not v.threads and not v.gone]
         quiet = bool(sequence.covered or frozen)
