@@ -571,10 +571,14 @@ def _flight_findings(
 def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     """What the agents' collective counts say, over every group any rank called on."""
     names: dict[str, None] = {}
+    agents = False
     for view in views:
         if view.agent is not None:
+            agents = True
             for progress in _agent(view).groups:
                 names.setdefault(progress.group, None)
+    if not agents:  # no count and no Flight Recorder to read: nothing to say
+        return SequenceVerdict({}, (), frozenset())
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []
     covered: set[int] = set()

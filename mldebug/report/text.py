@@ -131,7 +131,13 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
         title="Ranks by stack", title_justify="left", show_edge=False, box=None, pad_edge=False
     )
     # A rank's step and heartbeat come from its in-rank agent: columns only when one reports.
-    agents = any(v.agent is not None for v in snapshot.ranks)
+    # One pass finds that and the ranks in no group (no stack, or exited).
+    agents = False
+    others: dict[tuple[str, str], list[RankView]] = {}
+    for view in snapshot.ranks:
+        agents = agents or view.agent is not None
+        if not view.threads or view.state == STATE_EXITED:
+            others.setdefault((view.state, view.detail), []).append(view)
     names = ["ranks", "state", "collective"] + (["step", "heartbeat"] if agents else [])
     for name in (*names, "innermost user frame"):
         table.add_column(name, overflow="fold")
@@ -153,10 +159,6 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
             *(_agent_cells(views) if agents else []),
             plain(frame_label(group.user_frame)),
         )
-    others: dict[tuple[str, str], list[RankView]] = {}
-    for view in snapshot.ranks:
-        if not view.threads or view.state == STATE_EXITED:  # not in any group
-            others.setdefault((view.state, view.detail), []).append(view)
     for (state, detail), views in others.items():
         table.add_row(
             Text(format_ranks([v.rank for v in views])),
