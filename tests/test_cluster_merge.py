@@ -244,7 +244,7 @@ def random_job(world: int, shapes: list[int], helpers: list[bool], absent: set[i
     return targets, samples
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_ranks_judged_by_the_stacks_they_share_say_what_each_rank_judged_alone_says(data):
     """The node reader gives ranks with the same stack one shared object, and the analysis
