@@ -7,7 +7,11 @@ from collections.abc import Iterable
 
 def format_ranks(ranks: Iterable[int]) -> str:
     """Write a set of ranks as sorted, comma-separated ranges ("0-3,5,8-1023")."""
-    ordered = sorted(set(ranks))
+    return format_sorted(sorted(set(ranks)))
+
+
+def format_sorted(ordered: list[int]) -> str:
+    """format_ranks of ranks already sorted and distinct (not checked: the caller sorted)."""
     if not ordered:
         return ""
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in _runs(ordered))

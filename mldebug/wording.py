@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from mldebug.model import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_WARNING, Finding
-from mldebug.ranges import format_ranks
+from mldebug.ranges import format_sorted
 from mldebug.rankrules import human_bytes
 
 __all__ = ["finding_text", "human_bytes", "ranks_text", "severity_mark", "verb"]
@@ -21,7 +21,7 @@ NO_MARK = "•"  # a severity mldebug does not know
 def ranks_text(ranks: Iterable[int]) -> str:
     """ "rank 3" or "ranks 0-2,5": the ranks sorted, as compact ranges."""
     ordered = sorted(set(ranks))
-    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_sorted(ordered)}"
 
 
 def verb(ranks: Sequence[int], one: str, many: str) -> str:

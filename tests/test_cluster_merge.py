@@ -6,9 +6,13 @@ JSON, read back and merged (mldebug.analysis.nodes)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mldebug.analysis.nodes import merge_nodes
 from mldebug.analysis.snapshot import build_snapshot, rank_views
@@ -23,6 +27,8 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
+from mldebug.report.jsonout import snapshot_to_json
+from mldebug.report.text import render_text
 
 TRAIN = "/job/train.py"
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -207,3 +213,69 @@ def test_ranks_that_say_the_same_but_rank_and_pid_are_read_as_each_of_them():
 def read_stacks(document: dict) -> list:
     reader = Reader()
     return [reader._stack(s) for s in json.loads(json.dumps(document["stacks"]))]
+
+
+# Stacks a small job's ranks may show: waiting in all_reduce from either of two lines, in a
+# barrier, or elsewhere (loading a shard, or a second place); with or without a helper thread.
+SHAPES = (
+    WAITING,
+    (Frame("<module>", TRAIN, 60), Frame("main", TRAIN, 52), Frame("all_reduce", C10D, 3252)),
+    (Frame("<module>", TRAIN, 60), Frame("main", TRAIN, 70), Frame("barrier", C10D, 4720)),
+    CULPRIT,
+    (Frame("<module>", TRAIN, 60), Frame("main", TRAIN, 30), Frame("save", TRAIN, 12)),
+)
+HELPER = (Frame("run", "/usr/lib/python3.11/threading.py", 975), Frame("prefetch", TRAIN, 9))
+
+
+def random_job(world: int, shapes: list[int], helpers: list[bool], absent: set[int]):
+    targets, samples = [], {}
+    for rank in range(world):
+        if rank in absent:
+            continue
+        target = RankTarget(pid=1000 + rank, rank=rank, world_size=world, host="", job="j")
+        threads = [ThreadStack(7 + rank, "MainThread", SHAPES[shapes[rank]], os_thread_id=rank)]
+        if helpers[rank]:
+            threads.append(ThreadStack(9000 + rank, "Thread-1", HELPER, os_thread_id=9000 + rank))
+        samples[target.pid] = tuple(
+            StackSample(target, float(t), tuple(threads), cpu_seconds=1.0, main_cpu_seconds=0.5)
+            for t in range(3)
+        )
+        targets.append(target)
+    return targets, samples
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_ranks_judged_by_the_stacks_they_share_say_what_each_rank_judged_alone_says(data):
+    """The node reader gives ranks with the same stack one shared object, and the analysis
+    and the report work once per shared stack (analysis.stacks, threads, compiling): a job
+    read that way says exactly what the same ranks say when each has its own copy of its
+    stack, which the analysis can only take rank by rank."""
+    world = data.draw(st.integers(2, 24), "world")
+    per_node = data.draw(st.integers(1, 8), "per node")
+    shapes = data.draw(st.lists(st.integers(0, len(SHAPES) - 1), min_size=world, max_size=world))
+    helpers = data.draw(st.lists(st.booleans(), min_size=world, max_size=world))
+    absent = data.draw(st.sets(st.integers(0, world - 1), max_size=world // 3))
+    lost_node = data.draw(st.none() | st.integers(0, (world - 1) // per_node))
+    targets, samples = random_job(world, shapes, helpers, absent)
+    reader, nodes, failures = Reader(), [], []
+    for number in range(0, world, per_node):
+        host = f"node{number // per_node:03d}"
+        mine = [replace(t, host=host) for t in targets if number <= t.rank < number + per_node]
+        if number // per_node == lost_node:
+            lost = tuple(range(number, min(world, number + per_node)))
+            failures.append(NodeFailure(host, "no answer within 20 s", lost))
+            continue
+        if mine:
+            by_pid = {t.pid: tuple(replace(s, target=t) for s in samples[t.pid]) for t in mine}
+            text = json.dumps(as_collect_prints(mine, by_pid, host))
+            nodes.append(reader.read(json.loads(text), host))
+    if not nodes and not failures:
+        return
+    shared = merge_nodes(nodes, failures, world_size=world, now=10.0)
+    alone = [replace(n, views=tuple(copy.deepcopy(v) for v in n.views)) for n in nodes]
+    each = merge_nodes(alone, failures, world_size=world, now=10.0)
+    assert shared.findings == each.findings
+    assert (shared.groups, shared.tree, shared.ranks) == (each.groups, each.tree, each.ranks)
+    assert render_text(shared, width=200) == render_text(each, width=200)
+    assert snapshot_to_json(shared) == snapshot_to_json(each)

@@ -92,14 +92,21 @@ def compile_seconds(view: RankView) -> float | None:
 def compiling_ranks(views: Sequence[RankView]) -> dict[int, Compile]:
     """rank -> how it compiles, for the live ranks whose main thread is in a compile."""
     found = {}
+    # The ranks of a large job share a few stack objects (the node documents' reader reads
+    # each stack once): each is walked once, kept alive here while its id is the key.
+    phases: dict[int, tuple[Sequence[Frame], str | None, Frame | None]] = {}
     for view in views:
-        if view.gone or not view.threads:
+        if not view.threads:
             continue
         frames = view.threads[0].frames
-        phase = compile_phase(frames)
-        if phase is None:
+        known = phases.get(id(frames))
+        if known is None:
+            phase = compile_phase(frames)
+            known = (frames, phase, compile_caller(frames) if phase is not None else None)
+            phases[id(frames)] = known
+        _, phase, caller = known
+        if phase is None or view.gone:
             continue
-        caller = compile_caller(frames)
         seen = view.agent.compile if view.agent is not None else None
         found[view.rank] = Compile(
             view.rank,
@@ -240,7 +247,7 @@ def compile_counts(views: Sequence[RankView]) -> dict[int, tuple[int, float]]:
     agent (a rank whose agent saw none: (0, 0.0))."""
     counts = {}
     for view in views:
-        if view.gone or view.agent is None:
+        if view.agent is None or view.gone:
             continue
         seen = view.agent.compile
         counts[view.rank] = (0, 0.0) if seen is None else (seen.count, seen.seconds)

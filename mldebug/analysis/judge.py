@@ -94,10 +94,12 @@ def judge(evidence: Evidence) -> tuple[Finding, ...]:
         )
     made = [f for f in made if f.kind not in evidence.replaces] + list(evidence.found)
     made = with_transport_fault(made)  # comm_bound is a warning with the NCCL log's sockets
-    graded = grade(merge_same(made), evidence.views, evidence.error_after)
     views, error_after = evidence.views, evidence.error_after
+    # Waits, idle time and compile counts are the agents' word: their ranks, picked once.
+    agents = [v for v in views if v.agent is not None]
+    graded = grade(merge_same(made), agents, error_after)
     told = regrade_after_compiles(
-        name_recompiles(graded, views), compiled_since(views), error_after
+        name_recompiles(graded, agents), compiled_since(agents), error_after
     )
     told = explain_compiles(told, compiling_ranks(views))
     return sort_findings(told)

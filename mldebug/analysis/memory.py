@@ -323,6 +323,8 @@ def census_findings(views: Sequence[RankView], now: float | None = None) -> list
 
 
 def memory_findings(views: Sequence[RankView]) -> list[Finding]:
-    by_time, named = timeline_findings(views)
-    by_steps = growth_findings([v for v in views if v.rank not in named])
-    return by_time + by_steps + outlier_findings(views) + census_findings(views)
+    # Only live ranks with an agent speak of memory: one pass picks them for every rule.
+    live = _live(views)
+    by_time, named = timeline_findings(live)
+    by_steps = growth_findings([v for v in live if v.rank not in named])
+    return by_time + by_steps + outlier_findings(live) + census_findings(live)

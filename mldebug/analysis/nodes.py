@@ -13,7 +13,7 @@ what the scheduler says of its ranks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import replace
 
 from mldebug.analysis.merge import build_tree, merge_groups
@@ -82,7 +82,13 @@ def merge_nodes(
     node_groups = []
     failed: dict[int, str] = {}
     for node in nodes:
-        taken = {v.rank for v in node.views if views.setdefault(v.rank, v) is v}
+        mine = {v.rank: v for v in node.views}
+        taken: Set[int]
+        if len(mine) == len(node.views) and views.keys().isdisjoint(mine):
+            views.update(mine)  # the usual case: ranks no node claimed before, each once
+            taken = mine.keys()
+        else:
+            taken = {v.rank for v in node.views if views.setdefault(v.rank, v) is v}
         failed.update((r, why) for r, why in node.failures.items() if r in taken)
         groups = node.groups
         if len(taken) < len(node.views):  # ranks another node had first: not merged twice

@@ -104,8 +104,9 @@ def is_frozen(view: RankView) -> bool:
     heartbeat is older than frozen_after: a thread holds the GIL in C code. Not when the
     agent's last state said the interpreter exits: its teardown (torch's, inductor's
     compile workers') can outlast frozen_after on a loaded machine, and the heartbeat ended."""
-    exiting = view.agent is not None and view.agent.exiting
-    return alive(view) and _stale(view) and _agent_thread_there(view) and not exiting
+    if view.agent is None:  # no heartbeat to be stale (the common case of a large job)
+        return False
+    return alive(view) and _stale(view) and _agent_thread_there(view) and not view.agent.exiting
 
 
 def _fresh(view: RankView) -> bool:
@@ -427,7 +428,7 @@ def _group_verdict(
 
 def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
     """Ranks whose process lives while their agent's heartbeat stopped."""
-    frozen = [v for v in views if is_frozen(v)]
+    frozen = [v for v in views if v.agent is not None and is_frozen(v)]
     buckets: dict[str | None, list[RankView]] = {}
     for view in frozen:
         buckets.setdefault(view.user_frame.location if view.user_frame else None, []).append(view)
@@ -570,10 +571,14 @@ def _flight_findings(
 def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     """What the agents' collective counts say, over every group any rank called on."""
     names: dict[str, None] = {}
+    agents = False
     for view in views:
         if view.agent is not None:
+            agents = True
             for progress in _agent(view).groups:
                 names.setdefault(progress.group, None)
+    if not agents:  # no count and no Flight Recorder to read: nothing to say
+        return SequenceVerdict({}, (), frozenset())
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []
     covered: set[int] = set()

@@ -244,7 +244,10 @@ def ranks_evidence(
     costliest analysis of a large job). `views`: every rank as read, sorted, not yet
     judged; `failures`: rank -> FAIL_* of its reading."""
     sequence = sequence_verdict(views)
-    views = tuple(as_waiting(view, sequence.waits.get(view.rank)) for view in views)
+    waits = sequence.waits
+    views = (
+        tuple(as_waiting(view, waits.get(view.rank)) for view in views) if waits else tuple(views)
+    )
     timing = judge_timing(views)  # analysis/timing.py: the table and its findings
     evidence = Evidence(
         views=views,

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from itertools import chain
+from operator import attrgetter
+from typing import NamedTuple
 
 from mldebug.analysis.frames import is_rendezvous
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
@@ -18,6 +21,7 @@ from mldebug.analysis.threads import ThreadDifference, explaining, thread_differ
 from mldebug.model import (
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    GONE_STATES,
     KIND_CRASH,
     KIND_ENDED,
     KIND_HANG,
@@ -46,6 +50,7 @@ from mldebug.rankrules import frame_label
 from mldebug.wording import ranks_text, verb
 
 MAX_THREAD_FINDINGS = 3
+_RANK = attrgetter("rank")
 
 
 def location_of(view: RankView) -> str | None:
@@ -90,15 +95,29 @@ def _place(view: RankView) -> tuple[str | None, bool]:
 
 
 def _bucket(views: Sequence[RankView], key: Callable[[RankView], Hashable]) -> list[list[RankView]]:
-    """Views grouped by key, biggest group first, then by lowest rank."""
-    buckets: dict = {}
+    """Views grouped by key (made of the rank's line, collective and DataLoader worker),
+    biggest group first, then by lowest rank. The ranks of a large job share a few frame
+    objects: they are put together by those first, and each set's key is made once."""
+    alike: dict = {}
     for view in views:
-        buckets.setdefault(key(view), []).append(view)
-    return sorted(buckets.values(), key=lambda b: (-len(b), min(v.rank for v in b)))
+        made_of = (id(view.user_frame), view.collective, view.dataloader_worker is not None)
+        alike.setdefault(made_of, []).append(view)
+    keyed: dict = {}
+    for members in alike.values():
+        keyed.setdefault(key(members[0]), []).append(members)
+    buckets = []
+    for sets in keyed.values():
+        if len(sets) == 1:
+            buckets.append(sets[0])
+        else:  # equal keys from different objects: the ranks in their first order
+            chosen = {id(v) for members in sets for v in members}
+            buckets.append([v for v in views if id(v) in chosen])
+    return sorted(buckets, key=lambda b: (-len(b), min(map(_RANK, b))))
 
 
-def _missing(views: Sequence[RankView], world: int | None, alive: bool) -> list[Finding]:
-    gone = [v for v in views if v.gone]
+def _missing(
+    views: Sequence[RankView], gone: Sequence[RankView], world: int | None, alive: bool
+) -> list[Finding]:
     if not gone:
         return []
     if not alive and all(v.exit_code == 0 for v in gone):
@@ -160,11 +179,13 @@ def _wait_on_others(views: Sequence[RankView]) -> bool:
     )
 
 
-def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
+def _crash(gone: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Finding]:
     """The root cause: the first rank that ended badly (and is gone), with what it raised."""
+    if not crashes:
+        return []
     # A rank that exited 0 did not crash, even if it handed an exception to its excepthook.
-    gone = {v.rank for v in views if v.gone and v.exit_code != 0}
-    ended = [c for c in crashes if c.rank in gone]
+    failed = {v.rank for v in gone if v.exit_code != 0}
+    ended = [c for c in crashes if c.rank in failed]
     if not ended:
         return []
     first = ended[0]
@@ -187,8 +208,9 @@ def _crash(views: Sequence[RankView], crashes: Sequence[RankCrash]) -> list[Find
     ]
 
 
-def _unreadable(views: Sequence[RankView], failures: dict[int, str]) -> list[Finding]:
-    bad = [v for v in views if v.state == STATE_UNREADABLE]
+def _unreadable(
+    views: Sequence[RankView], bad: Sequence[RankView], failures: dict[int, str]
+) -> list[Finding]:
     if not bad:
         return []
     ranks = [v.rank for v in bad]
@@ -213,17 +235,41 @@ def _waiting_label(view: RankView) -> tuple[str, str | None]:
     return view.collective or "?", location_of(view)
 
 
-def _part(group: list[RankView], label: str) -> FindingPart:
-    return FindingPart(tuple(v.rank for v in group), label, location_of(group[0]))
+def _part(group: list[RankView], label: str, ranks: tuple[int, ...] | None = None) -> FindingPart:
+    """The group's ranks (`ranks`: made already) with what they do, and where."""
+    made = ranks if ranks is not None else tuple(v.rank for v in group)
+    return FindingPart(made, label, location_of(group[0]))
 
 
-def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
+class _Waiting(NamedTuple):
+    """The groups of waiting ranks, each group's ranks, and all of them sorted: made once
+    for every finding that names them."""
+
+    groups: list[list[RankView]]
+    ranks: list[tuple[int, ...]]
+    all_ranks: list[int]
+
+
+def _waiting(groups: list[list[RankView]]) -> _Waiting:
+    ranks = [tuple(map(_RANK, g)) for g in groups]
+    return _Waiting(groups, ranks, sorted(chain.from_iterable(ranks)))
+
+
+def _parts(waiting: _Waiting) -> tuple[FindingPart, ...]:
+    return tuple(
+        _part(g, g[0].collective or "?", ranks)
+        for g, ranks in zip(waiting.groups, waiting.ranks, strict=True)
+    )
+
+
+def _mismatch(waiting: _Waiting, severity: str) -> list[Finding]:
+    groups = waiting.groups
     if len(groups) < 2:
         return []
     ops = {g[0].collective for g in groups}
     sides = [
-        f"{ranks_text([v.rank for v in g])} in {g[0].collective} at {_where(g[0])}"
-        for g in groups[:4]
+        f"{ranks_text(waiting.ranks[i])} in {g[0].collective} at {_where(g[0])}"
+        for i, g in enumerate(groups[:4])
     ]
     more = f" and {len(groups) - 4} more groups" if len(groups) > 4 else ""
     why = (
@@ -231,7 +277,7 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
         if len(ops) > 1
         else f"{groups[0][0].collective} from different lines"
     )
-    ranks = sorted(v.rank for g in groups for v in g)
+    ranks = waiting.all_ranks
     culprit = groups[-1][0]  # the smallest group is the likeliest to have taken the wrong turn
     return [
         Finding(
@@ -241,7 +287,7 @@ def _mismatch(groups: list[list[RankView]], severity: str) -> list[Finding]:
             location=location_of(culprit),
             recipe="mismatched-collectives",
             severity=severity,
-            parts=tuple(_part(g, g[0].collective or "?") for g in groups),
+            parts=_parts(waiting),
         )
     ]
 
@@ -273,14 +319,16 @@ def _with_lost_thread(
 
 def _outliers(
     elsewhere: list[RankView],
-    waiting_groups: list[list[RankView]],
+    waiting: _Waiting,
     severity: str,
     threads: list[ThreadDifference],
     used: set[ThreadDifference],
 ) -> list[Finding]:
-    main = waiting_groups[0]
+    main = waiting.groups[0]
     op = main[0].collective
-    waiting_ranks = sorted(v.rank for g in waiting_groups for v in g)
+    waiting_ranks = waiting.all_ranks
+    they_wait = f"{ranks_text(waiting_ranks)} {verb(waiting_ranks, 'waits', 'wait')}"
+    waiting_parts = _parts(waiting)
     findings = []
     for group in _bucket(elsewhere, key=_place):
         ranks = [v.rank for v in group]
@@ -294,14 +342,13 @@ def _outliers(
             used.add(lacking)
         summary = (
             f"{ranks_text(ranks)} never reached {op}: {doing}, while "
-            f"{ranks_text(waiting_ranks)} {verb(waiting_ranks, 'waits', 'wait')} "
-            f"in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
+            f"{they_wait} in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
         )
         # Ranks still working their way to init_process_group is how every job starts.
         group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
         parts = (
             _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
-            *(_part(g, g[0].collective or "?") for g in waiting_groups),
+            *waiting_parts,
         )
         findings.append(
             Finding(
@@ -459,28 +506,47 @@ def stack_findings(
     """The verdict from what the ranks are doing: crashes, missing and unreadable ranks, the
     agents' findings (`sequence`, with the threads a rank lost), frozen ranks, then the
     stack reasoning over the ranks those do not account for. Unsorted."""
-    crash = _crash(views, crashes)
-    alive = any(not v.gone for v in views)
+    # One pass sorts the ranks out (a pass over a large job's views is what costs here).
+    gone: list[RankView] = []  # v.gone
+    bad: list[RankView] = []  # not read
+    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
+    readable: list[RankView] = []
+    agents = False
+    for view in views:
+        state = view.state
+        if state in GONE_STATES:
+            gone.append(view)
+        elif state == STATE_UNREADABLE:
+            bad.append(view)
+        elif view.threads:
+            readable.append(view)
+        agents = agents or view.agent is not None
+    crash = _crash(gone, crashes)
+    alive = len(gone) < len(views)
     # With every rank gone, "not running" says nothing the root cause does not.
     findings = (
         crash
-        + (_missing(views, world_size, alive) if alive or not crash else [])
-        + _unreadable(views, failures)
+        + (_missing(views, gone, world_size, alive) if alive or not crash else [])
+        + _unreadable(views, bad, failures)
     )
     # The ranks' agents first: their count of collectives says who waits for whom whatever
     # the stacks show. The stacks judge the ranks these findings do not account for.
-    frozen = frozen_findings(views)
-    missing = sorted(v.rank for v in views if v.gone)
-    # A rank not read yet (a live view reads large jobs a slice at a time) says nothing.
-    readable = [v for v in views if not v.gone and v.state != STATE_UNREADABLE and v.threads]
+    frozen = frozen_findings(views) if agents else []
+    missing = sorted(v.rank for v in gone)
     threads = thread_differences(readable)
     used: set[ThreadDifference] = set()
     findings += [_with_lost_thread(f, threads, used) for f in sequence.findings] + frozen
-    present = [v for v in readable if v.rank not in sequence.covered]
+    covered = sequence.covered
+    present = [v for v in readable if v.rank not in covered] if covered else readable
     # A rank working inside a collective is in transit: neither waiting for anyone nor
     # keeping anyone waiting (ranks arriving at init_process_group one after another).
-    waiting = [v for v in present if v.collective and v.state != STATE_RUNNING]
-    elsewhere = [v for v in present if not v.collective]
+    waiting: list[RankView] = []
+    elsewhere: list[RankView] = []
+    for view in present:
+        if not view.collective:
+            elsewhere.append(view)
+        elif view.state != STATE_RUNNING:
+            waiting.append(view)
     if not waiting:
         unread = [v for v in views if v.state == STATE_RUNNING and not v.threads and not v.gone]
         quiet = bool(sequence.covered or frozen)
@@ -494,9 +560,10 @@ def stack_findings(
             else SEVERITY_WARNING
         )
         groups = _bucket(waiting, key=_waiting_label)
-        findings += _mismatch(groups, severity)
+        ranked = _waiting(groups)
+        findings += _mismatch(ranked, severity)
         if elsewhere:
-            findings += _outliers(elsewhere, groups, severity, threads, used)
+            findings += _outliers(elsewhere, ranked, severity, threads, used)
         elif len(groups) == 1:
             findings += _all_waiting(groups[0], missing, severity)
     return findings + _thread_findings([d for d in threads if d not in used])

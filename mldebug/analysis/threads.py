@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import PurePosixPath
 
 from mldebug.model import RankView, ThreadStack
@@ -64,26 +65,42 @@ def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
 
     Only ranks whose threads were read take part; at least two are needed to compare.
     """
-    keys: dict[int, set[str]] = {}
-    known: dict[int, set[str]] = {}  # ranks that share one threads tuple: its keys once
+    # The ranks that share one threads tuple (most of a large job's), in rank order: its
+    # keys made once, and each key looked up once a tuple, not once a rank.
+    by_threads: dict[int, tuple[tuple[ThreadStack, ...], list[int]]] = {}
     for view in views:
         if view.threads:
-            found = known.get(id(view.threads))
-            if found is None:
-                found = {k for t in view.threads[1:] if (k := thread_key(t)) is not None}
-                known[id(view.threads)] = found
-            keys[view.rank] = found
-    if len(keys) < 2:
+            by_threads.setdefault(id(view.threads), (view.threads, []))[1].append(view.rank)
+    lists = [ranks for _, ranks in by_threads.values()]
+    count = sum(map(len, lists))
+    if len(set(chain.from_iterable(lists))) < count:  # a rank read twice: its last reading
+        last = {v.rank: v for v in views if v.threads}
+        by_threads = {}
+        for rank in sorted(last):
+            threads = last[rank].threads
+            by_threads.setdefault(id(threads), (threads, []))[1].append(rank)
+        count = len(last)
+    if count < 2:
         return []
-    ranks = sorted(keys)
+    sharing = [
+        ({k for t in threads[1:] if (k := thread_key(t)) is not None}, sorted(ranks))
+        for threads, ranks in by_threads.values()
+    ]
+    shared = sharing
     differences = []
-    for key in sorted(set().union(*keys.values())):
-        have = tuple(r for r in ranks if key in keys[r])
-        if len(have) < len(ranks):
-            lack = tuple(r for r in ranks if key not in keys[r])
-            differences.append(ThreadDifference(key, have, lack))
+    for key in sorted(set().union(*(found for found, _ in shared))):
+        have = [ranks for found, ranks in shared if key in found]
+        if len(have) == len(shared):
+            continue
+        lack = [ranks for found, ranks in shared if key not in found]
+        differences.append(ThreadDifference(key, _merged(have), _merged(lack)))
     differences.sort(key=lambda d: (not d.missing, -len(d.have), d.label))
     return differences
+
+
+def _merged(parts: list[list[int]]) -> tuple[int, ...]:
+    """Sorted, distinct rank lists as one sorted tuple."""
+    return tuple(parts[0]) if len(parts) == 1 else tuple(sorted(r for p in parts for r in p))
 
 
 def explaining(

@@ -53,7 +53,7 @@ def plain(text: str, style: str = "", *, lines: bool = False) -> Text:
 
 
 def _header(snapshot: JobSnapshot) -> Text:
-    present = sum(1 for v in snapshot.ranks if v.target is not None)
+    present = len([v for v in snapshot.ranks if v.target is not None])
     world = snapshot.world_size
     text = Text("mldebug dump: ", style="bold")
     text.append(f"{present} rank{'s' if present != 1 else ''} found")
@@ -131,16 +131,27 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
         title="Ranks by stack", title_justify="left", show_edge=False, box=None, pad_edge=False
     )
     # A rank's step and heartbeat come from its in-rank agent: columns only when one reports.
-    agents = any(v.agent is not None for v in snapshot.ranks)
+    # One pass finds that and the ranks in no group (no stack, or exited).
+    agents = False
+    others: dict[tuple[str, str], list[RankView]] = {}
+    for view in snapshot.ranks:
+        agents = agents or view.agent is not None
+        if not view.threads or view.state == STATE_EXITED:
+            others.setdefault((view.state, view.detail), []).append(view)
     names = ["ranks", "state", "collective"] + (["step", "heartbeat"] if agents else [])
     for name in (*names, "innermost user frame"):
         table.add_column(name, overflow="fold")
-    by_rank = {v.rank: v for v in snapshot.ranks}
+    by_rank: dict[int, RankView] = {}
     for group in snapshot.groups:
-        views = [by_rank[r] for r in group.ranks if r in by_rank]
-        # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
-        said = {v.collective for v in views}
-        collective = group.collective or (said.pop() if len(said) == 1 else None)
+        collective = group.collective
+        views: list[RankView] = []
+        if agents or not collective:  # a group's ranks one by one only where they are shown
+            by_rank = by_rank or {v.rank: v for v in snapshot.ranks}
+            views = [by_rank[r] for r in group.ranks if r in by_rank]
+        if not collective:
+            # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
+            said = {v.collective for v in views}
+            collective = said.pop() if len(said) == 1 else None
         table.add_row(
             Text(format_ranks(group.ranks)),
             plain(group.state, STATE_STYLE.get(group.state, "")),
@@ -148,10 +159,6 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
             *(_agent_cells(views) if agents else []),
             plain(frame_label(group.user_frame)),
         )
-    others: dict[tuple[str, str], list[RankView]] = {}
-    for view in snapshot.ranks:
-        if not view.threads or view.state == STATE_EXITED:  # not in any group
-            others.setdefault((view.state, view.detail), []).append(view)
     for (state, detail), views in others.items():
         table.add_row(
             Text(format_ranks([v.rank for v in views])),
