@@ -411,7 +411,7 @@ def test_dump_reads_the_state_json_of_every_rank_of_a_run(tmp_path):
     assert all(0 <= r["heartbeat_age"] < 30 for r in report["ranks"])
 
 
-def test_1024_ranks_with_full_traces_are_judged_quickly():
+def test_1024_ranks_with_full_traces_name_the_one_behind():
     # 1,024 ranks, each state with its 64 newest calls; rank 700 never made call #64.
     world = 1024
     targets, by_pid, agents = [], {}, {}
@@ -434,13 +434,11 @@ def test_1024_ranks_with_full_traces_are_judged_quickly():
             trace=calls,
         )
         by_pid[target.pid] = samples(rank, LOAD if rank == 700 else SPIN)
-    started = time.perf_counter()
+    # (how fast is benchmarks/bench_commands.py's business: tests check behaviour)
     snap = build_snapshot(targets, by_pid, world, agents=agents, now=NOW)
-    took = time.perf_counter() - started
     first = snap.findings[0]
     assert first.kind == KIND_OUTLIER and first.ranks == (700,)
     assert "ranks 0-699,701-1023 wait for it" in first.summary
-    assert took < 5.0, took
 
 
 def test_text_from_a_state_is_shown_as_written_without_escape_sequences(tmp_path):
