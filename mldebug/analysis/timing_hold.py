@@ -3,7 +3,7 @@
 The window test (analysis/timing_evidence.py) sees the last 64 steps: it names a straggler
 early, but a window that happens to be noisy (a busy node, a small slowdown) names nobody,
 and the user who runs `dump` again sees the verdict come and go. The agent also keeps the
-whole run, a row of medians per block of 16 steps (agent/timing_blocks.py). Here each block
+whole run, a row of medians per block of 8 steps (agent/timing_blocks.py). Here each block
 weighs half as much every HALF_LIFE blocks back, so the evidence builds up while it holds
 and fades once it stops (a straggler that recovered is no longer named some HALF_LIFE
 blocks later).
@@ -28,11 +28,12 @@ from dataclasses import dataclass
 
 from mldebug.model.timing import BlockTiming
 
-HALF_LIFE = 32.0  # blocks (16 steps each): 512 steps
+HALF_LIFE = 64.0  # blocks (8 steps each): 512 steps
 FALSE_ALARM = 1e-3  # per look, over every rank and part (as the window test's)
 MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or more)
 MIN_BLOCKS = 4  # blocks common to every rank before anything is judged
 WEIGHT = 4  # the newest block's weight; the oldest count 1, then 0 (about 3 half-lives)
+WARMUP_STEPS = 16  # blocks beginning before this step are left out: workers start, caches fill
 EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.2 s), at most
 
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
@@ -73,10 +74,12 @@ class Held:
 def common_blocks(
     blocks: Mapping[int, Sequence[BlockTiming]],
 ) -> list[dict[int, BlockTiming]]:
-    """The blocks every rank timed, oldest first, each rank's row of it."""
+    """The blocks every rank timed after the warm-up, oldest first, each rank's row of it."""
     by_block: dict[int, dict[int, BlockTiming]] = {}
     for rank, rows in blocks.items():
         for row in rows:
+            if row.first < WARMUP_STEPS:
+                continue
             by_block.setdefault(row.block, {})[rank] = row
     return [row for _, row in sorted(by_block.items()) if len(row) == len(blocks)]
 
@@ -156,16 +159,23 @@ def _means(rows: Sequence[Mapping[int, BlockTiming]], w: Sequence[int], rank: in
     )
 
 
-def since_of(excess: Sequence[float]) -> int:
+def since_of(excess: Sequence[float], margin: float = 0.0) -> int:
     """The index from which on the rank's places stand out most: the start of the suffix
-    (up to the newest) with the largest sum of places above the middle. Before a rank
-    turned slow its places are noise around the middle; from then on they add up."""
+    (up to the newest) with the largest sum of places above the middle plus `margin`.
+    Before a rank turned slow its places are noise around the middle (a random walk that
+    would drag the start back by chance: the margin makes it drift down); from then on
+    they add up."""
     best, best_sum, running = len(excess) - 1, -math.inf, 0.0
     for index in range(len(excess) - 1, -1, -1):
-        running += excess[index]
+        running += excess[index] - margin
         if running > best_sum:
             best, best_sum = index, running
     return best
+
+
+def since_margin(n: int) -> float:
+    """A quarter of the most a place can stand above the middle among n ranks."""
+    return (n - 1) / 8
 
 
 def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
@@ -197,7 +207,8 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
         late = ()  # most ranks stand out: not one slow rank (nor two)
     since = {}
     for rank in late:
-        first = rows[since_of(excess[part_of[rank]][ranks.index(rank)])][rank]
+        found = since_of(excess[part_of[rank]][ranks.index(rank)], since_margin(n))
+        first = rows[found][rank]
         since[rank] = Since(first.first, first.start)
     means = {rank: _means(rows, w, rank) for rank in ranks}
     return Held(late, chance, part_of, len(rows), means, since)
