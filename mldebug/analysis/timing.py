@@ -478,9 +478,9 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     held = hold.judge_held({r: s.timing.blocks for r, s in ready.items()})
     late = list(found.late) if found is not None else []
     findings: list[Finding] = []
-    straggler = (
-        _straggler_finding(found, ready, waited, shares) if found is not None and late else None
-    )
+    if late and hold.passing(held, late):
+        late = []  # the window's burst: the run's blocks rank these no higher than chance
+    straggler = _straggler_finding(found, ready, waited, shares) if found and late else None
     if straggler is None and held is not None and held.late:
         straggler = _held_straggler(held, ready, waited, shares)
     if straggler is None:

@@ -34,6 +34,10 @@ MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or mor
 MIN_BLOCKS = 4  # blocks common to every rank before anything is judged
 WEIGHT = 4  # the newest block's weight; the oldest count 1, then 0 (about 3 half-lives)
 WARMUP_STEPS = 16  # blocks beginning before this step are left out: workers start, caches fill
+# The window names a rank the run's blocks, with enough of them to have named it, place no
+# higher than chance allows this often: a burst of a few seconds (a neighbour's work on its
+# core), not a straggler (judge_timing leaves the window's name out).
+PASSING = 0.1
 EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.2 s), at most
 
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
@@ -65,8 +69,10 @@ class Since:
 class Held:
     late: tuple[int, ...]  # the ranks the decayed evidence names
     chance: dict[int, float]  # per rank: its smallest corrected chance over the parts
+    tail: dict[int, float]  # ...and the smallest before the correction
     part: dict[int, str]
     blocks: int  # blocks every rank timed, compared
+    ready: bool  # enough blocks that a rank slowest in each would be named
     means: dict[int, Means]
     since: dict[int, Since]  # per named rank
 
@@ -188,6 +194,7 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
     w = weights(rows)
     tries = n * len(PARTS)
     chance = {rank: 1.0 for rank in ranks}
+    tail = {rank: 1.0 for rank in ranks}
     part_of = {rank: "" for rank in ranks}
     excess: dict[str, list[list[float]]] = {}
     for name, value in PARTS:
@@ -199,10 +206,13 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
                 sums[i] += wi * (placed[i] - 1)
                 excess[name][i].append(placed[i] - (n + 1) / 2)
         for i, rank in enumerate(ranks):
-            p = min(1.0, weighted_tail(sums[i], w, n) * tries)
+            one = weighted_tail(sums[i], w, n)
+            tail[rank] = min(tail[rank], one)
+            p = min(1.0, one * tries)
             if p < chance[rank]:
                 chance[rank], part_of[rank] = p, name
     late = tuple(r for r in ranks if chance[r] < FALSE_ALARM)
+    ready = weighted_tail(sum(w) * (n - 1), w, n) * tries < FALSE_ALARM
     if len(late) > (MAX_LATE if n >= 4 else 1):
         late = ()  # most ranks stand out: not one slow rank (nor two)
     since = {}
@@ -211,4 +221,12 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
         first = rows[found][rank]
         since[rank] = Since(first.first, first.start)
     means = {rank: _means(rows, w, rank) for rank in ranks}
-    return Held(late, chance, part_of, len(rows), means, since)
+    return Held(late, chance, tail, part_of, len(rows), ready, means, since)
+
+
+def passing(held: Held | None, ranks: Sequence[int]) -> bool:
+    """The run's blocks could have named these ranks and rank them no higher than chance
+    (PASSING, before the correction for the ranks and parts tried): the window saw a burst."""
+    if held is None or not held.ready:
+        return False
+    return all(held.tail[r] >= PASSING for r in ranks)
