@@ -17,6 +17,10 @@ EXACT_CELLS): the chance of a sum that high, corrected for every rank and part t
 be below FALSE_ALARM. How much it costs the others is judged on the decayed means of the
 blocks (analysis/timing.py), and `since` is the block from which on the rank's places add up
 most (since_of).
+
+The other way round (passing): a rank the window names whose blocks, enough of them to have
+named it, place it no higher than chance is a burst of a few seconds (a neighbour's work on
+its core), not a straggler. Blocks before WARMUP_STEPS are left out of both.
 """
 
 from __future__ import annotations
