@@ -480,7 +480,9 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     findings: list[Finding] = []
     if late and hold.passing(held, late):
         late = []  # the window's burst: the run's blocks rank these no higher than chance
-    straggler = _straggler_finding(found, ready, waited, shares) if found and late else None
+    straggler = (
+        _straggler_finding(found, ready, waited, shares) if found is not None and late else None
+    )
     if straggler is None and held is not None and held.late:
         straggler = _held_straggler(held, ready, waited, shares)
     if straggler is None:
@@ -505,7 +507,7 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
 
 def _settled(ready: dict[int, _Split]) -> dict[int, _Split] | None:
     """The window's steps after the warm-up (DataLoader workers starting make the first
-    steps wait for data on every rank), newest half apart: None with too few."""
+    steps wait for data on every rank): None with too few."""
     steps = {r: [s for s in split.steps if s.step >= WARMUP_STEPS] for r, split in ready.items()}
     if any(len(s) < MIN_STEPS for s in steps.values()):
         return None
