@@ -40,8 +40,10 @@ WEIGHT = 4  # the newest block's weight; the oldest count 1, then 0 (about 3 hal
 WARMUP_STEPS = 16  # blocks beginning before this step are left out: workers start, caches fill
 # The window names a rank the run's blocks, with enough of them to have named it, place no
 # higher than chance allows this often: a burst of a few seconds (a neighbour's work on its
-# core), not a straggler (judge_timing leaves the window's name out).
-PASSING = 0.1
+# core), not a straggler (judge_timing leaves the window's name out). At 0.5: the run places
+# it at or below the middle, its evidence is against it (a weak straggler whose blocks still
+# build up is not dropped now and then).
+PASSING = 0.5
 EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.2 s), at most
 
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
