@@ -337,3 +337,52 @@ def test_a_census_is_taken_on_request_or_as_memory_rises_never_without_torch(tmp
     assert census.current["requested"] and census.previous is taken[0]
     assert not census.due(census.current["time"] + 2, 100)  # that request is answered
     assert os.path.exists(tmp_path / "census" / "request")
+
+
+def noisy_leak(seconds: int, seed: int) -> list:
+    """Rank 0 leaks 0.3 MB a second under 8 MB of noise; ranks 1-3 are flat with the same
+    noise: 180 s alone hold too little rise against the noise now and then."""
+    rng = random.Random(seed)
+    leak = [400 * MB + 0.3 * MB * i + rng.gauss(0, 8 * MB) for i in range(seconds)]
+    return [leak] + [[400 * MB + rng.gauss(0, 8 * MB) for _ in range(seconds)] for _ in range(3)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_slow_leak_under_noise_is_named_at_every_look_and_says_since_when(seed):
+    values = noisy_leak(1000, seed)
+    for seconds in range(300, 1001, 100):  # the user runs `dump` again and again
+        states = [state_of(r, v[:seconds]) for r, v in enumerate(values)]
+        (found,) = growth(memory_findings(views(*states)))
+        assert found.ranks == (0,)
+        facts = dict(found.facts)
+        # It grew from its first steps on (the warm-up, 5 s, left out; old points thinned).
+        assert seconds - 40 <= int(facts["since_s"]) <= seconds
+        assert found.since.startswith(f"since step {facts['since_step']}, ")
+
+
+def test_the_newest_window_alone_would_miss_the_same_leak_now_and_then(monkeypatch):
+    from mldebug.analysis import growth as trends
+    from mldebug.analysis import memory
+
+    monkeypatch.setattr(memory, "held_trend", trends.trend)
+    values = noisy_leak(1000, 1)
+    looks = [
+        growth(memory_findings(views(*[state_of(r, v[:s]) for r, v in enumerate(values)])))
+        for s in range(300, 1001, 100)
+    ]
+    assert [] in looks  # why the longer spans are looked at
+
+
+def test_a_leak_that_stopped_fades_and_memory_handed_back_ends_it_at_once():
+    rng = random.Random(5)
+    leak = [400 * MB + 0.5 * MB * min(i, 400) + rng.gauss(0, 2 * MB) for i in range(1400)]
+    flat = [[400 * MB + rng.gauss(0, 2 * MB) for _ in range(1400)] for _ in range(3)]
+
+    def named(values):
+        return growth(memory_findings(views(*[state_of(r, v) for r, v in enumerate(values)])))
+
+    assert named([leak[:400]] + [f[:400] for f in flat])  # growing: named
+    for seconds in range(600, 1401, 200):  # stopped at 400 s: it fades, and stays gone
+        assert named([leak[:seconds]] + [f[:seconds] for f in flat]) == []
+    back = leak[:400] + [400 * MB + rng.gauss(0, 2 * MB) for _ in range(30)]
+    assert named([back] + [f[:430] for f in flat]) == []  # a quarter of the window: gone

@@ -178,8 +178,8 @@ def test_the_straggler_stays_named_at_every_dump_on_a_busy_node(jobs, capsys):
 def test_a_healthy_communication_heavy_job_gets_no_warning(jobs, capsys):
     run_dir, log, ready = jobs["healthy"]
     # A dump every few seconds for 40 s from its first step: long enough for two checkpoint
-    # pauses, for the run's blocks to be judged (4 blocks of 16 steps) and for the
-    # collective share's growth check (12 blocks, ~200 steps of ~60 ms); not the 3 minutes
+    # pauses, for the run's blocks to be judged (4 blocks of 8 steps after the first 16) and for the
+    # collective share's growth check (24 blocks, ~200 steps of ~60 ms); not the 3 minutes
     # of benchmarks/bench_straggler.py, which repeats it over several runs.
     seen: list[str] = []
     dumps = 0

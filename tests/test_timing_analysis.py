@@ -64,10 +64,25 @@ def test_a_rank_with_a_slow_dataloader_is_input_bound_with_its_loader():
 
 
 def test_every_rank_waiting_for_data_is_input_bound_for_all():
-    states = simulate(world=4, data=0.05, compute=0.04, jitter=0.1, steps=20)
+    states = simulate(world=4, data=0.05, compute=0.04, jitter=0.1, steps=40)
     found = judge_timing(views(states)).findings
     assert [(f.kind, f.ranks) for f in found] == [("input_bound", (0, 1, 2, 3))]
     assert found[0].summary.startswith("all 4 ranks wait for data a median ")
+
+
+@pytest.mark.parametrize("steps", [12, 20, 40, 80])
+def test_a_data_wait_in_the_warm_up_alone_is_not_input_bound(steps):
+    # Every rank waits 50 ms for its DataLoader's workers in its first 14 steps, then none.
+    states = simulate(world=2, data=0.05, compute=0.04, jitter=0.1, steps=steps,
+                      data_steps=(0, 14))  # fmt: skip
+    assert judge_timing(views(states)).findings == ()
+
+
+def test_a_data_wait_that_stopped_in_the_window_is_not_input_bound():
+    # Every rank waited for data until step 30, no longer: the window's newest half is clean.
+    states = simulate(world=2, data=0.05, compute=0.04, jitter=0.1, steps=50,
+                      data_steps=(0, 30))  # fmt: skip
+    assert judge_timing(views(states)).findings == ()
 
 
 def test_every_rank_in_collectives_and_nobody_late_is_comm_bound():

@@ -154,3 +154,30 @@ def test_a_rank_that_costs_the_others_under_3_percent_is_not_named_however_sure(
     blocks = {v.rank: v.agent.timing.blocks for v in views(simulate(**job))}
     held = judge_held(blocks)
     assert held is not None and held.late == (3,)  # the order alone is no warning
+
+
+def _without_blocks(states: list[dict]) -> list[dict]:
+    for state in states:
+        state["timing"]["blocks"] = []
+    return states
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_burst_of_a_few_seconds_on_one_rank_late_in_a_healthy_run_is_not_a_straggler(seed):
+    # A neighbour's work slows rank 1 of 2 by 1.2x over its last 32 steps of 600 (3 s): in
+    # these two runs the window names it, while the run's blocks place it below the middle.
+    job = dict(world=2, slow_rank=1, factor=1.2, jitter=0.1, seed=seed, steps=600,
+               slow_steps=(568, 600))  # fmt: skip
+    window = named(list(judge_timing(views(_without_blocks(simulate(**job)))).findings))
+    assert window == [("straggler", (1,))]  # the 64-step window alone names it
+    assert found(**job) == []  # the run's blocks rank it no higher than chance: a burst
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_rank_that_turns_slow_late_in_the_run_is_named_once_the_blocks_hold_it(world, seed):
+    job = dict(world=world, slow_rank=1, factor=1.4, jitter=0.1, seed=seed,
+               slow_steps=(540, 10_000))  # fmt: skip
+    assert [named(found(**job, steps=steps)) for steps in (760, 860, 960)] == [
+        [("straggler", (1,))]
+    ] * 3

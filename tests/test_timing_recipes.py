@@ -19,7 +19,7 @@ def best(line: str) -> str:
     [
         (simulate(world=4, slow_rank=3, factor=1.5, jitter=0.1, steps=20), "stragglers"),
         (simulate(world=4, slow_rank=2, data=0.03, data_factor=2.0, steps=20), "input-bound"),
-        (simulate(world=4, data=0.05, compute=0.04, steps=20), "input-bound"),
+        (simulate(world=4, data=0.05, compute=0.04, steps=40), "input-bound"),
         (simulate(world=2, compute=0.03, sync=0.04, steps=20), "host-sync"),
     ],
 )

@@ -37,10 +37,12 @@ def simulate(
     seed: int = 0,
     slow_steps: tuple[int, int] | None = None,
     comm_later: tuple[int, float] | None = None,
+    data_steps: tuple[int, int] | None = None,
 ) -> list[dict]:
     """One state.json (as a dict) per rank after `steps` steps. `slow_steps`: (first, last)
     step at which `slow_rank` is slow (default: all); `comm_later`: (step, comm) from which
-    on every transfer takes `comm` instead. The `blocks` rows are made by the agent's own
+    on every transfer takes `comm` instead; `data_steps`: (first, last) step at which the
+    ranks wait `data` for their batch (default: all). The `blocks` rows are made by the agent's own
     code (agent/timing_blocks.py) from the same steps."""
     blocks = [Blocks() for _ in range(world)]
     rng = random.Random(seed)
@@ -56,7 +58,8 @@ def simulate(
         slow_now = slow_steps is None or slow_steps[0] <= step <= slow_steps[1]
         for r in range(world):
             slow = r == slow_rank and slow_now
-            d = data * (data_factor if slow else 1.0)
+            waits = data_steps is None or data_steps[0] <= step <= data_steps[1]
+            d = data * (data_factor if slow else 1.0) if waits else 0.0
             c = compute * (factor if slow else 1.0)
             c *= 1 + rng.uniform(-jitter, jitter)
             if gc_every and rng.random() < 1 / gc_every:

@@ -15,7 +15,7 @@ the agent keeps, in bounded rolling windows:
     the heartbeat saw them (about once a second): where a straggler spends its extra time;
   * `history`: the whole run's step time (or, where no step is counted, the collectives'
     cadence) in blocks of medians, bounded (agent/step_history.py);
-  * `blocks`: the whole run's steps, a row of medians per 16 steps (agent/timing_blocks.py),
+  * `blocks`: the whole run's steps, a row of medians per 8 steps (agent/timing_blocks.py),
     for verdicts that hold over the run;
   * `flight`: the collectives the trace does not see (DDP's C++ all-reduces), from torch's
     Flight Recorder, read at a bounded rate (agent/timing_flight.py).
@@ -105,7 +105,7 @@ class Timing:
         self.flight = FlightCalls()
         self.history = StepHistory()  # the whole run's step time, in blocks
         self._calls = 0
-        self.blocks = Blocks()  # the whole run, a row of medians per 16 steps
+        self.blocks = Blocks()  # the whole run, a row of medians per 8 steps
         self._starts: deque[tuple[float, int]] = deque(maxlen=MAX_STARTS)
         self._files: dict[str, bool] = {}
         self._main = threading.main_thread().ident

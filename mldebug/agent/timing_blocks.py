@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from collections import deque
 
-BLOCK = 16  # steps a row
-MAX_BLOCKS = 96  # rows kept: 1,536 steps; older blocks weigh under 2% in the analysis
+# 8 steps a row: at 2 ranks a block says only which rank was slower, so the run's test
+# (analysis/timing_hold.py) needs some 13 blocks to name a rank; 8-step blocks reach them
+# by about the step the 64-step window names it, and the verdict does not come and go.
+BLOCK = 8  # steps a row
+MAX_BLOCKS = 192  # rows kept: 1,536 steps; older blocks weigh under 2% in the analysis
 MIN_STEPS = BLOCK // 2  # a block with fewer steps timed (the first, a gap) is left out
 
 

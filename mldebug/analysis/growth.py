@@ -17,7 +17,14 @@ agent saw end, none while one is under way) give:
 
 A rank grows when its rise over the window is at least MIN_RISE and NOISE_TIMES its noise,
 its slope at least MIN_RATE, its tau at least MIN_TAU, its newest half still climbs at
-half that rate (a warm-up levels off), and its newest points are near its highest. Against its peers: a rank that grows PEER_TIMES faster than the median of the
+half that rate (a warm-up levels off), and its newest points are near its highest.
+
+A verdict that holds (held_trend): a noisy stretch can hide a slow leak in the newest WINDOW
+seconds, and the user who runs `dump` again would see it come and go. Where the window does
+not grow, longer spans back to the warm-up are tried (doubling): a leak seen over a longer
+span is still named, and fades once it has stopped for a while (the span's newest half no
+longer climbs; memory handed back fails "near its highest" at once). `since` is the start of
+the longest span that grows: the rank has grown at least since then. Against its peers: a rank that grows PEER_TIMES faster than the median of the
 others is the strongest signal, and MIN_SPAN seconds of points suffice; when all ranks grow
 alike (one code path for all), a longer span (MIN_SPAN_ALL) and a steadier rise
 (MIN_TAU_ALL) are asked for. The forecast says when, at this rate, the rank reaches the
@@ -59,6 +66,8 @@ class Trend(NamedTuple):
     first: float  # bytes at the start of the window (fitted)
     last: int  # bytes at the newest point
     grows: bool  # by the rank's own points (before its peers are looked at)
+    since: float | None = None  # when the longest span that grows began (held_trend)
+    since_step: int | None = None  # the rank's step then, where it counts steps
 
 
 def theil_sen(points: Sequence[tuple[float, int]]) -> float:
@@ -115,15 +124,43 @@ def _compiled(agent: AgentState) -> float:
     return seen.ended + WARMUP if seen.ended is not None else 0.0
 
 
-def trend(rank: int, agent: AgentState) -> Trend | None:
-    """The rank's trend over its newest points after the warm-up; None with too few."""
+def held_trend(rank: int, agent: AgentState) -> Trend | None:
+    """The rank's trend over the newest WINDOW seconds, or, where that does not grow, over
+    the shortest longer span (doubling, back to the warm-up) that does; `since`: the start
+    of the longest span that grows."""
+    found = trend(rank, agent)
+    timeline = agent.timeline
+    if found is None or timeline is None:
+        return found
+    warm = max(_warm(agent, timeline), _compiled(agent))
+    newest = timeline.points[-1][0]
+    longest = found if found.grows else None
+    seconds = WINDOW
+    while newest - seconds > warm:
+        seconds *= 2
+        longer = trend(rank, agent, seconds)
+        if longer is None or not longer.grows:
+            continue
+        longest = longer
+        if not found.grows:
+            found = longer
+    if longest is None or not found.grows:
+        return found
+    begin = max(warm, newest - longest.span - 1e-6)
+    first = next((p for p in timeline.points if p[0] >= begin), timeline.points[-1])
+    return found._replace(since=first[0], since_step=first[3])
+
+
+def trend(rank: int, agent: AgentState, seconds: float = WINDOW) -> Trend | None:
+    """The rank's trend over its newest `seconds` of points after the warm-up; None with
+    too few."""
     timeline = agent.timeline
     if timeline is None or len(timeline.points) < MIN_POINTS:
         return None
     cuda = uses_cuda(timeline)
     column = 2 if cuda else 1
     newest = timeline.points[-1][0]
-    begin = max(_warm(agent, timeline), _compiled(agent), newest - WINDOW)
+    begin = max(_warm(agent, timeline), _compiled(agent), newest - seconds)
     rows = [p for p in timeline.points if p[0] >= begin and p[column] is not None]
     if len(rows) < MIN_POINTS or rows[-1][0] - rows[0][0] < MIN_SPAN:
         return None

@@ -25,11 +25,19 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import NamedTuple
 
 from mldebug.analysis.census import census_text, changes, changes_text
-from mldebug.analysis.growth import Trend, duration_text, forecast, growing, kendall_tau, trend
+from mldebug.analysis.growth import (
+    Trend,
+    duration_text,
+    forecast,
+    growing,
+    held_trend,
+    kendall_tau,
+)
 from mldebug.model import (
     KIND_MEMORY_CENSUS,
     KIND_MEMORY_GROWTH,
@@ -241,7 +249,7 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
     """Growth by time: the findings, and the ranks they name (the per-step rule, which
     still sees a burst of growing steps that time alone calls short, leaves them out)."""
     agents = {v.rank: v.agent for v in _live(views) if v.agent and v.agent.timeline}
-    trends = [t for rank, agent in agents.items() if (t := trend(rank, agent)) is not None]
+    trends = [t for rank, agent in agents.items() if (t := held_trend(rank, agent)) is not None]
     grown, alone = growing(trends)
     if not grown:
         return [], set()
@@ -289,7 +297,22 @@ def timeline_findings(views: Sequence[RankView]) -> tuple[list[Finding], set[int
         )
         for t in grown[:MAX_PARTS]
     ]
-    return [_growth_finding(ranks, summary, " ".join([*named, advice]), parts)], set(ranks)
+    finding = _growth_finding(ranks, summary, " ".join([*named, advice]), parts)
+    return [_with_since(finding, grown, agents)], set(ranks)
+
+
+def _with_since(found: Finding, grown: Sequence[Trend], agents: dict) -> Finding:
+    """Since when the first-named rank has grown (the longest span that grows)."""
+    first = grown[0]
+    if first.since is None:
+        return found
+    ago = max(0.0, agents[first.rank].time - first.since)
+    at = f"since step {first.since_step}, " if first.since_step else ""
+    facts = [("since_s", f"{ago:.0f}")]
+    if first.since_step:
+        facts.append(("since_step", str(first.since_step)))
+    when = f"{ago:.0f} s" if ago < 60 else duration_text(ago)
+    return replace(found, since=f"{at}{when} ago", facts=(*found.facts, *facts))
 
 
 def census_findings(views: Sequence[RankView], now: float | None = None) -> list[Finding]:

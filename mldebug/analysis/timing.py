@@ -42,6 +42,7 @@ KIND_COMM_BOUND = "comm_bound"  # analysis/timing_comm.py words it
 KIND_HOST_SYNC = "host_sync"
 
 MIN_STEPS = 8  # steps in each rank's window before anything is judged
+WARMUP_STEPS = hold.WARMUP_STEPS  # steps before this one are left out of the all-rank checks
 # A straggler: slower outside collectives step after step than chance allows (a rank-sum
 # test, analysis/timing_evidence.py), the others wait for it this share of their step...
 WAIT_SHARE = 0.05
@@ -434,7 +435,7 @@ def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since 
         return None
     i, middle = ranks.index(rank), (len(ranks) + 1) / 2
     excess = [hold.places([value(row[r]) for r in ranks])[i] - middle for row in rows]
-    first = rows[hold.since_of(excess)][rank]
+    first = rows[hold.since_of(excess, hold.since_margin(len(ranks)))][rank]
     return hold.Since(first.step, first.start)
 
 
@@ -477,6 +478,8 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     held = hold.judge_held({r: s.timing.blocks for r, s in ready.items()})
     late = list(found.late) if found is not None else []
     findings: list[Finding] = []
+    if late and hold.passing(held, late):
+        late = []  # the window's burst: the run's blocks rank these no higher than chance
     straggler = (
         _straggler_finding(found, ready, waited, shares) if found is not None and late else None
     )
@@ -502,9 +505,29 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     return TimingVerdict(_table(ready, shares, late, len(waited)), tuple(findings))
 
 
+def _settled(ready: dict[int, _Split]) -> dict[int, _Split] | None:
+    """The window's steps after the warm-up (DataLoader workers starting make the first
+    steps wait for data on every rank): None with too few."""
+    steps = {r: [s for s in split.steps if s.step >= WARMUP_STEPS] for r, split in ready.items()}
+    if any(len(s) < MIN_STEPS for s in steps.values()):
+        return None
+    return {r: _split(r, replace(ready[r].timing, steps=tuple(s))) for r, s in steps.items()}
+
+
+def _newest_half(splits: dict[int, _Split]) -> dict[int, _Split]:
+    return {
+        r: _split(r, replace(s.timing, steps=s.steps[len(s.steps) // 2 :]))
+        for r, s in splits.items()
+    }
+
+
 def _input_bound_all(ready: dict[int, _Split], held: hold.Held | None) -> Finding | None:
-    """Every rank waits for data: in the window, or over the run (decayed)."""
-    found = _all_input_bound(ready)
+    """Every rank waits for data in the window's newest half (a wait that is over is no
+    limit), and in the whole window after the warm-up or over the run (decayed)."""
+    settled = _settled(ready)
+    if settled is None or _all_input_bound(_newest_half(settled)) is None:
+        return None
+    found = _all_input_bound(settled)
     if found is None and held is not None:
         found = _all_input_bound(_held_splits(held, ready))
     return found

@@ -22,7 +22,7 @@ from mldebug.ranges import format_ranks
 
 KIND_COMM_BOUND = "comm_bound"
 RECIPE_SOCKETS = "nccl-sockets-instead-of-ib"
-GROWTH_BLOCKS = 4  # blocks at each end compared (16 steps each)
+GROWTH_BLOCKS = 8  # blocks at each end compared (8 steps each)
 GREW_BY = 0.3  # the share rose this much (absolute; a busy CPU node moves it 0.2)
 GREW_RATIO = 1.5  # ...and to this many times the early share
 

@@ -3,7 +3,7 @@
 The window test (analysis/timing_evidence.py) sees the last 64 steps: it names a straggler
 early, but a window that happens to be noisy (a busy node, a small slowdown) names nobody,
 and the user who runs `dump` again sees the verdict come and go. The agent also keeps the
-whole run, a row of medians per block of 16 steps (agent/timing_blocks.py). Here each block
+whole run, a row of medians per block of 8 steps (agent/timing_blocks.py). Here each block
 weighs half as much every HALF_LIFE blocks back, so the evidence builds up while it holds
 and fades once it stops (a straggler that recovered is no longer named some HALF_LIFE
 blocks later).
@@ -17,6 +17,10 @@ EXACT_CELLS): the chance of a sum that high, corrected for every rank and part t
 be below FALSE_ALARM. How much it costs the others is judged on the decayed means of the
 blocks (analysis/timing.py), and `since` is the block from which on the rank's places add up
 most (since_of).
+
+The other way round (passing): a rank the window names whose blocks, enough of them to have
+named it, place it no higher than chance is a burst of a few seconds (a neighbour's work on
+its core), not a straggler. Blocks before WARMUP_STEPS are left out of both.
 """
 
 from __future__ import annotations
@@ -28,11 +32,18 @@ from dataclasses import dataclass
 
 from mldebug.model.timing import BlockTiming
 
-HALF_LIFE = 32.0  # blocks (16 steps each): 512 steps
+HALF_LIFE = 64.0  # blocks (8 steps each): 512 steps
 FALSE_ALARM = 1e-3  # per look, over every rank and part (as the window test's)
 MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or more)
 MIN_BLOCKS = 4  # blocks common to every rank before anything is judged
 WEIGHT = 4  # the newest block's weight; the oldest count 1, then 0 (about 3 half-lives)
+WARMUP_STEPS = 16  # blocks beginning before this step are left out: workers start, caches fill
+# The window names a rank the run's blocks, with enough of them to have named it, place no
+# higher than chance allows this often: a burst of a few seconds (a neighbour's work on its
+# core), not a straggler (judge_timing leaves the window's name out). At 0.5: the run places
+# it at or below the middle, its evidence is against it (a weak straggler whose blocks still
+# build up is not dropped now and then).
+PASSING = 0.5
 EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.2 s), at most
 
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
@@ -64,8 +75,10 @@ class Since:
 class Held:
     late: tuple[int, ...]  # the ranks the decayed evidence names
     chance: dict[int, float]  # per rank: its smallest corrected chance over the parts
+    tail: dict[int, float]  # ...and the smallest before the correction
     part: dict[int, str]
     blocks: int  # blocks every rank timed, compared
+    ready: bool  # enough blocks that a rank slowest in each would be named
     means: dict[int, Means]
     since: dict[int, Since]  # per named rank
 
@@ -73,10 +86,12 @@ class Held:
 def common_blocks(
     blocks: Mapping[int, Sequence[BlockTiming]],
 ) -> list[dict[int, BlockTiming]]:
-    """The blocks every rank timed, oldest first, each rank's row of it."""
+    """The blocks every rank timed after the warm-up, oldest first, each rank's row of it."""
     by_block: dict[int, dict[int, BlockTiming]] = {}
     for rank, rows in blocks.items():
         for row in rows:
+            if row.first < WARMUP_STEPS:
+                continue
             by_block.setdefault(row.block, {})[rank] = row
     return [row for _, row in sorted(by_block.items()) if len(row) == len(blocks)]
 
@@ -156,16 +171,23 @@ def _means(rows: Sequence[Mapping[int, BlockTiming]], w: Sequence[int], rank: in
     )
 
 
-def since_of(excess: Sequence[float]) -> int:
+def since_of(excess: Sequence[float], margin: float = 0.0) -> int:
     """The index from which on the rank's places stand out most: the start of the suffix
-    (up to the newest) with the largest sum of places above the middle. Before a rank
-    turned slow its places are noise around the middle; from then on they add up."""
+    (up to the newest) with the largest sum of places above the middle plus `margin`.
+    Before a rank turned slow its places are noise around the middle (a random walk that
+    would drag the start back by chance: the margin makes it drift down); from then on
+    they add up."""
     best, best_sum, running = len(excess) - 1, -math.inf, 0.0
     for index in range(len(excess) - 1, -1, -1):
-        running += excess[index]
+        running += excess[index] - margin
         if running > best_sum:
             best, best_sum = index, running
     return best
+
+
+def since_margin(n: int) -> float:
+    """A quarter of the most a place can stand above the middle among n ranks."""
+    return (n - 1) / 8
 
 
 def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
@@ -178,6 +200,7 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
     w = weights(rows)
     tries = n * len(PARTS)
     chance = {rank: 1.0 for rank in ranks}
+    tail = {rank: 1.0 for rank in ranks}
     part_of = {rank: "" for rank in ranks}
     excess: dict[str, list[list[float]]] = {}
     for name, value in PARTS:
@@ -189,15 +212,27 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
                 sums[i] += wi * (placed[i] - 1)
                 excess[name][i].append(placed[i] - (n + 1) / 2)
         for i, rank in enumerate(ranks):
-            p = min(1.0, weighted_tail(sums[i], w, n) * tries)
+            one = weighted_tail(sums[i], w, n)
+            tail[rank] = min(tail[rank], one)
+            p = min(1.0, one * tries)
             if p < chance[rank]:
                 chance[rank], part_of[rank] = p, name
     late = tuple(r for r in ranks if chance[r] < FALSE_ALARM)
+    ready = weighted_tail(sum(w) * (n - 1), w, n) * tries < FALSE_ALARM
     if len(late) > (MAX_LATE if n >= 4 else 1):
         late = ()  # most ranks stand out: not one slow rank (nor two)
     since = {}
     for rank in late:
-        first = rows[since_of(excess[part_of[rank]][ranks.index(rank)])][rank]
+        found = since_of(excess[part_of[rank]][ranks.index(rank)], since_margin(n))
+        first = rows[found][rank]
         since[rank] = Since(first.first, first.start)
     means = {rank: _means(rows, w, rank) for rank in ranks}
-    return Held(late, chance, part_of, len(rows), means, since)
+    return Held(late, chance, tail, part_of, len(rows), ready, means, since)
+
+
+def passing(held: Held | None, ranks: Sequence[int]) -> bool:
+    """The run's blocks could have named these ranks and rank them no higher than chance
+    (PASSING, before the correction for the ranks and parts tried): the window saw a burst."""
+    if held is None or not held.ready:
+        return False
+    return all(held.tail[r] >= PASSING for r in ranks)

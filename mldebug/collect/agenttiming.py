@@ -26,7 +26,7 @@ from mldebug.model.timing import (
 MAX_CALLS = 256
 MAX_STEPS = 64
 MAX_SITES = 16
-MAX_HOLD_BLOCKS = 96  # blocks of 16 steps (the agent keeps 96)
+MAX_HOLD_BLOCKS = 192  # blocks of 8 steps (the agent keeps 192)
 MAX_TEXT = 512
 MAX_BLOCKS = 160  # history rows (the agent keeps at most 128)
 MAX_SECONDS = 7 * 86400.0  # a step or a wait longer than a week is garbage
