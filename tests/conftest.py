@@ -69,6 +69,40 @@ def _module_source(path) -> str:
     return _SOURCES[path]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups marked here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, _tier(item)))
+    _group_for_workers(config, items)
+
+
+# ---- parallel workers (pytest-xdist, `-n` in pyproject's addopts, `--dist loadgroup`) --------
+# A worker runs whole groups, never part of one: a module (its module-scoped fixtures start one
+# job for all its tests), or every module that uses a session fixture that cannot be doubled:
+# the one-node SLURM cluster with its munge and the job in it, the recorded pods' job.
+SHARED_FIXTURES = {"slurm_cluster": "slurm", "hung_job": "slurm", "pod_job": "k8s"}
+# The slow tiers are handed out first, so that the last worker to finish is not the one that
+# drew a 90 s torch module after the others ran dry (--no-loadscope-reorder keeps this order).
+TIER_ORDER = {"torch": 0, "process": 1, "tui": 2, "unit": 3}
+
+
+def _group_for_workers(config, items) -> None:
+    groups: dict = {}
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        for fixture, group in SHARED_FIXTURES.items():
+            # session-scoped only: tests/tui/test_tmux_e2e.py's hung_job is its own module's
+            if defs and defs.name2fixturedefs.get(fixture, [None])[-1] is not None:
+                if defs.name2fixturedefs[fixture][-1].scope == "session":
+                    groups[item.path] = group
+    for item in items:
+        group = groups.get(item.path) or item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    if not hasattr(config, "workerinput"):
+        return  # a serial run keeps the files' order
+    first: dict = {}
+    for item in items:
+        group = groups.get(item.path) or str(item.path)
+        tier = next(TIER_ORDER[m.name] for m in item.iter_markers() if m.name in TIER_ORDER)
+        first[group] = min(first.get(group, 9), tier)
+    items.sort(key=lambda item: first[groups.get(item.path) or str(item.path)])
