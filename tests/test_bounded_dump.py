@@ -114,7 +114,7 @@ def test_a_dump_of_many_hung_ranks_ends_by_its_deadline(tmp_path, procs):
     done = dump(*args, "--json", "--timeout", "60", "--deadline", "2", pyspy=pyspy)
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr  # nothing could be read: an error finding
-    assert took < 15, took  # 3 rounds x 2 batches x 60 s without a deadline
+    assert took < 60, took  # 3 rounds x 2 batches x 60 s without a deadline: 360 s
     report = json.loads(done.stdout)
     assert len(report["ranks"]) == 40
     assert {rank["state"] for rank in report["ranks"]} == {"unreadable"}

@@ -42,8 +42,10 @@ async def test_g_shows_every_thread_of_the_rank_from_gdb_while_the_ui_stays_live
         screen = app.screen
         assert isinstance(screen, AllThreadsScreen)
         body = screen.query_one("#all-threads-body")
-        # THEN the screen says it reads at once (the read runs in its own thread)...
-        assert "reading every thread of rank 0 with gdb" in str(body.render())
+        # THEN the screen comes up at once, saying that it reads (the read runs in its own
+        # thread: a quick gdb may have answered by the time the key's handling is over)...
+        first = str(body.render())
+        assert "reading every thread of rank 0 with gdb" in first or "read by gdb" in first
         # ...and shows the rank's threads with native and Python frames when gdb answers
         await wait_for(pilot, lambda: "read by gdb" in str(body.render()))
         text = str(body.render())
