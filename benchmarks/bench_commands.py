@@ -480,6 +480,10 @@ def main() -> int:
     parser.add_argument("--attach-ranks", type=int, default=1024)
     parser.add_argument("--attach-seconds", type=float, default=60.0)
     args = parser.parse_args()
+    # A `timeout` or a kill of the benchmark ends it through its `finally`s, which stop the
+    # ranks it started (1,024 for attach): left behind they load the machine for hours.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     # As pip does at install: mldebug's modules compiled to bytecode before any is timed
     # (a process that compiles its imports each time, PYTHONDONTWRITEBYTECODE set, pays
     # about half a second more).
