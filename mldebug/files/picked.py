@@ -26,7 +26,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from mldebug.files import safeio
+from mldebug.files import safeio, wordblocks
 
 CHUNK = 4 << 20  # bytes read at a time
 MAX_LINE = 4096
@@ -52,8 +52,11 @@ def pick(
     lines the file has."""
     program = shutil.which(grep) if grep else None
     if program:
-        ranges = _ranges(fd, _parts(os.fstat(fd).st_size), before, after)
-        if len(ranges) > 1:
+        narrowed = _narrowed(fd, words, before, after)
+        ranges = narrowed
+        if ranges is None:
+            ranges = _ranges(fd, _parts(os.fstat(fd).st_size), before, after)
+        if narrowed is not None or len(ranges) > 1:
             count = _by_greps(fd, path, words, start(), before, after, program, ranges)
         else:
             count = _by_grep(fd, path, words, start(), before, after, program)
@@ -295,6 +298,65 @@ def _ranges(fd: int, parts: int, before: int, after: int) -> list[Range]:
     return out
 
 
+NARROW_BYTES = 32 << 20  # a file this big or bigger is first asked which blocks hold a word
+MAX_RANGES = 8  # stretches of the file a narrowed read greps at once, at most
+
+
+def _narrowed(fd: int, words: tuple[str, ...], before: int, after: int) -> list[Range] | None:
+    """The parts of the file grep must read: around each block that holds a word, as
+    Hyperscan sees it (wordblocks.py), the `before` lines ahead of the block and the `after`
+    lines past it kept as well (the lines around a word there), near ones joined. None:
+    read the whole file (no Hyperscan, a small file, lines too long to find the ends of,
+    or words in most of the file)."""
+    size = os.fstat(fd).st_size
+    if size < NARROW_BYTES:
+        return None
+    found = wordblocks.blocks(fd, words, cpus())
+    if found is None:
+        return None
+    keeps: list[tuple[int, int]] = []
+    for start, end in found:
+        first = _line_of(fd, start)
+        keep_from = None if first is None else _lines_back(fd, first, before)
+        last = size if end >= size else _line_start(fd, end)
+        keep_to = None if last is None else _lines_on(fd, last, after, size)
+        if keep_from is None or keep_to is None:
+            return None
+        if keeps and keep_from <= keeps[-1][1]:
+            keeps[-1] = (keeps[-1][0], max(keeps[-1][1], keep_to))
+        else:
+            keeps.append((keep_from, keep_to))
+    if len(keeps) > MAX_RANGES:  # the shortest stretches between them are read as well
+        gaps = sorted(b[0] - a[1] for a, b in zip(keeps, keeps[1:], strict=False))
+        bridged = gaps[len(keeps) - MAX_RANGES - 1]  # this short or shorter: read
+        joined = keeps[:1]
+        for keep in keeps[1:]:
+            if keep[0] - joined[-1][1] <= bridged:
+                joined[-1] = (joined[-1][0], keep[1])
+            else:
+                joined.append(keep)
+        keeps = joined
+    if sum(end - start for start, end in keeps) * 2 > size:
+        return None  # words all over: the whole file, a grep a CPU
+    ranges = []
+    for keep_from, keep_to in keeps:
+        read_from = _lines_back(fd, keep_from, after)
+        read_to = _lines_on(fd, keep_to, before, size)
+        if read_from is None or read_to is None:
+            return None
+        ranges.append(Range(keep_from, keep_to, read_from, read_to))
+    return ranges
+
+
+def _line_of(fd: int, at: int) -> int | None:
+    """Where the line that holds byte `at` starts."""
+    window = max(0, at - _SEEK_BYTES)
+    newline = os.pread(fd, at - window, window).rfind(b"\n")
+    if newline == -1:
+        return 0 if window == 0 else None
+    return window + newline + 1
+
+
 def _line_start(fd: int, at: int) -> int | None:
     """The first line start at or after `at`."""
     if at == 0:
@@ -378,53 +440,82 @@ def _by_greps(
     """One grep for each part, all at once, their lines to `sink` in file order (a later
     part's lines wait in its pipe, so memory stays bounded: a part with many lines waits
     for the ones before it). The line numbers: grep's within its part, plus the lines
-    before the part (`wc -l` of the whole file less `wc -l` from where the part starts).
+    before the part, which `wc -l`s count at the same time, one for each stretch between
+    two parts' starts (and from the last to the file's end: every byte counted once).
     None when a program fails (then Python reads the file)."""
     env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
-    counters = [_wc(path, fd, env, part.read_from) for part in ranges]
+    size = os.fstat(fd).st_size
+    starts = [part.read_from for part in ranges]
+    stretches = list(zip([0, *starts], [*starts, size], strict=True))
     argv = [program, "-a", "-n", "-b", "-E", f"-B{before}", f"-A{after}", "-e", ere(words)]
-    if any(counter is None for counter in counters):
-        _stop(counters)
-        return _by_grep(fd, path, words, sink, before, after, program)
     greps: list[subprocess.Popen[bytes]] = []
+    counters: list[subprocess.Popen[bytes] | None] = []
     feeders: list[threading.Thread] = []
     failed: list[OSError] = []
     done = False
+    whole = 0
     try:
+        wc = shutil.which("wc")
+        for start, end in stretches:
+            counter = None
+            if end > start:
+                if wc is None:
+                    return _by_grep(fd, path, words, sink, before, after, program)
+                counter = _fed(fd, Range(start, end, start, end), [wc, "-l"], env, feeders, failed)
+                if counter is None:
+                    return None
+            counters.append(counter)
         for part in ranges:
-            into, out = os.pipe()
-            _wide(out)
-            try:
-                greps.append(subprocess.Popen(argv, stdin=into, stdout=subprocess.PIPE, env=env))
-            except OSError:
-                os.close(out)
+            grep = _fed(fd, part, argv, env, feeders, failed)
+            if grep is None:
                 return None
-            finally:
-                os.close(into)
-            assert greps[-1].stdout is not None
-            _wide(greps[-1].stdout.fileno())
-            feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
-            feeders[-1].start()
-        whole = _newlines(counters[0])
-        for part, grep, counter in zip(ranges, greps, counters, strict=True):
-            behind = _newlines(counter) if part.read_from else whole
-            whole = -1 if behind < 0 else whole  # lines misnumbered: the caller starts again
-            ahead = whole - behind
-            _drain_part(grep, part, ahead, sink)
+            greps.append(grep)
+        for part, grep, counter in zip(ranges, greps, counters, strict=False):
+            behind = _newlines(counter) if counter is not None else 0
+            whole = -1 if behind < 0 or whole < 0 else whole + behind
+            _drain_part(grep, part, whole, sink)  # misnumbered when whole < 0: not returned
+        last = _newlines(counters[-1]) if counters[-1] is not None else 0
+        whole = -1 if last < 0 or whole < 0 else whole + last
         done = True
     finally:
         if not done:  # a failure or an interrupt: no grep is left reading a 1 GB file
             _stop([*greps, *counters])
-        for grep in greps:
-            grep.wait()
-        for feeder in feeders:  # each ends at its part's end, or when its grep is gone
+        for child in [*greps, *counters]:
+            if child is not None:
+                child.wait()
+        for feeder in feeders:  # each ends at its part's end, or when its reader is gone
             feeder.join()
     if not done or failed or whole < 0 or any(grep.returncode not in (0, 1) for grep in greps):
         return None
-    size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         whole += 1  # a last line without its newline
     return whole
+
+
+def _fed(
+    fd: int,
+    part: Range,
+    argv: list[str],
+    env: dict[str, str],
+    feeders: list[threading.Thread],
+    failed: list[OSError],
+) -> subprocess.Popen[bytes] | None:
+    """`argv` reading the part's bytes from a pipe that a thread of its own fills (splice
+    from `fd`); None when it cannot start."""
+    into, out = os.pipe()
+    _wide(out)
+    try:
+        child = subprocess.Popen(argv, stdin=into, stdout=subprocess.PIPE, env=env)
+    except OSError:
+        os.close(out)
+        return None
+    finally:
+        os.close(into)
+    assert child.stdout is not None
+    _wide(child.stdout.fileno())
+    feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
+    feeders[-1].start()
+    return child
 
 
 def _stop(children: list[subprocess.Popen[bytes] | None]) -> None:
