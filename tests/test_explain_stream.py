@@ -24,6 +24,7 @@ from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
 from mldebug.explain.text import AROUND
 from mldebug.files import picked, wordblocks
 from mldebug.nccl import logparse
+from mldebug.nccl.scan import scan_paths
 
 CORPUS = Path(__file__).resolve().parent / "data" / "explain"
 FRAGMENTS = ("timeout_rank6_absent.log", "elastic_sigsegv.log", "nccl_oom_enqueue.log")
@@ -183,7 +184,7 @@ def _in_parts(monkeypatch, parts: int) -> list[int]:
     by_greps = picked._by_greps
 
     def spy(*args):
-        seen.append(len(args[-1]))
+        seen.append(len(args[7]))  # the ranges
         return by_greps(*args)
 
     monkeypatch.setattr(picked, "_by_greps", spy)
@@ -352,3 +353,45 @@ def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, mo
         assert wordblocks.blocks(fd, ("nowhere to be seen",), 2) == []
     finally:
         os.close(fd)
+
+
+def _grepped(monkeypatch) -> list[list[picked.Range]]:
+    """The stretches each read by greps at once covered, as the reads go."""
+    seen: list[list[picked.Range]] = []
+    by_greps = picked._by_greps
+
+    def spy(*args):
+        seen.append(args[7])  # the ranges
+        return by_greps(*args)
+
+    monkeypatch.setattr(picked, "_by_greps", spy)
+    return seen
+
+
+def test_the_explain_and_nccl_commands_grep_only_the_blocks_around_the_error(
+    tmp_path, monkeypatch, small_findings
+):
+    # GIVEN a 48 MB log (NARROW_BYTES or more) with an error in its middle
+    name = "timeout_rank6_absent.log"
+    path = tmp_path / "slurm-4242.out"
+    _log(path, (CORPUS / name).read_bytes(), BIG_MB / 2, BIG_MB / 2)
+    size = path.stat().st_size
+    assert size >= picked.NARROW_BYTES and wordblocks.available()
+    # WHEN `mldebug explain` and `mldebug nccl` read it (the functions their commands call)
+    grepped = _grepped(monkeypatch)
+    got = explain([str(path)])
+    (log,) = scan_paths([str(path)]).logs
+    # THEN grep read a few blocks around the error, not the file: Hyperscan found them
+    assert len(grepped) == 2
+    for ranges in grepped:
+        assert ranges and sum(r.read_to - r.read_from for r in ranges) < size / 8
+    assert _said(got.findings) == small_findings[name]
+    assert got.sources[0].lines == log.lines == path.read_bytes().count(b"\n")
+    # and without Hyperscan grep reads it all and says the same
+    monkeypatch.setattr(wordblocks, "_hs", None)
+    whole = explain([str(path)])
+    assert [f.lines for f in whole.findings] == [f.lines for f in got.findings]
+    assert whole.sources == got.sources and _said(whole.findings) == _said(got.findings)
+    (again,) = scan_paths([str(path)]).logs
+    assert repr(again.procs) == repr(log.procs) and again.lines == log.lines
+    assert all(sum(r.read_to - r.read_from for r in ranges) >= size for ranges in grepped[2:])

@@ -52,14 +52,22 @@ def pick(
     lines the file has."""
     program = shutil.which(grep) if grep else None
     if program:
-        narrowed = _narrowed(fd, words, before, after)
-        ranges = narrowed
-        if ranges is None:
-            ranges = _ranges(fd, _parts(os.fstat(fd).st_size), before, after)
-        if narrowed is not None or len(ranges) > 1:
-            count = _by_greps(fd, path, words, start(), before, after, program, ranges)
-        else:
-            count = _by_grep(fd, path, words, start(), before, after, program)
+        size = os.fstat(fd).st_size
+        # the file's lines counted while Hyperscan reads it, where it will (on another CPU)
+        counted = _Count(fd, 0, size) if _narrows(size) else None
+        try:
+            narrowed = _narrowed(fd, words, before, after)
+            ranges = narrowed
+            if ranges is None:
+                ranges = _ranges(fd, _parts(size), before, after)
+            if narrowed is not None or len(ranges) > 1:
+                sink = start()
+                count = _by_greps(fd, path, words, sink, before, after, program, ranges, counted)
+            else:
+                count = _by_grep(fd, path, words, start(), before, after, program)
+        finally:
+            if counted is not None:
+                counted.stop()
         if count is not None:
             return count
         os.lseek(fd, 0, os.SEEK_SET)
@@ -309,7 +317,7 @@ def _narrowed(fd: int, words: tuple[str, ...], before: int, after: int) -> list[
     read the whole file (no Hyperscan, a small file, lines too long to find the ends of,
     or words in most of the file)."""
     size = os.fstat(fd).st_size
-    if size < NARROW_BYTES:
+    if not _narrows(size):
         return None
     found = wordblocks.blocks(fd, words, cpus())
     if found is None:
@@ -346,6 +354,11 @@ def _narrowed(fd: int, words: tuple[str, ...], before: int, after: int) -> list[
             return None
         ranges.append(Range(keep_from, keep_to, read_from, read_to))
     return ranges
+
+
+def _narrows(size: int) -> bool:
+    """Is a file of `size` bytes narrowed first (Hyperscan there, the file big enough)?"""
+    return size >= NARROW_BYTES and wordblocks.available()
 
 
 def _line_of(fd: int, at: int) -> int | None:
@@ -427,6 +440,41 @@ def _wide(pipe: int) -> None:
         pass
 
 
+class _Count:
+    """`wc -l` of the bytes [start, end) of the file, fed to it through a pipe by a thread
+    of its own (splice from the caller's descriptor: exactly those bytes, even from a log
+    that grows meanwhile)."""
+
+    def __init__(self, fd: int, start: int, end: int) -> None:
+        self.feeders: list[threading.Thread] = []
+        self.failed: list[OSError] = []
+        wc = shutil.which("wc")
+        self.proc = None
+        if wc is not None and end > start:
+            part = Range(start, end, start, end)
+            self.proc = _fed(fd, part, [wc, "-l"], _env(), self.feeders, self.failed)
+        self.empty = end <= start
+        self._said: int | None = 0 if self.empty else None
+
+    def lines(self) -> int:
+        """The newlines it counted (waited for); -1 when it could not."""
+        if self._said is None:
+            count = _newlines(self.proc)
+            self.stop()
+            self._said = -1 if self.failed else count
+        return self._said
+
+    def stop(self) -> None:
+        _stop([self.proc])
+        for feeder in self.feeders:
+            feeder.join()
+
+
+def _env() -> dict[str, str]:
+    """The programs' environment: bytes, not characters (no UTF-8 decoding)."""
+    return {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
+
+
 def _by_greps(
     fd: int,
     path: str,
@@ -436,53 +484,71 @@ def _by_greps(
     after: int,
     program: str,
     ranges: list[Range],
+    counted: _Count | None = None,
 ) -> int | None:
     """One grep for each part, all at once, their lines to `sink` in file order (a later
     part's lines wait in its pipe, so memory stays bounded: a part with many lines waits
     for the ones before it). The line numbers: grep's within its part, plus the lines
     before the part, which `wc -l`s count at the same time, one for each stretch between
-    two parts' starts (and from the last to the file's end: every byte counted once).
+    two parts' starts, and from the file's start to the first (or from the last to its
+    end, less than `counted` of the whole file, where that stretch is the shorter one).
     None when a program fails (then Python reads the file)."""
-    env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
     size = os.fstat(fd).st_size
     starts = [part.read_from for part in ranges]
-    stretches = list(zip([0, *starts], [*starts, size], strict=True))
+    backward = counted is not None and bool(starts) and size - starts[0] < starts[-1]
+    if backward:
+        stretches = list(zip(starts, [*starts[1:], size], strict=True))
+    else:
+        stretches = list(zip([0, *starts], [*starts, size], strict=True))
+        if counted is not None:
+            stretches.pop()  # the lines past the last part's start: `counted` less the rest
     argv = [program, "-a", "-n", "-b", "-E", f"-B{before}", f"-A{after}", "-e", ere(words)]
     greps: list[subprocess.Popen[bytes]] = []
-    counters: list[subprocess.Popen[bytes] | None] = []
+    counters: list[_Count] = []
     feeders: list[threading.Thread] = []
     failed: list[OSError] = []
     done = False
     whole = 0
     try:
-        wc = shutil.which("wc")
+        if shutil.which("wc") is None:
+            return _by_grep(fd, path, words, sink, before, after, program)
         for start, end in stretches:
-            counter = None
-            if end > start:
-                if wc is None:
-                    return _by_grep(fd, path, words, sink, before, after, program)
-                counter = _fed(fd, Range(start, end, start, end), [wc, "-l"], env, feeders, failed)
-                if counter is None:
-                    return None
-            counters.append(counter)
+            counters.append(_Count(fd, start, end))
+            if counters[-1].proc is None and not counters[-1].empty:
+                return None
         for part in ranges:
-            grep = _fed(fd, part, argv, env, feeders, failed)
+            grep = _fed(fd, part, argv, _env(), feeders, failed)
             if grep is None:
                 return None
             greps.append(grep)
-        for part, grep, counter in zip(ranges, greps, counters, strict=False):
-            behind = _newlines(counter) if counter is not None else 0
-            whole = -1 if behind < 0 or whole < 0 else whole + behind
+        aheads: list[int] = []  # the lines ahead of each part, counted back from the end
+        if backward and counted is not None:
+            ahead = counted.lines()
+            for counter in reversed(counters):
+                behind = counter.lines()
+                ahead = -1 if ahead < 0 or behind < 0 else ahead - behind
+                aheads.insert(0, ahead)
+        for index, (part, grep) in enumerate(zip(ranges, greps, strict=True)):
+            if aheads:
+                whole = aheads[index]
+            else:
+                behind = counters[index].lines()
+                whole = -1 if behind < 0 or whole < 0 else whole + behind
             _drain_part(grep, part, whole, sink)  # misnumbered when whole < 0: not returned
-        last = _newlines(counters[-1]) if counters[-1] is not None else 0
-        whole = -1 if last < 0 or whole < 0 else whole + last
+        if counted is not None:
+            last = counted.lines()
+            whole = last if 0 <= whole <= last and min(aheads, default=0) >= 0 else -1
+        else:
+            last = counters[-1].lines()
+            whole = -1 if last < 0 or whole < 0 else whole + last
         done = True
     finally:
         if not done:  # a failure or an interrupt: no grep is left reading a 1 GB file
-            _stop([*greps, *counters])
-        for child in [*greps, *counters]:
-            if child is not None:
-                child.wait()
+            _stop(list(greps))
+        for counter in counters:
+            counter.stop()
+        for grep in greps:
+            grep.wait()
         for feeder in feeders:  # each ends at its part's end, or when its reader is gone
             feeder.join()
     if not done or failed or whole < 0 or any(grep.returncode not in (0, 1) for grep in greps):
