@@ -332,13 +332,16 @@ def _blocks_holding(data: bytes, words: tuple[str, ...], block: int) -> list[tup
     return out
 
 
-def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("read", [1 << 20, 1000])
+def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, monkeypatch, read):
     # GIVEN blocks of 4 KiB of chatter, each of explain's and nccl's words alone in one of
-    # them, a block without any between, and a word across two blocks' cut
+    # them, a block without any between, and a word across two blocks' cut (read whole, or
+    # 1,000 bytes at a time: words across those cuts too)
     monkeypatch.setattr(wordblocks, "BLOCK", 4096)
+    monkeypatch.setattr(wordblocks, "READ", read)
     words = tuple(dict.fromkeys(STREAM_WORDS + logparse.WORDS))
     chatter = _chatter(100)[:4096]
-    data = b"".join(chatter[:1000] + w.encode() + chatter[1000 + len(w) :] + chatter for w in words)
+    data = b"".join(chatter[:998] + w.encode() + chatter[998 + len(w) :] + chatter for w in words)
     data += chatter[:-4] + b"Watchdog" + chatter[4:]
     path = tmp_path / "blocks.out"
     path.write_bytes(data)

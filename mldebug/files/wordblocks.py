@@ -16,7 +16,8 @@ import os
 import threading
 from typing import Any
 
-BLOCK = 4 << 20  # bytes a scan is asked about at a time
+BLOCK = 4 << 20  # bytes asked about at a time: one that holds a word is grep's
+READ = 1 << 20  # bytes read and scanned at a time (they are still in the CPU's cache)
 
 _hs: Any
 try:  # optional: without it grep reads the whole file
@@ -48,20 +49,23 @@ def _scan(
     found: list[bool],
     failed: list[BaseException],
 ) -> None:
-    """Blocks first..last-1: each read with the longest word's length less one byte past
-    its end (a word across the cut is its block's), True in `found` where one holds a word."""
+    """Blocks first..last-1, READ bytes at a time, each read with the longest word's length
+    less one byte past its end (a word across a cut is found before it), True in `found`
+    where one holds a word (the rest of it is not read)."""
     try:
         database = _database(words)
         overlap = max(len(w) for w in words) - 1
-        buffer = bytearray(BLOCK + overlap)
-        view = memoryview(buffer)
+        view = memoryview(bytearray(READ + overlap))
         for index in range(first, last):
-            start = index * BLOCK
-            got = os.preadv(fd, [view[: min(BLOCK + overlap, size - start)]], start)
-            try:
-                database.scan(view[:got], match_event_handler=_stop)
-            except _hs.ScanTerminated:
-                found[index] = True
+            end = min(size, (index + 1) * BLOCK)
+            for at in range(index * BLOCK, end, READ):
+                want = min(min(READ, end - at) + overlap, size - at)
+                got = os.preadv(fd, [view[:want]], at)
+                try:
+                    database.scan(view[:got], match_event_handler=_stop)
+                except _hs.ScanTerminated:
+                    found[index] = True
+                    break
     except BaseException as error:  # noqa: BLE001 - handed to the caller, who reads the file whole
         failed.append(error)
 
