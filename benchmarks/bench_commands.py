@@ -211,8 +211,12 @@ PYTHON_FINDS = (
     "started = time.process_time()\n"
     "found = wordblocks.blocks(fd, STREAM_WORDS, picked.cpus())\n"
     "blocks = time.process_time() - started if found is not None else float('nan')\n"
-    "print(f'{finds:.2f} {regex:.2f} {blocks:.2f}')\n"
+    "started = time.process_time()\n"
+    "found = wordblocks.blocks(fd, ('Watchdog caught collective',), picked.cpus())\n"
+    "alone = time.process_time() - started if found is not None else float('nan')\n"
+    "print(f'{finds:.2f} {regex:.2f} {blocks:.2f} {alone:.2f}')\n"
 )
+IMPORTS = "import mldebug.cli, mldebug.explain.engine, mldebug.report.explain"
 
 
 def prefilters(log: Path, repeat: int) -> None:
@@ -221,7 +225,9 @@ def prefilters(log: Path, repeat: int) -> None:
     a log without Hyperscan), grep -F with the same words; and Python's own, timed
     in-process over the first 64 MB (bytes.find per word; one regular expression of them
     all, over 8 MB, x8), scaled to the log's size; and Hyperscan asked which blocks of the
-    whole log hold one (files/wordblocks.py, its threads' CPU; nan without it)."""
+    whole log hold one (files/wordblocks.py, its threads' CPU; nan without it). Then the
+    rest of explain's cost by itself: its imports, `wc -l` of the log, and Hyperscan's
+    blocks of one word (its reading of the bytes)."""
     from mldebug.explain.engine import STREAM_WORDS
     from mldebug.files.picked import ere
 
@@ -244,6 +250,14 @@ def prefilters(log: Path, repeat: int) -> None:
         f"Python bytes.find per word {float(said[0]) * size_64:.1f}, "
         f"Python one regex {float(said[1]) * size_64:.1f}, "
         f"Hyperscan's blocks {float(said[2]):.2f}",
+        flush=True,
+    )
+    # explain's CPU beside Hyperscan's blocks: what the rest of it costs by itself
+    imports = run_timed([sys.executable, "-c", IMPORTS], repeat)[3]
+    lines = run_timed(["wc", "-l", str(log)], repeat, env=env)[3]
+    print(
+        f"  explain's parts, CPU s: the interpreter and mldebug's imports {imports:.2f}, "
+        f"`wc -l` of the log {lines:.2f}, Hyperscan's blocks of one word {float(said[3]):.2f}",
         flush=True,
     )
 

@@ -48,6 +48,7 @@ def _scan(
     size: int,
     found: list[bool],
     failed: list[BaseException],
+    stop: threading.Event,
 ) -> None:
     """Blocks first..last-1, READ bytes at a time, each read with the longest word's length
     less one byte past its end (a word across a cut is found before it), True in `found`
@@ -57,6 +58,8 @@ def _scan(
         overlap = max(len(w) for w in words) - 1
         view = memoryview(bytearray(READ + overlap))
         for index in range(first, last):
+            if stop.is_set():
+                return  # the caller was interrupted: nobody waits for the rest
             end = min(size, (index + 1) * BLOCK)
             for at in range(index * BLOCK, end, READ):
                 want = min(min(READ, end - at) + overlap, size - at)
@@ -80,16 +83,20 @@ def blocks(fd: int, words: tuple[str, ...], threads: int) -> list[tuple[int, int
     count = -(-size // BLOCK)
     found = [False] * count
     failed: list[BaseException] = []
+    stop = threading.Event()
     threads = max(1, min(threads, count))
     cuts = [count * i // threads for i in range(threads + 1)]
     workers = [
-        threading.Thread(target=_scan, args=(fd, encoded, a, b, size, found, failed))
+        threading.Thread(target=_scan, args=(fd, encoded, a, b, size, found, failed, stop))
         for a, b in zip(cuts, cuts[1:], strict=False)
     ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        stop.set()  # an interrupt: each stops at its next block
     if failed:
         return None
     out: list[tuple[int, int]] = []
