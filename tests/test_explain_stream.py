@@ -398,3 +398,30 @@ def test_the_explain_and_nccl_commands_grep_only_the_blocks_around_the_error(
     (again,) = scan_paths([str(path)]).logs
     assert repr(again.procs) == repr(log.procs) and again.lines == log.lines
     assert all(sum(r.read_to - r.read_from for r in ranges) >= size for ranges in grepped[2:])
+
+
+def test_a_log_that_grows_while_it_is_narrowed_is_read_as_it_was(tmp_path, monkeypatch):
+    # GIVEN a log with an error near its end, and the same log that goes on being written
+    # (more lines, some holding words) once Hyperscan has read its blocks
+    _narrowing(monkeypatch, 4096, 8)
+    lines = [b"chatter %d" % i for i in range(20_000)]
+    lines[19_000] = b"x Error at the end"
+    before = tmp_path / "before.out"
+    before.write_bytes(b"\n".join(lines) + b"\n")
+    growing = tmp_path / "growing.out"
+    growing.write_bytes(before.read_bytes())
+    blocks = wordblocks.blocks
+
+    def then_written(*args):
+        found = blocks(*args)
+        with open(growing, "ab") as out:
+            out.write(b"x Error later\n" * 3 + _chatter(50))  # its lines counted from the end
+        return found
+
+    monkeypatch.setattr(wordblocks, "blocks", then_written)
+    # WHEN each is read narrowed
+    got = _picks(growing, ("rror",), AROUND, AROUND, "grep")
+    monkeypatch.setattr(wordblocks, "blocks", blocks)
+    # THEN the growing one hands on the lines it had when the read began, numbered alike
+    assert got == _picks(before, ("rror",), AROUND, AROUND, "grep")
+    assert got[0] == 20_000 and got[1][AROUND] == (19_001, b"x Error at the end", True)

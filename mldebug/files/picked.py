@@ -11,7 +11,13 @@ through a symlink). The file goes to grep as that descriptor; while grep reads i
 counts its lines on a second descriptor of the same file (else this process does). Without
 grep the same lines are picked in Python, slower. A line longer than MAX_LINE bytes comes
 cut to LINE_BYTES (grep looks at a line whole for a word, Python at what it keeps of it).
-Stdlib only.
+
+A file of NARROW_BYTES or more, where Hyperscan is installed, is first narrowed: Hyperscan
+says which blocks of it hold a word (wordblocks.py, about three times grep's speed over
+the same words), and grep reads only those, with the lines around them (_narrowed: the
+same lines a grep of the whole file hands on), while `wc -l` counts the whole file's lines
+from the start (the stretches between the parts are counted too, from the nearer end).
+Stdlib only, but for wordblocks.py's optional Hyperscan.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def pick(
         # the file's lines counted while Hyperscan reads it, where it will (on another CPU)
         counted = _Count(fd, 0, size) if _narrows(size) else None
         try:
-            narrowed = _narrowed(fd, words, before, after)
+            narrowed = _narrowed(fd, words, before, after, size)
             ranges = narrowed
             if ranges is None:
                 ranges = _ranges(fd, _parts(size), before, after)
@@ -310,16 +316,17 @@ NARROW_BYTES = 32 << 20  # a file this big or bigger is first asked which blocks
 MAX_RANGES = 8  # stretches of the file a narrowed read greps at once, at most
 
 
-def _narrowed(fd: int, words: tuple[str, ...], before: int, after: int) -> list[Range] | None:
+def _narrowed(
+    fd: int, words: tuple[str, ...], before: int, after: int, size: int
+) -> list[Range] | None:
     """The parts of the file grep must read: around each block that holds a word, as
     Hyperscan sees it (wordblocks.py), the `before` lines ahead of the block and the `after`
     lines past it kept as well (the lines around a word there), near ones joined. None:
     read the whole file (no Hyperscan, a small file, lines too long to find the ends of,
-    or words in most of the file)."""
-    size = os.fstat(fd).st_size
+    or words in most of the file). `size`: the bytes of it read (a log may grow meanwhile)."""
     if not _narrows(size):
         return None
-    found = wordblocks.blocks(fd, words, cpus())
+    found = wordblocks.blocks(fd, words, cpus(), size)
     if found is None:
         return None
     keeps: list[tuple[int, int]] = []
@@ -454,6 +461,7 @@ class _Count:
             part = Range(start, end, start, end)
             self.proc = _fed(fd, part, [wc, "-l"], _env(), self.feeders, self.failed)
         self.empty = end <= start
+        self.end = end
         self._said: int | None = 0 if self.empty else None
 
     def lines(self) -> int:
@@ -493,7 +501,7 @@ def _by_greps(
     two parts' starts, and from the file's start to the first (or from the last to its
     end, less than `counted` of the whole file, where that stretch is the shorter one).
     None when a program fails (then Python reads the file)."""
-    size = os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if counted is None else counted.end  # the bytes it counts
     starts = [part.read_from for part in ranges]
     backward = counted is not None and bool(starts) and size - starts[0] < starts[-1]
     if backward:

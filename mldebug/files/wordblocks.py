@@ -73,13 +73,16 @@ def _scan(
         failed.append(error)
 
 
-def blocks(fd: int, words: tuple[str, ...], threads: int) -> list[tuple[int, int]] | None:
-    """The byte ranges [start, end) of the blocks of the open file `fd` that hold one of
-    `words`, in order, touching ones joined; None when Hyperscan is not there or fails."""
+def blocks(
+    fd: int, words: tuple[str, ...], threads: int, size: int | None = None
+) -> list[tuple[int, int]] | None:
+    """The byte ranges [start, end) of the blocks of the open file `fd` (its first `size`
+    bytes; all of it by default) that hold one of `words`, in order, touching ones joined;
+    None when Hyperscan is not there or fails."""
     encoded = tuple(dict.fromkeys(w.encode() for w in words if w))
     if _hs is None or not encoded or any(b"\0" in w for w in encoded):
         return None
-    size = os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if size is None else size
     count = -(-size // BLOCK)
     found = [False] * count
     failed: list[BaseException] = []
