@@ -14,7 +14,8 @@ plain alternative run as a process in the same run, and the ratio.
   explain  `mldebug explain --json LOG` on a SLURM output of LOG_MB (64 ranks interleaved,
            `N: ` prefixes, NCCL INFO lines; the watchdog's timeout at the end) | `grep -c`
            of the watchdog's pattern; then `mldebug nccl --json LOG` on the same log | the
-           same `grep -c` (both commands read the whole file in one streaming pass)
+           same `grep -c` (both commands read the whole file in one streaming pass: Hyperscan
+           asks every block whether it holds a word, grep reads those that do)
   front    `mldebug dump --slurm 4242` (its text report) on a job of NODES nodes x 8 ranks, SLURM's side
            recorded (squeue, scontrol and an srun that passes on the nodes' documents:
            the documented node format, as `mldebug collect` prints them, one a line): the
@@ -206,15 +207,27 @@ PYTHON_FINDS = (
     "started = time.process_time()\n"
     "one.search(data[: 8 << 20])\n"
     "regex = (time.process_time() - started) * 8\n"
-    "print(f'{finds:.2f} {regex:.2f}')\n"
+    "from mldebug.files import picked, wordblocks\n"
+    "started = time.process_time()\n"
+    "found = wordblocks.blocks(fd, STREAM_WORDS, picked.cpus())\n"
+    "blocks = time.process_time() - started if found is not None else float('nan')\n"
+    "started = time.process_time()\n"
+    "found = wordblocks.blocks(fd, ('Watchdog caught collective',), picked.cpus())\n"
+    "alone = time.process_time() - started if found is not None else float('nan')\n"
+    "print(f'{finds:.2f} {regex:.2f} {blocks:.2f} {alone:.2f}')\n"
 )
+IMPORTS = "import mldebug.cli, mldebug.explain.engine, mldebug.report.explain"
 
 
 def prefilters(log: Path, repeat: int) -> None:
     """What picks the lines of the readers' words, each over the whole log as a process
-    (CPU s): grep -E (what explain runs), grep -F with the same words; and Python's own,
-    timed in-process over the first 64 MB (bytes.find per word; one regular expression of
-    them all, over 8 MB, x8), scaled to the log's size."""
+    (CPU s): grep -E (what explain runs over the blocks that hold a word, or over all of
+    a log without Hyperscan), grep -F with the same words; and Python's own, timed
+    in-process over the first 64 MB (bytes.find per word; one regular expression of them
+    all, over 8 MB, x8), scaled to the log's size; and Hyperscan asked which blocks of the
+    whole log hold one (files/wordblocks.py, its threads' CPU; nan without it). Then the
+    rest of explain's cost by itself: its imports, `wc -l` of the log, and Hyperscan's
+    blocks of one word (its reading of the bytes)."""
     from mldebug.explain.engine import STREAM_WORDS
     from mldebug.files.picked import ere
 
@@ -235,7 +248,16 @@ def prefilters(log: Path, repeat: int) -> None:
         f"  prefilter, {len(STREAM_WORDS)} words, CPU s over the log: "
         f"grep -E {cpu['grep -E']:.2f}, grep -F {cpu['grep -F']:.2f}, "
         f"Python bytes.find per word {float(said[0]) * size_64:.1f}, "
-        f"Python one regex {float(said[1]) * size_64:.1f}",
+        f"Python one regex {float(said[1]) * size_64:.1f}, "
+        f"Hyperscan's blocks {float(said[2]):.2f}",
+        flush=True,
+    )
+    # explain's CPU beside Hyperscan's blocks: what the rest of it costs by itself
+    imports = run_timed([sys.executable, "-c", IMPORTS], repeat)[3]
+    lines = run_timed(["wc", "-l", str(log)], repeat, env=env)[3]
+    print(
+        f"  explain's parts, CPU s: the interpreter and mldebug's imports {imports:.2f}, "
+        f"`wc -l` of the log {lines:.2f}, Hyperscan's blocks of one word {float(said[3]):.2f}",
         flush=True,
     )
 

@@ -22,7 +22,9 @@ import pytest
 from mldebug.explain import stream
 from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
 from mldebug.explain.text import AROUND
-from mldebug.files import picked
+from mldebug.files import picked, wordblocks
+from mldebug.nccl import logparse
+from mldebug.nccl.scan import scan_paths
 
 CORPUS = Path(__file__).resolve().parent / "data" / "explain"
 FRAGMENTS = ("timeout_rank6_absent.log", "elastic_sigsegv.log", "nccl_oom_enqueue.log")
@@ -182,7 +184,7 @@ def _in_parts(monkeypatch, parts: int) -> list[int]:
     by_greps = picked._by_greps
 
     def spy(*args):
-        seen.append(len(args[-1]))
+        seen.append(len(args[7]))  # the ranges
         return by_greps(*args)
 
     monkeypatch.setattr(picked, "_by_greps", spy)
@@ -254,3 +256,172 @@ def test_each_part_hands_on_its_lines_as_a_grep_of_the_whole_file(
             # THEN each hands on the same lines, numbered alike, and the same line count
             assert _picks(path, words, before, after, "grep") == whole, (trial, parts)
     assert max(seen) > 3  # the parts were read by greps at once
+
+
+# ---- a big file narrowed: grep reads only the blocks that hold a word (wordblocks.py) ----
+
+
+def _narrowing(monkeypatch, block: int, most: int) -> list[list[picked.Range]]:
+    """Any file read narrowed (Hyperscan asked about blocks of `block` bytes, at most `most`
+    stretches grepped); the ranges of each narrowed read, as the reads go."""
+    assert wordblocks.available(), "Hyperscan is in the test extra: pip install -e '.[test]'"
+    monkeypatch.setattr(picked, "NARROW_BYTES", 0)
+    monkeypatch.setattr(wordblocks, "BLOCK", block)
+    monkeypatch.setattr(picked, "MAX_RANGES", most)
+    seen: list[list[picked.Range]] = []
+    narrowed = picked._narrowed
+
+    def spy(*args):
+        got = narrowed(*args)
+        if got is not None:
+            seen.append(got)
+        return got
+
+    monkeypatch.setattr(picked, "_narrowed", spy)
+    return seen
+
+
+@pytest.mark.parametrize("before,after", [(AROUND, AROUND), (0, 1), (0, 0), (5, 2)])
+def test_a_narrowed_read_hands_on_the_lines_a_grep_of_the_whole_file_does(
+    tmp_path, monkeypatch, before, after
+):
+    # GIVEN logs of chatter with a word here and there (one across a block's end, one in a
+    # line longer than a block), empty lines, and logs without any word
+    shuffle = random.Random(before * 10 + after)
+    words = ("Watchdog", "rror", "NCCL WARN")
+    path = tmp_path / "mixed.out"
+    narrowed: list[list[picked.Range]] = []
+    for trial in range(16):
+        block = shuffle.choice([64, 256, 1000])
+        seen = _narrowing(monkeypatch, block, shuffle.choice([1, 2, 8]))
+        lines = [
+            shuffle.choice([b"chatter %d" % i] * 400 + [b"", b"long " + b"q" * 3000])
+            for i in range(shuffle.randint(200, 3000))
+        ]
+        for _ in range(trial % 6):
+            at = shuffle.randrange(len(lines))
+            lines[at] = shuffle.choice(
+                [b"x Error at %d" % at, b"NCCL WARN z", b"q" * 5000 + b"rror"]
+            )
+        path.write_bytes(b"\n".join(lines) + b"\n" * (trial % 2))
+        # WHEN read narrowed, and by one grep of the whole file
+        got = _picks(path, words, before, after, "grep")
+        monkeypatch.setattr(picked, "NARROW_BYTES", 1 << 62)
+        whole = _picks(path, words, before, after, "grep")
+        # THEN both hand on the same lines, numbered alike, and the same line count
+        assert got == whole, trial
+        narrowed += seen
+    # and most reads were narrowed (not declined for words all over), some to a few
+    # stretches, some to none (no word at all)
+    assert len(narrowed) >= 10
+    assert any(len(ranges) > 1 for ranges in narrowed)
+    assert any(not ranges for ranges in narrowed)
+
+
+def _blocks_holding(data: bytes, words: tuple[str, ...], block: int) -> list[tuple[int, int]]:
+    """The blocks that hold a word, by Python: a word that starts in a block is its."""
+    out: list[tuple[int, int]] = []
+    for start in range(0, len(data), block):
+        end = min(len(data), start + block)
+        seen = data[start : end + max(len(w) for w in words) - 1]
+        if any(w.encode() in seen for w in words):
+            if out and out[-1][1] == start:
+                out[-1] = (out[-1][0], end)
+            else:
+                out.append((start, end))
+    return out
+
+
+@pytest.mark.parametrize("read", [1 << 20, 1000])
+def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, monkeypatch, read):
+    # GIVEN blocks of 4 KiB of chatter, each of explain's and nccl's words alone in one of
+    # them, a block without any between, and a word across two blocks' cut (read whole, or
+    # 1,000 bytes at a time: words across those cuts too)
+    monkeypatch.setattr(wordblocks, "BLOCK", 4096)
+    monkeypatch.setattr(wordblocks, "READ", read)
+    words = tuple(dict.fromkeys(STREAM_WORDS + logparse.WORDS))
+    chatter = _chatter(100)[:4096]
+    data = b"".join(chatter[:998] + w.encode() + chatter[998 + len(w) :] + chatter for w in words)
+    data += chatter[:-4] + b"Watchdog" + chatter[4:]
+    path = tmp_path / "blocks.out"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # WHEN Hyperscan is asked which blocks hold any of them, or each alone
+        for asked in [words, *((w,) for w in words)]:
+            found = wordblocks.blocks(fd, asked, 3)
+            # THEN the blocks Python finds them in, the one across the cut in the first
+            assert found == _blocks_holding(data, asked, 4096), asked
+        assert len(wordblocks.blocks(fd, ("Watchdog",), 2)) == 2
+        assert wordblocks.blocks(fd, ("nowhere to be seen",), 2) == []
+    finally:
+        os.close(fd)
+
+
+def _grepped(monkeypatch) -> list[list[picked.Range]]:
+    """The stretches each read by greps at once covered, as the reads go."""
+    seen: list[list[picked.Range]] = []
+    by_greps = picked._by_greps
+
+    def spy(*args):
+        seen.append(args[7])  # the ranges
+        return by_greps(*args)
+
+    monkeypatch.setattr(picked, "_by_greps", spy)
+    return seen
+
+
+def test_the_explain_and_nccl_commands_grep_only_the_blocks_around_the_error(
+    tmp_path, monkeypatch, small_findings
+):
+    # GIVEN a 48 MB log (NARROW_BYTES or more) with an error in its middle
+    name = "timeout_rank6_absent.log"
+    path = tmp_path / "slurm-4242.out"
+    _log(path, (CORPUS / name).read_bytes(), BIG_MB / 2, BIG_MB / 2)
+    size = path.stat().st_size
+    assert size >= picked.NARROW_BYTES and wordblocks.available()
+    # WHEN `mldebug explain` and `mldebug nccl` read it (the functions their commands call)
+    grepped = _grepped(monkeypatch)
+    got = explain([str(path)])
+    (log,) = scan_paths([str(path)]).logs
+    # THEN grep read a few blocks around the error, not the file: Hyperscan found them
+    assert len(grepped) == 2
+    for ranges in grepped:
+        assert ranges and sum(r.read_to - r.read_from for r in ranges) < size / 8
+    assert _said(got.findings) == small_findings[name]
+    assert got.sources[0].lines == log.lines == path.read_bytes().count(b"\n")
+    # and without Hyperscan grep reads it all and says the same
+    monkeypatch.setattr(wordblocks, "_hs", None)
+    whole = explain([str(path)])
+    assert [f.lines for f in whole.findings] == [f.lines for f in got.findings]
+    assert whole.sources == got.sources and _said(whole.findings) == _said(got.findings)
+    (again,) = scan_paths([str(path)]).logs
+    assert repr(again.procs) == repr(log.procs) and again.lines == log.lines
+    assert all(sum(r.read_to - r.read_from for r in ranges) >= size for ranges in grepped[2:])
+
+
+def test_a_log_that_grows_while_it_is_narrowed_is_read_as_it_was(tmp_path, monkeypatch):
+    # GIVEN a log with an error near its end, and the same log that goes on being written
+    # (more lines, some holding words) once Hyperscan has read its blocks
+    _narrowing(monkeypatch, 4096, 8)
+    lines = [b"chatter %d" % i for i in range(20_000)]
+    lines[19_000] = b"x Error at the end"
+    before = tmp_path / "before.out"
+    before.write_bytes(b"\n".join(lines) + b"\n")
+    growing = tmp_path / "growing.out"
+    growing.write_bytes(before.read_bytes())
+    blocks = wordblocks.blocks
+
+    def then_written(*args):
+        found = blocks(*args)
+        with open(growing, "ab") as out:
+            out.write(b"x Error later\n" * 3 + _chatter(50))  # its lines counted from the end
+        return found
+
+    monkeypatch.setattr(wordblocks, "blocks", then_written)
+    # WHEN each is read narrowed
+    got = _picks(growing, ("rror",), AROUND, AROUND, "grep")
+    monkeypatch.setattr(wordblocks, "blocks", blocks)
+    # THEN the growing one hands on the lines it had when the read began, numbered alike
+    assert got == _picks(before, ("rror",), AROUND, AROUND, "grep")
+    assert got[0] == 20_000 and got[1][AROUND] == (19_001, b"x Error at the end", True)

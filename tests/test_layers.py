@@ -17,7 +17,9 @@ from testkit.imports import HEAVY, PACKAGE, graph, heavy_of, reach, unit_of
 
 # Plain helpers every outside layer may use: pure, standard library (and the model) only.
 PLAIN = frozenset({"model", "ranges", "textsafe", "wording", "errors"})
-# Safe access to a run directory and to /proc (mldebug/files/): standard library only.
+# Safe access to a run directory and to /proc (mldebug/files/): standard library only, but
+# files/wordblocks.py, which asks Hyperscan where it is installed (a big log's narrowed
+# read: the front end's, never a rank's).
 FILES = frozenset({"files"})
 # The in-rank side: loaded inside every training process (the agent loads rankrules, the
 # ledger's contract and files/ by path), so it imports nothing but each other and the

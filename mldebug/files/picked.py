@@ -11,7 +11,13 @@ through a symlink). The file goes to grep as that descriptor; while grep reads i
 counts its lines on a second descriptor of the same file (else this process does). Without
 grep the same lines are picked in Python, slower. A line longer than MAX_LINE bytes comes
 cut to LINE_BYTES (grep looks at a line whole for a word, Python at what it keeps of it).
-Stdlib only.
+
+A file of NARROW_BYTES or more, where Hyperscan is installed, is first narrowed: Hyperscan
+says which blocks of it hold a word (wordblocks.py, about three times grep's speed over
+the same words), and grep reads only those, with the lines around them (_narrowed: the
+same lines a grep of the whole file hands on), while `wc -l` counts the whole file's lines
+from the start (the stretches between the parts are counted too, from the nearer end).
+Stdlib only, but for wordblocks.py's optional Hyperscan.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from mldebug.files import safeio
+from mldebug.files import safeio, wordblocks
 
 CHUNK = 4 << 20  # bytes read at a time
 MAX_LINE = 4096
@@ -52,11 +58,22 @@ def pick(
     lines the file has."""
     program = shutil.which(grep) if grep else None
     if program:
-        ranges = _ranges(fd, _parts(os.fstat(fd).st_size), before, after)
-        if len(ranges) > 1:
-            count = _by_greps(fd, path, words, start(), before, after, program, ranges)
-        else:
-            count = _by_grep(fd, path, words, start(), before, after, program)
+        size = os.fstat(fd).st_size
+        # the file's lines counted while Hyperscan reads it, where it will (on another CPU)
+        counted = _Count(fd, 0, size) if _narrows(size) else None
+        try:
+            narrowed = _narrowed(fd, words, before, after, size)
+            ranges = narrowed
+            if ranges is None:
+                ranges = _ranges(fd, _parts(size), before, after)
+            if narrowed is not None or len(ranges) > 1:
+                sink = start()
+                count = _by_greps(fd, path, words, sink, before, after, program, ranges, counted)
+            else:
+                count = _by_grep(fd, path, words, start(), before, after, program)
+        finally:
+            if counted is not None:
+                counted.stop()
         if count is not None:
             return count
         os.lseek(fd, 0, os.SEEK_SET)
@@ -295,6 +312,71 @@ def _ranges(fd: int, parts: int, before: int, after: int) -> list[Range]:
     return out
 
 
+NARROW_BYTES = 32 << 20  # a file this big or bigger is first asked which blocks hold a word
+MAX_RANGES = 8  # stretches of the file a narrowed read greps at once, at most
+
+
+def _narrowed(
+    fd: int, words: tuple[str, ...], before: int, after: int, size: int
+) -> list[Range] | None:
+    """The parts of the file grep must read: around each block that holds a word, as
+    Hyperscan sees it (wordblocks.py), the `before` lines ahead of the block and the `after`
+    lines past it kept as well (the lines around a word there), near ones joined. None:
+    read the whole file (no Hyperscan, a small file, lines too long to find the ends of,
+    or words in most of the file). `size`: the bytes of it read (a log may grow meanwhile)."""
+    if not _narrows(size):
+        return None
+    found = wordblocks.blocks(fd, words, cpus(), size)
+    if found is None:
+        return None
+    keeps: list[tuple[int, int]] = []
+    for start, end in found:
+        first = _line_of(fd, start)
+        keep_from = None if first is None else _lines_back(fd, first, before)
+        last = size if end >= size else _line_start(fd, end)
+        keep_to = None if last is None else _lines_on(fd, last, after, size)
+        if keep_from is None or keep_to is None:
+            return None
+        if keeps and keep_from <= keeps[-1][1]:
+            keeps[-1] = (keeps[-1][0], max(keeps[-1][1], keep_to))
+        else:
+            keeps.append((keep_from, keep_to))
+    if len(keeps) > MAX_RANGES:  # the shortest stretches between them are read as well
+        gaps = sorted(b[0] - a[1] for a, b in zip(keeps, keeps[1:], strict=False))
+        bridged = gaps[len(keeps) - MAX_RANGES - 1]  # this short or shorter: read
+        joined = keeps[:1]
+        for keep in keeps[1:]:
+            if keep[0] - joined[-1][1] <= bridged:
+                joined[-1] = (joined[-1][0], keep[1])
+            else:
+                joined.append(keep)
+        keeps = joined
+    if sum(end - start for start, end in keeps) * 2 > size:
+        return None  # words all over: the whole file, a grep a CPU
+    ranges = []
+    for keep_from, keep_to in keeps:
+        read_from = _lines_back(fd, keep_from, after)
+        read_to = _lines_on(fd, keep_to, before, size)
+        if read_from is None or read_to is None:
+            return None
+        ranges.append(Range(keep_from, keep_to, read_from, read_to))
+    return ranges
+
+
+def _narrows(size: int) -> bool:
+    """Is a file of `size` bytes narrowed first (Hyperscan there, the file big enough)?"""
+    return size >= NARROW_BYTES and wordblocks.available()
+
+
+def _line_of(fd: int, at: int) -> int | None:
+    """Where the line that holds byte `at` starts."""
+    window = max(0, at - _SEEK_BYTES)
+    newline = os.pread(fd, at - window, window).rfind(b"\n")
+    if newline == -1:
+        return 0 if window == 0 else None
+    return window + newline + 1
+
+
 def _line_start(fd: int, at: int) -> int | None:
     """The first line start at or after `at`."""
     if at == 0:
@@ -365,6 +447,42 @@ def _wide(pipe: int) -> None:
         pass
 
 
+class _Count:
+    """`wc -l` of the bytes [start, end) of the file, fed to it through a pipe by a thread
+    of its own (splice from the caller's descriptor: exactly those bytes, even from a log
+    that grows meanwhile)."""
+
+    def __init__(self, fd: int, start: int, end: int) -> None:
+        self.feeders: list[threading.Thread] = []
+        self.failed: list[OSError] = []
+        wc = shutil.which("wc")
+        self.proc = None
+        if wc is not None and end > start:
+            part = Range(start, end, start, end)
+            self.proc = _fed(fd, part, [wc, "-l"], _env(), self.feeders, self.failed)
+        self.empty = end <= start
+        self.end = end
+        self._said: int | None = 0 if self.empty else None
+
+    def lines(self) -> int:
+        """The newlines it counted (waited for); -1 when it could not."""
+        if self._said is None:
+            count = _newlines(self.proc)
+            self.stop()
+            self._said = -1 if self.failed else count
+        return self._said
+
+    def stop(self) -> None:
+        _stop([self.proc])
+        for feeder in self.feeders:
+            feeder.join()
+
+
+def _env() -> dict[str, str]:
+    """The programs' environment: bytes, not characters (no UTF-8 decoding)."""
+    return {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
+
+
 def _by_greps(
     fd: int,
     path: str,
@@ -374,57 +492,104 @@ def _by_greps(
     after: int,
     program: str,
     ranges: list[Range],
+    counted: _Count | None = None,
 ) -> int | None:
     """One grep for each part, all at once, their lines to `sink` in file order (a later
     part's lines wait in its pipe, so memory stays bounded: a part with many lines waits
     for the ones before it). The line numbers: grep's within its part, plus the lines
-    before the part (`wc -l` of the whole file less `wc -l` from where the part starts).
+    before the part, which `wc -l`s count at the same time, one for each stretch between
+    two parts' starts, and from the file's start to the first (or from the last to its
+    end, less than `counted` of the whole file, where that stretch is the shorter one).
     None when a program fails (then Python reads the file)."""
-    env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
-    counters = [_wc(path, fd, env, part.read_from) for part in ranges]
+    size = os.fstat(fd).st_size if counted is None else counted.end  # the bytes it counts
+    starts = [part.read_from for part in ranges]
+    backward = counted is not None and bool(starts) and size - starts[0] < starts[-1]
+    if backward:
+        stretches = list(zip(starts, [*starts[1:], size], strict=True))
+    else:
+        stretches = list(zip([0, *starts], [*starts, size], strict=True))
+        if counted is not None:
+            stretches.pop()  # the lines past the last part's start: `counted` less the rest
     argv = [program, "-a", "-n", "-b", "-E", f"-B{before}", f"-A{after}", "-e", ere(words)]
-    if any(counter is None for counter in counters):
-        _stop(counters)
-        return _by_grep(fd, path, words, sink, before, after, program)
     greps: list[subprocess.Popen[bytes]] = []
+    counters: list[_Count] = []
     feeders: list[threading.Thread] = []
     failed: list[OSError] = []
     done = False
+    whole = 0
     try:
-        for part in ranges:
-            into, out = os.pipe()
-            _wide(out)
-            try:
-                greps.append(subprocess.Popen(argv, stdin=into, stdout=subprocess.PIPE, env=env))
-            except OSError:
-                os.close(out)
+        if shutil.which("wc") is None:
+            return _by_grep(fd, path, words, sink, before, after, program)
+        for start, end in stretches:
+            counters.append(_Count(fd, start, end))
+            if counters[-1].proc is None and not counters[-1].empty:
                 return None
-            finally:
-                os.close(into)
-            assert greps[-1].stdout is not None
-            _wide(greps[-1].stdout.fileno())
-            feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
-            feeders[-1].start()
-        whole = _newlines(counters[0])
-        for part, grep, counter in zip(ranges, greps, counters, strict=True):
-            behind = _newlines(counter) if part.read_from else whole
-            whole = -1 if behind < 0 else whole  # lines misnumbered: the caller starts again
-            ahead = whole - behind
-            _drain_part(grep, part, ahead, sink)
+        for part in ranges:
+            grep = _fed(fd, part, argv, _env(), feeders, failed)
+            if grep is None:
+                return None
+            greps.append(grep)
+        aheads: list[int] = []  # the lines ahead of each part, counted back from the end
+        if backward and counted is not None:
+            ahead = counted.lines()
+            for counter in reversed(counters):
+                behind = counter.lines()
+                ahead = -1 if ahead < 0 or behind < 0 else ahead - behind
+                aheads.insert(0, ahead)
+        for index, (part, grep) in enumerate(zip(ranges, greps, strict=True)):
+            if aheads:
+                whole = aheads[index]
+            else:
+                behind = counters[index].lines()
+                whole = -1 if behind < 0 or whole < 0 else whole + behind
+            _drain_part(grep, part, whole, sink)  # misnumbered when whole < 0: not returned
+        if counted is not None:
+            last = counted.lines()
+            whole = last if 0 <= whole <= last and min(aheads, default=0) >= 0 else -1
+        else:
+            last = counters[-1].lines()
+            whole = -1 if last < 0 or whole < 0 else whole + last
         done = True
     finally:
         if not done:  # a failure or an interrupt: no grep is left reading a 1 GB file
-            _stop([*greps, *counters])
+            _stop(list(greps))
+        for counter in counters:
+            counter.stop()
         for grep in greps:
             grep.wait()
-        for feeder in feeders:  # each ends at its part's end, or when its grep is gone
+        for feeder in feeders:  # each ends at its part's end, or when its reader is gone
             feeder.join()
     if not done or failed or whole < 0 or any(grep.returncode not in (0, 1) for grep in greps):
         return None
-    size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         whole += 1  # a last line without its newline
     return whole
+
+
+def _fed(
+    fd: int,
+    part: Range,
+    argv: list[str],
+    env: dict[str, str],
+    feeders: list[threading.Thread],
+    failed: list[OSError],
+) -> subprocess.Popen[bytes] | None:
+    """`argv` reading the part's bytes from a pipe that a thread of its own fills (splice
+    from `fd`); None when it cannot start."""
+    into, out = os.pipe()
+    _wide(out)
+    try:
+        child = subprocess.Popen(argv, stdin=into, stdout=subprocess.PIPE, env=env)
+    except OSError:
+        os.close(out)
+        return None
+    finally:
+        os.close(into)
+    assert child.stdout is not None
+    _wide(child.stdout.fileno())
+    feeders.append(threading.Thread(target=_feed, args=(fd, part, out, failed)))
+    feeders[-1].start()
+    return child
 
 
 def _stop(children: list[subprocess.Popen[bytes] | None]) -> None:
