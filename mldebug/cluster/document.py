@@ -274,6 +274,7 @@ class Reader:
         # The last document's template (what its entry said, its view, its failure): the
         # next node's ranks mostly say the same too.
         self.template: tuple[tuple, RankView, object] | None = None
+        self.last_stack: tuple[list, tuple[ThreadStack, ...]] = ([], ())
 
     def _frame(self, raw: object) -> Frame:
         if not isinstance(raw, list) or len(raw) != 4:
@@ -293,6 +294,14 @@ class Reader:
     def _stack(self, raw: object) -> tuple[ThreadStack, ...]:
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_THREADS:
             raise ValueError(f"a stack is a list of 1 to {MAX_THREADS} threads")
+        last, known = self.last_stack
+        if raw == last:  # the usual case: the stack the node before wrote (see below)
+            return known
+        known = self._remembered(raw)
+        self.last_stack = (raw, known)
+        return known
+
+    def _remembered(self, raw: list) -> tuple[ThreadStack, ...]:
         depths = tuple(_depth(t) for t in raw)
         alike = self.raw_stacks.setdefault(depths, [])
         for written, known in alike:
@@ -349,8 +358,9 @@ class Reader:
         job = _text(data.get("job"))
         views, failures, seen = self._views(raw_ranks, stacks, host, job, now)
         groups = self._groups(data.get("groups"), stacks, seen)
-        said = data.get("notes")
-        notes = said if isinstance(said, list) else []
+        # Most nodes have no notes, crashes, events or RAS answer: nothing made for those.
+        notes, crashes, events = data.get("notes"), data.get("crashes"), data.get("events")
+        ras = data.get("ras")
         return NodeReading(
             host=host,
             time=now,
@@ -358,10 +368,10 @@ class Reader:
             groups=groups,
             world_size=_int(data.get("world_size"), 1, 1 << 20),
             job=job,
-            notes=tuple(_text(n) for n in notes[:MAX_NOTES] if isinstance(n, str)),
-            crashes=tuple(_crashes(data.get("crashes"))),
-            events=tuple(_events(data.get("events"))),
-            ras=read_carried(data.get("ras"), host),
+            notes=_notes(notes) if notes else (),
+            crashes=tuple(_crashes(crashes)) if crashes else (),
+            events=tuple(_events(events)) if events else (),
+            ras=read_carried(ras, host) if ras is not None else None,
             failures=failures,
             hang_after=_hang_after(data.get("hang_after")),
         )
@@ -388,7 +398,13 @@ class Reader:
         for entry in raw_ranks:
             if not isinstance(entry, dict):
                 continue
-            if template is not None and _said(entry) == shape:
+            same = False
+            if template is not None:
+                try:
+                    same = _said_fields(entry) == shape
+                except KeyError:  # a field left out: read field by field
+                    pass
+            if same and template is not None:
                 view = _renumbered(template, entry.get("rank"), entry.get("pid"), entry)
                 failure = said_failure
             else:
@@ -402,7 +418,7 @@ class Reader:
                 continue
             seen.add(view.rank)
             views.append(view)
-            if failure in FAILURES:
+            if failure is not None and failure in FAILURES:
                 failures[view.rank] = failure
         if template is not None:
             self.template = (shape, template, said_failure)
@@ -556,6 +572,11 @@ def _frozen(cls: type[_T], fields: dict) -> _T:
     made = object.__new__(cls)
     object.__setattr__(made, "__dict__", fields)
     return made
+
+
+def _notes(value: object) -> tuple[str, ...]:
+    notes = value[:MAX_NOTES] if isinstance(value, list) else []
+    return tuple(_text(n) for n in notes if isinstance(n, str))
 
 
 def _hang_after(value: object) -> float | None:
