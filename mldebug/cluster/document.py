@@ -560,17 +560,23 @@ def _renumbered(template: RankView, rank: object, pid: object, entry: dict) -> R
         local_rank = _int(local_rank, 0, MAX_RANK)
     fields = template.target.__dict__.copy()
     fields["pid"], fields["rank"], fields["local_rank"] = pid, rank, local_rank
-    target = _frozen(RankTarget, fields)
+    target = _NEW(RankTarget)  # _frozen's two steps, here without its call: once a rank
+    _SET(target, "__dict__", fields)
     fields = template.__dict__.copy()
     fields["rank"], fields["target"] = rank, target
-    return _frozen(RankView, fields)
+    view = _NEW(RankView)
+    _SET(view, "__dict__", fields)
+    return view
+
+
+_NEW, _SET = object.__new__, object.__setattr__
 
 
 def _frozen(cls: type[_T], fields: dict) -> _T:
     """An instance of the frozen dataclass `cls` with these fields (all of them, each
     checked): the quickest way to make one, once a rank at the largest jobs."""
-    made = object.__new__(cls)
-    object.__setattr__(made, "__dict__", fields)
+    made = _NEW(cls)
+    _SET(made, "__dict__", fields)
     return made
 
 
