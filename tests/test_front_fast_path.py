@@ -194,7 +194,7 @@ def test_a_rank_entry_that_leaves_a_field_out_is_read_field_by_field():
 SHAPES = (WAITING, BARRIER, LOADING)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(data=st.data())
 def test_the_nodes_put_end_to_end_say_what_the_map_of_every_rank_says(data):
     """Any job, split over nodes of any size: merged end to end (the usual case) and through
