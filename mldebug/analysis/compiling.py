@@ -39,6 +39,7 @@ from mldebug.model import (
     Finding,
     Frame,
     RankView,
+    ThreadStack,
 )
 from mldebug.rankrules import compile_phase_in, compile_phase_of
 from mldebug.wording import ranks_text, verb
@@ -95,16 +96,21 @@ def compiling_ranks(views: Sequence[RankView]) -> dict[int, Compile]:
     # The ranks of a large job share a few stack objects (the node documents' reader reads
     # each stack once): each is walked once, kept alive here while its id is the key.
     phases: dict[int, tuple[Sequence[Frame], str | None, Frame | None]] = {}
+    run_of: tuple[ThreadStack, ...] | None = None  # a run of ranks with one threads tuple
+    phase: str | None = None
+    caller: Frame | None = None
     for view in views:
-        if not view.threads:
-            continue
-        frames = view.threads[0].frames
-        known = phases.get(id(frames))
-        if known is None:
-            phase = compile_phase(frames)
-            known = (frames, phase, compile_caller(frames) if phase is not None else None)
-            phases[id(frames)] = known
-        _, phase, caller = known
+        if view.threads is not run_of:  # looked up once a run (a node's ranks, mostly)
+            run_of = view.threads
+            phase = caller = None
+            if run_of:
+                frames = run_of[0].frames
+                known = phases.get(id(frames))
+                if known is None:
+                    phase = compile_phase(frames)
+                    known = (frames, phase, compile_caller(frames) if phase is not None else None)
+                    phases[id(frames)] = known
+                _, phase, caller = known
         if phase is None or view.gone:
             continue
         seen = view.agent.compile if view.agent is not None else None

@@ -8,7 +8,7 @@ stacks, not with the number of ranks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 
 from mldebug.analysis.frames import collective_op, stack_key, user_frame
 from mldebug.model import STATE_UNKNOWN, Frame, StackGroup, StackNode
@@ -59,7 +59,7 @@ def _groups(
 def _group_state(ranks: Iterable[int], states: Mapping[int, str] | None) -> str:
     if not states:
         return STATE_UNKNOWN
-    seen = {states.get(rank, STATE_UNKNOWN) for rank in ranks}
+    seen = set(map(states.get, ranks, repeat(STATE_UNKNOWN)))
     return seen.pop() if len(seen) == 1 else STATE_UNKNOWN
 
 

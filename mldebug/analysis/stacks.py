@@ -51,6 +51,7 @@ from mldebug.wording import ranks_text, verb
 
 MAX_THREAD_FINDINGS = 3
 _RANK = attrgetter("rank")
+_NONE = object()  # no rank's user frame
 
 
 def location_of(view: RankView) -> str | None:
@@ -99,9 +100,22 @@ def _bucket(views: Sequence[RankView], key: Callable[[RankView], Hashable]) -> l
     biggest group first, then by lowest rank. The ranks of a large job share a few frame
     objects: they are put together by those first, and each set's key is made once."""
     alike: dict = {}
+    # A run of ranks with the same line, collective and worker (a node's, mostly) looks
+    # its set up once.
+    frame: object = _NONE
+    collective: str | None = None
+    worker = False
+    members: list[RankView] = []
     for view in views:
-        made_of = (id(view.user_frame), view.collective, view.dataloader_worker is not None)
-        alike.setdefault(made_of, []).append(view)
+        if (
+            view.user_frame is not frame
+            or view.collective is not collective
+            or (view.dataloader_worker is not None) != worker
+        ):
+            frame, collective = view.user_frame, view.collective
+            worker = view.dataloader_worker is not None
+            members = alike.setdefault((id(frame), collective, worker), [])
+        members.append(view)
     keyed: dict = {}
     for members in alike.values():
         keyed.setdefault(key(members[0]), []).append(members)

@@ -66,11 +66,17 @@ def thread_differences(views: Sequence[RankView]) -> list[ThreadDifference]:
     Only ranks whose threads were read take part; at least two are needed to compare.
     """
     # The ranks that share one threads tuple (most of a large job's), in rank order: its
-    # keys made once, and each key looked up once a tuple, not once a rank.
+    # keys made once, and each key looked up once a run of ranks that share it (a node's
+    # ranks mostly do), not once a rank.
     by_threads: dict[int, tuple[tuple[ThreadStack, ...], list[int]]] = {}
+    run_of: tuple[ThreadStack, ...] | None = None
+    run: list[int] = []
     for view in views:
-        if view.threads:
-            by_threads.setdefault(id(view.threads), (view.threads, []))[1].append(view.rank)
+        if view.threads is not run_of:
+            run_of = view.threads
+            # ranks without threads go to a list nobody reads
+            run = by_threads.setdefault(id(run_of), (run_of, []))[1] if run_of else []
+        run.append(view.rank)
     lists = [ranks for _, ranks in by_threads.values()]
     count = sum(map(len, lists))
     if len(set(chain.from_iterable(lists))) < count:  # a rank read twice: its last reading

@@ -20,6 +20,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
+from typing import TypeVar
 
 from mldebug.analysis.snapshot import with_agent
 from mldebug.collect.agentstate import parse_state
@@ -58,6 +60,9 @@ RAW_STACK_LIKE = 8  # stacks remembered that have the same threads of the same d
 STATES = ("running", "stuck", "exited", "unreadable", "missing", "unknown", "waiting")
 FAILURES = (FAIL_EXITED, FAIL_PERMISSION, FAIL_TIMEOUT, FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_BUSY)
 MAX_HANG_AFTER = 86400.0
+MAX_RANK = 1 << 20
+_T = TypeVar("_T")
+MAX_PID = 1 << 22
 
 
 # ---- writing (on the node) ----
@@ -266,6 +271,10 @@ class Reader:
         # read as: most nodes repeat the others' stacks, read once (bounded).
         self.raw_stacks: dict[tuple, list[tuple[list, tuple[ThreadStack, ...]]]] = {}
         self.raw_frames = 0
+        # The last document's template (what its entry said, its view, its failure): the
+        # next node's ranks mostly say the same too.
+        self.template: tuple[tuple, RankView, object] | None = None
+        self.last_stack: tuple[list, tuple[ThreadStack, ...]] = ([], ())
 
     def _frame(self, raw: object) -> Frame:
         if not isinstance(raw, list) or len(raw) != 4:
@@ -285,6 +294,14 @@ class Reader:
     def _stack(self, raw: object) -> tuple[ThreadStack, ...]:
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_THREADS:
             raise ValueError(f"a stack is a list of 1 to {MAX_THREADS} threads")
+        last, known = self.last_stack
+        if raw == last:  # the usual case: the stack the node before wrote (see below)
+            return known
+        known = self._remembered(raw)
+        self.last_stack = (raw, known)
+        return known
+
+    def _remembered(self, raw: list) -> tuple[ThreadStack, ...]:
         depths = tuple(_depth(t) for t in raw)
         alike = self.raw_stacks.setdefault(depths, [])
         for written, known in alike:
@@ -339,18 +356,11 @@ class Reader:
         stacks = [self._stack(s) for s in raw_stacks]
         now = _number(data.get("time")) or 0.0
         job = _text(data.get("job"))
-        views: list[RankView] = []
-        failures: dict[int, str] = {}
-        seen: set[int] = set()
-        for entry, view in self._views(raw_ranks, stacks, host, job, now):
-            if view is not None and view.rank not in seen:
-                seen.add(view.rank)
-                views.append(view)
-                if entry.get("failure") in FAILURES:
-                    failures[view.rank] = entry["failure"]
+        views, failures, seen = self._views(raw_ranks, stacks, host, job, now)
         groups = self._groups(data.get("groups"), stacks, seen)
-        said = data.get("notes")
-        notes = said if isinstance(said, list) else []
+        # Most nodes have no notes, crashes, events or RAS answer: nothing made for those.
+        notes, crashes, events = data.get("notes"), data.get("crashes"), data.get("events")
+        ras = data.get("ras")
         return NodeReading(
             host=host,
             time=now,
@@ -358,10 +368,10 @@ class Reader:
             groups=groups,
             world_size=_int(data.get("world_size"), 1, 1 << 20),
             job=job,
-            notes=tuple(_text(n) for n in notes[:MAX_NOTES] if isinstance(n, str)),
-            crashes=tuple(_crashes(data.get("crashes"))),
-            events=tuple(_events(data.get("events"))),
-            ras=read_carried(data.get("ras"), host),
+            notes=_notes(notes) if notes else (),
+            crashes=tuple(_crashes(crashes)) if crashes else (),
+            events=tuple(_events(events)) if events else (),
+            ras=read_carried(ras, host) if ras is not None else None,
             failures=failures,
             hang_after=_hang_after(data.get("hang_after")),
         )
@@ -373,26 +383,67 @@ class Reader:
         host: str,
         job: str,
         now: float,
-    ) -> Iterator[tuple[dict, RankView | None]]:
-        """Each rank entry with its view. A node's ranks mostly say the same but for their
-        rank and pid (one stack, state, line and collective): an entry that equals the one
-        before it in all else is that one's view renumbered, its own fields checked; only
-        a rank that differs (or carries its agent's state.json) is read field by field."""
-        shape: dict | None = None
-        template: RankView | None = None
+    ) -> tuple[list[RankView], dict[int, str], set[int]]:
+        """The node's ranks (each rank once, the first entry that names it), how their
+        readings failed, and their numbers. A node's ranks mostly say the same but for
+        their rank and pid (one stack, state, line and collective): an entry that says
+        what the one before it said in every field the reader reads is that one's view
+        renumbered, its rank and pid checked; only a rank that differs (or carries its
+        agent's state.json) is read field by field."""
+        views: list[RankView] = []
+        failures: dict[int, str] = {}
+        seen: set[int] = set()
+        # The template: what its entry said in _SAID_FIELDS, its view and its failure.
+        shape, template, said_failure = self._carried(stacks, host, job) or ((), None, None)
         for entry in raw_ranks:
             if not isinstance(entry, dict):
                 continue
-            rest = dict(entry)
-            rank, pid = rest.pop("rank", None), rest.pop("pid", None)
-            local_rank = rest.pop("local_rank", None)
-            if template is not None and rest == shape:
-                yield entry, _renumbered(template, rank, pid, local_rank)
+            same = False
+            if template is not None:
+                try:
+                    same = _said_fields(entry) == shape
+                except KeyError:  # a field left out: read field by field
+                    pass
+            if same and template is not None:
+                view = _renumbered(template, entry.get("rank"), entry.get("pid"), entry)
+                failure = said_failure
+            else:
+                view = self._view(entry, stacks, host, job, now)
+                failure = entry.get("failure")
+                if view is not None and entry.get("agent") is None:
+                    said = _said(entry)
+                    if said is not None:
+                        shape, template, said_failure = said, view, failure
+            if view is None or view.rank in seen:
                 continue
-            view = self._view(entry, stacks, host, job, now)
-            if view is not None and rest.get("agent") is None:
-                shape, template = rest, view
-            yield entry, view
+            seen.add(view.rank)
+            views.append(view)
+            if failure is not None and failure in FAILURES:
+                failures[view.rank] = failure
+        if template is not None:
+            self.template = (shape, template, said_failure)
+        return views, failures, seen
+
+    def _carried(
+        self, stacks: Sequence[tuple[ThreadStack, ...]], host: str, job: str
+    ) -> tuple[tuple, RankView, object] | None:
+        """The last document's template for this one: its view on this node, when its
+        stack's number names the same stack here (stacks equal across nodes are one
+        object); else None."""
+        if self.template is None:
+            return None
+        shape, view, failure = self.template
+        index = _int(shape[_STACK_FIELD], 0, len(stacks) - 1)
+        if (stacks[index] if index is not None else ()) is not view.threads:
+            return None
+        if view.target is None:
+            return None
+        fields = view.target.__dict__.copy()
+        fields["host"], fields["job"] = host, job
+        target = _frozen(RankTarget, fields)
+        fields = view.__dict__.copy()
+        fields["target"] = target
+        return shape, _frozen(RankView, fields), failure
 
     def _view(
         self,
@@ -404,7 +455,7 @@ class Reader:
     ) -> RankView | None:
         if not isinstance(entry, dict):
             return None
-        rank, pid = _int(entry.get("rank"), 0, 1 << 20), _int(entry.get("pid"), 1, 1 << 22)
+        rank, pid = _int(entry.get("rank"), 0, MAX_RANK), _int(entry.get("pid"), 1, MAX_PID)
         state = entry.get("state")
         if rank is None or pid is None or state not in STATES:
             return None
@@ -417,7 +468,7 @@ class Reader:
                 pid=pid,
                 rank=rank,
                 world_size=_int(entry.get("world_size"), 1, 1 << 20),
-                local_rank=_int(entry.get("local_rank"), 0, 1 << 20),
+                local_rank=_int(entry.get("local_rank"), 0, MAX_RANK),
                 host=host,
                 job=job,
                 cmdline=_text(entry.get("cmdline")),
@@ -466,25 +517,72 @@ def _depth(thread: object) -> int:
     return len(frames) if isinstance(frames, list) else -1
 
 
-def _renumbered(
-    template: RankView, rank: object, pid: object, local_rank: object
-) -> RankView | None:
+# Every field of a rank entry the reader reads but its rank, pid and local rank: two entries
+# equal in these make the same view but for those (JSON values compare as Python's do).
+_SAID_FIELDS = (
+    "state",
+    "stack",
+    "user_frame",
+    "collective",
+    "cpu_percent",
+    "rss_bytes",
+    "exit_code",
+    "detail",
+    "worker",
+    "world_size",
+    "cmdline",
+    "failure",
+    "agent",
+)
+_said_fields = itemgetter(*_SAID_FIELDS)
+_STACK_FIELD = _SAID_FIELDS.index("stack")
+
+
+def _said(entry: dict) -> tuple | None:
+    """What a rank entry says in _SAID_FIELDS; None when it leaves one out."""
+    try:
+        return _said_fields(entry)
+    except KeyError:
+        return None
+
+
+def _renumbered(template: RankView, rank: object, pid: object, entry: dict) -> RankView | None:
     """`template`'s view for another rank and pid of the same node, which said the same in
     all else: the two objects copied as they are (their other fields are checked already),
     at a tenth of building them anew."""
-    checked_rank, checked_pid = _int(rank, 0, 1 << 20), _int(pid, 1, 1 << 22)
-    if checked_rank is None or checked_pid is None or template.target is None:
+    # _int's checks, the usual case inline: this runs once a rank of the largest jobs
+    rank = rank if type(rank) is int and 0 <= rank <= MAX_RANK else _int(rank, 0, MAX_RANK)
+    pid = pid if type(pid) is int and 1 <= pid <= MAX_PID else _int(pid, 1, MAX_PID)
+    if rank is None or pid is None or template.target is None:
         return None
-    target = object.__new__(RankTarget)
-    target.__dict__.update(
-        template.target.__dict__,
-        pid=checked_pid,
-        rank=checked_rank,
-        local_rank=_int(local_rank, 0, 1 << 20),
-    )
-    view = object.__new__(RankView)
-    view.__dict__.update(template.__dict__, rank=checked_rank, target=target)
+    local_rank = entry.get("local_rank")
+    if local_rank is not None and not (type(local_rank) is int and 0 <= local_rank <= MAX_RANK):
+        local_rank = _int(local_rank, 0, MAX_RANK)
+    fields = template.target.__dict__.copy()
+    fields["pid"], fields["rank"], fields["local_rank"] = pid, rank, local_rank
+    target = _NEW(RankTarget)  # _frozen's two steps, here without its call: once a rank
+    _SET(target, "__dict__", fields)
+    fields = template.__dict__.copy()
+    fields["rank"], fields["target"] = rank, target
+    view = _NEW(RankView)
+    _SET(view, "__dict__", fields)
     return view
+
+
+_NEW, _SET = object.__new__, object.__setattr__
+
+
+def _frozen(cls: type[_T], fields: dict) -> _T:
+    """An instance of the frozen dataclass `cls` with these fields (all of them, each
+    checked): the quickest way to make one, once a rank at the largest jobs."""
+    made = _NEW(cls)
+    _SET(made, "__dict__", fields)
+    return made
+
+
+def _notes(value: object) -> tuple[str, ...]:
+    notes = value[:MAX_NOTES] if isinstance(value, list) else []
+    return tuple(_text(n) for n in notes if isinstance(n, str))
 
 
 def _hang_after(value: object) -> float | None:

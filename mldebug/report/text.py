@@ -8,7 +8,9 @@ terminal. `render_text` returns plain text (for tests, files, the live view);
 from __future__ import annotations
 
 import io
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -34,6 +36,7 @@ from mldebug.report.timing import timing_part
 from mldebug.textsafe import one_line, printable
 from mldebug.wording import finding_text
 
+_RANK = attrgetter("rank")
 SEVERITY_STYLE = {SEVERITY_ERROR: "bold red", "warning": "yellow", SEVERITY_INFO: "green"}
 STATE_STYLE = {
     STATE_STUCK: "red",
@@ -83,7 +86,24 @@ def _verdict(findings: Sequence[Finding]) -> RenderableType:
     return text
 
 
-def _findings(findings: Sequence[Finding]) -> RenderableType | None:
+class _RangeTexts:
+    """Each rank set a report names written once per tuple object: in a large job the
+    findings, the groups table and the tree's frames along a stack name the same tuple of
+    (up to) every rank, and sorting it again for each cost more than the rest of the
+    report (benchmarks/bench_commands.py --only front)."""
+
+    def __init__(self) -> None:
+        # Keyed by id; the tuple is held, so that its id cannot pass to another meanwhile.
+        self._made: dict[int, tuple[tuple[int, ...], str]] = {}
+
+    def __call__(self, ranks: tuple[int, ...]) -> str:
+        made = self._made.get(id(ranks))
+        if made is None or made[0] is not ranks:
+            made = self._made[id(ranks)] = (ranks, format_ranks(ranks))
+        return made[1]
+
+
+def _findings(findings: Sequence[Finding], texts: _RangeTexts) -> RenderableType | None:
     if len(findings) < 2:
         return None
     table = Table(
@@ -101,7 +121,7 @@ def _findings(findings: Sequence[Finding]) -> RenderableType | None:
         table.add_row(
             plain(finding.severity, SEVERITY_STYLE.get(finding.severity, "")),
             plain(finding.kind),
-            Text(format_ranks(finding.ranks)),
+            Text(texts(finding.ranks)),
             plain(summary, lines=True),
         )
     return table
@@ -126,7 +146,19 @@ def _agent_cells(views: Sequence[RankView]) -> list[Text]:
     return [Text(span_text(steps)), Text(span_text(ages, age_text))]
 
 
-def _groups(snapshot: JobSnapshot) -> RenderableType:
+def _views_of(views: Sequence[RankView], ranks: Sequence[int]) -> list[RankView] | None:
+    """The views of a few `ranks`, found by halving in `views`; None when one is not where
+    rank order puts it (views not in rank order, or a rank without a view)."""
+    found = []
+    for rank in ranks:
+        at = bisect_left(views, rank, key=_RANK)
+        if at == len(views) or views[at].rank != rank:
+            return None
+        found.append(views[at])
+    return found
+
+
+def _groups(snapshot: JobSnapshot, texts: _RangeTexts) -> RenderableType:
     table = Table(
         title="Ranks by stack", title_justify="left", show_edge=False, box=None, pad_edge=False
     )
@@ -134,7 +166,8 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
     # One pass finds that and the ranks in no group (no stack, or exited).
     agents = False
     others: dict[tuple[str, str], list[RankView]] = {}
-    for view in snapshot.ranks:
+    ranks = snapshot.ranks
+    for view in ranks:
         agents = agents or view.agent is not None
         if not view.threads or view.state == STATE_EXITED:
             others.setdefault((view.state, view.detail), []).append(view)
@@ -146,14 +179,18 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
         collective = group.collective
         views: list[RankView] = []
         if agents or not collective:  # a group's ranks one by one only where they are shown
-            by_rank = by_rank or {v.rank: v for v in snapshot.ranks}
-            views = [by_rank[r] for r in group.ranks if r in by_rank]
+            # A few ranks (the odd ones out of a large job) are looked up; many, mapped once.
+            few = None if by_rank or len(group.ranks) > 64 else _views_of(ranks, group.ranks)
+            if few is None:
+                by_rank = by_rank or {v.rank: v for v in ranks}
+                few = [by_rank[r] for r in group.ranks if r in by_rank]
+            views = few
         if not collective:
             # Ranks their agents say wait in a collective that their stacks do not show (NCCL).
             said = {v.collective for v in views}
             collective = said.pop() if len(said) == 1 else None
         table.add_row(
-            Text(format_ranks(group.ranks)),
+            Text(texts(group.ranks)),
             plain(group.state, STATE_STYLE.get(group.state, "")),
             plain(collective or "-"),
             *(_agent_cells(views) if agents else []),
@@ -170,12 +207,12 @@ def _groups(snapshot: JobSnapshot) -> RenderableType:
     return table
 
 
-def _node_label(node: StackNode, hidden: int) -> Text:
+def _node_label(node: StackNode, hidden: int, texts: _RangeTexts) -> Text:
     text = Text()
     text.append(library_note(hidden), style="dim")
     style = "bold" if node.frame and is_user_frame(node.frame) else ""
     text.append(one_line(frame_label(node.frame)), style=style)
-    text.append(f"  [{format_ranks(node.ranks)}]", style="cyan")
+    text.append(f"  [{texts(node.ranks)}]", style="cyan")
     return text
 
 
@@ -190,30 +227,36 @@ def folded(node: StackNode) -> tuple[StackNode, int]:
         and node.frame is not None
         and not is_user_frame(node.frame)
         and not is_torch_collective(node.frame)
-        and node.children[0].ranks == node.ranks
+        and _same(node.children[0].ranks, node.ranks)
     ):
         hidden += 1
         node = node.children[0]
     return node, hidden
 
 
+def _same(ranks: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    # A node and its only child through the same groups share one tuple (analysis.merge):
+    # tuples compare item by item, even one with itself.
+    return ranks is other or ranks == other
+
+
 def library_note(hidden: int) -> str:
     return f"({hidden} library frame{'s' if hidden > 1 else ''}) " if hidden else ""
 
 
-def _add_children(branch: Tree, node: StackNode, compact: bool) -> None:
+def _add_children(branch: Tree, node: StackNode, compact: bool, texts: _RangeTexts) -> None:
     for child in node.children:
         child, hidden = folded(child) if compact else (child, 0)
-        _add_children(branch.add(_node_label(child, hidden)), child, compact)
+        _add_children(branch.add(_node_label(child, hidden, texts)), child, compact, texts)
 
 
-def _tree(snapshot: JobSnapshot, compact: bool) -> RenderableType | None:
+def _tree(snapshot: JobSnapshot, compact: bool, texts: _RangeTexts) -> RenderableType | None:
     if not snapshot.tree.children:
         return None
     tree = Tree(
         Text("Merged stacks (main thread, outermost first; [ranks] on each frame)", style="bold")
     )
-    _add_children(tree, snapshot.tree, compact)
+    _add_children(tree, snapshot.tree, compact, texts)
     return tree
 
 
@@ -269,11 +312,12 @@ def report_parts(
 ) -> list[RenderableType]:
     """The report as rich renderables, in reading order."""
     parts: list[RenderableType] = [_header(snapshot), _verdict(snapshot.findings)]
+    texts = _RangeTexts()
     for optional in (
-        _findings(snapshot.findings),
-        _groups(snapshot),
+        _findings(snapshot.findings, texts),
+        _groups(snapshot, texts),
         timing_part(snapshot.timing),  # report/timing.py
-        _tree(snapshot, compact=not verbose),
+        _tree(snapshot, not verbose, texts),
     ):
         if optional is not None:
             parts.append(optional)
