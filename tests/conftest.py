@@ -84,7 +84,8 @@ def pytest_collection_modifyitems(config, items):
 # module of 36 TUI tests is not one worker's 5 minutes); the unit tests go by module.
 SHARED_FIXTURES = {"slurm_cluster": "slurm", "hung_job": "slurm", "pod_job": "k8s"}
 # The slow tiers are handed out first, so that the last worker to finish is not the one that
-# drew a 90 s torch module after the others ran dry (--no-loadscope-reorder keeps this order).
+# drew a 90 s torch module after the others ran dry (--no-loadscope-reorder keeps this order);
+# within a tier, the groups marked `long` (a shared job of a minute or more) come first.
 TIER_ORDER = {"torch": 0, "process": 1, "tui": 2, "unit": 3}
 
 
@@ -107,7 +108,8 @@ def _group_for_workers(config, items) -> None:
     for item in items:
         group = groups.get(item.path) or str(item.path)
         tier = next(TIER_ORDER[m.name] for m in item.iter_markers() if m.name in TIER_ORDER)
-        first[group] = min(first.get(group, 9), tier)
+        short = item.get_closest_marker("long") is None
+        first[group] = min(first.get(group, (9, True)), (tier, short))
     items.sort(key=lambda item: first[groups.get(item.path) or str(item.path)])
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from mldebug.launch.env import free_port
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 LAUNCHER = Path(__file__).parent / "jobs" / "check_launcher.py"

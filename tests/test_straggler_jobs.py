@@ -44,7 +44,7 @@ EXAMPLE = ROOT / "examples" / "straggler.py"
 # The jobs run from a temporary folder: this checkout's mldebug on their path.
 PATH_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(900)]
 
 
 def console(path: Path) -> str:

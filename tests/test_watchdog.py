@@ -30,6 +30,8 @@ from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 from mldebug.report.hang import hang_report
 from mldebug.wording import finding_text
 
+pytestmark = pytest.mark.long  # the module's three real jobs run about two minutes (below)
+
 TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
 MAIN = Frame("<module>", "/job/t.py", 40)
 IN_ALL_REDUCE = (MAIN, Frame("train", "/job/t.py", 9), Frame("all_reduce", TORCH, 2500))
