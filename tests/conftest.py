@@ -1,6 +1,8 @@
 """Fixtures shared across test modules."""
 
+import os
 import signal
+import sys
 
 import pytest
 from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
@@ -13,6 +15,12 @@ def pytest_configure(config):
     # every process it starts; the jobs and commands it tests get what a terminal gives them.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Where the environment says PYTHONDONTWRITEBYTECODE, each of the suite's many processes
+    # (workers, CLI calls, ranks) would compile mldebug and rewrite the test modules' asserts
+    # anew: the suite keeps its bytecode in the (ignored) __pycache__ folders, as Python does
+    # by default.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture
