@@ -1,6 +1,8 @@
 """Fixtures shared across test modules."""
 
+import os
 import signal
+import sys
 
 import pytest
 from testkit.cluster import hung_job, slurm_cluster, ssh_server  # noqa: F401 (one job, shared)
@@ -13,6 +15,12 @@ def pytest_configure(config):
     # every process it starts; the jobs and commands it tests get what a terminal gives them.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Where the environment says PYTHONDONTWRITEBYTECODE, each of the suite's many processes
+    # (workers, CLI calls, ranks) would compile mldebug and rewrite the test modules' asserts
+    # anew: the suite keeps its bytecode in the (ignored) __pycache__ folders, as Python does
+    # by default.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture
@@ -77,12 +85,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---- parallel workers (pytest-xdist, `-n` in pyproject's addopts, `--dist loadgroup`) --------
-# A worker runs whole groups, never part of one: a module (its module-scoped fixtures start one
-# job for all its tests), or every module that uses a session fixture that cannot be doubled:
-# the one-node SLURM cluster with its munge and the job in it, the recorded pods' job.
+# A worker runs whole groups, never part of one: a module whose tests share a fixture wider than
+# a test (it starts one job for all of them), or every module that uses a session fixture that
+# cannot be doubled: the one-node SLURM cluster with its munge and the job in it, the recorded
+# pods' job. The other tests of the slow tiers go one by one to whichever worker is free (a
+# module of 36 TUI tests is not one worker's 5 minutes); the unit tests go by module.
 SHARED_FIXTURES = {"slurm_cluster": "slurm", "hung_job": "slurm", "pod_job": "k8s"}
 # The slow tiers are handed out first, so that the last worker to finish is not the one that
-# drew a 90 s torch module after the others ran dry (--no-loadscope-reorder keeps this order).
+# drew a 90 s torch module after the others ran dry (--no-loadscope-reorder keeps this order);
+# within a tier, the groups marked `long` (a shared job of a minute or more) come first.
 TIER_ORDER = {"torch": 0, "process": 1, "tui": 2, "unit": 3}
 
 
@@ -97,12 +108,27 @@ def _group_for_workers(config, items) -> None:
                     groups[item.path] = group
     for item in items:
         group = groups.get(item.path) or item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        if _tier(item) == "unit" or _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(group))
     if not hasattr(config, "workerinput"):
         return  # a serial run keeps the files' order
     first: dict = {}
     for item in items:
         group = groups.get(item.path) or str(item.path)
         tier = next(TIER_ORDER[m.name] for m in item.iter_markers() if m.name in TIER_ORDER)
-        first[group] = min(first.get(group, 9), tier)
+        short = item.get_closest_marker("long") is None
+        first[group] = min(first.get(group, (9, True)), (tier, short))
     items.sort(key=lambda item: first[groups.get(item.path) or str(item.path)])
+
+
+def _shares_a_fixture(item) -> bool:
+    """Whether the test uses one of this suite's fixtures that lives longer than a test
+    (pytest's own, such as tmp_path_factory, are cheap to have in every worker)."""
+    defs = getattr(item, "_fixtureinfo", None)
+    if defs is None:
+        return True
+    return any(
+        fixture.scope != "function" and fixture.baseid != ""
+        for chain in defs.name2fixturedefs.values()
+        for fixture in chain
+    )

@@ -273,6 +273,14 @@ def test_a_capped_rank_seen_here_is_named_among_four():
     assert list(low_outliers({0: 24.4, 1: 28.9, 2: 1.59, 3: 19.6}, CPU_SLOW_RATIO)) == [2]
 
 
+def test_a_capped_rank_is_named_when_the_three_others_spread_wide():
+    # seen here beside 4 test workers: the others' spread (28.7 to 80 GFLOPS) is wider than
+    # the gap a spread rule needs, but rank 2 is at a seventeenth of the slowest of them
+    values = {0: 43.8, 1: 80.0, 2: 1.66, 3: 28.7}
+    assert list(low_outliers(values, CPU_SLOW_RATIO)) == [2]
+    assert low_outliers({**values, 2: 12.0}, CPU_SLOW_RATIO) == {}  # 0.42x the slowest other
+
+
 def test_nccl_transport_per_rank_and_a_rank_on_sockets(tmp_path):
     # NCCL's own INIT/NET lines as the ranks write them to <run>/nccl/ (tests/data/nccl/
     # transport: NCCL 2.18.3 logs of 4 ranks on two nodes, rank 3 on NET/Socket).

@@ -7,7 +7,8 @@
   as containers on one host): every pair of nodes is measured, and no link is named slow.
 - faulty: `mldebug check -- python tests/jobs/check_launcher.py ...`, a user's launcher of
   5 ranks that gives rank 4 a wrong MASTER_PORT and, once rank 2 has joined, puts rank 2 in
-  a cgroup with a CPU quota of a fiftieth of a core (real slowness, from the kernel). Rank 4
+  a cgroup with a CPU quota of a hundredth of a core (real slowness, from the kernel; well below what a
+  rank gets on this small machine however loaded). Rank 4
   is named as unable to join, with the cause; ranks 0-3 are still measured, and rank 2 is
   named as the slow device.
 """
@@ -24,11 +25,11 @@ import pytest
 
 from mldebug.launch.env import free_port
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 LAUNCHER = Path(__file__).parent / "jobs" / "check_launcher.py"
-QUOTA = (2_000, 100_000)  # microseconds of CPU per period: a fiftieth of one core
+QUOTA = (1_000, 100_000)  # microseconds of CPU per period: a hundredth of one core
 
 
 def _check(*args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
@@ -148,10 +149,11 @@ def test_a_rank_given_a_wrong_port_is_named_and_the_others_still_measured(faulty
     assert all(ranks[r]["compute"]["float32"]["tflops"] > 0 for r in range(4))
 
 
-def test_a_rank_capped_to_a_fiftieth_of_a_core_is_the_slow_device(faulty):
+def test_a_rank_capped_to_a_hundredth_of_a_core_is_the_slow_device(faulty):
     done, report, _ = faulty
     slow = [f for f in report["findings"] if f["kind"] == "slow_device"]
-    assert [f["ranks"] for f in slow] == [[2]], report["findings"]
+    rates = {r["rank"]: r["compute"] for r in report["ranks"]}
+    assert [f["ranks"] for f in slow] == [[2]], (report["findings"], rates)
     assert "rank 2 on " in slow[0]["summary"] and "x the median matmul GFLOPS" in slow[0]["summary"]
     assert slow[0]["recipe"] == "slow-device"
     ratio = report["ranks"][2]["compute"]["float32"]["ratio"]

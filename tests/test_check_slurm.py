@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(600)]
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "compile_rank.py"
 HANG_TIMEOUT = 4

@@ -17,7 +17,7 @@ import pytest
 
 from mldebug.launch.env import free_port
 
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(600)]
 
 VENV_BIN = Path(sys.executable).parent
 TORCHRUN = VENV_BIN / "torchrun"

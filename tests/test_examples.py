@@ -21,7 +21,7 @@ from mldebug.collect.agentstate import read_state
 from mldebug.collect.eventfiles import EventsReader
 from mldebug.files.rundir import hostname, read_manifest
 
-pytestmark = pytest.mark.multirank
+pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HOST = hostname()

@@ -18,7 +18,7 @@ import pytest
 from testkit.jobs import dump_json, start, stop, wait_ready
 from testkit.torchfeatures import needs_gloo_flight_recorder
 
-pytestmark = [pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.compat, pytest.mark.timeout(600)]
 
 JOB = textwrap.dedent(
     """\

@@ -44,7 +44,7 @@ EXAMPLE = ROOT / "examples" / "straggler.py"
 # The jobs run from a temporary folder: this checkout's mldebug on their path.
 PATH_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(900)]
 
 
 def console(path: Path) -> str:
@@ -221,14 +221,15 @@ def test_a_ddp_straggler_is_named_from_the_flight_recorder(jobs):
 def test_dump_profile_names_the_straggler_of_a_plain_torchrun_job(jobs):
     plain, out = jobs["plain"]
     # The last test of the module: the `mldebug run` jobs are done with. Sampling judges
-    # the plain job alone on the machine, not among 10 other ranks on its 2 cores.
+    # the plain job without 10 other ranks on its 2 cores; the suite's other workers still
+    # load them, so it samples 8 s, as the report's "sample longer to be sure" asks.
     stop(*jobs["runs"])
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and console(out).count("READY") < 2:
         assert plain.poll() is None, console(out)
         time.sleep(0.5)
     done = subprocess.run(
-        [*MLDEBUG, "dump", "--pid", str(plain.pid), "--profile", "4", "--json"],
+        [*MLDEBUG, "dump", "--pid", str(plain.pid), "--profile", "8", "--json"],
         capture_output=True, text=True, timeout=120, env={**os.environ, **PATH_ENV},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -284,7 +284,13 @@ def wait_for_checkpoint():
     time.sleep(600)  # WAIT
 
 if os.environ["RANK"] == "0":
-    time.sleep(2)
+    # Rank 1 has long been elsewhere when NCCL's watchdog fires: wait until it is (a loaded
+    # machine may start it seconds later).
+    for _ in range(600):
+        if os.path.exists("rank1-elsewhere"):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
     sys.stderr.write(
         "[rank0]:[E626 05:06:30.929096625 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
         "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=4, "
@@ -292,6 +298,7 @@ if os.environ["RANK"] == "0":
     )
     sys.stderr.flush()
     os.abort()  # what NCCL's watchdog does: no Python exception, SIGABRT
+open("rank1-elsewhere", "w").close()
 wait_for_checkpoint()
 """
 NCCL_WAIT_LINE = NCCL_JOB.splitlines().index("    time.sleep(600)  # WAIT") + 1

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers")
-pytestmark = [pytest.mark.multirank, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(600)]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MLDEBUG = [sys.executable, "-m", "mldebug"]

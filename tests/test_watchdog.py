@@ -30,6 +30,8 @@ from mldebug.model import Frame, RankTarget, StackSample, ThreadStack
 from mldebug.report.hang import hang_report
 from mldebug.wording import finding_text
 
+pytestmark = pytest.mark.long  # the module's three real jobs run about two minutes (below)
+
 TORCH = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
 MAIN = Frame("<module>", "/job/t.py", 40)
 IN_ALL_REDUCE = (MAIN, Frame("train", "/job/t.py", 9), Frame("all_reduce", TORCH, 2500))
@@ -488,14 +490,17 @@ def _growth(findings: list[dict]) -> dict | None:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trust")
-    env = {**os.environ, "TRAIN_S": "40", "NO_COLOR": "1"}
+    # The first phase lasts until the test has named the leak (or its 90 s are over): a
+    # loaded machine makes steps slow, never the phase shorter than what it waits for.
+    env = {**os.environ, "TRAIN_S": "150", "NO_COLOR": "1"}
+    go = {name: tmp / f"{name}.phase-over" for name in ("a", "b")}
     base = [sys.executable, "-m", "mldebug", "run", "--nproc-per-node", "2"]
     err_a = open(tmp / "a.err", "w+")  # noqa: SIM115 (read after the job ended)
     job_a = subprocess.Popen(
         [*base, "--run-dir", str(tmp / "a"), "--hang-timeout", "10", "--on-hang", "stop"]
         + [str(JOBS), "evaluate"],
         cwd=tmp,
-        env=env,
+        env={**env, "FIRST_PHASE_UNTIL": str(go["a"])},
         stdout=subprocess.DEVNULL,
         stderr=err_a,
         start_new_session=True,
@@ -503,7 +508,7 @@ def live(tmp_path_factory):
     job_b = subprocess.Popen(
         [*base, "--run-dir", str(tmp / "b"), str(JOBS), "bare"],
         cwd=tmp,
-        env=env,
+        env={**env, "FIRST_PHASE_UNTIL": str(go["b"])},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -528,19 +533,22 @@ def live(tmp_path_factory):
                 if seen[name] or "READY" not in _log(run_dir, rank):
                     continue
                 ready.setdefault(name, time.monotonic())
-                if "EVAL 1 DONE" in _log(run_dir, 0) or "HANGING" in _log(run_dir, 0):
-                    seen[name] = ("late", None)  # the first training phase is over: missed
+                if time.monotonic() - ready[name] > 90:
+                    seen[name] = ("late", None)  # not named in 90 s of training: missed
                     continue
                 _code, report = _dump(run_dir)
                 found = _growth(report["findings"])
                 if found is not None:
                     seen[name] = (time.monotonic() - ready[name], found)
+            if seen["a"]:
+                go["a"].touch()  # A goes on to its evaluations and its hang
             if job_c.poll() is None and (tmp / "c" / "ranks").exists():
                 _dump_healthy(job_c, tmp / "c", seen["c"])
             time.sleep(1)
         # B: what is growing, asked for (the census)
         _code, report = _dump(tmp / "b", "--census")
         seen["census"] = report
+        go["b"].touch()  # B goes on to its hang
         # B hangs: eight dumps at once, as a user's watch, attach and a watchdog would.
         hang_by = time.monotonic() + 120
         while "HANGING" not in _log(tmp / "b", 0) and time.monotonic() < hang_by:

@@ -6,9 +6,11 @@ all_reduce, algbw * (n-1)/n for all_gather and reduce_scatter (S the whole buffe
 for a send/recv exchange between two ranks.
 
 Never cry wolf: ranks that share a loaded machine measure with noise. A rank or a link is
-slow only when it is below SLOW_RATIO of the median AND far outside the spread of the others
-(ROBUST_Z scaled median absolute deviations), with at least MIN_COMPARED to compare; each
-figure is already the best of repeated measurements (preflight/rank.py).
+slow only when it is below SLOW_RATIO of the median AND either far outside the spread of the
+others (ROBUST_Z scaled median absolute deviations) or below SLOW_RATIO of every other (a few
+others can spread wide on a loaded machine, and a rank at a twentieth of the slowest of them
+is still slow), with at least MIN_COMPARED to compare; each figure is already the best of
+repeated measurements (preflight/rank.py).
 """
 
 from __future__ import annotations
@@ -110,10 +112,10 @@ def bandwidth_of(timing: CollectiveTime) -> Bandwidth:
 
 
 def low_outliers(values: Mapping[K, float], ratio: float = SLOW_RATIO) -> dict[K, float]:
-    """key -> ratio to the median, for the figures slow by both rules: below `ratio` of
-    the median of all, and further below the median of the others than ROBUST_Z times the
-    others' spread (their MAD, scaled; the figure itself left out, so that one slow figure
-    among few does not widen the spread it is judged by)."""
+    """key -> ratio to the median, for the figures below `ratio` of the median of all that
+    are also further below the median of the others than ROBUST_Z times the others' spread
+    (their MAD, scaled; the figure itself left out, so that one slow figure among few does not
+    widen the spread it is judged by), or below `ratio` of the lowest of the others."""
     if len(values) < MIN_COMPARED:
         return {}
     median = statistics.median(values.values())
@@ -126,7 +128,7 @@ def low_outliers(values: Mapping[K, float], ratio: float = SLOW_RATIO) -> dict[K
         others = [v for k, v in values.items() if k != key]
         middle = statistics.median(others)
         spread = MAD_SCALE * statistics.median(abs(v - middle) for v in others)
-        if middle - value > ROBUST_Z * spread:
+        if middle - value > ROBUST_Z * spread or value < ratio * min(others):
             slow[key] = value / median
     return slow
 

@@ -5,7 +5,9 @@ of them wrong as people do:
   --wrong-port RANK:PORT   that rank is given another MASTER_PORT than the others
   --cap RANK:CGROUP_DIR    once that rank has joined (its connect record is in its log),
                            its process goes into the cgroup (a CPU quota the test set):
-                           it computes on a fraction of a core from then on
+                           it computes on a fraction of a core until its end record, then
+                           it is set free (its interpreter's exit at a hundredth of a core
+                           would take half a minute that tells nothing)
   --hosts A,B,...          rank i runs in a UTS namespace of its own named the i-th name
                            (`unshare --uts`, root): several "nodes" on this machine, as
                            containers on one host are, sharing its network
@@ -52,15 +54,24 @@ def main() -> int:
     if args.cap:
         rank, cgroup = args.cap.split(":", 1)
         log = Path(os.environ["MLDEBUG_RUN_DIR"], "ranks", rank, "stdout.log")
-        while ranks[int(rank)].poll() is None:
-            if log.exists() and '"phase":"connect"' in log.read_text(errors="replace"):
-                Path(cgroup, "cgroup.procs").write_text(str(ranks[int(rank)].pid))
-                print(f"launcher: rank {rank} capped by {cgroup}", flush=True)
-                break
-            time.sleep(0.05)
+        capped = ranks[int(rank)]
+        if _wait_for(capped, log, '"phase":"connect"'):
+            Path(cgroup, "cgroup.procs").write_text(str(capped.pid))
+            print(f"launcher: rank {rank} capped by {cgroup}", flush=True)
+            if _wait_for(capped, log, '"phase":"end"'):
+                Path(cgroup).parent.joinpath("cgroup.procs").write_text(str(capped.pid))
     for process in ranks:
         process.wait()
     return 0
+
+
+def _wait_for(rank: subprocess.Popen, log: Path, record: str) -> bool:
+    """Whether the rank printed the record while it ran."""
+    while rank.poll() is None:
+        if log.exists() and record in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ Phases go by the clock (the machine may be loaded), and every rank starts a phas
 same collective. The leak is the classic one: each step's error kept as a tensor, with its
 graph: about 150 KB a step (a 64x600 float32 difference saved for abs's backward).
 Environment: LEAK_BYTES sets the leak per step (default 153,600); TRAIN_S the first
-training phase (default 30 s); EVAL_EVERY the healthy job's seconds between evaluations
+training phase (default 30 s); where FIRST_PHASE_UNTIL names a file, the first phase ends as
+soon as it exists (at most TRAIN_S): a test ends it once it has seen what it waits for, however
+slow a loaded machine makes the steps; EVAL_EVERY the healthy job's seconds between evaluations
 (default 60); the others are fixed.
 """
 
@@ -41,8 +43,9 @@ def average(model: torch.nn.Module) -> None:
             param.grad /= dist.get_world_size()
 
 
-def train(model, optimizer, until: float, leaky: bool, kept: list) -> int:
-    """Steps until `until` (the ranks agree on when to stop: rank 0's clock decides)."""
+def train(model, optimizer, until: float, leaky: bool, kept: list, stop_file: str = "") -> int:
+    """Steps until `until` or until the file `stop_file` exists (the ranks agree on when to stop:
+    rank 0 decides)."""
     rows = max(1, LEAK_BYTES // (WIDTH * 4))
     steps = 0
     while True:
@@ -65,7 +68,8 @@ def train(model, optimizer, until: float, leaky: bool, kept: list) -> int:
         kept.append(error if leaky else error.item())  # LEAK: should be .item()
         steps += 1
         time.sleep(0.03)
-        flag = torch.tensor([1 if time.monotonic() >= until else 0])
+        over = time.monotonic() >= until or (stop_file != "" and os.path.exists(stop_file))
+        flag = torch.tensor([1 if over else 0])
         dist.broadcast(flag, 0)
         if flag.item():
             return steps
@@ -87,8 +91,8 @@ def wait_for_checkpoint() -> None:
         time.sleep(0.2)  # WAIT
 
 
-def phase(model, optimizer, seconds, leaky, kept) -> None:
-    train(model, optimizer, time.monotonic() + seconds, leaky, kept)
+def phase(model, optimizer, seconds, leaky, kept, stop_file: str = "") -> None:
+    train(model, optimizer, time.monotonic() + seconds, leaky, kept, stop_file)
 
 
 def healthy(rank: int, seconds: float) -> None:
@@ -158,7 +162,7 @@ def main() -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         leaky = rank == 0
         print("READY", flush=True)
-        phase(model, optimizer, TRAIN_S, leaky, kept)
+        phase(model, optimizer, TRAIN_S, leaky, kept, os.environ.get("FIRST_PHASE_UNTIL", ""))
         evaluate(EVAL_S)
         print("EVAL 1 DONE", flush=True)
         phase(model, optimizer, BETWEEN_S, leaky, kept)
@@ -172,7 +176,7 @@ def main() -> None:
     elif kind == "bare":
         leaky = rank == 1
         print("READY", flush=True)
-        phase(model, None, TRAIN_S, leaky, kept)
+        phase(model, None, TRAIN_S, leaky, kept, os.environ.get("FIRST_PHASE_UNTIL", ""))
         print("HANGING", flush=True)
         tensor = torch.ones(4)
         if rank != 0:
