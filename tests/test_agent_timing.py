@@ -22,8 +22,25 @@ def completed_call(tracer, group, seq, entered, done, asynchronous=False):
     return call
 
 
+class Unread:
+    """A kernel that does not count the run-queue delay (not Linux, no schedstat)."""
+
+    def seconds(self):
+        return None
+
+
+class Delays:
+    """The run-queue delay readings the kernel would give, in order."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def seconds(self):
+        return self.readings.pop(0)
+
+
 def test_a_step_is_split_into_collectives_data_syncs_and_the_rest():
-    part = timing.Timing(None, rankrules)
+    part = timing.Timing(None, rankrules, delay=Unread())
     group = collectives.Group("default_pg", 2)
     part.on_step(1, 100.0)  # the first step's start is not known: left out
     part.collective_done(completed_call(None, group, 1, 100.2, 100.5))
@@ -36,7 +53,27 @@ def test_a_step_is_split_into_collectives_data_syncs_and_the_rest():
     assert [row[:2] for row in section["calls"]] == [["default_pg", 1], ["default_pg", 2]]
     parsed = parse_timing(section)
     assert parsed.steps[0].compute == pytest.approx(0.55)
+    assert parsed.steps[0].ready is None  # not known: read as before
     assert parsed.calls[1].asynchronous  # async: recorded, not counted as a wait
+
+
+def test_a_step_says_how_long_the_kernel_held_the_rank_off_its_cpu_and_where():
+    # The run-queue delay read at each step's end: 2.0 s so far, then 2.4 s.
+    part = timing.Timing(None, rankrules, delay=Delays(2.0, 2.4))
+    group = collectives.Group("default_pg", 2)
+    part.on_step(1, 100.0)
+    call = completed_call(None, group, 1, 100.2, 100.5)
+    call.ready = 0.05  # the tracer's: its delay inside the synchronous call
+    part.collective_done(call)
+    part.data_waited(object(), 0.1, None, 0.03)
+    part.on_step(2, 101.0)
+    (row,) = part.section()["steps"]
+    assert row[6:] == [pytest.approx(0.4), 0.03, 0.05]
+    (step,) = parse_timing(part.section()).steps
+    assert (step.ready, step.ready_data, step.ready_coll) == (pytest.approx(0.4), 0.03, 0.05)
+    # A row whose delays do not add up (more inside its parts than in the step) is left out.
+    bad = {"version": 1, "steps": [[2, 100.0, 1.0, 0.3, 0.1, 0.0, 0.02, 0.03, 0.05]]}
+    assert parse_timing(bad).steps == ()
 
 
 def test_the_real_dataloader_is_timed_with_its_dataset_workers_and_line(monkeypatch):

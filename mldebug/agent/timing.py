@@ -36,6 +36,7 @@ from collections import deque
 
 from .collectives import user_site
 from .eventlog import fail, fault_point
+from .runqueue import RunDelay
 from .step_history import StepHistory
 from .timing_blocks import Blocks
 from .timing_flight import FlightCalls
@@ -91,8 +92,12 @@ class Timing:
         tracer: Tracer | None = None,
         rules: ModuleType | None = None,
         clock: Callable[[], float] = time.time,
+        delay: RunDelay | None = None,
     ) -> None:
         self.off = False
+        # The training thread's run-queue delay (agent/runqueue.py): per step, and inside
+        # its data waits; None columns where the kernel does not count it.
+        self.delay = delay if delay is not None else RunDelay()
         self.tracer = tracer
         self.is_library = rules.is_library_path if rules is not None else (lambda path: False)
         self._clock = clock
@@ -114,6 +119,9 @@ class Timing:
         self._collective = 0.0
         self._data = 0.0
         self._sync = 0.0
+        self._ready_at: float | None = None  # the run-queue delay when the step began
+        self._ready_data = 0.0
+        self._ready_coll = 0.0
 
     # ------------------------------------------------------------------ from the trace
     def collective_done(self, call: Call) -> None:
@@ -125,6 +133,8 @@ class Timing:
         )
         waited = 0.0 if call.asynchronous else max(0.0, call.completed - call.enqueued)
         self._collective += waited
+        if not call.asynchronous and call.ready is not None:
+            self._ready_coll += min(waited, max(0.0, call.ready))
         if self._begun is None:  # no step counted (yet): the collectives' cadence
             self._calls += 1
             self.history.add_call(self._calls, call.enqueued, waited, self._data, self._sync)
@@ -135,24 +145,39 @@ class Timing:
             return
         try:
             fault_point(PART)
+            ready_now = self.delay.seconds()
             with self._lock:
                 begun, self._begun = self._begun, now
                 self._starts.append((now, value + 1))  # the step under way from now on
                 coll, data, sync = self._collective, self._data, self._sync
                 self._collective = self._data = self._sync = 0.0
+                ready_at, self._ready_at = self._ready_at, ready_now
+                ready_data, self._ready_data = self._ready_data, 0.0
+                ready_coll, self._ready_coll = self._ready_coll, 0.0
             if begun is None:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
-            self.steps.append([value, begun, wall, coll, data, sync])
+            row = [value, begun, wall, coll, data, sync]
+            held = None
+            if ready_now is not None and ready_at is not None:
+                ready = min(wall, max(0.0, ready_now - ready_at))
+                ready_data = min(ready, ready_data, data)
+                ready_coll = min(ready - ready_data, ready_coll, coll)
+                held = (ready, ready_data, ready_coll)
+                row += [round(ready, 6), round(ready_data, 6), round(ready_coll, 6)]
+            self.steps.append(row)
             self.history.add_step(value, begun, wall, coll, data, sync)
             with self._lock:
-                self.blocks.add(value, begun, wall, coll, data, sync)
+                self.blocks.add(value, begun, wall, coll, data, sync, held)
         except Exception as error:
             self.stop(error)
 
     # ------------------------------------------------------------------ DataLoader, syncs
-    def data_waited(self, loader_iter: Any, seconds: float, frame: FrameType | None) -> None:
+    def data_waited(
+        self, loader_iter: Any, seconds: float, frame: FrameType | None, ready: float = 0.0
+    ) -> None:
         self._data += seconds
+        self._ready_data += ready
         # One entry per loader (its dataset and workers), not per epoch's iterator.
         dataset = getattr(loader_iter, "_dataset", None)
         key = (id(dataset), getattr(loader_iter, "_num_workers", None))
@@ -235,15 +260,21 @@ def _timed_next(timing: Timing, original: Callable[[Any], Any]) -> Callable[[Any
     perf = time.perf_counter
     getframe = sys._getframe
 
+    delay = timing.delay.seconds
+
     def __next__(self: Any) -> Any:
         if timing.off:
             return original(self)
+        ready = delay()
         started = perf()
         try:
             return original(self)
         finally:
             try:
-                timing.data_waited(self, perf() - started, getframe(1))
+                seconds = perf() - started
+                after = delay() if ready is not None else None
+                held = after - ready if after is not None and ready is not None else 0.0
+                timing.data_waited(self, seconds, getframe(1), held)
             except Exception as error:
                 timing.stop(error)
 

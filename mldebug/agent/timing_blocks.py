@@ -7,8 +7,10 @@ MAX_BLOCKS blocks; the analysis weighs them with a decay (analysis/timing_hold.p
 evidence builds up over the run and fades once it stops. Blocks are numbered by step
 number (step // BLOCK), the same on every rank: rows of one block compare across ranks.
 
-A row: [block, first step, its start, steps, wall, collective, data, sync, work, compute], the medians of its
-steps (work: the wall time outside collectives; compute: outside every wait).
+A row: [block, first step, its start, steps, wall, collective, data, sync, work, compute], the
+medians of its steps (work: the wall time outside collectives; compute: outside every wait);
+where every step of it knows its run-queue delay (agent/runqueue.py), four more: the delay,
+and work, compute and data less the delay in each (what they took with a CPU of their own).
 
 Stdlib only: this runs in the ranks.
 """
@@ -40,25 +42,43 @@ class Blocks:
     def __init__(self) -> None:
         self.rows: deque[list] = deque(maxlen=MAX_BLOCKS)
         self._block: int | None = None
-        self._steps: list[tuple[float, float, float, float, float]] = []
+        self._steps: list[tuple] = []
         self._first = 0
         self._start = 0.0
 
     def add(
-        self, step: int, start: float, wall: float, coll: float, data: float, sync: float
+        self,
+        step: int,
+        start: float,
+        wall: float,
+        coll: float,
+        data: float,
+        sync: float,
+        ready: tuple[float, float, float] | None = None,
     ) -> None:
+        """`ready`: the step's run-queue delay, and the part of it inside its data wait and
+        inside its collectives."""
         block = step // BLOCK
         if block != self._block:
             self._close()
             self._block, self._steps, self._first, self._start = block, [], step, start
-        self._steps.append((wall, coll, data, sync, max(0.0, wall - coll)))
+        compute = max(0.0, wall - coll - data - sync)
+        own: tuple = ()
+        if ready is not None:
+            held = ready[0] - ready[2]  # outside collectives
+            own = (
+                ready[0],
+                max(0.0, wall - coll - held),
+                max(0.0, compute - held + ready[1]),
+                max(0.0, data - ready[1]),
+            )
+        self._steps.append((wall, coll, data, sync, max(0.0, wall - coll), compute, *own))
 
     def _close(self) -> None:
         steps = self._steps
         if self._block is None or len(steps) < MIN_STEPS:
             return
-        wall, coll, data, sync, work = (_median([s[i] for s in steps]) for i in range(5))
-        compute = _median([max(0.0, s[0] - s[1] - s[2] - s[3]) for s in steps])
-        row = [wall, coll, data, sync, work, compute]
+        columns = min(len(s) for s in steps)  # the delay's only where every step has it
+        row = [_median([s[i] for s in steps]) for i in range(columns)]
         head = [self._block, self._first, self._start, len(steps)]
         self.rows.append([*head, *(round(v, 6) for v in row)])

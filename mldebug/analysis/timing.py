@@ -83,6 +83,9 @@ class _Split:
     sync: float
     work: float  # median seconds a step outside collectives (its own work)
     shares: tuple[float, float, float, float]  # median shares: collective, data, sync, compute
+    # The data wait's median share with the run-queue delay left out of both: what it would
+    # be with a CPU of its own (the same as shares[1] where the delay is not known).
+    own_data_share: float
 
     @property
     def steps(self) -> tuple[StepTiming, ...]:
@@ -106,10 +109,11 @@ def _split(rank: int, timing: RankTiming) -> _Split:
         timing,
         _median([s.wall for s in steps]),
         _median([s.collective for s in steps]),
-        _median([s.data for s in steps]),
+        _median([s.own_data for s in steps]),
         _median([s.sync for s in steps]),
-        _median([s.wall - s.collective for s in steps]),
+        _median([s.own_work for s in steps]),
         shares,
+        _median([s.own_data / own for s in steps if (own := s.wall - (s.ready or 0.0)) > 0]),
     )
 
 
@@ -316,10 +320,10 @@ def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Findin
 
 
 def _all_input_bound(splits: dict[int, _Split]) -> Finding | None:
-    if not all(s.shares[1] >= DATA_SHARE for s in splits.values()):
+    if not all(s.own_data_share >= DATA_SHARE for s in splits.values()):
         return None
     ranks = sorted(splits)
-    share = _median([s.shares[1] for s in splits.values()])
+    share = _median([s.own_data_share for s in splits.values()])
     text, site = _loader_text(splits[ranks[0]].timing)
     return Finding(
         KIND_INPUT_BOUND,
@@ -396,15 +400,17 @@ def _held_splits(held: hold.Held, splits: dict[int, _Split]) -> dict[int, _Split
         m = held.means[rank]
         parts = (m.collective, m.data, m.sync, m.compute)
         shares = tuple(part / m.step if m.step > 0 else 0.0 for part in parts)
+        own = m.step - m.ready
         found[rank] = _Split(
             rank,
             split.timing,
             m.step,
             m.collective,
-            m.data,
+            m.own_data,
             m.sync,
-            m.work,
+            m.own_work,
             shares,  # type: ignore[arg-type]
+            m.own_data / own if own > 0 else 0.0,
         )
     return found
 
@@ -429,12 +435,15 @@ def _held_straggler(
 def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since | None:
     """Since which step of the window the rank has stood out (in `part`)."""
     rows = evidence.common_steps({r: s.steps for r, s in ready.items()})
-    value = dict(evidence.PARTS).get(part, evidence.PARTS[0][1])
+    part = part if part in evidence.OWN_PARTS else evidence.PARTS[0][0]
     ranks = sorted(ready)
     if not rows:
         return None
     i, middle = ranks.index(rank), (len(ranks) + 1) / 2
-    excess = [hold.places([value(row[r]) for r in ranks])[i] - middle for row in rows]
+    excess = [
+        hold.places([evidence.part_value(part, row)(row[r]) for r in ranks])[i] - middle
+        for row in rows
+    ]
     first = rows[hold.since_of(excess, hold.since_margin(len(ranks)))][rank]
     return hold.Since(first.step, first.start)
 

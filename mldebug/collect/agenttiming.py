@@ -7,6 +7,7 @@ section is no timing at all. Nothing here raises.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from mldebug.collect.eventfiles import parse_time
@@ -75,13 +76,24 @@ def _flight(row: object) -> FlightCallTiming | None:
 
 
 def _step(row: object) -> StepTiming | None:
-    if not isinstance(row, list) or len(row) != 6:
+    """[step, start, wall, collective, data, sync], and where the kernel counts it the
+    run-queue delay over the step, inside its data wait and inside its collectives
+    (agent/runqueue.py)."""
+    if not isinstance(row, list) or len(row) not in (6, 9):
         return None
     step, start = _int(row[0]), parse_time(row[1])
     wall, coll, data, sync = (_seconds(v) for v in row[2:6])
     if step is None or start is None or None in (wall, coll, data, sync):
         return None
-    return StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
+    found = StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
+    if len(row) == 9:
+        ready, ready_data, ready_coll = (_seconds(v) for v in row[6:9])
+        if ready is None or ready_data is None or ready_coll is None:
+            return None
+        if ready > found.wall or ready_data + ready_coll > ready + 1e-6:
+            return None
+        found = replace(found, ready=ready, ready_data=ready_data, ready_coll=ready_coll)
+    return found
 
 
 def _block(row: object) -> StepBlock | None:
@@ -109,10 +121,11 @@ def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:
 
 
 def _hold_block(row: object) -> BlockTiming | None:
-    if not isinstance(row, list) or len(row) != 10:
+    """10 columns, or 14 with the run-queue delay and the parts less it."""
+    if not isinstance(row, list) or len(row) not in (10, 14):
         return None
     block, first, start, steps = _int(row[0]), _int(row[1]), parse_time(row[2]), _int(row[3], 1)
-    values = [_seconds(v) for v in row[4:10]]
+    values = [_seconds(v) for v in row[4:]]
     if block is None or first is None or start is None or steps is None or None in values:
         return None
     return BlockTiming(block, first, start, steps, *values)  # type: ignore[arg-type]
