@@ -38,19 +38,12 @@ def simulate(
     slow_steps: tuple[int, int] | None = None,
     comm_later: tuple[int, float] | None = None,
     data_steps: tuple[int, int] | None = None,
-    busy: tuple[float, int] | None = None,
-    ready_known: bool = True,
 ) -> list[dict]:
     """One state.json (as a dict) per rank after `steps` steps. `slow_steps`: (first, last)
     step at which `slow_rank` is slow (default: all); `comm_later`: (step, comm) from which
     on every transfer takes `comm` instead; `data_steps`: (first, last) step at which the
     ranks wait `data` for their batch (default: all). The `blocks` rows are made by the agent's own
-    code (agent/timing_blocks.py) from the same steps.
-
-    `busy`: (share, steps) a busy node: every `steps` steps one rank drawn at random is held
-    off its CPU `share` of its data wait and compute (a neighbour's work on its core); the
-    delay goes in the rows' run-queue columns, as the agent records it (agent/runqueue.py),
-    unless `ready_known` is False (an agent that could not read it)."""
+    code (agent/timing_blocks.py) from the same steps."""
     blocks = [Blocks() for _ in range(world)]
     rng = random.Random(seed)
     clock = [START + 0.001 * r for r in range(world)]  # each rank's own clock offset
@@ -59,12 +52,9 @@ def simulate(
     rows: list[list] = [[] for _ in range(world)]
     seq = 0
     begun = [now] * world
-    held_rank = None
     for step in range(1, steps + 1):
         entered = []
         parts = []
-        if busy is not None and (step - 1) % busy[1] == 0:
-            held_rank = rng.randrange(world)
         slow_now = slow_steps is None or slow_steps[0] <= step <= slow_steps[1]
         for r in range(world):
             slow = r == slow_rank and slow_now
@@ -74,12 +64,8 @@ def simulate(
             c *= 1 + rng.uniform(-jitter, jitter)
             if gc_every and rng.random() < 1 / gc_every:
                 c += 0.05  # a GC pause
-            held = (0.0, 0.0)
-            if busy is not None and r == held_rank:
-                held = (d * busy[0], c * busy[0])
-                d, c = d + held[0], c + held[1]
             entered.append(begun[r] + d + c + sync)
-            parts.append((d, sync, held))
+            parts.append((d, sync))
         coll = [0.0] * world
         for _ in range(2):  # gradients, then the loss
             seq += 1
@@ -105,12 +91,7 @@ def simulate(
             rows[r].append(
                 [step, begun[r] - START + clock[r], wall, coll[r], parts[r][0], parts[r][1]]
             )
-            ready = None
-            if busy is not None and ready_known:
-                held = parts[r][2]
-                ready = (held[0] + held[1], held[0], 0.0)
-                rows[r][-1] += list(ready)
-            blocks[r].add(*rows[r][-1][:6], ready)
+            blocks[r].add(*rows[r][-1])
         # Rank 0's checkpoint: the others wait for it in the next step's first collective.
         pause = checkpoint_seconds if checkpoint_every and step % checkpoint_every == 0 else 0.0
         begun = [end + (pause if r == 0 else 0.0) for r in range(world)]

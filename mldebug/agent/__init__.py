@@ -273,7 +273,6 @@ class _Runtime:
         self.steps = Steps(on_change=self._stepped)
         if self.timing is not None:
             self.tracer.on_done = self.timing.collective_done
-            self.tracer.delay = self.timing.delay.seconds
         eventlog.configure(
             paths.events_file(rank), rank, safeio.open_append, lambda: self.steps.value
         )

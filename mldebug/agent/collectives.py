@@ -83,7 +83,6 @@ class Call:
         "peer",
         "error",
         "waits",
-        "ready",
     )
 
     def __init__(
@@ -110,9 +109,6 @@ class Call:
         self.peer = peer
         self.error: str | None = None
         self.waits: list | None = None  # the Work objects / CUDA events it completes with
-        # The calling thread's run-queue delay (agent/runqueue.py) at entry; once a
-        # synchronous call returns, the delay it had inside the call (None: not known).
-        self.ready: float | None = None
 
     def trace_entry(self) -> dict:
         """The call in state.json's `trace`."""
@@ -234,9 +230,6 @@ class Tracer:
         self.on_done: Callable[[Call], None] | None = (
             None  # called with each completed call, under the lock (agent/timing.py)
         )
-        # The calling thread's run-queue delay so far (agent/timing.py sets it), read at a
-        # synchronous call's entry and return.
-        self.delay: Callable[[], float | None] | None = None
         self._by_pg: dict[int, tuple] = {}  # id(pg) -> (weakref to pg, Group)
         self._library_files: dict[str, bool] = {}
         self._dtype_names: dict[object, str] = {}
@@ -371,12 +364,10 @@ class Tracer:
         except Exception:
             shapes, dtypes, cuda = [], [], False
         site = self.site(frame)
-        ready = self.delay() if self.delay is not None and not asynchronous else None
         now = self.clock()
         with self.lock:
             group.seq += 1
             call = Call(group, group.seq, op, site, now, asynchronous, shapes, dtypes, peer)
-            call.ready = ready
             group.enqueued = call
             self.trace.append(call)
         return call, cuda
@@ -391,14 +382,10 @@ class Tracer:
         if waits is None and cuda and self.cuda is not None:
             waits = [self._cuda_event()]
         if waits is None:
-            if call.ready is not None and self.delay is not None:
-                after = self.delay()
-                call.ready = after - call.ready if after is not None else None
             self._complete(call, self.clock())
             if self.pending:  # a call after an async one: the earlier ones are likely done
                 self.poll(INLINE_POLL)
             return
-        call.ready = None  # it completes later, seen from another thread
         with self.lock:
             call.asynchronous = call.asynchronous or waits[0].__class__ is not _CudaMark
             call.waits = waits
@@ -419,7 +406,6 @@ class Tracer:
 
     def raised(self, call: Call, error: BaseException) -> None:
         call.error = f"{type(error).__name__}: {error}"[:500]
-        call.ready = None
         self._complete(call, self.clock())
 
     def _complete(self, call: Call, when: float) -> None:

@@ -1,12 +1,12 @@
 """How long the calling thread was ready to run and had no CPU: the run-queue delay that
 Linux counts per thread (/proc/<pid>/task/<tid>/schedstat, its second field, nanoseconds).
 
-On a busy node (data preprocessing, another user's work on the same cores) a rank's step
-takes longer without the rank doing more: the kernel held it off its CPU. The timing
-(agent/timing.py) records this delay per step and per batch waited for, so the analysis
-compares ranks by what they did, not by which of them the neighbour's work happened to
-displace (analysis/timing.py). None where the kernel does not count it (not Linux, no
-schedstat): the timing then reads as before.
+On a busy node (data preprocessing, another user's work on the same cores) a rank waits
+longer for its batch without its input being slower: the kernel held the loader's thread off
+its CPU after each read or sleep. The timing (agent/timing.py) records this delay inside each
+step's data wait, so "every rank waits for data" (analysis/timing.py) is judged on the wait
+less it. None where the kernel does not count it (not Linux, no schedstat): the timing then
+reads as before.
 
 Stdlib only: this runs in the ranks. One pread of a kept descriptor per reading (a few
 microseconds); a descriptor per thread that asks, MAX_THREADS at most.

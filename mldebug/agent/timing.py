@@ -6,7 +6,8 @@ the agent keeps, in bounded rolling windows:
   * `calls`: each completed collective's group, sequence number, op, entry time and completion
     time (the trace's own `enqueued` / `completed`, async work as the heartbeat polls it);
   * `steps`: per step its wall time split into time inside synchronous collectives, waiting
-    in a DataLoader iterator's `__next__`, blocked at a host sync (`Tensor.item`, `.cpu`,
+    in a DataLoader iterator's `__next__` (and the run-queue delay inside that wait,
+    agent/runqueue.py), blocked at a host sync (`Tensor.item`, `.cpu`,
     `.tolist`, `torch.cuda.synchronize`: on CUDA tensors only, the others do not wait for a
     device), and the rest (compute);
   * `loaders`: the DataLoaders waited on (dataset class, num_workers, the user's line);
@@ -95,8 +96,8 @@ class Timing:
         delay: RunDelay | None = None,
     ) -> None:
         self.off = False
-        # The training thread's run-queue delay (agent/runqueue.py): per step, and inside
-        # its data waits; None columns where the kernel does not count it.
+        # The training thread's run-queue delay (agent/runqueue.py), read around each batch
+        # waited for: the share of the data wait a busy node added.
         self.delay = delay if delay is not None else RunDelay()
         self.tracer = tracer
         self.is_library = rules.is_library_path if rules is not None else (lambda path: False)
@@ -119,9 +120,7 @@ class Timing:
         self._collective = 0.0
         self._data = 0.0
         self._sync = 0.0
-        self._ready_at: float | None = None  # the run-queue delay when the step began
-        self._ready_data = 0.0
-        self._ready_coll = 0.0
+        self._data_delay: float | None = None  # of the data wait; None: not known
 
     # ------------------------------------------------------------------ from the trace
     def collective_done(self, call: Call) -> None:
@@ -133,8 +132,6 @@ class Timing:
         )
         waited = 0.0 if call.asynchronous else max(0.0, call.completed - call.enqueued)
         self._collective += waited
-        if not call.asynchronous and call.ready is not None:
-            self._ready_coll += min(waited, max(0.0, call.ready))
         if self._begun is None:  # no step counted (yet): the collectives' cadence
             self._calls += 1
             self.history.add_call(self._calls, call.enqueued, waited, self._data, self._sync)
@@ -145,39 +142,34 @@ class Timing:
             return
         try:
             fault_point(PART)
-            ready_now = self.delay.seconds()
             with self._lock:
                 begun, self._begun = self._begun, now
                 self._starts.append((now, value + 1))  # the step under way from now on
                 coll, data, sync = self._collective, self._data, self._sync
                 self._collective = self._data = self._sync = 0.0
-                ready_at, self._ready_at = self._ready_at, ready_now
-                ready_data, self._ready_data = self._ready_data, 0.0
-                ready_coll, self._ready_coll = self._ready_coll, 0.0
+                delay, self._data_delay = self._data_delay, None
             if begun is None:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
             row = [value, begun, wall, coll, data, sync]
-            held = None
-            if ready_now is not None and ready_at is not None:
-                ready = min(wall, max(0.0, ready_now - ready_at))
-                ready_data = min(ready, ready_data, data)
-                ready_coll = min(ready - ready_data, ready_coll, coll)
-                held = (ready, ready_data, ready_coll)
-                row += [round(ready, 6), round(ready_data, 6), round(ready_coll, 6)]
+            if delay is not None:
+                delay = min(delay, data)
+                row.append(round(delay, 6))
             self.steps.append(row)
             self.history.add_step(value, begun, wall, coll, data, sync)
             with self._lock:
-                self.blocks.add(value, begun, wall, coll, data, sync, held)
+                self.blocks.add(value, begun, wall, coll, data, sync, delay)
         except Exception as error:
             self.stop(error)
 
     # ------------------------------------------------------------------ DataLoader, syncs
     def data_waited(
-        self, loader_iter: Any, seconds: float, frame: FrameType | None, ready: float = 0.0
+        self, loader_iter: Any, seconds: float, frame: FrameType | None, delay: float | None = None
     ) -> None:
+        """`delay`: the run-queue delay inside the wait, where the kernel counts it."""
         self._data += seconds
-        self._ready_data += ready
+        if delay is not None:
+            self._data_delay = (self._data_delay or 0.0) + max(0.0, delay)
         # One entry per loader (its dataset and workers), not per epoch's iterator.
         dataset = getattr(loader_iter, "_dataset", None)
         key = (id(dataset), getattr(loader_iter, "_num_workers", None))
@@ -265,15 +257,15 @@ def _timed_next(timing: Timing, original: Callable[[Any], Any]) -> Callable[[Any
     def __next__(self: Any) -> Any:
         if timing.off:
             return original(self)
-        ready = delay()
+        before = delay()
         started = perf()
         try:
             return original(self)
         finally:
             try:
                 seconds = perf() - started
-                after = delay() if ready is not None else None
-                held = after - ready if after is not None and ready is not None else 0.0
+                after = delay() if before is not None else None
+                held = after - before if after is not None and before is not None else None
                 timing.data_waited(self, seconds, getframe(1), held)
             except Exception as error:
                 timing.stop(error)

@@ -8,9 +8,9 @@ evidence builds up over the run and fades once it stops. Blocks are numbered by 
 number (step // BLOCK), the same on every rank: rows of one block compare across ranks.
 
 A row: [block, first step, its start, steps, wall, collective, data, sync, work, compute], the
-medians of its steps (work: the wall time outside collectives; compute: outside every wait);
-where every step of it knows its run-queue delay (agent/runqueue.py), four more: the delay,
-and work, compute and data less the delay in each (what they took with a CPU of their own).
+medians of its steps but its pauses (work: the wall time outside collectives; compute:
+outside every wait); where every step of it knows the run-queue delay inside its data wait
+(agent/runqueue.py), an 11th: the data wait less that delay.
 
 Stdlib only: this runs in the ranks.
 """
@@ -25,6 +25,7 @@ from collections import deque
 BLOCK = 8  # steps a row
 MAX_BLOCKS = 192  # rows kept: 1,536 steps; older blocks weigh under 2% in the analysis
 MIN_STEPS = BLOCK // 2  # a block with fewer steps timed (the first, a gap) is left out
+PAUSE = 2.0  # a step this many times the block's median step is a pause, left out
 
 
 def _median(values: list[float]) -> float:
@@ -54,31 +55,30 @@ class Blocks:
         coll: float,
         data: float,
         sync: float,
-        ready: tuple[float, float, float] | None = None,
+        data_delay: float | None = None,
     ) -> None:
-        """`ready`: the step's run-queue delay, and the part of it inside its data wait and
-        inside its collectives."""
+        """`data_delay`: the run-queue delay inside the step's data wait, where known."""
         block = step // BLOCK
         if block != self._block:
             self._close()
             self._block, self._steps, self._first, self._start = block, [], step, start
         compute = max(0.0, wall - coll - data - sync)
-        own: tuple = ()
-        if ready is not None:
-            held = ready[0] - ready[2]  # outside collectives
-            own = (
-                ready[0],
-                max(0.0, wall - coll - held),
-                max(0.0, compute - held + ready[1]),
-                max(0.0, data - ready[1]),
-            )
+        own = () if data_delay is None else (max(0.0, data - data_delay),)
         self._steps.append((wall, coll, data, sync, max(0.0, wall - coll), compute, *own))
 
     def _close(self) -> None:
         steps = self._steps
         if self._block is None or len(steps) < MIN_STEPS:
             return
-        columns = min(len(s) for s in steps)  # the delay's only where every step has it
+        # Pauses left out: a pause on one rank (its checkpoint, a GC) is a step the others
+        # wait through, as long on every rank (so the same step is left out on each); kept,
+        # it moves a median of 8 up by a place on the rank that paused, in every block that
+        # holds one, and over the run that reads as a rank slower step after step.
+        wall = _median([s[0] for s in steps])
+        kept = [s for s in steps if s[0] <= PAUSE * wall]
+        timed = len(steps)
+        steps = kept if len(kept) >= MIN_STEPS else steps
+        columns = min(len(s) for s in steps)  # the 11th only where every step has it
         row = [_median([s[i] for s in steps]) for i in range(columns)]
-        head = [self._block, self._first, self._start, len(steps)]
+        head = [self._block, self._first, self._start, timed]
         self.rows.append([*head, *(round(v, 6) for v in row)])

@@ -83,8 +83,9 @@ class _Split:
     sync: float
     work: float  # median seconds a step outside collectives (its own work)
     shares: tuple[float, float, float, float]  # median shares: collective, data, sync, compute
-    # The data wait's median share with the run-queue delay left out of both: what it would
-    # be with a CPU of its own (the same as shares[1] where the delay is not known).
+    # The data wait's median share, less the run-queue delay inside the wait: a busy node
+    # stretches a loader's sleeps and reads (agent/runqueue.py); where the delay is not
+    # known, shares[1].
     own_data_share: float
 
     @property
@@ -109,11 +110,11 @@ def _split(rank: int, timing: RankTiming) -> _Split:
         timing,
         _median([s.wall for s in steps]),
         _median([s.collective for s in steps]),
-        _median([s.own_data for s in steps]),
+        _median([s.data for s in steps]),
         _median([s.sync for s in steps]),
-        _median([s.own_work for s in steps]),
+        _median([s.wall - s.collective for s in steps]),
         shares,
-        _median([s.own_data / own for s in steps if (own := s.wall - (s.ready or 0.0)) > 0]),
+        _share(steps, lambda s: s.own_data),
     )
 
 
@@ -400,17 +401,16 @@ def _held_splits(held: hold.Held, splits: dict[int, _Split]) -> dict[int, _Split
         m = held.means[rank]
         parts = (m.collective, m.data, m.sync, m.compute)
         shares = tuple(part / m.step if m.step > 0 else 0.0 for part in parts)
-        own = m.step - m.ready
         found[rank] = _Split(
             rank,
             split.timing,
             m.step,
             m.collective,
-            m.own_data,
+            m.data,
             m.sync,
-            m.own_work,
+            m.work,
             shares,  # type: ignore[arg-type]
-            m.own_data / own if own > 0 else 0.0,
+            m.own_data / m.step if m.step > 0 else 0.0,
         )
     return found
 
@@ -435,15 +435,12 @@ def _held_straggler(
 def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since | None:
     """Since which step of the window the rank has stood out (in `part`)."""
     rows = evidence.common_steps({r: s.steps for r, s in ready.items()})
-    part = part if part in evidence.OWN_PARTS else evidence.PARTS[0][0]
+    value = dict(evidence.PARTS).get(part, evidence.PARTS[0][1])
     ranks = sorted(ready)
     if not rows:
         return None
     i, middle = ranks.index(rank), (len(ranks) + 1) / 2
-    excess = [
-        hold.places([evidence.part_value(part, row)(row[r]) for r in ranks])[i] - middle
-        for row in rows
-    ]
+    excess = [hold.places([value(row[r]) for r in ranks])[i] - middle for row in rows]
     first = rows[hold.since_of(excess, hold.since_margin(len(ranks)))][rank]
     return hold.Since(first.step, first.start)
 

@@ -46,23 +46,6 @@ PARTS: tuple[tuple[str, Callable[[StepTiming], float]], ...] = (
     ("compute", _compute),
     ("data", _data),
 )
-# The same parts less the run-queue delay in them (StepTiming.own_*): what each took with a
-# CPU of its own. Used for a step where every rank's agent read the delay: a busy node holds
-# one rank and then another off its CPU for seconds at a time, which places the rank held
-# off highest step after step, as a straggler; what the rank did is placed instead.
-OWN_PARTS: dict[str, Callable[[StepTiming], float]] = {
-    "work": lambda s: s.own_work,
-    "compute": lambda s: s.own_compute,
-    "data": lambda s: s.own_data,
-}
-
-
-def part_value(name: str, row: Mapping[int, StepTiming]) -> Callable[[StepTiming], float]:
-    """The part's value for this row of steps: less the run-queue delay where every rank
-    knows it."""
-    if all(s.ready is not None for s in row.values()):
-        return OWN_PARTS[name]
-    return dict(PARTS)[name]
 
 
 @dataclass(frozen=True)
@@ -91,10 +74,9 @@ def judge(windows: Mapping[int, Sequence[StepTiming]]) -> Evidence:
     tries = n * len(PARTS)
     chance = {rank: 1.0 for rank in ranks}
     part_of = {rank: "" for rank in ranks}
-    for name, _ in PARTS:
+    for name, value in PARTS:
         sums = [0] * n
         for row in rows:
-            value = part_value(name, row)
             values = [value(row[r]) for r in ranks]
             # Ties share the lower place: equal values (zero data waits) are no evidence.
             place, previous = 0, None

@@ -51,20 +51,6 @@ PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
     ("compute", lambda b: b.compute),
     ("data", lambda b: b.data),
 )
-# Less the run-queue delay in them, for a block where every rank has it (as the window's,
-# analysis/timing_evidence.py).
-OWN_PARTS: dict[str, Callable[[BlockTiming], float | None]] = {
-    "work": lambda b: b.own_work,
-    "compute": lambda b: b.own_compute,
-    "data": lambda b: b.own_data,
-}
-
-
-def part_value(name: str, row: Mapping[int, BlockTiming]) -> Callable[[BlockTiming], float]:
-    own = OWN_PARTS[name]
-    if all(own(b) is not None for b in row.values()):
-        return lambda b: own(b) or 0.0
-    return dict(PARTS)[name]
 
 
 @dataclass(frozen=True)
@@ -77,10 +63,7 @@ class Means:
     sync: float
     work: float
     compute: float
-    # Less the run-queue delay where the blocks have it (else as work, data), and the delay.
-    own_work: float = 0.0
-    own_data: float = 0.0
-    ready: float = 0.0
+    own_data: float  # the data wait less its run-queue delay, where the blocks have it
 
 
 @dataclass(frozen=True)
@@ -186,9 +169,7 @@ def _means(rows: Sequence[Mapping[int, BlockTiming]], w: Sequence[int], rank: in
         mean(lambda b: b.sync),
         mean(lambda b: b.work),
         mean(lambda b: b.compute),
-        mean(lambda b: b.work if b.own_work is None else b.own_work),
         mean(lambda b: b.data if b.own_data is None else b.own_data),
-        mean(lambda b: b.ready or 0.0),
     )
 
 
@@ -224,11 +205,10 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
     tail = {rank: 1.0 for rank in ranks}
     part_of = {rank: "" for rank in ranks}
     excess: dict[str, list[list[float]]] = {}
-    for name, _ in PARTS:
+    for name, value in PARTS:
         sums = [0] * n
         excess[name] = [[] for _ in ranks]
         for wi, row in zip(w, rows, strict=True):
-            value = part_value(name, row)
             placed = places([value(row[r]) for r in ranks])
             for i in range(n):
                 sums[i] += wi * (placed[i] - 1)

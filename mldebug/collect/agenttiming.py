@@ -77,22 +77,19 @@ def _flight(row: object) -> FlightCallTiming | None:
 
 def _step(row: object) -> StepTiming | None:
     """[step, start, wall, collective, data, sync], and where the kernel counts it the
-    run-queue delay over the step, inside its data wait and inside its collectives
-    (agent/runqueue.py)."""
-    if not isinstance(row, list) or len(row) not in (6, 9):
+    run-queue delay inside the data wait (agent/runqueue.py)."""
+    if not isinstance(row, list) or len(row) not in (6, 7):
         return None
     step, start = _int(row[0]), parse_time(row[1])
     wall, coll, data, sync = (_seconds(v) for v in row[2:6])
     if step is None or start is None or None in (wall, coll, data, sync):
         return None
     found = StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
-    if len(row) == 9:
-        ready, ready_data, ready_coll = (_seconds(v) for v in row[6:9])
-        if ready is None or ready_data is None or ready_coll is None:
+    if len(row) == 7:
+        delay = _seconds(row[6])
+        if delay is None or delay > found.data:
             return None
-        if ready > found.wall or ready_data + ready_coll > ready + 1e-6:
-            return None
-        found = replace(found, ready=ready, ready_data=ready_data, ready_coll=ready_coll)
+        found = replace(found, data_delay=delay)
     return found
 
 
@@ -121,8 +118,8 @@ def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:
 
 
 def _hold_block(row: object) -> BlockTiming | None:
-    """10 columns, or 14 with the run-queue delay and the parts less it."""
-    if not isinstance(row, list) or len(row) not in (10, 14):
+    """10 columns, or 11 with the data wait less its run-queue delay."""
+    if not isinstance(row, list) or len(row) not in (10, 11):
         return None
     block, first, start, steps = _int(row[0]), _int(row[1]), parse_time(row[2]), _int(row[3], 1)
     values = [_seconds(v) for v in row[4:]]

@@ -50,31 +50,18 @@ class StepTiming:
     collective: float = 0.0
     data: float = 0.0
     sync: float = 0.0
-    # The run-queue delay (ready to run, no CPU: a busy node) over the step, inside its
-    # data wait and inside its synchronous collectives; None where it is not known.
-    ready: float | None = None
-    ready_data: float = 0.0
-    ready_coll: float = 0.0
+    # The run-queue delay inside the data wait (ready to run, no CPU: a busy node stretches
+    # a loader's reads and sleeps); None where the agent could not read it.
+    data_delay: float | None = None
 
     @property
     def compute(self) -> float:
         return max(0.0, self.wall - self.collective - self.data - self.sync)
 
-    # What each part would have taken with a CPU of its own: less the run-queue delay in
-    # it (a busy node holds ranks off their CPU at random; a straggler does more).
-    @property
-    def own_work(self) -> float:
-        held = (self.ready or 0.0) - self.ready_coll
-        return max(0.0, self.wall - self.collective - held)
-
     @property
     def own_data(self) -> float:
-        return max(0.0, self.data - self.ready_data)
-
-    @property
-    def own_compute(self) -> float:
-        held = (self.ready or 0.0) - self.ready_coll - self.ready_data
-        return max(0.0, self.compute - held)
+        """The data wait less its run-queue delay: what it took with a CPU of its own."""
+        return max(0.0, self.data - (self.data_delay or 0.0))
 
 
 @dataclass(frozen=True)
@@ -115,12 +102,7 @@ class BlockTiming:
     sync: float = 0.0
     work: float = 0.0  # wall time outside collectives
     compute: float = 0.0  # outside every wait
-    # Medians of the steps' parts less their run-queue delay (StepTiming.own_*), and of
-    # the delay itself; None where the agent did not read it.
-    ready: float | None = None
-    own_work: float | None = None
-    own_compute: float | None = None
-    own_data: float | None = None
+    own_data: float | None = None  # median StepTiming.own_data; None where not known
 
 
 @dataclass(frozen=True)
