@@ -49,7 +49,8 @@ EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
     ("work", lambda b: b.work),
     ("compute", lambda b: b.compute),
-    ("data", lambda b: b.data),
+    # less the run-queue delay inside it, where the agent read it (as the window's)
+    ("data", lambda b: b.data if b.own_data is None else b.own_data),
 )
 
 
