@@ -89,7 +89,7 @@ def with_data_delay(states: list[dict], share: float, ranks=None) -> list[dict]:
 
 def test_a_rank_whose_loader_a_busy_node_held_off_its_cpu_is_not_input_bound():
     # Rank 0's batches take 1.5x as long, all of it the node holding its loader off its CPU
-    # (its sleeps and reads wake late: the job's store and more threads share its cores).
+    # (its sleeps and reads wake late).
     job = dict(world=2, slow_rank=0, data_factor=1.5, data=0.01, compute=0.03, jitter=0.05,
                steps=60)  # fmt: skip
     assert kinds(simulate(**job)) == [("input_bound", (0,))]  # as timed

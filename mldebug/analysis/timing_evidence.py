@@ -31,8 +31,7 @@ MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or mor
 
 # The data wait less the run-queue delay inside it (StepTiming.own_data, where the agent
 # read it): a busy node stretches one rank's loader reads and sleeps for a while and then
-# another's (rank 0, with the job's store and more threads, more often), which would place
-# it highest step after step. Compute is taken as timed: a neighbour holds every rank off
+# another's, which would place it highest step after step. Compute is taken as timed: a neighbour holds every rank off
 # its CPU alike over a step, where a loader's sleeps wake one at a time.
 
 
