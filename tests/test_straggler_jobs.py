@@ -7,14 +7,14 @@ what takes the time, so they share it):
   * `mldebug run`, 2 healthy ranks that spend half their step or more in collectives (a
     16 MiB all_reduce a step, as sharded FSDP / ZeRO-3 jobs do): ±10% jitter, a 1 s
     checkpoint pause on rank 0 every 25 steps, GC on; judged once a heartbeat from its first
-    step for 3 minutes (a thread beside the other tests), and by `dump` every few seconds
-    while a CPU-heavy process runs beside it;
+    step for 3 minutes (a thread beside the other tests), and by `dump` every few seconds;
   * `mldebug run`, 3 ranks of DistributedDataParallel (its all-reduces are C++, unseen by the
     Python trace), rank 1 computes 2x as long;
   * plain torchrun (`python -m torch.distributed.run`), 2 ranks, rank 1 computes 1.5x;
+all of them beside a CPU-heavy process that runs from before they start to the end (a busy
+node: steady, so that no job's steps slow down midway, which is a finding of its own),
 THEN `mldebug run` names the straggler on its console within 30 s (and in events.jsonl),
-`dump` names it again and again, with since when, also with a CPU-heavy process beside the
-job, and so does `dump --profile`,
+`dump` names it again and again, with since when, and so does `dump --profile`,
 `dump` names the input-bound rank with its DataLoader, the healthy job gets no warning in 3
 minutes, at any look nor in any dump, on a busy node (its communication share is info), the
 DDP job's straggler is named from torch's Flight Recorder (and its two waiting ranks alone name
@@ -94,6 +94,11 @@ class Looks(threading.Thread):
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
+    with cpu_heavy_neighbour():
+        yield from _jobs(tmp_path_factory)
+
+
+def _jobs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("slowjobs")
     started = {}
     logs = {}
@@ -209,22 +214,21 @@ def cpu_heavy_neighbour():
 
 def test_the_straggler_stays_named_at_every_dump_on_a_busy_node(jobs, capsys):
     run_dir, _, ready = jobs["slow"]
-    # WHEN a CPU-heavy process runs beside the job and the user runs `dump` again and again
+    # WHEN the user runs `dump` again and again (the CPU-heavy process beside the jobs)
     # THEN every dump names rank 2, and says since when (the run's evidence, not only the
     # last 64 steps': analysis/timing_hold.py).
-    with cpu_heavy_neighbour():
-        while time.monotonic() < ready + 30:  # past the console test: named once already
-            time.sleep(1)
-        for _ in range(3):
-            report = dump_here(capsys, run_dir)
-            found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
-            assert [(f["kind"], f["ranks"]) for f in found] == [("straggler", [2])]
-            assert int(found[0]["facts"]["since_step"]) >= 1
-            assert f"(since step {found[0]['facts']['since_step']}, " in found[0]["summary"]
-        # ...and `dump --profile` (the sampled stacks, with the agents' evidence) too.
-        report = dump_here(capsys, run_dir, "--profile", "3")
+    while time.monotonic() < ready + 30:  # past the console test: named once already
+        time.sleep(1)
+    for _ in range(3):
+        report = dump_here(capsys, run_dir)
         found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
         assert [(f["kind"], f["ranks"]) for f in found] == [("straggler", [2])]
+        assert int(found[0]["facts"]["since_step"]) >= 1
+        assert f"(since step {found[0]['facts']['since_step']}, " in found[0]["summary"]
+    # ...and `dump --profile` (the sampled stacks, with the agents' evidence) too.
+    report = dump_here(capsys, run_dir, "--profile", "3")
+    found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
+    assert [(f["kind"], f["ranks"]) for f in found] == [("straggler", [2])]
 
 
 def test_a_ddp_straggler_is_named_from_the_flight_recorder(jobs):
@@ -253,24 +257,23 @@ def test_a_healthy_communication_heavy_job_gets_no_warning_in_3_minutes_on_a_bus
 ):
     run_dir, log, ready = jobs["healthy"]
     looks = jobs["looks"]
-    # The other `mldebug run` jobs are done with (the plain torchrun job's 2 ranks stay).
+    # The other `mldebug run` jobs are done with (the plain torchrun job's 2 ranks and the
+    # CPU-heavy process stay): its steps get faster, which is no finding.
     stop(*(proc for name, proc in jobs["procs"].items() if name != "healthy"))
-    # WHEN a CPU-heavy process runs beside it and the user runs `dump` every few seconds
-    # until the job is 3 minutes past its first step: many checkpoint pauses, the run's
-    # blocks judged (from 4 blocks of 8 steps after the first 16) and the collective
-    # share's growth check (24 blocks)...
+    # WHEN the user runs `dump` every few seconds until the job is 3 minutes past its first
+    # step: many checkpoint pauses, the run's blocks judged (from 4 blocks of 8 steps after
+    # the first 16) and the collective share's growth check (24 blocks)...
     interval = heartbeat(run_dir)
     seen: list[str] = []
     dumps = 0
-    with cpu_heavy_neighbour():
-        while time.monotonic() < ready + HEALTHY_SECONDS or dumps < 4:
-            dumps += 1
-            report = dump_here(capsys, run_dir)
-            warned = [f for f in report["findings"] if f["severity"] in ("warning", "error")]
-            assert warned == [], warned
-            seen += [f["kind"] for f in report["findings"] if f["kind"] in TIMING_KINDS]
-            assert report["timing"]["ranks"], report["timing"]
-            time.sleep(2 * interval)
+    while time.monotonic() < ready + HEALTHY_SECONDS or dumps < 4:
+        dumps += 1
+        report = dump_here(capsys, run_dir)
+        warned = [f for f in report["findings"] if f["severity"] in ("warning", "error")]
+        assert warned == [], warned
+        seen += [f["kind"] for f in report["findings"] if f["kind"] in TIMING_KINDS]
+        assert report["timing"]["ranks"], report["timing"]
+        time.sleep(2 * interval)
     # THEN no dump warned; half its step in collectives is said, as info (the job is as it
     # should be)...
     assert set(seen) <= {"comm_bound"} and "comm_bound" in seen, seen
