@@ -60,6 +60,11 @@ MLDEBUG = [sys.executable, "-m", "mldebug"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
 TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
 SLOW_RANK = 1
+# The healthy job's communication-heavy variant (as tests/test_straggler_jobs.py's): 10 ms of
+# compute, a 16 MiB all_reduce a step, and batches of 4 ms. With the default 16 ms batches
+# beside 10 ms of compute its ranks wait for data about a quarter of each step, step after
+# step: input-bound, which `dump` rightly says, not a healthy job.
+COMM_HEAVY = ["--compute-ms", "10", "--comm-kb", "16384", "--data-ms", "0.5"]
 
 FIXED_WORK = """\
 import sys, time
@@ -322,6 +327,8 @@ def hook_costs() -> dict:
         "collective_done": per_call(lambda: part.collective_done(call)),
         "data_waited": per_call(lambda: part.data_waited(part, 0.001, sys._getframe())),
         "on_step": per_call(lambda: part.on_step(1, 2.0)),
+        # read twice around each batch (the data wait's run-queue delay, agent/runqueue.py)
+        "run_queue_read": per_call(part.delay.seconds),
     }
     for _i in range(timing.MAX_CALLS):
         part.collective_done(call)
@@ -440,7 +447,7 @@ def stability_main(args: argparse.Namespace, folder: Path) -> None:
         healthy = []
         for run in range(args.runs):
             job = ["--factor", "1", "--jitter", "0.1", "--checkpoint-every", "25", "--steps",
-                   "0", *(["--compute-ms", "10", "--comm-kb", "16384"] if run % 2 else [])]  # fmt: skip
+                   "0", *(COMM_HEAVY if run % 2 else [])]  # fmt: skip
             healthy.append(watch_run(folder, f"h{nproc}-{run}", nproc, job, args.watch,
                                      args.every))  # fmt: skip
         looks = [look for r in healthy for look in r["looks"]]
@@ -547,6 +554,7 @@ def main() -> None:
         # (a section encoded) a second.
         step = 0.060
         per_step = 2 * hooks["collective_done"] + hooks["data_waited"] + hooks["on_step"]
+        per_step += 2 * hooks["run_queue_read"]
         per_step += hooks["section_json_per_heartbeat"] * step
         print(
             f"estimated from the hooks: {per_step * 1e6:.0f} us on a {step * 1000:.0f} ms step "

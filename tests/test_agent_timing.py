@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import datetime
 import io
+import os
 import pickle
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from mldebug import rankrules
-from mldebug.agent import collectives, timing
+from mldebug.agent import collectives, runqueue, timing
 from mldebug.collect.agenttiming import parse_timing
 
 
@@ -22,8 +26,15 @@ def completed_call(tracer, group, seq, entered, done, asynchronous=False):
     return call
 
 
+class Unread:
+    """A kernel that does not count the run-queue delay (not Linux, no schedstat)."""
+
+    def seconds(self):
+        return None
+
+
 def test_a_step_is_split_into_collectives_data_syncs_and_the_rest():
-    part = timing.Timing(None, rankrules)
+    part = timing.Timing(None, rankrules, delay=Unread())
     group = collectives.Group("default_pg", 2)
     part.on_step(1, 100.0)  # the first step's start is not known: left out
     part.collective_done(completed_call(None, group, 1, 100.2, 100.5))
@@ -36,7 +47,47 @@ def test_a_step_is_split_into_collectives_data_syncs_and_the_rest():
     assert [row[:2] for row in section["calls"]] == [["default_pg", 1], ["default_pg", 2]]
     parsed = parse_timing(section)
     assert parsed.steps[0].compute == pytest.approx(0.55)
+    assert parsed.steps[0].data_delay is None  # not known: read as before
     assert parsed.calls[1].asynchronous  # async: recorded, not counted as a wait
+
+
+def test_a_steps_data_wait_says_how_much_of_it_the_kernel_held_the_rank_off_its_cpu():
+    # The run-queue delay inside the batch's wait, as the DataLoader hook reads it.
+    part = timing.Timing(None, rankrules, delay=Unread())
+    part.on_step(1, 100.0)
+    part.data_waited(object(), 0.1, None, 0.03)
+    part.data_waited(object(), 0.1, None, 0.01)
+    part.on_step(2, 101.0)
+    (row,) = part.section()["steps"]
+    assert row[4:] == [0.2, 0.0, pytest.approx(0.04)]
+    (step,) = parse_timing(part.section()).steps
+    assert step.data_delay == pytest.approx(0.04) and step.own_data == pytest.approx(0.16)
+    # More delay than the wait itself is no reading: the row is left out.
+    bad = {"version": 1, "steps": [[2, 100.0, 1.0, 0.3, 0.1, 0.0, 0.2]]}
+    assert parse_timing(bad).steps == ()
+
+
+def test_the_run_queue_delay_is_the_kernels_count_for_the_calling_thread():
+    # Real /proc: the count never goes back, and a thread that shares one CPU with a
+    # spinning process waits for it (pinned together, both runnable).
+    delay = runqueue.RunDelay()
+    first = delay.seconds()
+    assert first is not None and first >= 0
+    cpu = min(os.sched_getaffinity(0))
+    spin = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while 1: pass"])
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+    finally:
+        os.sched_setaffinity(0, mask)
+        spin.kill()
+        spin.wait()
+    assert delay.seconds() > first
+    # Where the kernel does not count it: None, and the timing reads as before.
+    assert runqueue.RunDelay(root=str(Path(__file__).parent)).seconds() is None
 
 
 def test_the_real_dataloader_is_timed_with_its_dataset_workers_and_line(monkeypatch):

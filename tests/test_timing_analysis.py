@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from timing_sim import simulate, snapshot, views
 
+from mldebug.agent.timing_blocks import Blocks
 from mldebug.analysis import timing_evidence as evidence
 from mldebug.analysis.timing import judge_timing
 from mldebug.analysis.timing_arrival import CallRecord, arrivals
@@ -68,6 +69,41 @@ def test_every_rank_waiting_for_data_is_input_bound_for_all():
     found = judge_timing(views(states)).findings
     assert [(f.kind, f.ranks) for f in found] == [("input_bound", (0, 1, 2, 3))]
     assert found[0].summary.startswith("all 4 ranks wait for data a median ")
+
+
+def with_data_delay(states: list[dict], share: float, ranks=None) -> list[dict]:
+    """The states as agents on a busy node write them: `share` of each data wait (of the
+    `ranks`, default all) was the kernel holding the loader off its CPU (a 7th item per
+    step), the blocks made again by the agent's own code from those steps (the last 64 of
+    them: enough for the window)."""
+    for state in states:
+        timing = state["timing"]
+        blocks = Blocks()
+        held = share if ranks is None or state["rank"] in ranks else 0.0
+        for row in timing["steps"]:
+            row.append(round(row[4] * held, 6))
+            blocks.add(*row[:6], row[6])
+        timing["blocks"] = list(blocks.rows)
+    return states
+
+
+def test_a_rank_whose_loader_a_busy_node_held_off_its_cpu_is_not_input_bound():
+    # Rank 0's batches take 1.5x as long, all of it the node holding its loader off its CPU
+    # (its sleeps and reads wake late).
+    job = dict(world=2, slow_rank=0, data_factor=1.5, data=0.01, compute=0.03, jitter=0.05,
+               steps=60)  # fmt: skip
+    assert kinds(simulate(**job)) == [("input_bound", (0,))]  # as timed
+    assert kinds(with_data_delay(simulate(**job), 1 / 3, ranks=(0,))) == []
+
+
+def test_a_data_wait_a_busy_node_stretched_is_not_input_bound():
+    # Every rank waits 30 ms a step for data beside 60 ms of compute (about a third of the
+    # step), but half of each wait is the node holding the loader off its CPU.
+    job = dict(world=2, data=0.03, compute=0.06, jitter=0.1, steps=80)
+    assert kinds(simulate(**job)) == [("input_bound", (0, 1))]  # as timed
+    assert kinds(with_data_delay(simulate(**job), 0.5)) == []
+    # A wait the node only grazed is still the limit.
+    assert kinds(with_data_delay(simulate(**job), 0.05)) == [("input_bound", (0, 1))]
 
 
 @pytest.mark.parametrize("steps", [12, 20, 40, 80])

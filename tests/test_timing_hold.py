@@ -13,7 +13,7 @@ from timing_sim import simulate, views
 from mldebug.agent.timing_blocks import BLOCK, Blocks
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.analysis.timing import judge_timing
-from mldebug.analysis.timing_hold import judge_held, since_of, weighted_tail
+from mldebug.analysis.timing_hold import common_blocks, judge_held, since_of, weighted_tail
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.model import KIND_NCCL_NETWORK, SEVERITY_INFO, SEVERITY_WARNING, Finding
 from mldebug.wording import finding_text
@@ -129,6 +129,24 @@ def test_the_weighted_tail_is_exact_against_counting():
 def test_since_is_where_the_places_start_to_add_up():
     assert since_of([-1, 0.5, -1.5, 1.5, 1.5, 0.5, 1.5]) == 3
     assert since_of([1.5] * 5) == 0
+
+
+def test_a_rank_that_pauses_now_and_then_is_placed_as_often_above_as_below_by_the_blocks():
+    # Rank 0 of 2 pauses 1 s every 25 steps (a checkpoint); the other waits through it. The
+    # blocks leave that step out on both: a median of 8 with it kept moves up a place on
+    # rank 0 in every block that holds one (62% of those blocks place it above the other,
+    # with the same seeds), which over the run reads as a rank slower step after step.
+    above = paused = 0
+    for seed in range(4):
+        states = simulate(world=2, jitter=0.1, checkpoint_every=25, seed=seed, steps=1600)
+        rows = common_blocks({v.rank: v.agent.timing.blocks for v in views(states)})
+        for row in rows:
+            if any(
+                step % 25 == 0 for step in range(row[0].block * BLOCK, (row[0].block + 1) * BLOCK)
+            ):
+                paused += 1
+                above += row[0].work > row[1].work
+    assert paused > 200 and above / paused <= 0.55
 
 
 def test_the_agents_blocks_are_medians_of_their_steps_and_read_back_checked():

@@ -6,7 +6,8 @@ the agent keeps, in bounded rolling windows:
   * `calls`: each completed collective's group, sequence number, op, entry time and completion
     time (the trace's own `enqueued` / `completed`, async work as the heartbeat polls it);
   * `steps`: per step its wall time split into time inside synchronous collectives, waiting
-    in a DataLoader iterator's `__next__`, blocked at a host sync (`Tensor.item`, `.cpu`,
+    in a DataLoader iterator's `__next__` (and the run-queue delay inside that wait,
+    agent/runqueue.py), blocked at a host sync (`Tensor.item`, `.cpu`,
     `.tolist`, `torch.cuda.synchronize`: on CUDA tensors only, the others do not wait for a
     device), and the rest (compute);
   * `loaders`: the DataLoaders waited on (dataset class, num_workers, the user's line);
@@ -36,6 +37,7 @@ from collections import deque
 
 from .collectives import user_site
 from .eventlog import fail, fault_point
+from .runqueue import RunDelay
 from .step_history import StepHistory
 from .timing_blocks import Blocks
 from .timing_flight import FlightCalls
@@ -91,8 +93,12 @@ class Timing:
         tracer: Tracer | None = None,
         rules: ModuleType | None = None,
         clock: Callable[[], float] = time.time,
+        delay: RunDelay | None = None,
     ) -> None:
         self.off = False
+        # The training thread's run-queue delay (agent/runqueue.py), read around each batch
+        # waited for: the share of the data wait a busy node added.
+        self.delay = delay if delay is not None else RunDelay()
         self.tracer = tracer
         self.is_library = rules.is_library_path if rules is not None else (lambda path: False)
         self._clock = clock
@@ -114,6 +120,7 @@ class Timing:
         self._collective = 0.0
         self._data = 0.0
         self._sync = 0.0
+        self._data_delay: float | None = None  # of the data wait; None: not known
 
     # ------------------------------------------------------------------ from the trace
     def collective_done(self, call: Call) -> None:
@@ -140,19 +147,29 @@ class Timing:
                 self._starts.append((now, value + 1))  # the step under way from now on
                 coll, data, sync = self._collective, self._data, self._sync
                 self._collective = self._data = self._sync = 0.0
+                delay, self._data_delay = self._data_delay, None
             if begun is None:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
-            self.steps.append([value, begun, wall, coll, data, sync])
+            row = [value, begun, wall, coll, data, sync]
+            if delay is not None:
+                delay = min(delay, data)
+                row.append(round(delay, 6))
+            self.steps.append(row)
             self.history.add_step(value, begun, wall, coll, data, sync)
             with self._lock:
-                self.blocks.add(value, begun, wall, coll, data, sync)
+                self.blocks.add(value, begun, wall, coll, data, sync, delay)
         except Exception as error:
             self.stop(error)
 
     # ------------------------------------------------------------------ DataLoader, syncs
-    def data_waited(self, loader_iter: Any, seconds: float, frame: FrameType | None) -> None:
+    def data_waited(
+        self, loader_iter: Any, seconds: float, frame: FrameType | None, delay: float | None = None
+    ) -> None:
+        """`delay`: the run-queue delay inside the wait, where the kernel counts it."""
         self._data += seconds
+        if delay is not None:
+            self._data_delay = (self._data_delay or 0.0) + max(0.0, delay)
         # One entry per loader (its dataset and workers), not per epoch's iterator.
         dataset = getattr(loader_iter, "_dataset", None)
         key = (id(dataset), getattr(loader_iter, "_num_workers", None))
@@ -235,15 +252,21 @@ def _timed_next(timing: Timing, original: Callable[[Any], Any]) -> Callable[[Any
     perf = time.perf_counter
     getframe = sys._getframe
 
+    delay = timing.delay.seconds
+
     def __next__(self: Any) -> Any:
         if timing.off:
             return original(self)
+        before = delay()
         started = perf()
         try:
             return original(self)
         finally:
             try:
-                timing.data_waited(self, perf() - started, getframe(1))
+                seconds = perf() - started
+                after = delay() if before is not None else None
+                held = after - before if after is not None and before is not None else None
+                timing.data_waited(self, seconds, getframe(1), held)
             except Exception as error:
                 timing.stop(error)
 

@@ -83,6 +83,10 @@ class _Split:
     sync: float
     work: float  # median seconds a step outside collectives (its own work)
     shares: tuple[float, float, float, float]  # median shares: collective, data, sync, compute
+    # The data wait's median share, less the run-queue delay inside the wait: a busy node
+    # stretches a loader's sleeps and reads (agent/runqueue.py); where the delay is not
+    # known, shares[1].
+    own_data_share: float
 
     @property
     def steps(self) -> tuple[StepTiming, ...]:
@@ -110,6 +114,7 @@ def _split(rank: int, timing: RankTiming) -> _Split:
         _median([s.sync for s in steps]),
         _median([s.wall - s.collective for s in steps]),
         shares,
+        _share(steps, lambda s: s.own_data),
     )
 
 
@@ -316,10 +321,10 @@ def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Findin
 
 
 def _all_input_bound(splits: dict[int, _Split]) -> Finding | None:
-    if not all(s.shares[1] >= DATA_SHARE for s in splits.values()):
+    if not all(s.own_data_share >= DATA_SHARE for s in splits.values()):
         return None
     ranks = sorted(splits)
-    share = _median([s.shares[1] for s in splits.values()])
+    share = _median([s.own_data_share for s in splits.values()])
     text, site = _loader_text(splits[ranks[0]].timing)
     return Finding(
         KIND_INPUT_BOUND,
@@ -405,6 +410,7 @@ def _held_splits(held: hold.Held, splits: dict[int, _Split]) -> dict[int, _Split
             m.sync,
             m.work,
             shares,  # type: ignore[arg-type]
+            m.own_data / m.step if m.step > 0 else 0.0,
         )
     return found
 

@@ -49,7 +49,8 @@ EXACT_CELLS = 300_000  # convolution cells (blocks x sums) computed exactly (~0.
 PARTS: tuple[tuple[str, Callable[[BlockTiming], float]], ...] = (
     ("work", lambda b: b.work),
     ("compute", lambda b: b.compute),
-    ("data", lambda b: b.data),
+    # less the run-queue delay inside it, where the agent read it (as the window's)
+    ("data", lambda b: b.data if b.own_data is None else b.own_data),
 )
 
 
@@ -63,6 +64,7 @@ class Means:
     sync: float
     work: float
     compute: float
+    own_data: float  # the data wait less its run-queue delay, where the blocks have it
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ def _means(rows: Sequence[Mapping[int, BlockTiming]], w: Sequence[int], rank: in
         mean(lambda b: b.sync),
         mean(lambda b: b.work),
         mean(lambda b: b.compute),
+        mean(lambda b: b.data if b.own_data is None else b.own_data),
     )
 
 

@@ -7,6 +7,7 @@ section is no timing at all. Nothing here raises.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from mldebug.collect.eventfiles import parse_time
@@ -75,13 +76,21 @@ def _flight(row: object) -> FlightCallTiming | None:
 
 
 def _step(row: object) -> StepTiming | None:
-    if not isinstance(row, list) or len(row) != 6:
+    """[step, start, wall, collective, data, sync], and where the kernel counts it the
+    run-queue delay inside the data wait (agent/runqueue.py)."""
+    if not isinstance(row, list) or len(row) not in (6, 7):
         return None
     step, start = _int(row[0]), parse_time(row[1])
     wall, coll, data, sync = (_seconds(v) for v in row[2:6])
     if step is None or start is None or None in (wall, coll, data, sync):
         return None
-    return StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
+    found = StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
+    if len(row) == 7:
+        delay = _seconds(row[6])
+        if delay is None or delay > found.data:
+            return None
+        found = replace(found, data_delay=delay)
+    return found
 
 
 def _block(row: object) -> StepBlock | None:
@@ -109,10 +118,11 @@ def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:
 
 
 def _hold_block(row: object) -> BlockTiming | None:
-    if not isinstance(row, list) or len(row) != 10:
+    """10 columns, or 11 with the data wait less its run-queue delay."""
+    if not isinstance(row, list) or len(row) not in (10, 11):
         return None
     block, first, start, steps = _int(row[0]), _int(row[1]), parse_time(row[2]), _int(row[3], 1)
-    values = [_seconds(v) for v in row[4:10]]
+    values = [_seconds(v) for v in row[4:]]
     if block is None or first is None or start is None or steps is None or None in values:
         return None
     return BlockTiming(block, first, start, steps, *values)  # type: ignore[arg-type]

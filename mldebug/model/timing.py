@@ -50,10 +50,18 @@ class StepTiming:
     collective: float = 0.0
     data: float = 0.0
     sync: float = 0.0
+    # The run-queue delay inside the data wait (ready to run, no CPU: a busy node stretches
+    # a loader's reads and sleeps); None where the agent could not read it.
+    data_delay: float | None = None
 
     @property
     def compute(self) -> float:
         return max(0.0, self.wall - self.collective - self.data - self.sync)
+
+    @property
+    def own_data(self) -> float:
+        """The data wait less its run-queue delay: what it took with a CPU of its own."""
+        return max(0.0, self.data - (self.data_delay or 0.0))
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class BlockTiming:
     sync: float = 0.0
     work: float = 0.0  # wall time outside collectives
     compute: float = 0.0  # outside every wait
+    own_data: float | None = None  # median StepTiming.own_data; None where not known
 
 
 @dataclass(frozen=True)
