@@ -32,8 +32,7 @@ JOB = textwrap.dedent(
 
     def load_batch():
         total = 0
-        while True:
-            total += sum(range(100))  # ELSEWHERE_LINE
+        while True: total += sum(range(100))  # ELSEWHERE_LINE (one line: a sample sees no other)
 
 
     def serve():
