@@ -98,5 +98,11 @@ def test_rank_0_waits_in_ddps_all_reduce_and_rank_1_is_named_elsewhere(job):
     assert last["op"] == "all_reduce" and last["retired"] is False
     assert last["sizes"] == [[36]] and last["dtypes"] == ["Float"]  # the one bucket: 8x4 + 4
     assert state["flight_recorder"]["default_pg"]["pending"] >= 1
-    other = json.loads((run_dir / "ranks" / "1" / "state.json").read_text())
+    # Rank 1's heartbeat reads its own recorder on its own clock: a beat or two after rank 0's.
+    deadline = time.monotonic() + 30
+    while True:
+        other = json.loads((run_dir / "ranks" / "1" / "state.json").read_text())
+        if "flight_recorder" in other or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert other["flight_recorder"]["default_pg"]["pending"] == 0
