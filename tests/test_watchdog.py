@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.jobs import dump_here, dump_json
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.files.rundir import RunPaths
@@ -447,8 +448,13 @@ WAIT_LINE = next(i for i, line in enumerate(JOBS.read_text().splitlines(), 1) if
 
 
 def _dump(run_dir: Path, *options: str) -> tuple[int, dict]:
+    return dump_json(run_dir, *options)
+
+
+def _dump_process(run_dir: Path) -> tuple[int, dict]:
+    """`mldebug dump` as a process of its own: several at once, as separate users' are."""
     done = subprocess.run(
-        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json", *options],
+        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -460,17 +466,12 @@ def _dump(run_dir: Path, *options: str) -> tuple[int, dict]:
 def _dump_healthy(job: subprocess.Popen, run_dir: Path, seen: list) -> None:
     """Dump the healthy job C once; a job that ended between the poll and the dump is not a
     finding (dump says so with exit 3, "no live ranks"), anything else is recorded."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if done.returncode == 3 and job.wait(timeout=60) == 0:
+    code, printed = dump_here(run_dir, "--json")
+    if code == 3 and job.wait(timeout=60) == 0:
         return  # it ended by itself, as it should
-    assert done.returncode in (0, 1), done.stderr
-    report = json.loads(done.stdout)
-    seen.append((done.returncode, [f for f in report["findings"] if f["severity"] != "info"]))
+    assert code in (0, 1), (code, printed[-2000:])
+    report = json.loads(printed)
+    seen.append((code, [f for f in report["findings"] if f["severity"] != "info"]))
 
 
 def _log(run_dir: Path, rank: int) -> str:
@@ -555,7 +556,7 @@ def live(tmp_path_factory):
             time.sleep(0.5)
         time.sleep(12)  # the others have waited longer than a hang needs (analysis.severity)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            seen["concurrent"] = list(pool.map(lambda _: _dump(tmp / "b"), range(8)))
+            seen["concurrent"] = list(pool.map(lambda _: _dump_process(tmp / "b"), range(8)))
         seen["b_states"] = _states(tmp / "b")
         while job_c.poll() is None and time.monotonic() < deadline:
             _dump_healthy(job_c, tmp / "c", seen["c"])
