@@ -339,6 +339,9 @@ class AgentState:
     timing: RankTiming | None = None  # where its steps' time goes (model/timing.py)
     compile: CompileProgress | None = None  # torch.compile, once the agent saw one
     exiting: bool = False  # its last state, written as the interpreter exits
+    # Seconds its heartbeat thread or main thread waited for a CPU since the state was
+    # written, read by the dump (collect/agentstate.py): a late heartbeat on a starved node
+    waited_for_cpu: float | None = None
 
     @property
     def progress(self) -> tuple[int, int, int]:
