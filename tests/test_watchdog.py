@@ -543,7 +543,8 @@ def live(tmp_path_factory):
                     seen[name] = (time.monotonic() - ready[name], found)
             if seen["a"]:
                 go["a"].touch()  # A goes on to its evaluations and its hang
-            if job_c.poll() is None and (tmp / "c" / "ranks").exists():
+            # C: a dump every 3 s (a user's `watch`), the CPU left to the jobs between them
+            if job_c.poll() is None and (tmp / "c" / "ranks").exists() and _due(seen, 3):
                 _dump_healthy(job_c, tmp / "c", seen["c"])
             time.sleep(1)
         # B: what is growing, asked for (the census)
@@ -560,6 +561,7 @@ def live(tmp_path_factory):
         seen["b_states"] = _states(tmp / "b")
         while job_c.poll() is None and time.monotonic() < deadline:
             _dump_healthy(job_c, tmp / "c", seen["c"])
+            time.sleep(2)
         seen["c_exit"] = job_c.wait(timeout=60)
         seen["c_err"] = job_c.stderr.read()
         code_a = job_a.wait(timeout=max(30, deadline - time.monotonic()))
@@ -572,6 +574,15 @@ def live(tmp_path_factory):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         err_a.close()
+
+
+def _due(seen: dict, seconds: float) -> bool:
+    """True at most once every `seconds` (the last time kept in `seen`)."""
+    now = time.monotonic()
+    if now - seen.get("c_last", -seconds) < seconds:
+        return False
+    seen["c_last"] = now
+    return True
 
 
 def _states(run_dir: Path) -> list[str]:
