@@ -123,8 +123,8 @@ class Heartbeat:
         if waited is not None and main is not None:
             state["beat"] = {
                 "tid": threading.get_native_id(),
-                "run_delay": round(waited, 6),
-                "main_run_delay": round(main, 6),  # the main thread's (its tid is the pid)
+                "run_delay": waited,
+                "main_run_delay": main,  # the main thread's (its tid is the pid)
             }
         timing = self.timing
         if timing is not None and not timing.off:

@@ -310,8 +310,9 @@ def with_run_delay_now(data: dict, pid: int) -> dict:
 
 
 def _waited_since_beat(beat: object) -> float | None:
-    """Seconds the rank's heartbeat thread or its main thread waited for a CPU since its
-    state was written, the longer of the two; None when not known."""
+    """Seconds the rank's heartbeat thread and its main thread waited for a CPU since its
+    state was written, added: the heartbeat thread waits in the run queue, or for the GIL
+    that a main thread waiting in the run queue holds. None when not known."""
     if not isinstance(beat, dict):
         return None
     waits = []
@@ -319,7 +320,7 @@ def _waited_since_beat(beat: object) -> float | None:
         a, b = json_number(beat.get(then)), json_number(beat.get(now))
         if a is not None and b is not None and b >= a:
             waits.append(b - a)
-    return max(waits) if waits else None
+    return sum(waits) if waits else None
 
 
 def states_of(files: Mapping[int, tuple[int, dict]]) -> dict[int, AgentState]:

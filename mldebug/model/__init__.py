@@ -169,6 +169,7 @@ class StackSample:
     cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
     rss_bytes: int | None = None
     main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
+    main_run_delay: float | None = None  # seconds the main thread waited for a CPU, so far
     # Read at an earlier poll and given again (a live view reads a rank whose agent says it
     # moves less often): the newest stack known, not a new sample of the rank.
     carried: bool = False
