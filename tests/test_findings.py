@@ -146,6 +146,23 @@ def test_unreadable_ranks_point_to_the_ptrace_recipe():
     assert unreadable[0].severity == SEVERITY_WARNING
 
 
+def test_ranks_waiting_beside_a_rank_not_read_are_not_called_a_hang():
+    # GIVEN rank 0 still in init_process_group and rank 1 not read (py-spy timed out on a
+    # loaded node, as a rank still importing torch can make it)
+    for op, kind in (("init_process_group", KIND_RENDEZVOUS), ("all_reduce", KIND_HANG)):
+        ranks = {0: still(in_op(op, "setup", 20)), 1: (((), (), ()), {"failure": FAIL_PERMISSION})}
+        snap = snapshot(ranks, world=2)
+        # THEN no error says the rendezvous (or the collective) never completes: rank 1 may
+        # be what rank 0 waits for
+        (waits,) = [f for f in snap.findings if f.kind == kind]
+        assert waits.ranks == (0,) and waits.severity == SEVERITY_WARNING
+        assert waits.summary.startswith(f"rank 0 waits in {op} at ")
+        assert waits.summary.endswith(
+            "; rank 1 could not be read, so whether it is elsewhere is not known"
+        )
+        assert not [f for f in snap.findings if f.severity == SEVERITY_ERROR]
+
+
 def test_a_healthy_job_is_progressing_not_hung():
     # Sampled mid-collective, but stacks move between samples or the main thread computes.
     ranks = {

@@ -140,6 +140,9 @@ def test_a_checkpoint_pause_is_info_as_a_local_dump_grades_it(job):
             if paused:
                 break
             time.sleep(0.5)  # another phase of the step (a loaded machine holds one long)
-        assert [(f["ranks"], f["severity"]) for f in paused] == [([0], "info")], report
-        assert "a pause that short is not a hang" in paused[0]["summary"]
+        # Rank 0's pause, at info; a rank read between two collectives on a loaded machine
+        # may be named beside it, at info too (it is in transit, as locally).
+        (pause,) = [f for f in paused if f["ranks"] == [0]]
+        assert {f["severity"] for f in paused} == {"info"}, report
+        assert "a pause that short is not a hang" in pause["summary"]
         assert code == 0, report["findings"]  # no error anywhere

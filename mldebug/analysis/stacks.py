@@ -379,10 +379,26 @@ def _outliers(
     return findings
 
 
-def _all_waiting(group: list[RankView], missing: list[int], severity: str) -> list[Finding]:
+def _all_waiting(
+    group: list[RankView], missing: list[int], severity: str, unseen: Sequence[int] = ()
+) -> list[Finding]:
     ranks = [v.rank for v in group]
     op = group[0].collective
     where = _where(group[0])
+    if unseen and not missing:
+        kind = KIND_RENDEZVOUS if is_rendezvous(op) else KIND_HANG
+        return [
+            Finding(
+                kind,
+                tuple(ranks),
+                f"{ranks_text(ranks)} {verb(ranks, 'waits', 'wait')} in {op} at {where}; "
+                f"{ranks_text(list(unseen))} could not be read, so whether "
+                f"{verb(list(unseen), 'it is', 'they are')} elsewhere is not known",
+                location=location_of(group[0]),
+                recipe="rendezvous-hang" if kind == KIND_RENDEZVOUS else "collective-hang",
+                severity=SEVERITY_WARNING if severity == SEVERITY_ERROR else severity,
+            )
+        ]
     if missing:
         kind = KIND_RENDEZVOUS if is_rendezvous(op) else KIND_HANG
         summary = (
@@ -579,5 +595,9 @@ def stack_findings(
         if elsewhere:
             findings += _outliers(elsewhere, ranked, severity, threads, used)
         elif len(groups) == 1:
-            findings += _all_waiting(groups[0], missing, severity)
+            # Ranks not read (py-spy failed or timed out, not sampled yet) may be where the
+            # others wait for: "all wait" is not known, and no error.
+            seen = {v.rank for v in present} | set(covered)
+            unseen = [v.rank for v in views if v.rank not in seen and v.state not in GONE_STATES]
+            findings += _all_waiting(groups[0], missing, severity, unseen)
     return findings + _thread_findings([d for d in threads if d not in used])
