@@ -332,13 +332,13 @@ def _blocks_holding(data: bytes, words: tuple[str, ...], block: int) -> list[tup
     return out
 
 
-@pytest.mark.parametrize("read", [1 << 20, 1000])
-def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, monkeypatch, read):
+@pytest.mark.parametrize("window", [1 << 20, 4096, 3 * 4096])
+def test_hyperscan_finds_the_blocks_that_hold_a_word_as_python_does(tmp_path, monkeypatch, window):
     # GIVEN blocks of 4 KiB of chatter, each of explain's and nccl's words alone in one of
-    # them, a block without any between, and a word across two blocks' cut (read whole, or
-    # 1,000 bytes at a time: words across those cuts too)
+    # them, a block without any between, and a word across two blocks' cut (mapped all at
+    # once, a block at a time, or three: words across the windows' cuts too)
     monkeypatch.setattr(wordblocks, "BLOCK", 4096)
-    monkeypatch.setattr(wordblocks, "READ", read)
+    monkeypatch.setattr(wordblocks, "WINDOW", window)
     words = tuple(dict.fromkeys(STREAM_WORDS + logparse.WORDS))
     chatter = _chatter(100)[:4096]
     data = b"".join(chatter[:998] + w.encode() + chatter[998 + len(w) :] + chatter for w in words)
@@ -410,18 +410,18 @@ def test_a_log_that_grows_while_it_is_narrowed_is_read_as_it_was(tmp_path, monke
     before.write_bytes(b"\n".join(lines) + b"\n")
     growing = tmp_path / "growing.out"
     growing.write_bytes(before.read_bytes())
-    blocks = wordblocks.blocks
+    result = wordblocks.Scan.result
 
-    def then_written(*args):
-        found = blocks(*args)
+    def then_written(self):
+        found = result(self)
         with open(growing, "ab") as out:
             out.write(b"x Error later\n" * 3 + _chatter(50))  # its lines counted from the end
         return found
 
-    monkeypatch.setattr(wordblocks, "blocks", then_written)
+    monkeypatch.setattr(wordblocks.Scan, "result", then_written)
     # WHEN each is read narrowed
     got = _picks(growing, ("rror",), AROUND, AROUND, "grep")
-    monkeypatch.setattr(wordblocks, "blocks", blocks)
+    monkeypatch.setattr(wordblocks.Scan, "result", result)
     # THEN the growing one hands on the lines it had when the read began, numbered alike
     assert got == _picks(before, ("rror",), AROUND, AROUND, "grep")
     assert got[0] == 20_000 and got[1][AROUND] == (19_001, b"x Error at the end", True)

@@ -3,6 +3,10 @@ those holding one of the readers' words (files/picked.py picks them, grep where 
 one), of which a file keeps at most HEAD + TAIL, plus, between the two, the lines around
 each word-line of a shape not seen before (digits aside): a message said a million times is
 kept where it starts, where it ends, and once in between; a new one anywhere.
+
+`begin` starts the reading of the big files among a command's paths (Hyperscan's scan of
+their blocks and the count of their lines, files/picked.py) before the command imports
+the engine and the report, which then load while it runs.
 """
 
 from __future__ import annotations
@@ -10,10 +14,13 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mldebug.explain.text import AROUND
+from mldebug.explain.catalog import OWN
+from mldebug.explain.text import AROUND, words_of
 from mldebug.files import picked, safeio
+from mldebug.nccl.logformats import KEYWORDS
 
 HEAD = 50_000  # lines kept from the start of a file's kept lines
 TAIL = 50_000  # and from its end
@@ -21,6 +28,11 @@ MIDDLE = 50_000  # lines kept between them: around the word-lines of a new shape
 MAX_SHAPES = 100_000  # shapes remembered between head and tail
 MAX_KEPT_BYTES = 8 << 20  # text kept in each of head, middle and tail
 _DIGITS = re.compile(rb"\d+")
+# The words that keep a long log's lines: text.WORDS and the cues of the catalog's messages
+# that readers/messages.py reads, and the lines mldebug.nccl's parser looks at (it reads
+# the lines kept).
+CUES = tuple(message.cue for message in OWN)
+WORDS = tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
 
 Numbered = tuple[int, bytes, bool]  # line number (1-based), its bytes, holds a word
 
@@ -98,9 +110,30 @@ class Streamed:
     dropped: int  # lines near a word not kept (the bounds)
 
 
-def read_log(path: str, words: tuple[str, ...], grep: str | None = "grep") -> Streamed:
+def begin(paths: Sequence[str], words: tuple[str, ...] = WORDS) -> list[picked.Begun]:
+    """The reads of the big regular files among `paths`, begun now (files/picked.py
+    `begin`: those it would narrow); each to be stopped once read (or not)."""
+    out = []
+    try:
+        for path in dict.fromkeys(paths):
+            if path != "-" and (begun := picked.begin(path, words)) is not None:
+                out.append(begun)
+    except BaseException:  # an interrupt: nothing is left reading
+        for begun in out:
+            begun.stop()
+        raise
+    return out
+
+
+def read_log(
+    path: str,
+    words: tuple[str, ...],
+    grep: str | None = "grep",
+    begun: Sequence[picked.Begun] = (),
+) -> Streamed:
     """The lines of a file the readers need: those within AROUND lines of one holding one
-    of `words`, bounded. `grep`: the program to ask (None: Python alone). OSError if the
+    of `words`, bounded. `grep`: the program to ask (None: Python alone). `begun`: reads
+    begun ahead (`begin`); the one of this file, if any, is carried on. OSError if the
     file cannot be opened or read."""
     fd = safeio.open_regular(path)
     kept: list[Kept] = []
@@ -110,8 +143,13 @@ def read_log(path: str, words: tuple[str, ...], grep: str | None = "grep") -> St
         return kept[0].add
 
     try:
-        size = os.fstat(fd).st_size
-        count = picked.pick(fd, path, words, start, AROUND, AROUND, grep)
+        ahead = next((b for b in begun if b.words == words and b.same(fd)), None)
+        if ahead is not None:  # read from where it began: the bytes it is reading
+            size = ahead.size
+            count = picked.pick(ahead.fd, path, words, start, AROUND, AROUND, grep, ahead)
+        else:
+            size = os.fstat(fd).st_size
+            count = picked.pick(fd, path, words, start, AROUND, AROUND, grep)
     finally:
         os.close(fd)
     return Streamed(kept[0].lines(), count, size, kept[0].dropped)
