@@ -21,6 +21,7 @@ import pytest
 
 from mldebug.explain import stream
 from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
+from mldebug.explain.engine import stream_words as engine_stream_words
 from mldebug.explain.text import AROUND
 from mldebug.files import picked, wordblocks
 from mldebug.nccl import logparse
@@ -439,7 +440,8 @@ seen = {"begun_before_engine": [], "picked_begun": [], "grepped": []}
 begin, pick, by_greps = picked.begin, picked.pick, picked._by_greps
 
 def spy_begin(*args, **kwargs):
-    seen["begun_before_engine"].append("mldebug.explain.engine" not in sys.modules)
+    heavy = ("mldebug.explain.engine", "mldebug.explain.catalog", "mldebug.model")
+    seen["begun_before_engine"].append(not any(name in sys.modules for name in heavy))
     return begin(*args, **kwargs)
 
 def spy_pick(fd, *args):
@@ -472,8 +474,8 @@ def test_the_explain_command_begins_a_big_logs_read_before_its_imports(tmp_path,
     )
     assert done.returncode == 1, done.stderr[-600:]
     seen = json.loads(done.stderr.strip().splitlines()[-1])
-    # THEN its read began before the engine was imported (Hyperscan's threads and `wc -l`
-    # ran beside the imports), the read carried on from it, grep read only the blocks
+    # THEN its read began before the engine, the catalog and the model were imported
+    # (Hyperscan's threads and `wc -l` ran beside the imports), the read carried on from it, grep read only the blocks
     # around the error, and the report is what explain() says of the file
     assert seen["begun_before_engine"] == [True]
     assert seen["picked_begun"] == [True]
@@ -483,6 +485,13 @@ def test_the_explain_command_begins_a_big_logs_read_before_its_imports(tmp_path,
     assert [f["kind"] for f in said["findings"]] == [f.kind for f in got.findings]
     assert [f[0] for f in small_findings[name]] == [f.kind for f in got.findings]
     assert said["sources"][0]["lines"] == got.sources[0].lines == path.read_bytes().count(b"\n")
+
+
+def test_the_words_written_out_for_a_big_logs_read_are_the_catalogs():
+    # stream.WORDS is what the catalog and mldebug.nccl's keywords make, written out so
+    # that a big log's read begins before they are imported: when a reader's cue changes,
+    # write them again (print(engine.stream_words()))
+    assert stream.WORDS == engine_stream_words()
 
 
 def test_a_read_begun_on_one_file_is_not_carried_on_to_another(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.explain import stream, traces
+from mldebug.explain.catalog import OWN
 from mldebug.explain.finding import (
     EXPLAIN_KINDS,
     KIND_CHILD_FAILED,
@@ -47,6 +48,7 @@ from mldebug.explain.text import (
     normalised,
     ranks_seen,
     split_lines,
+    words_of,
     words_pattern,
 )
 from mldebug.files import picked, rundir, safeio
@@ -67,6 +69,7 @@ from mldebug.model import (
 )
 from mldebug.nccl import scan as nccl_scan
 from mldebug.nccl.logfacts import FileLog
+from mldebug.nccl.logformats import KEYWORDS
 from mldebug.nccl.logparse import parse_bytes, rank_of_path
 from mldebug.ras import read as ras_read
 from mldebug.ras.model import RasReport
@@ -79,9 +82,16 @@ STDIN = "<stdin>"
 # The words that keep a long text's lines for the readers (split_lines): text.WORDS and the
 # cues of the catalog's messages that readers/messages.py reads; a streamed file also keeps
 # the lines mldebug.nccl's parser looks at (it reads the lines kept).
-CUES = stream.CUES
+CUES = tuple(message.cue for message in OWN)
 WORDS = words_pattern(CUES)
-STREAM_WORDS = stream.WORDS
+STREAM_WORDS = stream.WORDS  # stream_words(), written out there
+
+
+def stream_words() -> tuple[str, ...]:
+    """The words whose lines a big log keeps, as the catalog and mldebug.nccl's keywords
+    make them (stream.WORDS holds them written out)."""
+    return tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
+
 
 # How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
 NCCL_SURE = {

@@ -17,10 +17,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mldebug.explain.catalog import OWN
-from mldebug.explain.text import AROUND, words_of
+from mldebug.explain.text import AROUND
 from mldebug.files import picked, safeio
-from mldebug.nccl.logformats import KEYWORDS
 
 HEAD = 50_000  # lines kept from the start of a file's kept lines
 TAIL = 50_000  # and from its end
@@ -29,10 +27,86 @@ MAX_SHAPES = 100_000  # shapes remembered between head and tail
 MAX_KEPT_BYTES = 8 << 20  # text kept in each of head, middle and tail
 _DIGITS = re.compile(rb"\d+")
 # The words that keep a long log's lines: text.WORDS and the cues of the catalog's messages
-# that readers/messages.py reads, and the lines mldebug.nccl's parser looks at (it reads
-# the lines kept).
-CUES = tuple(message.cue for message in OWN)
-WORDS = tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
+# that readers/messages.py reads, and the words of the lines mldebug.nccl's parser looks at
+# (it reads the lines kept), as engine.stream_words() makes them. Written out here: the
+# command begins a big log's read (`begin`) before it imports the catalog and the model
+# they come from (tests/test_explain_stream.py checks that they are still those).
+WORDS = (
+    "rror",
+    "xception",
+    "Traceback",
+    "File ",
+    ".py",
+    "nterrupt",
+    "Exit",
+    "mismatch",
+    "grad",
+    "reduction",
+    "ready only once",
+    "address",
+    "FullMesh",
+    "Using",
+    "SOCKET_IFNAME",
+    "NET/IB :",
+    "NET/IB:",
+    "NET/Socket :",
+    "NCCL_",
+    "plugin",
+    "interface",
+    "Duplicate",
+    "busId",
+    "ailure",
+    "calloc",
+    "nccl",
+    "WARN",
+    "Last",
+    "ersion",
+    "Root Cause",
+    "exitcode",
+    "memory",
+    "loss scale",
+    "P2P=",
+    "Peer",
+    "MiB",
+    "Process ",
+    "Thread ",
+    "%|",
+    ".cc:",
+    "ank ",
+    "[c10d]",
+    "Watchdog",
+    "atchdog",
+    "imed out",
+    "imeout",
+    "onnect",
+    "nranks",
+    "Signal",
+    "SIG",
+    "=========",
+    "Assertion",
+    "DataLoader",
+    "NVRM",
+    "Segmentation",
+    "`lr_scheduler",
+    "appears",
+    "destroy_process_group",
+    "destroyed",
+    "determine",
+    "distributed",
+    "expected",
+    "expects",
+    "exploding",
+    "failed",
+    "fallen",
+    "find_unused_parameters=True",
+    "library",
+    "parameter",
+    "recovery",
+    "server",
+    "NCCL WARN",
+    "busId ",
+    "[TC]",
+)
 
 Numbered = tuple[int, bytes, bool]  # line number (1-based), its bytes, holds a word
 
