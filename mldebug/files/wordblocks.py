@@ -14,13 +14,12 @@ is None and grep reads the whole file, as it did before.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 from typing import Any
 
 BLOCK = 4 << 20  # bytes asked about at a time: one that holds a word is grep's
-WINDOW = 16 << 20  # bytes mapped and scanned at a time by a thread
+READ = 1 << 20  # bytes read and scanned at a time (they are still in the CPU's cache)
 
 _hs: Any
 try:  # optional: without it grep reads the whole file
@@ -39,6 +38,10 @@ def _database(words: tuple[bytes, ...]) -> Any:
     return database
 
 
+def _stop(*_: object) -> bool:
+    return True  # the first word in a block is all that is asked
+
+
 def _scan(
     fd: int,
     words: tuple[bytes, ...],
@@ -49,50 +52,27 @@ def _scan(
     failed: list[BaseException],
     stop: threading.Event,
 ) -> None:
-    """Blocks first..last-1, WINDOW bytes of them mapped at a time, True in `found` where
-    one holds a word (a word that starts in it: each window is scanned with the longest
-    word's length less one byte past its last block). Past a block that holds one, the scan
-    goes on from the next block."""
+    """Blocks first..last-1, READ bytes at a time, each read with the longest word's length
+    less one byte past its end (a word across a cut is found before it), True in `found`
+    where one holds a word (the rest of it is not read)."""
     try:
         database = _database(words)
         overlap = max(len(w) for w in words) - 1
-        per_window = max(1, WINDOW // BLOCK)
-        for index in range(first, last, per_window):
+        view = memoryview(bytearray(READ + overlap))
+        for index in range(first, last):
             if stop.is_set():
                 return  # the caller was interrupted: nobody waits for the rest
-            upto = min(last, index + per_window)
-            start, end = index * BLOCK, min(size, upto * BLOCK + overlap)
-            mapped = start - start % mmap.ALLOCATIONGRANULARITY  # where a mapping may begin
-            window = mmap.mmap(fd, end - mapped, offset=mapped, prot=mmap.PROT_READ)
-            view = memoryview(window)
-            try:
-                at = start - mapped  # where the blocks not yet found holding a word start
-                while at < len(view):
-                    hit: list[int] = []
-                    try:
-                        database.scan(view[at:], match_event_handler=_first(hit, words))
-                    except _hs.ScanTerminated:
-                        pass
-                    block = (mapped + at + hit[0]) // BLOCK if hit else upto
-                    if block >= upto:
-                        break  # none, or one that starts past the window's blocks
-                    found[block] = True
-                    at = (block + 1) * BLOCK - mapped
-            finally:
-                view.release()
-                window.close()
+            end = min(size, (index + 1) * BLOCK)
+            for at in range(index * BLOCK, end, READ):
+                want = min(min(READ, end - at) + overlap, size - at)
+                got = os.preadv(fd, [view[:want]], at)
+                try:
+                    database.scan(view[:got], match_event_handler=_stop)
+                except _hs.ScanTerminated:
+                    found[index] = True
+                    break
     except BaseException as error:  # noqa: BLE001 - handed to the caller, who reads the file whole
         failed.append(error)
-
-
-def _first(hit: list[int], words: tuple[bytes, ...]) -> Any:
-    """A match handler that notes where the first word found starts, and stops the scan."""
-
-    def handler(ident: int, _start: int, end: int, _flags: int, _context: object) -> bool:
-        hit.append(end - len(words[ident]))
-        return True
-
-    return handler
 
 
 class Scan:
