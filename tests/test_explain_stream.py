@@ -513,6 +513,10 @@ def test_a_read_begun_on_one_file_is_not_carried_on_to_another(tmp_path, monkeyp
     assert (3_001, "x Error in the second") in got.lines
     assert got.count == 3_001 and got.size == first.stat().st_size
     assert not any("first" in text for _, text in got.lines)
+    # and stdin or a file named as a profiler trace (read as one, not as a log) is not begun
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_bytes(first.read_bytes())
+    assert stream.begin(["-", str(trace)], ("rror",)) == []
 
 
 def test_the_line_count_of_a_file_that_grew_is_of_the_bytes_asked(tmp_path):

@@ -184,13 +184,19 @@ class Streamed:
     dropped: int  # lines near a word not kept (the bounds)
 
 
+TRACE_SUFFIXES = (".json", ".json.gz")  # a file named so is read as a profiler trace
+
+
 def begin(paths: Sequence[str], words: tuple[str, ...] = WORDS) -> list[picked.Begun]:
     """The reads of the big regular files among `paths`, begun now (files/picked.py
-    `begin`: those it would narrow); each to be stopped once read (or not)."""
+    `begin`: those it would narrow; not stdin, not a trace); each to be stopped once read
+    (or not: a file the engine finds is no log)."""
     out = []
     try:
         for path in dict.fromkeys(paths):
-            if path != "-" and (begun := picked.begin(path, words)) is not None:
+            if path == "-" or path.endswith(TRACE_SUFFIXES):
+                continue
+            if (begun := picked.begin(path, words)) is not None:
                 out.append(begun)
     except BaseException:  # an interrupt: nothing is left reading
         for begun in out:

@@ -13,6 +13,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from mldebug.explain import stream
 from mldebug.explain.finding import Explained
 from mldebug.files import safeio
 
@@ -21,7 +22,7 @@ from mldebug.files import safeio
 if TYPE_CHECKING:
     from mldebug.traces.model import RankTrace
 
-SUFFIXES = (".json", ".json.gz")
+SUFFIXES = stream.TRACE_SUFFIXES
 MAX_DEPTH = 8
 MAX_TRACES = 4096  # files read as traces in one run
 MAX_PASTED = 4096  # lines of a paste read as file names
