@@ -21,6 +21,7 @@ import pytest
 
 from mldebug.explain import stream
 from mldebug.explain.engine import STREAM_WORDS, WHOLE_BYTES, explain
+from mldebug.explain.engine import stream_words as engine_stream_words
 from mldebug.explain.text import AROUND
 from mldebug.files import picked, wordblocks
 from mldebug.nccl import logparse
@@ -410,18 +411,130 @@ def test_a_log_that_grows_while_it_is_narrowed_is_read_as_it_was(tmp_path, monke
     before.write_bytes(b"\n".join(lines) + b"\n")
     growing = tmp_path / "growing.out"
     growing.write_bytes(before.read_bytes())
-    blocks = wordblocks.blocks
+    result = wordblocks.Scan.result
 
-    def then_written(*args):
-        found = blocks(*args)
+    def then_written(self):
+        found = result(self)
         with open(growing, "ab") as out:
             out.write(b"x Error later\n" * 3 + _chatter(50))  # its lines counted from the end
         return found
 
-    monkeypatch.setattr(wordblocks, "blocks", then_written)
+    monkeypatch.setattr(wordblocks.Scan, "result", then_written)
     # WHEN each is read narrowed
     got = _picks(growing, ("rror",), AROUND, AROUND, "grep")
-    monkeypatch.setattr(wordblocks, "blocks", blocks)
+    monkeypatch.setattr(wordblocks.Scan, "result", result)
     # THEN the growing one hands on the lines it had when the read began, numbered alike
     assert got == _picks(before, ("rror",), AROUND, AROUND, "grep")
     assert got[0] == 20_000 and got[1][AROUND] == (19_001, b"x Error at the end", True)
+
+
+# ---- the command begins a big log's read before its imports (stream.begin) ----
+
+# `mldebug explain --json LOG` in a fresh interpreter (the engine not yet imported), with
+# spies on picked.begin and picked.pick: what each saw, as one JSON line on stderr.
+BEGUN_SPY = """
+import json, sys
+from mldebug.files import picked
+
+seen = {"begun_before_engine": [], "picked_begun": [], "grepped": []}
+begin, pick, by_greps = picked.begin, picked.pick, picked._by_greps
+
+def spy_begin(*args, **kwargs):
+    heavy = ("mldebug.explain.engine", "mldebug.explain.catalog", "mldebug.model")
+    seen["begun_before_engine"].append(not any(name in sys.modules for name in heavy))
+    return begin(*args, **kwargs)
+
+def spy_pick(fd, *args):
+    begun = args[6] if len(args) > 6 else None
+    seen["picked_begun"].append(begun is not None and begun.fd == fd)
+    return pick(fd, *args)
+
+def spy_greps(*args):
+    seen["grepped"].append(sum(r.read_to - r.read_from for r in args[7]))
+    return by_greps(*args)
+
+picked.begin, picked.pick, picked._by_greps = spy_begin, spy_pick, spy_greps
+from mldebug.cli import main
+code = main(["explain", "--json", sys.argv[1]])
+print(json.dumps(seen), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_the_explain_command_begins_a_big_logs_read_before_its_imports(tmp_path, small_findings):
+    # GIVEN a 48 MB log (NARROW_BYTES or more) with an error in its middle
+    name = "timeout_rank6_absent.log"
+    path = tmp_path / "slurm-4242.out"
+    _log(path, (CORPUS / name).read_bytes(), BIG_MB / 2, BIG_MB / 2)
+    size = path.stat().st_size
+    assert size >= picked.NARROW_BYTES and wordblocks.available()
+    # WHEN `mldebug explain --json` reads it as a user runs it (a fresh interpreter)
+    done = subprocess.run(
+        [sys.executable, "-c", BEGUN_SPY, str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr[-600:]
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    # THEN its read began before the engine, the catalog and the model were imported
+    # (Hyperscan's threads and `wc -l` ran beside the imports), the read carried on from it, grep read only the blocks
+    # around the error, and the report is what explain() says of the file
+    assert seen["begun_before_engine"] == [True]
+    assert seen["picked_begun"] == [True]
+    assert len(seen["grepped"]) == 1 and seen["grepped"][0] < size / 8
+    said = json.loads(done.stdout)
+    got = explain([str(path)])
+    assert [f["kind"] for f in said["findings"]] == [f.kind for f in got.findings]
+    assert [f[0] for f in small_findings[name]] == [f.kind for f in got.findings]
+    assert said["sources"][0]["lines"] == got.sources[0].lines == path.read_bytes().count(b"\n")
+
+
+def test_the_words_written_out_for_a_big_logs_read_are_the_catalogs():
+    # stream.WORDS is what the catalog and mldebug.nccl's keywords make, written out so
+    # that a big log's read begins before they are imported: when a reader's cue changes,
+    # write them again (print(engine.stream_words()))
+    assert stream.WORDS == engine_stream_words()
+
+
+def test_a_read_begun_on_one_file_is_not_carried_on_to_another(tmp_path, monkeypatch):
+    # GIVEN a read begun on one log, then another log in its place (same name)
+    _narrowing(monkeypatch, 4096, 8)
+    first, second = tmp_path / "slurm-1.out", tmp_path / "slurm-2.out"
+    first.write_bytes(b"x Error in the first\n" + _chatter(2_000))
+    second.write_bytes(_chatter(3_000) + b"x Error in the second\n")
+    begun = stream.begin([str(first)], ("rror",))
+    try:
+        assert len(begun) == 1
+        os.replace(second, first)
+        # WHEN the file now there is read with it
+        got = stream.read_log(str(first), ("rror",), begun=begun)
+    finally:
+        for read in begun:
+            read.stop()
+    # THEN it is read as itself: the begun read was another file's
+    assert (3_001, "x Error in the second") in got.lines
+    assert got.count == 3_001 and got.size == first.stat().st_size
+    assert not any("first" in text for _, text in got.lines)
+    # and stdin or a file named as a profiler trace (read as one, not as a log) is not begun
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_bytes(first.read_bytes())
+    assert stream.begin(["-", str(trace)], ("rror",)) == []
+
+
+def test_the_line_count_of_a_file_that_grew_is_of_the_bytes_asked(tmp_path):
+    # GIVEN a file that grew after its size was taken (wc -l reads it to its new end)
+    path = tmp_path / "growing.out"
+    path.write_bytes(b"line\n" * 1_000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        with open(path, "ab") as out:
+            out.write(b"later\n" * 500)
+        # WHEN the whole file's lines up to that size are counted
+        counted = picked._counter(fd, str(path), size)
+        # THEN they are the lines in those bytes, counted again exactly
+        assert counted.lines() == 1_000
+        counted.stop()
+        again = picked._counter(fd, str(path), path.stat().st_size)  # a file that did not
+        assert again.lines() == 1_500 and again.proc is not None
+        again.stop()
+    finally:
+        os.close(fd)

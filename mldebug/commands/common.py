@@ -27,7 +27,6 @@ from mldebug.errors import (
     NoTargetError,
     OutputError,
 )
-from mldebug.model import SEVERITY_ERROR, Finding
 from mldebug.textsafe import printable
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from mldebug.cluster.front import ClusterSpec
-    from mldebug.model import JobReadings, JobSnapshot, JobTargets
+    from mldebug.model import Finding, JobReadings, JobSnapshot, JobTargets
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
 
@@ -404,4 +403,6 @@ def print_report_with(draw: Callable) -> None:
 
 def exit_of(findings: Iterable[Finding]) -> int:
     """A report's exit code: 1 with an error finding, else 0."""
+    from mldebug.model import SEVERITY_ERROR
+
     return EXIT_FINDINGS if any(f.severity == SEVERITY_ERROR for f in findings) else EXIT_OK

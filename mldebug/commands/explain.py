@@ -62,11 +62,20 @@ def main(argv: list[str]) -> int:
         if not piped:
             parser.error("give a PATH, or - and paste (Ctrl-D ends it), or pipe a log in")
         paths = ["-"]
-    from mldebug.explain.engine import explain
-    from mldebug.report.explain import json_report, text_report
+    from mldebug.explain import stream
 
-    stdin = _stdin() if "-" in paths else None
-    report = explain(paths, stdin)
+    # A big log's reading begins now (threads and `wc -l` on the other CPUs): the engine's
+    # and the report's imports load while it runs.
+    begun = stream.begin(paths)
+    try:
+        from mldebug.explain.engine import explain
+        from mldebug.report.explain import json_report, text_report
+
+        stdin = _stdin() if "-" in paths else None
+        report = explain(paths, stdin, begun)
+    finally:
+        for read in begun:
+            read.stop()
     if not report.readable:
         raise nothing_readable(
             report.problems,

@@ -51,7 +51,7 @@ from mldebug.explain.text import (
     words_of,
     words_pattern,
 )
-from mldebug.files import rundir, safeio
+from mldebug.files import picked, rundir, safeio
 from mldebug.model import (
     KIND_CONNECTION,
     KIND_DIST_ERROR,
@@ -79,12 +79,19 @@ MAX_SOURCE_BYTES = 32 << 20  # a paste on stdin read for the line readers
 WHOLE_BYTES = 8 << 20  # a file up to this size is read whole; a bigger one is streamed
 MAX_TOTAL_BYTES = 128 << 20  # text kept for the readers of all files together
 STDIN = "<stdin>"
-# The words that keep a long log's lines for the readers: text.WORDS and the cues of the
-# catalog's messages that readers/messages.py reads; a streamed file also keeps the lines
-# mldebug.nccl's parser looks at (it reads the lines kept).
+# The words that keep a long text's lines for the readers (split_lines): text.WORDS and the
+# cues of the catalog's messages that readers/messages.py reads; a streamed file also keeps
+# the lines mldebug.nccl's parser looks at (it reads the lines kept).
 CUES = tuple(message.cue for message in OWN)
 WORDS = words_pattern(CUES)
-STREAM_WORDS = tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
+STREAM_WORDS = stream.WORDS  # stream_words(), written out there
+
+
+def stream_words() -> tuple[str, ...]:
+    """The words whose lines a big log keeps, as the catalog and mldebug.nccl's keywords
+    make them (stream.WORDS holds them written out)."""
+    return tuple(dict.fromkeys(words_of(CUES) + tuple(k.decode() for k in KEYWORDS)))
+
 
 # How sure a finding of mldebug.nccl is, by kind, when it stands beside explain's readers.
 NCCL_SURE = {
@@ -272,16 +279,23 @@ def ras_in(text: str, source: str) -> list[RasReport]:
         return []
 
 
-def _read_log(path: str, rank: int | None) -> tuple[list[Line], Source, int]:
+def _read_log(
+    path: str, rank: int | None, begun: Sequence[picked.Begun] = ()
+) -> tuple[list[Line], Source, int]:
     """A file's lines for the readers, its Source and the bytes of text kept: a small file
     whole; a big one streamed in one pass (stream.py), the lines around the readers' words
-    kept, in bounded memory."""
-    data = safeio.read_head(path, WHOLE_BYTES + 1)
-    if len(data) <= WHOLE_BYTES:
+    kept, in bounded memory (`begun`: its read begun ahead, stream.begin)."""
+    fd = safeio.open_regular(path)
+    try:  # its size first: a big one is not read here
+        big = os.fstat(fd).st_size > WHOLE_BYTES
+        data = b"" if big else safeio.read_fd(fd, WHOLE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if not big and len(data) <= WHOLE_BYTES:  # (it may have grown since its size was read)
         lines = split_lines(data.decode("utf-8", "replace"), path, rank, WORDS)
         return lines, Source(path, data.count(b"\n"), len(data)), len(data)
     del data
-    got = stream.read_log(path, STREAM_WORDS)
+    got = stream.read_log(path, STREAM_WORDS, begun=begun)
     lines = cleaned(got.lines, path, rank)
     kept = sum(len(text) for _, text in got.lines)
     return lines, Source(path, got.count, got.size, got.dropped > 0), kept
@@ -295,8 +309,11 @@ def _parsed(lines: list[Line], source: str, rank: int | None = None) -> FileLog:
     return FileLog(source, parse_bytes(data, source), len(data), len(lines))
 
 
-def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
-    """What `paths` (files, directories, run directories) and a paste on stdin say."""
+def explain(
+    paths: list[str], stdin: bytes | None = None, begun: Sequence[picked.Begun] = ()
+) -> Explanation:
+    """What `paths` (files, directories, run directories) and a paste on stdin say.
+    `begun`: the reads of big files among them begun ahead (stream.begin)."""
     result = Explanation()
     files = [p for p in paths if p != "-"]
     pasted = traces.pasted_paths(stdin.decode("utf-8", "replace")) if stdin else None
@@ -322,7 +339,7 @@ def explain(paths: list[str], stdin: bytes | None = None) -> Explanation:
             continue
         rank = rank_of_path(log.path)
         try:
-            lines, source, kept = _read_log(log.path, rank)
+            lines, source, kept = _read_log(log.path, rank, begun)
         except OSError as error:
             result.problems.append(f"{log.path}: {error.strerror or error}")
             continue

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mldebug.explain.text import Line
 from mldebug.model import SEVERITY_ERROR, Finding
-from mldebug.nccl import scan as nccl_scan
-from mldebug.traces.model import RankTrace
+
+if TYPE_CHECKING:  # the catalog imports this module: it stays light (stream.py begins a read
+    # before the engine's imports)
+    from mldebug.nccl import scan as nccl_scan
+    from mldebug.traces.model import RankTrace
 
 # Kinds of explain's own readers (the `kind` in --json); NCCL and Flight Recorder findings
 # keep the kinds of mldebug.model.
@@ -107,13 +110,19 @@ class Source:
     truncated: bool = False
 
 
+def _no_scan() -> nccl_scan.Scan:
+    from mldebug.nccl import scan as nccl_scan
+
+    return nccl_scan.Scan()
+
+
 @dataclass
 class Explanation:
     sources: list[Source] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     findings: list[Explained] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
-    scan: nccl_scan.Scan = field(default_factory=nccl_scan.Scan)
+    scan: nccl_scan.Scan = field(default_factory=_no_scan)
     lines: list[Line] = field(default_factory=list)
     traces: list[RankTrace] = field(default_factory=list)  # torch.profiler traces, one a rank
     trace_bytes: int = 0

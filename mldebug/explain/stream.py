@@ -3,6 +3,10 @@ those holding one of the readers' words (files/picked.py picks them, grep where 
 one), of which a file keeps at most HEAD + TAIL, plus, between the two, the lines around
 each word-line of a shape not seen before (digits aside): a message said a million times is
 kept where it starts, where it ends, and once in between; a new one anywhere.
+
+`begin` starts the reading of the big files among a command's paths (Hyperscan's scan of
+their blocks and the count of their lines, files/picked.py) before the command imports
+the engine and the report, which then load while it runs.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mldebug.explain.text import AROUND
@@ -21,6 +26,87 @@ MIDDLE = 50_000  # lines kept between them: around the word-lines of a new shape
 MAX_SHAPES = 100_000  # shapes remembered between head and tail
 MAX_KEPT_BYTES = 8 << 20  # text kept in each of head, middle and tail
 _DIGITS = re.compile(rb"\d+")
+# The words that keep a long log's lines: text.WORDS and the cues of the catalog's messages
+# that readers/messages.py reads, and the words of the lines mldebug.nccl's parser looks at
+# (it reads the lines kept), as engine.stream_words() makes them. Written out here: the
+# command begins a big log's read (`begin`) before it imports the catalog and the model
+# they come from (tests/test_explain_stream.py checks that they are still those).
+WORDS = (
+    "rror",
+    "xception",
+    "Traceback",
+    "File ",
+    ".py",
+    "nterrupt",
+    "Exit",
+    "mismatch",
+    "grad",
+    "reduction",
+    "ready only once",
+    "address",
+    "FullMesh",
+    "Using",
+    "SOCKET_IFNAME",
+    "NET/IB :",
+    "NET/IB:",
+    "NET/Socket :",
+    "NCCL_",
+    "plugin",
+    "interface",
+    "Duplicate",
+    "busId",
+    "ailure",
+    "calloc",
+    "nccl",
+    "WARN",
+    "Last",
+    "ersion",
+    "Root Cause",
+    "exitcode",
+    "memory",
+    "loss scale",
+    "P2P=",
+    "Peer",
+    "MiB",
+    "Process ",
+    "Thread ",
+    "%|",
+    ".cc:",
+    "ank ",
+    "[c10d]",
+    "Watchdog",
+    "atchdog",
+    "imed out",
+    "imeout",
+    "onnect",
+    "nranks",
+    "Signal",
+    "SIG",
+    "=========",
+    "Assertion",
+    "DataLoader",
+    "NVRM",
+    "Segmentation",
+    "`lr_scheduler",
+    "appears",
+    "destroy_process_group",
+    "destroyed",
+    "determine",
+    "distributed",
+    "expected",
+    "expects",
+    "exploding",
+    "failed",
+    "fallen",
+    "find_unused_parameters=True",
+    "library",
+    "parameter",
+    "recovery",
+    "server",
+    "NCCL WARN",
+    "busId ",
+    "[TC]",
+)
 
 Numbered = tuple[int, bytes, bool]  # line number (1-based), its bytes, holds a word
 
@@ -98,9 +184,36 @@ class Streamed:
     dropped: int  # lines near a word not kept (the bounds)
 
 
-def read_log(path: str, words: tuple[str, ...], grep: str | None = "grep") -> Streamed:
+TRACE_SUFFIXES = (".json", ".json.gz")  # a file named so is read as a profiler trace
+
+
+def begin(paths: Sequence[str], words: tuple[str, ...] = WORDS) -> list[picked.Begun]:
+    """The reads of the big regular files among `paths`, begun now (files/picked.py
+    `begin`: those it would narrow; not stdin, not a trace); each to be stopped once read
+    (or not: a file the engine finds is no log)."""
+    out = []
+    try:
+        for path in dict.fromkeys(paths):
+            if path == "-" or path.endswith(TRACE_SUFFIXES):
+                continue
+            if (begun := picked.begin(path, words)) is not None:
+                out.append(begun)
+    except BaseException:  # an interrupt: nothing is left reading
+        for begun in out:
+            begun.stop()
+        raise
+    return out
+
+
+def read_log(
+    path: str,
+    words: tuple[str, ...],
+    grep: str | None = "grep",
+    begun: Sequence[picked.Begun] = (),
+) -> Streamed:
     """The lines of a file the readers need: those within AROUND lines of one holding one
-    of `words`, bounded. `grep`: the program to ask (None: Python alone). OSError if the
+    of `words`, bounded. `grep`: the program to ask (None: Python alone). `begun`: reads
+    begun ahead (`begin`); the one of this file, if any, is carried on. OSError if the
     file cannot be opened or read."""
     fd = safeio.open_regular(path)
     kept: list[Kept] = []
@@ -110,8 +223,13 @@ def read_log(path: str, words: tuple[str, ...], grep: str | None = "grep") -> St
         return kept[0].add
 
     try:
-        size = os.fstat(fd).st_size
-        count = picked.pick(fd, path, words, start, AROUND, AROUND, grep)
+        ahead = next((b for b in begun if b.words == words and b.same(fd)), None)
+        if ahead is not None:  # read from where it began: the bytes it is reading
+            size = ahead.size
+            count = picked.pick(ahead.fd, path, words, start, AROUND, AROUND, grep, ahead)
+        else:
+            size = os.fstat(fd).st_size
+            count = picked.pick(fd, path, words, start, AROUND, AROUND, grep)
     finally:
         os.close(fd)
     return Streamed(kept[0].lines(), count, size, kept[0].dropped)

@@ -11,17 +11,18 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from mldebug import flight
+from mldebug.explain import stream
 from mldebug.explain.finding import Explained
 from mldebug.files import safeio
-from mldebug.ras import read as ras_read
-from mldebug.traces.findings import trace_findings
-from mldebug.traces.model import RankTrace
-from mldebug.traces.read import rank_of_name, read_rank
-from mldebug.traces.stream import TraceError, head_of, looks_like_trace
 
-SUFFIXES = (".json", ".json.gz")
+# The trace readers are imported where a trace is asked about: explain of a log alone does
+# not load them (its imports run beside a big log's read, stream.begin).
+if TYPE_CHECKING:
+    from mldebug.traces.model import RankTrace
+
+SUFFIXES = stream.TRACE_SUFFIXES
 MAX_DEPTH = 8
 MAX_TRACES = 4096  # files read as traces in one run
 MAX_PASTED = 4096  # lines of a paste read as file names
@@ -38,6 +39,8 @@ def is_trace(path: str) -> bool:
     """A regular file (not a symlink) named like a trace whose head reads like one."""
     if not path.endswith(SUFFIXES):
         return False
+    from mldebug.traces.stream import head_of, looks_like_trace
+
     try:
         return stat.S_ISREG(os.lstat(path).st_mode) and looks_like_trace(head_of(path))
     except OSError:
@@ -47,6 +50,9 @@ def is_trace(path: str) -> bool:
 def _not_other(path: str) -> bool:
     """A JSON file named on the command line that no other reader of explain knows (a
     Flight Recorder dump, NCCL RAS's JSON): read as a trace, or said why it is not one."""
+    from mldebug import flight
+    from mldebug.ras import read as ras_read
+
     try:
         head = safeio.read_head(path, 4096)
     except OSError:
@@ -104,6 +110,11 @@ def pasted_paths(text: str) -> list[str] | None:
 def read_traces(paths: list[str]) -> TraceRead:
     """Each path as one rank's trace; a file that is not one is one line in `problems`."""
     out = TraceRead()
+    if not paths:
+        return out
+    from mldebug.traces.read import rank_of_name, read_rank
+    from mldebug.traces.stream import TraceError
+
     by_rank: dict[int, str] = {}
     unnamed: list[RankTrace] = []
     for path in paths[:MAX_TRACES]:
@@ -149,6 +160,10 @@ def _as_rank(trace: RankTrace, rank: int) -> RankTrace:
 
 def explained(traces: list[RankTrace]) -> list[Explained]:
     """The traces' findings as explain's, each resting on the files it read."""
+    if not traces:
+        return []
+    from mldebug.traces.findings import trace_findings
+
     files = tuple(t.source for t in traces)
     out = []
     for finding in trace_findings(traces):

@@ -50,19 +50,27 @@ def pick(
     before: int,
     after: int,
     grep: str | None = "grep",
+    begun: Begun | None = None,
 ) -> int:
     """Each line of the open file `fd` (at offset 0; `path` its name) within `before` lines
     before or `after` lines after one holding one of `words`, in order, to the sink that
     `start()` gives (called again, for a fresh one, when grep fails and Python reads the
-    file from its start). `grep`: the program to ask (None: Python alone). Returns how many
-    lines the file has."""
+    file from its start). `grep`: the program to ask (None: Python alone). `begun`: this
+    read's Hyperscan scan and line count, begun ahead (`begin`; its `fd` is `fd`), else
+    they begin here. Returns how many lines the file has."""
     program = shutil.which(grep) if grep else None
     if program:
-        size = os.fstat(fd).st_size
-        # the file's lines counted while Hyperscan reads it, where it will (on another CPU)
-        counted = _Count(fd, 0, size) if _narrows(size) else None
+        counted: _Count | None
+        scan: wordblocks.Scan | None
+        if begun is not None and begun.fd == fd and begun.words == words:
+            size, counted, scan = begun.size, begun.counted, begun.scan
+        else:
+            size = os.fstat(fd).st_size
+            # the file's lines counted while Hyperscan reads it, where it will (on another CPU)
+            counted = _counter(fd, path, size) if _narrows(size) else None
+            scan = wordblocks.begin(fd, words, cpus(), size) if counted is not None else None
         try:
-            narrowed = _narrowed(fd, words, before, after, size)
+            narrowed = None if scan is None else _narrowed(fd, scan, before, after, size)
             ranges = narrowed
             if ranges is None:
                 ranges = _ranges(fd, _parts(size), before, after)
@@ -72,12 +80,68 @@ def pick(
             else:
                 count = _by_grep(fd, path, words, start(), before, after, program)
         finally:
+            if scan is not None:
+                scan.stop()
             if counted is not None:
                 counted.stop()
         if count is not None:
             return count
         os.lseek(fd, 0, os.SEEK_SET)
     return _by_python(fd, words, start(), before, after)
+
+
+class Begun:
+    """A big file's narrowed read begun before `pick` is called (`begin`): its descriptor
+    (opened as `pick`'s caller opens it, never through a symlink), the bytes to read,
+    Hyperscan's scan of its blocks and the count of its lines, both under way."""
+
+    def __init__(
+        self, fd: int, words: tuple[str, ...], size: int, scan: wordblocks.Scan, counted: _Count
+    ) -> None:
+        self.fd, self.words, self.size = fd, words, size
+        self.scan, self.counted = scan, counted
+        info = os.fstat(fd)
+        self.file = (info.st_dev, info.st_ino)
+        self._open = True
+
+    def same(self, fd: int) -> bool:
+        """Is the open file `fd` the one this read began on?"""
+        info = os.fstat(fd)
+        return self._open and (info.st_dev, info.st_ino) == self.file
+
+    def stop(self) -> None:
+        """The scan and the count ended (waited for), the descriptor closed."""
+        if self._open:
+            self._open = False
+            self.scan.stop()
+            self.counted.stop()
+            os.close(self.fd)
+
+
+def begin(path: str, words: tuple[str, ...], grep: str | None = "grep") -> Begun | None:
+    """`pick`'s Hyperscan scan and line count of the file at `path`, begun now, so that
+    they run while the caller does other work (explain's imports); None where `pick` would
+    not narrow the file (no grep or no Hyperscan, a small file, not a regular file, or one
+    that cannot be opened: the caller's own read says why)."""
+    if not grep or shutil.which(grep) is None or not wordblocks.available():
+        return None
+    try:
+        fd = safeio.open_regular(path)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if _narrows(size):
+            counted = _counter(fd, path, size)
+            scan = wordblocks.begin(fd, words, cpus(), size)
+            if scan is not None:
+                return Begun(fd, words, size, scan, counted)
+            counted.stop()
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
 
 
 class Lines:
@@ -317,16 +381,15 @@ MAX_RANGES = 8  # stretches of the file a narrowed read greps at once, at most
 
 
 def _narrowed(
-    fd: int, words: tuple[str, ...], before: int, after: int, size: int
+    fd: int, scan: wordblocks.Scan, before: int, after: int, size: int
 ) -> list[Range] | None:
     """The parts of the file grep must read: around each block that holds a word, as
-    Hyperscan sees it (wordblocks.py), the `before` lines ahead of the block and the `after`
-    lines past it kept as well (the lines around a word there), near ones joined. None:
-    read the whole file (no Hyperscan, a small file, lines too long to find the ends of,
-    or words in most of the file). `size`: the bytes of it read (a log may grow meanwhile)."""
-    if not _narrows(size):
-        return None
-    found = wordblocks.blocks(fd, words, cpus(), size)
+    Hyperscan's `scan` sees it (wordblocks.py), the `before` lines ahead of the block and
+    the `after` lines past it kept as well (the lines around a word there), near ones
+    joined. None: read the whole file (Hyperscan failed, lines too long to find the ends
+    of, or words in most of the file). `size`: the bytes of it read (a log may grow
+    meanwhile)."""
+    found = scan.result()
     if found is None:
         return None
     keeps: list[tuple[int, int]] = []
@@ -476,6 +539,34 @@ class _Count:
         _stop([self.proc])
         for feeder in self.feeders:
             feeder.join()
+
+
+class _Whole(_Count):
+    """`wc -l` of the whole file, reading it on a descriptor of its own (opened again only
+    if it is still the same file: no thread feeds it, so it runs beside the caller's
+    Python at full speed). Its count stands if the file still ends at `end` when wc is
+    done; a file that grew meanwhile (wc may have counted past `end`) is counted again,
+    exactly [0, end), through a pipe."""
+
+    def __init__(self, fd: int, path: str, end: int) -> None:
+        self.feeders, self.failed = [], []
+        self.proc = _wc(path, fd, _env())
+        self.empty, self.end, self._said = end == 0, end, 0 if end == 0 else None
+        self._fd = fd
+
+    def lines(self) -> int:
+        if self._said is None:
+            count = _newlines(self.proc)
+            if count < 0 or os.fstat(self._fd).st_size != self.end:
+                count = _Count(self._fd, 0, self.end).lines()
+            self._said = count
+        return self._said
+
+
+def _counter(fd: int, path: str, size: int) -> _Count:
+    """The first `size` bytes' newlines, counted from now on another CPU."""
+    whole = _Whole(fd, path, size)
+    return whole if whole.proc is not None or whole.empty else _Count(fd, 0, size)
 
 
 def _env() -> dict[str, str]:

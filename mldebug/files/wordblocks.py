@@ -6,8 +6,10 @@ Hyperscan matches all the words at once with SIMD, about three times the speed o
 automaton over the same words (benchmarks/bench_commands.py's `prefilter` line), and a
 block is only asked whether it holds one: its scan stops at its first word. The blocks are
 scanned a CPU a thread (the scan runs outside the GIL), each thread with a database of its
-own (a database's scratch space serves one scan at a time). Without Hyperscan, or when it
-fails, `blocks` says None and grep reads the whole file, as it did before.
+own (a database's scratch space serves one scan at a time). `begin` starts the threads and
+returns at once (explain begins a big log's scan before its own imports, which then run
+beside it); `Scan.result` waits for them. Without Hyperscan, or when it fails, the result
+is None and grep reads the whole file, as it did before.
 """
 
 from __future__ import annotations
@@ -73,42 +75,71 @@ def _scan(
         failed.append(error)
 
 
+class Scan:
+    """The threads asking which blocks of the first `size` bytes of `fd` hold a word, begun
+    when made; `result` waits for them, `stop` lets them end at their next block."""
+
+    def __init__(self, fd: int, words: tuple[bytes, ...], threads: int, size: int) -> None:
+        self.size = size
+        count = -(-size // BLOCK)
+        self._found = [False] * count
+        self._failed: list[BaseException] = []
+        self._stop = threading.Event()
+        threads = max(1, min(threads, count))
+        cuts = [count * i // threads for i in range(threads + 1)]
+        self._workers = [
+            threading.Thread(
+                target=_scan,
+                args=(fd, words, a, b, size, self._found, self._failed, self._stop),
+            )
+            for a, b in zip(cuts, cuts[1:], strict=False)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    def result(self) -> list[tuple[int, int]] | None:
+        """The byte ranges [start, end) of the blocks that hold a word, in order, touching
+        ones joined; None when Hyperscan failed."""
+        try:
+            for worker in self._workers:
+                worker.join()
+        finally:
+            self._stop.set()  # an interrupt: each stops at its next block
+        if self._failed:
+            return None
+        out: list[tuple[int, int]] = []
+        for index, hit in enumerate(self._found):
+            if not hit:
+                continue
+            start, end = index * BLOCK, min(self.size, (index + 1) * BLOCK)
+            if out and out[-1][1] == start:
+                out[-1] = (out[-1][0], end)
+            else:
+                out.append((start, end))
+        return out
+
+    def stop(self) -> None:
+        """Each thread ends at its next block; waited for (the descriptor it reads may be
+        closed next)."""
+        self._stop.set()
+        for worker in self._workers:
+            worker.join()
+
+
+def begin(fd: int, words: tuple[str, ...], threads: int, size: int | None = None) -> Scan | None:
+    """Hyperscan's scan of the open file `fd` (its first `size` bytes; all of it by default)
+    for `words`, begun; None when Hyperscan is not there or cannot look for them."""
+    encoded = tuple(dict.fromkeys(w.encode() for w in words if w))
+    if _hs is None or not encoded or any(b"\0" in w for w in encoded):
+        return None
+    return Scan(fd, encoded, threads, os.fstat(fd).st_size if size is None else size)
+
+
 def blocks(
     fd: int, words: tuple[str, ...], threads: int, size: int | None = None
 ) -> list[tuple[int, int]] | None:
     """The byte ranges [start, end) of the blocks of the open file `fd` (its first `size`
     bytes; all of it by default) that hold one of `words`, in order, touching ones joined;
     None when Hyperscan is not there or fails."""
-    encoded = tuple(dict.fromkeys(w.encode() for w in words if w))
-    if _hs is None or not encoded or any(b"\0" in w for w in encoded):
-        return None
-    size = os.fstat(fd).st_size if size is None else size
-    count = -(-size // BLOCK)
-    found = [False] * count
-    failed: list[BaseException] = []
-    stop = threading.Event()
-    threads = max(1, min(threads, count))
-    cuts = [count * i // threads for i in range(threads + 1)]
-    workers = [
-        threading.Thread(target=_scan, args=(fd, encoded, a, b, size, found, failed, stop))
-        for a, b in zip(cuts, cuts[1:], strict=False)
-    ]
-    try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-    finally:
-        stop.set()  # an interrupt: each stops at its next block
-    if failed:
-        return None
-    out: list[tuple[int, int]] = []
-    for index, hit in enumerate(found):
-        if not hit:
-            continue
-        start, end = index * BLOCK, min(size, (index + 1) * BLOCK)
-        if out and out[-1][1] == start:
-            out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
-    return out
+    scan = begin(fd, words, threads, size)
+    return None if scan is None else scan.result()

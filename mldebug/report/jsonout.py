@@ -22,7 +22,6 @@ from mldebug.model import (
     ThreadStack,
 )
 from mldebug.ranges import format_ranks
-from mldebug.report.timing import timing_to_json
 from mldebug.wording import finding_text
 
 SCHEMA_VERSION = 1
@@ -152,6 +151,8 @@ def finding_to_json(finding: Finding) -> dict:
 
 
 def snapshot_to_json(snapshot: JobSnapshot) -> dict:
+    from mldebug.report.timing import timing_to_json  # rich comes with it: not for explain's
+
     return {
         "version": SCHEMA_VERSION,
         "time": snapshot.time,
