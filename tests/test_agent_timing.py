@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime
 import io
 import os
-import shutil
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -122,8 +122,12 @@ def test_the_collectives_threads_are_found_by_name_in_the_ranks_own_task_folder(
     # A /proc laid out as Linux does (its documented format): the rank's tasks, each with
     # its name and schedstat; only gloo's threads are followed.
     pid = os.getpid()
-    for tid, name, rq in ((pid, "python", 9), (pid + 1, "gloo_tcp_loop", 1_000_000_000),
-                          (pid + 2, "pt_gloo_runloop", 2_000_000_000), (pid + 3, "omp", 7)):
+    for tid, name, rq in (
+        (pid, "python", 9),
+        (pid + 1, "gloo_tcp_loop", 1_000_000_000),
+        (pid + 2, "pt_gloo_runloop", 2_000_000_000),
+        (pid + 3, "omp", 7),
+    ):
         task = tmp_path / str(pid) / "task" / str(tid)
         task.mkdir(parents=True)
         (task / "comm").write_text(name + "\n")
