@@ -290,13 +290,39 @@ def _chance_text(p: float) -> str:
     return "less than once in a million" if p < 1e-6 else f"once in {1 / p:,.0f}"
 
 
+def _step_delay(split: _Split) -> float | None:
+    """The rank's median run-queue delay a step (agent/runqueue.py); None: not known."""
+    known = [s.delay for s in split.steps if s.delay is not None]
+    return _median(known) if known and len(known) == len(split.steps) else None
+
+
+def _busy(splits: dict[int, _Split], rank: int) -> float:
+    """The margin a busy node puts on lateness: the median run-queue delay a step of the
+    ranks that wait for `rank` (each is held off its CPU about that long at random points of
+    the step, so one of them comes that much later by the scheduler alone); 0 where not
+    known."""
+    others = [_step_delay(s) for r, s in splits.items() if r != rank]
+    known = [d for d in others if d is not None]
+    return _median(known) if known and len(known) == len(others) else 0.0
+
+
+def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
+    """How long the others waited a step for the late rank, less what the kernel held it
+    off its CPUs more than them (a rank the node delays is no straggler)."""
+    late = _step_delay(splits[verdict.rank]) if verdict.rank in splits else None
+    busy = _busy(splits, verdict.rank) if verdict.rank is not None else 0.0
+    if late is None:
+        return verdict.lateness
+    return verdict.lateness - max(0.0, late - busy)
+
+
 def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
     """DDP's C++ all-reduces, from the Flight Recorder rows: the rank late at most steps."""
     rank = verdict.rank
     if rank is None or rank not in splits:
         return None
     step = _median([s.step for r, s in splits.items() if r != rank])
-    if step <= 0 or verdict.lateness < WAIT_SHARE * step:
+    if step <= 0 or _flight_lateness(verdict, splits) < WAIT_SHARE * step + _busy(splits, rank):
         return None
     hot = splits[rank].timing.work[0].site if splits[rank].timing.work else None
     summary = (

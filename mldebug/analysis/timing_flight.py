@@ -10,6 +10,12 @@ late rank is the one last at most of its collectives (each row says its step: th
 own count when it enqueued it). With every rank alike, each is a
 step's late rank with chance 1/n: a rank late at k of m steps is named when the binomial
 chance of that, times n, is below the same FALSE_ALARM as the steps' test.
+
+A busy node makes one rank late now and then, and a rank the scheduler keeps disfavouring
+late step after step. analysis/timing.py names the rank only when the others' wait for it,
+less what the kernel held it off its CPUs beyond them (each step's run-queue delay,
+agent/runqueue.py), passes WAIT_SHARE of a step plus the waiting ranks' own median
+run-queue delay: lateness of the order of that delay is what the scheduler alone produces.
 """
 
 from __future__ import annotations
