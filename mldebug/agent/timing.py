@@ -156,7 +156,7 @@ class Timing:
             if begun is None:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
-            row = [value, begun, wall, coll, data, sync]
+            row: list[float | None] = [value, begun, wall, coll, data, sync]
             if delay is not None:
                 delay = min(delay, data)
             # The whole step's run-queue delay: the thread's own, and its collectives'

@@ -340,7 +340,7 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         tail = ": a lasting change over the run"
     summary = f"{head} ({_ms(before)} -> {_ms(after)}), {words}{loader}"
     summary += (others if waiting else "") + tail
-    facts = (
+    facts: tuple[tuple[str, str], ...] = (
         ("since", f"{one} ~{since}"),
         ("before", _ms(before)),
         ("after", _ms(after)),

@@ -296,24 +296,23 @@ def _step_delay(split: _Split) -> float | None:
     return _median(known) if known and len(known) == len(split.steps) else None
 
 
-def _busy(splits: dict[int, _Split], rank: int) -> float:
-    """The margin a busy node puts on lateness: the median run-queue delay a step of the
-    ranks that wait for `rank` (each is held off its CPU about that long at random points of
-    the step, so one of them comes that much later by the scheduler alone); 0 where not
-    known."""
+def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
+    """How long the others waited a step for the late rank, less the run-queue delay it had
+    beyond theirs that its lateness does not account for. On a busy node every rank is held
+    off its CPU for a share of its work; a rank with more work is held that share of its
+    extra work more (a straggler stays one), a rank the scheduler held back more than the
+    others is late by that excess alone (the node's doing, not the rank's)."""
+    rank = verdict.rank
+    late = _step_delay(splits[rank]) if rank in splits else None
     others = [_step_delay(s) for r, s in splits.items() if r != rank]
     known = [d for d in others if d is not None]
-    return _median(known) if known and len(known) == len(others) else 0.0
-
-
-def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
-    """How long the others waited a step for the late rank, less what the kernel held it
-    off its CPUs more than them (a rank the node delays is no straggler)."""
-    late = _step_delay(splits[verdict.rank]) if verdict.rank in splits else None
-    busy = _busy(splits, verdict.rank) if verdict.rank is not None else 0.0
-    if late is None:
+    if late is None or not known or len(known) < len(others):
         return verdict.lateness
-    return verdict.lateness - max(0.0, late - busy)
+    step = _median([s.step for r, s in splits.items() if r != rank])
+    typical = _median(known)
+    share = min(1.0, typical / step) if step > 0 else 0.0  # of a step spent held off a CPU
+    excess = late - typical - share * verdict.lateness
+    return verdict.lateness - max(0.0, excess)
 
 
 def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
@@ -322,7 +321,7 @@ def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Findin
     if rank is None or rank not in splits:
         return None
     step = _median([s.step for r, s in splits.items() if r != rank])
-    if step <= 0 or _flight_lateness(verdict, splits) < WAIT_SHARE * step + _busy(splits, rank):
+    if step <= 0 or _flight_lateness(verdict, splits) < WAIT_SHARE * step:
         return None
     hot = splits[rank].timing.work[0].site if splits[rank].timing.work else None
     summary = (
