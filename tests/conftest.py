@@ -43,6 +43,7 @@ PROCESS_WORDS = (
     "sleepy_",
     "running_job",
     "mldebug_run",
+    "wait_ready",  # testkit.jobs: a job under `mldebug run`
     "sitting(",
     "hung_job",
     "slurm_cluster",

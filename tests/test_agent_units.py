@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 import mldebug
 from mldebug import rankrules
 from mldebug.agent import collectives, eventlog, heartbeat, importhook, memory, steps
-from mldebug.collect.agentstate import parse_state
+from mldebug.collect.agentstate import parse_state, with_run_delay_now
 from mldebug.files import safeio
 from mldebug.launch import env as envs
 
@@ -630,6 +631,26 @@ def test_the_state_round_trips_through_the_reader(tmp_path):
     )
     assert state.trace[0].shapes == ((8,),) and state.trace[0].site.startswith(__file__)
     assert state.memory_history[0][0] == 12
+
+
+def test_the_state_says_how_long_the_writing_and_main_threads_waited_for_a_cpu(tmp_path):
+    # Linux counts a thread's run-queue delay (schedstat): the reader compares it with its
+    # value now, to tell a starved node's late heartbeat from a frozen rank.
+    hb = beat(tmp_path / "state.json")
+    assert hb.write_once()
+    data = json.loads((tmp_path / "state.json").read_text())
+    said = data["beat"]
+    assert said["tid"] == threading.get_native_id()
+    assert said["run_delay"] >= 0 and said["main_run_delay"] >= 0
+    read = with_run_delay_now(data, os.getpid())
+    assert read["beat"]["run_delay_now"] >= said["run_delay"]
+    waited = parse_state(read, 3).waited_for_cpu
+    assert waited is not None and 0 <= waited < 5  # an idle machine's moment, not seconds
+    # What a file says it waited "now" is not believed: only /proc's reading is.
+    planted = {**data, "beat": {**said, "run_delay_now": 1e6, "main_run_delay_now": 1e6}}
+    assert parse_state(with_run_delay_now(planted, os.getpid()), 3).waited_for_cpu < 5
+    # Another process's state (its pid is not the target's) gets nothing read.
+    assert "run_delay_now" not in with_run_delay_now(data, os.getpid() + 1)["beat"]
 
 
 def test_the_heartbeat_thread_moves_time_and_ends_at_once(tmp_path):

@@ -246,6 +246,28 @@ def test_frozen_waits_for_max_of_10_s_and_5_heartbeats(tmp_path):
     assert KIND_FROZEN in [f.kind for f in snapshot(tmp_path, states, stacks).findings]
 
 
+def test_a_heartbeat_late_because_the_node_starves_its_threads_is_not_frozen(tmp_path):
+    # GIVEN rank 2's heartbeat 30 s old, as in the frozen rank's test
+    healthy = call(12, completed=NOW - 1, enqueued=NOW - 1.2)
+    states = {r: state(r, healthy, 12) for r in (0, 1, 3)}
+    states[2] = state(2, call(12, completed=NOW - 31), 12, time=NOW - 30)
+    stacks = {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}
+    root = write_run(tmp_path, states)
+    targets = [RankTarget(pid=pid_of(r), rank=r, world_size=4, run_dir=str(root)) for r in stacks]
+    by_pid = {pid_of(r): samples(r, frames) for r, frames in stacks.items()}
+    agents = read_states(targets)
+
+    def kinds(waited: float) -> list[str]:
+        late = {**agents, pid_of(2): replace(agents[pid_of(2)], waited_for_cpu=waited)}
+        snap = build_snapshot(targets, by_pid, world_size=4, agents=late, now=NOW)
+        return [f.kind for f in snap.findings]
+
+    # WHEN its threads waited 25 of those seconds for a CPU (a starved node): not frozen
+    assert KIND_FROZEN not in kinds(25.0)
+    # WHEN they waited 5 s: still 25 s without a heartbeat that could have run: frozen
+    assert kinds(5.0)[0] == KIND_FROZEN
+
+
 def test_a_state_of_another_pid_is_ignored(tmp_path):
     # A file left by an earlier process of rank 2, or planted: it names another pid.
     snap_states = {r: state(r, call(38), 37) for r in (0, 1, 3)}

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testkit.cgroups import cpu_cgroup
 
 from mldebug.launch.env import free_port
 
@@ -51,31 +52,9 @@ def healthy(tmp_path_factory):
     return _check("--nproc-per-node", "4", run_dir=tmp_path_factory.mktemp("c") / "run")
 
 
-def _cpu_cgroup(name: str) -> Path | None:
-    """A new cgroup with a CPU quota of QUOTA, v1 or v2, where this process may make one."""
-    quota, period = QUOTA
-    v1 = Path("/sys/fs/cgroup/cpu")
-    v2 = Path("/sys/fs/cgroup")
-    try:
-        if (v1 / "cpu.cfs_quota_us").exists():
-            group = v1 / name
-            group.mkdir()
-            (group / "cpu.cfs_period_us").write_text(str(period))
-            (group / "cpu.cfs_quota_us").write_text(str(quota))
-            return group
-        if "cpu" in (v2 / "cgroup.controllers").read_text().split():
-            group = v2 / name
-            group.mkdir()
-            (group / "cpu.max").write_text(f"{quota} {period}")
-            return group
-    except OSError:
-        return None
-    return None
-
-
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
-    group = _cpu_cgroup(f"mldebug-check-test-{os.getpid()}")
+    group = cpu_cgroup(f"mldebug-check-test-{os.getpid()}", *QUOTA)
     if group is None:
         pytest.skip("no writable cgroup CPU controller here (v1 cpu or v2 cpu.max) to cap a rank")
     try:

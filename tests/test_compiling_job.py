@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.jobs import dump_here
 
 pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -42,17 +43,13 @@ def _log(run_dir: Path, rank: int) -> str:
 
 
 def _dump(run_dir: Path) -> dict | None:
-    """`mldebug dump --run DIR --json`; None when the job ended meanwhile (exit 3)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if done.returncode == 3:
+    """`mldebug dump --run DIR --json` (in this process); None when the job ended meanwhile
+    (exit 3)."""
+    code, printed = dump_here(run_dir, "--json")
+    if code == 3:
         return None
-    assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
+    assert code in (0, 1), (code, printed[-2000:])
+    return json.loads(printed)
 
 
 def _compiling(report: dict) -> dict | None:
@@ -90,9 +87,15 @@ def job(tmp_path_factory):
     process, run_dir, console = _start(tmp, "compiling", "--compile-at", "5")
     healthy, healthy_dir, healthy_console = _start(tmp, "healthy", "--compile-rank", "-1")
     seen: dict = {"during": [], "after": [], "healthy": []}
+    healthy_dumped = [0.0]
 
     def dump_healthy() -> None:
+        """Every 3 s: often enough to look in each phase, rarely enough to leave the CPU to
+        the compile."""
+        if time.monotonic() - healthy_dumped[0] < 3:
+            return
         if healthy.poll() is None and (healthy_dir / "ranks").exists():
+            healthy_dumped[0] = time.monotonic()
             report = _dump(healthy_dir)
             if report is not None:
                 seen["healthy"].append(report)
@@ -115,6 +118,7 @@ def job(tmp_path_factory):
             report = _dump(run_dir)
             if report is not None and "COMPILED" not in _log(run_dir, 1):
                 seen["during"].append(report)
+            time.sleep(1)
         # Compiled: the job runs the compiled model until its last step.
         for _ in range(2):
             report = _dump(run_dir)

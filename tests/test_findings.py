@@ -200,6 +200,26 @@ def test_rank_state_rules():
     assert rank_state([sample(0, 0.0), sample(0.05, 0.04)])[0] == STATE_RUNNING
 
 
+def test_a_still_rank_whose_main_thread_waits_for_a_cpu_is_running_on_a_starved_node():
+    target = RankTarget(pid=1)
+    frames = (ThreadStack(1, "MainThread", at("f", 1)),)
+
+    def sample(t, cpu, delay):
+        return StackSample(
+            target, t, frames, cpu_seconds=cpu, main_cpu_seconds=cpu, main_run_delay=delay
+        )
+
+    # 1% of a core, ready to run the other 60% of the second: starved, working
+    state, _, detail = rank_state([sample(0, 0.0, 3.0), sample(1, 0.01, 3.6)])
+    assert state == STATE_RUNNING and "waits for a CPU 60% of the time" in detail
+    # a thread that sleeps or waits for a peer is never ready to run: stuck
+    assert rank_state([sample(0, 0.0, 3.0), sample(1, 0.0, 3.0)])[0] == STATE_STUCK
+    # a few ms ready to run is the scheduler's noise, not starvation
+    assert rank_state([sample(0, 0.0, 3.0), sample(1, 0.0, 3.015)])[0] == STATE_STUCK
+    # not known (another OS, no schedstat): the CPU alone decides, as before
+    assert rank_state([sample(0, 0.0, None), sample(1, 0.0, None)])[0] == STATE_STUCK
+
+
 def test_ranks_working_inside_init_are_not_outliers_of_it():
     # GIVEN ranks arriving at init_process_group one after another: two already wait, one
     # is still working inside it

@@ -197,7 +197,9 @@ def test_without_an_initialised_torch_distributed_nothing_is_called(monkeypatch)
 
 
 @pytest.mark.parametrize(
-    "fail,raw", [(RuntimeError("boom"), b""), (None, b"not json"), (None, b" " * (17 << 20))]
+    "fail,raw",
+    [(RuntimeError("boom"), b""), (None, b"not json"), (None, b" " * (17 << 20))],
+    ids=["raises", "not-json", "over-17-MiB"],  # the raw bytes would be a 17 MB test id
 )
 def test_a_failing_dump_is_said_once_and_the_part_stands_aside(event_log, fail, raw):
     calls, dumper = counting(raw, fail)

@@ -251,3 +251,40 @@ def test_wrapped_ranks_believe_only_verified_claims(tmp_path):
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait()
+
+
+def test_a_rank_that_ends_while_it_is_verified_is_gone_not_a_strangers(tmp_path):
+    """On a busy node a rank that exits at once can end between the look that finds it
+    alive and the checks of whose it is: it is a gone rank of the run (in run.json), never
+    a stranger's claim."""
+    from mldebug.launch.wrapped import WrappedRanks
+
+    class EndsMeanwhile(WrappedRanks):
+        def _verify(self, pid):
+            os.kill(pid, signal.SIGKILL)  # the rank exits just now
+            while proc_start_ticks(pid) is not None and alive(pid):
+                time.sleep(0.01)
+            return super()._verify(pid)
+
+    paths = RunPaths(tmp_path / "run")
+    paths.ranks_dir.mkdir(parents=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", TINY_LAUNCHER, str(paths.root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        rank = int(launcher.stdout.readline())
+        paths.rank_dir(0).mkdir()
+        paths.proc_info(0).write_text(json.dumps({"pid": rank}))
+        manifest = FakeManifest(launcher.pid)
+        wrapped = EndsMeanwhile(paths, manifest)
+        wrapped.discover()
+        assert wrapped.ignored == {}
+        assert set(wrapped.gone()) == {0} and not wrapped.watched[0].verified
+        assert manifest.ranks[0]["pid"] == rank
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.jobs import dump_here, dump_json
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.files.rundir import RunPaths
@@ -447,8 +448,13 @@ WAIT_LINE = next(i for i, line in enumerate(JOBS.read_text().splitlines(), 1) if
 
 
 def _dump(run_dir: Path, *options: str) -> tuple[int, dict]:
+    return dump_json(run_dir, *options)
+
+
+def _dump_process(run_dir: Path) -> tuple[int, dict]:
+    """`mldebug dump` as a process of its own: several at once, as separate users' are."""
     done = subprocess.run(
-        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json", *options],
+        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -460,17 +466,12 @@ def _dump(run_dir: Path, *options: str) -> tuple[int, dict]:
 def _dump_healthy(job: subprocess.Popen, run_dir: Path, seen: list) -> None:
     """Dump the healthy job C once; a job that ended between the poll and the dump is not a
     finding (dump says so with exit 3, "no live ranks"), anything else is recorded."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mldebug", "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if done.returncode == 3 and job.wait(timeout=60) == 0:
+    code, printed = dump_here(run_dir, "--json")
+    if code == 3 and job.wait(timeout=60) == 0:
         return  # it ended by itself, as it should
-    assert done.returncode in (0, 1), done.stderr
-    report = json.loads(done.stdout)
-    seen.append((done.returncode, [f for f in report["findings"] if f["severity"] != "info"]))
+    assert code in (0, 1), (code, printed[-2000:])
+    report = json.loads(printed)
+    seen.append((code, [f for f in report["findings"] if f["severity"] != "info"]))
 
 
 def _log(run_dir: Path, rank: int) -> str:
@@ -542,7 +543,8 @@ def live(tmp_path_factory):
                     seen[name] = (time.monotonic() - ready[name], found)
             if seen["a"]:
                 go["a"].touch()  # A goes on to its evaluations and its hang
-            if job_c.poll() is None and (tmp / "c" / "ranks").exists():
+            # C: a dump every 3 s (a user's `watch`), the CPU left to the jobs between them
+            if job_c.poll() is None and (tmp / "c" / "ranks").exists() and _due(seen, 3):
                 _dump_healthy(job_c, tmp / "c", seen["c"])
             time.sleep(1)
         # B: what is growing, asked for (the census)
@@ -555,10 +557,11 @@ def live(tmp_path_factory):
             time.sleep(0.5)
         time.sleep(12)  # the others have waited longer than a hang needs (analysis.severity)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            seen["concurrent"] = list(pool.map(lambda _: _dump(tmp / "b"), range(8)))
+            seen["concurrent"] = list(pool.map(lambda _: _dump_process(tmp / "b"), range(8)))
         seen["b_states"] = _states(tmp / "b")
         while job_c.poll() is None and time.monotonic() < deadline:
             _dump_healthy(job_c, tmp / "c", seen["c"])
+            time.sleep(2)
         seen["c_exit"] = job_c.wait(timeout=60)
         seen["c_err"] = job_c.stderr.read()
         code_a = job_a.wait(timeout=max(30, deadline - time.monotonic()))
@@ -571,6 +574,15 @@ def live(tmp_path_factory):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         err_a.close()
+
+
+def _due(seen: dict, seconds: float) -> bool:
+    """True at most once every `seconds` (the last time kept in `seen`)."""
+    now = time.monotonic()
+    if now - seen.get("c_last", -seconds) < seconds:
+        return False
+    seen["c_last"] = now
+    return True
 
 
 def _states(run_dir: Path) -> list[str]:

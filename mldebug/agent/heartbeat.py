@@ -18,6 +18,7 @@ import time
 
 from .eventlog import fail, fault_point, warn_once
 from .flight import ENV_FR_DIR, Flight, FlightDumps
+from .runqueue import RunDelay, thread_seconds
 from .siblings import sibling as _sibling
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -85,6 +86,10 @@ class Heartbeat:
         self.writes = 0
         self.flight = Flight(interval, started, clock=clock)  # torch's Flight Recorder
         self.flight_dumps = FlightDumps(os.environ.get(ENV_FR_DIR), rank)  # on request
+        # The writing thread's run-queue delay so far, in each state: a reader that finds the
+        # heartbeat late tells a starved node (the thread waited for a CPU meanwhile) from a
+        # rank whose C code holds the GIL (collect/agentstate.py, analysis/sequence.py).
+        self._delay = RunDelay()
 
     def state(self) -> dict:
         fault_point(PART)
@@ -114,6 +119,13 @@ class Heartbeat:
             state["flight_recorder"] = flight
         if self._stopping:  # the last state: the interpreter exits (its teardown may be long)
             state["exiting"] = True
+        waited, main = self._delay.seconds(), thread_seconds(self.pid)
+        if waited is not None and main is not None:
+            state["beat"] = {
+                "tid": threading.get_native_id(),
+                "run_delay": waited,
+                "main_run_delay": main,  # the main thread's (its tid is the pid)
+            }
         timing = self.timing
         if timing is not None and not timing.off:
             try:

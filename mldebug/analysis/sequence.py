@@ -83,13 +83,15 @@ def alive(view: RankView) -> bool:
     return not view.gone
 
 
-def _stale(view: RankView) -> bool:
+def _stale(view: RankView, cpu_waits: bool = True) -> bool:
+    """The heartbeat is older than frozen_after; with `cpu_waits` False, not counting the
+    time its threads waited for a CPU meanwhile (a node starved of CPU delays every thread;
+    a frozen rank's C code holds the GIL while the heartbeat's thread could run)."""
     state = view.agent
-    return (
-        state is not None
-        and view.heartbeat_age is not None
-        and view.heartbeat_age > frozen_after(state)
-    )
+    if state is None or view.heartbeat_age is None:
+        return False
+    starved = 0.0 if cpu_waits else state.waited_for_cpu or 0.0
+    return view.heartbeat_age - starved > frozen_after(state)
 
 
 def _agent_thread_there(view: RankView) -> bool:
@@ -101,12 +103,18 @@ def _agent_thread_there(view: RankView) -> bool:
 
 def is_frozen(view: RankView) -> bool:
     """The process lives (its stack was read, or it has not exited) but its agent's
-    heartbeat is older than frozen_after: a thread holds the GIL in C code. Not when the
+    heartbeat is older than frozen_after, less the time its threads waited for a CPU: a
+    thread holds the GIL in C code. Not when the
     agent's last state said the interpreter exits: its teardown (torch's, inductor's
     compile workers') can outlast frozen_after on a loaded machine, and the heartbeat ended."""
     if view.agent is None:  # no heartbeat to be stale (the common case of a large job)
         return False
-    return alive(view) and _stale(view) and _agent_thread_there(view) and not view.agent.exiting
+    return (
+        alive(view)
+        and _stale(view, cpu_waits=False)
+        and _agent_thread_there(view)
+        and not view.agent.exiting
+    )
 
 
 def _fresh(view: RankView) -> bool:

@@ -3,7 +3,8 @@
 A rank whose main-thread stack changes between samples is working. One whose stack stays
 put is waiting, unless its main thread burns CPU meanwhile: then it is busy in C code (a
 long matmul, a loop holding the GIL) and is working too. Only a rank whose stack does not
-move and whose main thread is idle is called stuck.
+move and whose main thread is idle is called stuck; one whose main thread is kept waiting
+for a CPU (its run-queue delay grows: the node is starved) is working too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ BUSY_PROCESS_PERCENT = 30.0  # when the main thread's own time cannot be read
 # /proc counts CPU time in 10 ms ticks, and attaching py-spy can cost the target one: over
 # two readings a moment apart, a tick or two is noise, not work.
 NOISE_CPU_SECONDS = 0.02
+# A main thread ready to run this share of the time and given no CPU works on a starved node
+# (its CPU share alone can then be as low as an idle one's).
+STARVED_PERCENT = 20.0
 
 
 def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | None:
@@ -45,6 +49,18 @@ def _busy(first: StackSample, last: StackSample, main: bool, percent: float) -> 
         return None
     seconds = used / 100.0 * (last.time - first.time)
     return used if seconds > NOISE_CPU_SECONDS else None
+
+
+def _starved(first: StackSample, last: StackSample) -> float | None:
+    """The percent of the time between two readings the main thread was ready to run and
+    had no CPU, when it says the thread works on a starved node (a thread that waits for a
+    peer, a lock or a sleep is never ready to run), else None."""
+    a, b = first.main_run_delay, last.main_run_delay
+    elapsed = last.time - first.time
+    if a is None or b is None or elapsed <= 0 or b - a <= NOISE_CPU_SECONDS:
+        return None
+    share = (b - a) / elapsed * 100.0
+    return share if share >= STARVED_PERCENT else None
 
 
 def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
@@ -74,4 +90,11 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
         busy = _busy(good[0], good[-1], False, BUSY_PROCESS_PERCENT)
         if busy is not None:
             return STATE_RUNNING, cpu, f"same stack, but it uses {busy:.0f}% CPU"
+    starved = _starved(good[0], good[-1])
+    if starved is not None:
+        return (
+            STATE_RUNNING,
+            cpu,
+            f"same stack, but its main thread waits for a CPU {starved:.0f}% of the time",
+        )
     return STATE_STUCK, cpu, "same stack in every sample, idle"

@@ -15,8 +15,9 @@ import mldebug.ledger.rules as rules
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.collect.eventfiles import parse_time
 from mldebug.collect.memstate import parse_census, parse_timeline
+from mldebug.files.procfs import thread_run_delay
 from mldebug.files.rundir import RunPaths
-from mldebug.files.safeio import read_json
+from mldebug.files.safeio import json_number, read_json
 from mldebug.model import (
     AgentState,
     CollectiveCall,
@@ -243,6 +244,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         timing=parse_timing(data.get("timing")),  # collect/agenttiming.py
         compile=parse_compile(data.get("compile")),
         exiting=data.get("exiting") is True,
+        waited_for_cpu=_waited_since_beat(data.get("beat")),
     )
 
 
@@ -285,8 +287,40 @@ def read_state_files(
         if trusted[root]:
             data = read_state_file(root, target.rank)
             if data is not None:
-                files[target.pid] = (target.rank, data)
+                files[target.pid] = (target.rank, with_run_delay_now(data, target.pid))
     return files
+
+
+def with_run_delay_now(data: dict, pid: int) -> dict:
+    """The state with how long its heartbeat thread and its main thread have waited for a
+    CPU so far, read now from /proc beside what the state said at its heartbeat (under
+    "beat"): the difference tells a late heartbeat on a starved node from a frozen rank."""
+    beat = data.get("beat")
+    if not isinstance(beat, dict) or data.get("pid") != pid:
+        return data
+    tid = beat.get("tid")
+    if not isinstance(tid, int) or isinstance(tid, bool):
+        return data
+    said = {k: beat[k] for k in ("tid", "run_delay", "main_run_delay") if k in beat}
+    now = {
+        "run_delay_now": thread_run_delay(pid, tid),
+        "main_run_delay_now": thread_run_delay(pid, pid),
+    }
+    return {**data, "beat": {**said, **{k: v for k, v in now.items() if v is not None}}}
+
+
+def _waited_since_beat(beat: object) -> float | None:
+    """Seconds the rank's heartbeat thread and its main thread waited for a CPU since its
+    state was written, added: the heartbeat thread waits in the run queue, or for the GIL
+    that a main thread waiting in the run queue holds. None when not known."""
+    if not isinstance(beat, dict):
+        return None
+    waits = []
+    for then, now in (("run_delay", "run_delay_now"), ("main_run_delay", "main_run_delay_now")):
+        a, b = json_number(beat.get(then)), json_number(beat.get(now))
+        if a is not None and b is not None and b >= a:
+            waits.append(b - a)
+    return sum(waits) if waits else None
 
 
 def states_of(files: Mapping[int, tuple[int, dict]]) -> dict[int, AgentState]:

@@ -6,6 +6,8 @@ import os
 
 import psutil
 
+from mldebug.files.procfs import thread_run_delay
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -35,6 +37,12 @@ def thread_cpu_seconds(pid: int, tid: int | None = None) -> float | None:
         return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
     except (OSError, IndexError, ValueError):
         return None
+
+
+def main_run_delay(pid: int) -> float | None:
+    """Seconds the main thread has been ready to run and had no CPU, so far: it grows on a
+    node starved of CPU, never while the thread waits for a peer, a lock or a sleep."""
+    return thread_run_delay(pid, pid)
 
 
 def process_gone(pid: int) -> bool:

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import psutil
 
-from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
+from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, process_gone, thread_cpu_seconds
 from mldebug.collect.readers import POLL, busy_detail, reader_of, wait_for_readers
 from mldebug.errors import PYSPY_REMEDY, ToolMissingError
 from mldebug.model import (
@@ -251,5 +251,11 @@ def _dump_once(
             failure_detail=f"unreadable py-spy output: {error}",
         )
     return StackSample(
-        target, now, threads=threads, cpu_seconds=cpu, rss_bytes=rss, main_cpu_seconds=main_cpu
+        target,
+        now,
+        threads=threads,
+        cpu_seconds=cpu,
+        rss_bytes=rss,
+        main_cpu_seconds=main_cpu,
+        main_run_delay=main_run_delay(target.pid),
     )

@@ -30,7 +30,7 @@ import signal
 import time
 from pathlib import Path
 
-from mldebug.collect.procinfo import cpu_and_rss, process_gone, thread_cpu_seconds
+from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, process_gone, thread_cpu_seconds
 from mldebug.collect.pyspy import interned_frame
 from mldebug.files import procfs, rundir, safeio
 from mldebug.model import (
@@ -224,5 +224,6 @@ def ask_rank(target: RankTarget, reason: str, timeout: float = 5.0) -> StackSamp
         cpu_seconds=cpu,
         rss_bytes=rss,
         main_cpu_seconds=main_cpu,
+        main_run_delay=main_run_delay(target.pid),
         source=f"{SOURCE_RANK}: {reason}",
     )

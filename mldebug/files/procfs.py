@@ -50,6 +50,22 @@ def proc_start_ticks(pid: int | str = "self") -> int | None:
         return None
 
 
+def thread_run_delay(pid: int, tid: int) -> float | None:
+    """Seconds thread `tid` of process `pid` has been ready to run and had no CPU, so far
+    (/proc/<pid>/task/<tid>/schedstat, its second field); None when not known."""
+    if pid <= 0 or tid <= 0:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            fields = os.read(fd, 96).split()
+        finally:
+            os.close(fd)
+        return int(fields[1]) / 1e9 if len(fields) >= 2 else None
+    except (OSError, ValueError):
+        return None
+
+
 def proc_environ(pid: int) -> dict[str, str] | None:
     """The environment a process started with (/proc/<pid>/environ, size-capped), or None
     when it cannot be read (gone, another user's)."""

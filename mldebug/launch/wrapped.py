@@ -58,6 +58,16 @@ def _time(value: object, default: float) -> float:
     return default if number is None else number
 
 
+def _live_ticks(pid: int) -> int | None:
+    """The start ticks of `pid` while it runs; None once it ended (a zombie has ended)."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 and fields[0] != "Z" else None
+
+
+def _ended(pid: int, ticks: int) -> bool:
+    return _live_ticks(pid) != ticks
+
+
 class WrappedRanks:
     def __init__(self, paths: RunPaths, manifest: Manifest) -> None:
         self.paths = paths
@@ -122,8 +132,7 @@ class WrappedRanks:
 
     def _watch(self, rank: int, pid: int, claimed: object, started: float) -> bool:
         """Watch the rank a local proc.json names, if that is believable."""
-        fields = proc_stat(pid)
-        ticks = int(fields[19]) if fields and len(fields) > 19 and fields[0] != "Z" else None
+        ticks = _live_ticks(pid)
         claimed = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) else None
         if ticks is None or (claimed is not None and claimed != ticks):
             # The process it names has ended (its pid may be another's now): the rank is
@@ -131,6 +140,10 @@ class WrappedRanks:
             self.watched[rank] = _Watched(pid, None, started, gone=True)
         elif self._verify(pid) == ticks:
             self.watched[rank] = _Watched(pid, ticks, started, verified=True)
+        elif _ended(pid, ticks):
+            # It ended while being verified (a rank that exits at once, on a busy node):
+            # gone, as above, not a stranger's.
+            self.watched[rank] = _Watched(pid, None, started, gone=True)
         else:
             self.ignored[rank] = f"pid {pid} is not a process this run started"
             return False

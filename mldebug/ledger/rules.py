@@ -231,6 +231,7 @@ STATE_KEYS = (
     "memory",
     "memory_history",
     "flight_recorder",  # optional: {group: {"last": {...}, "pending": n}}
+    "beat",  # optional: {"tid", "run_delay", "main_run_delay"}: seconds waited for a CPU so far
 )
 
 

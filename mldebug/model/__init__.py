@@ -169,6 +169,7 @@ class StackSample:
     cpu_seconds: float | None = None  # user+system CPU time of the process at `time`
     rss_bytes: int | None = None
     main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
+    main_run_delay: float | None = None  # seconds the main thread waited for a CPU, so far
     # Read at an earlier poll and given again (a live view reads a rank whose agent says it
     # moves less often): the newest stack known, not a new sample of the rank.
     carried: bool = False
@@ -339,6 +340,9 @@ class AgentState:
     timing: RankTiming | None = None  # where its steps' time goes (model/timing.py)
     compile: CompileProgress | None = None  # torch.compile, once the agent saw one
     exiting: bool = False  # its last state, written as the interpreter exits
+    # Seconds its heartbeat thread or main thread waited for a CPU since the state was
+    # written, read by the dump (collect/agentstate.py): a late heartbeat on a starved node
+    waited_for_cpu: float | None = None
 
     @property
     def progress(self) -> tuple[int, int, int]:

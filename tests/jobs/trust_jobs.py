@@ -76,7 +76,9 @@ def train(model, optimizer, until: float, leaky: bool, kept: list, stop_file: st
 
 
 def evaluate(seconds: float) -> None:
-    """No collective for `seconds`: every rank computes."""
+    """No collective for `seconds`: every rank computes, a batch at a time, and between
+    batches waits a moment, as a host does for its device (the CPU is shared with the
+    other tests' jobs)."""
     end = time.monotonic() + seconds
     weight = torch.randn(256, 256)
     with torch.no_grad():
@@ -84,6 +86,7 @@ def evaluate(seconds: float) -> None:
             x = torch.randn(256, 256)
             for _ in range(20):
                 x = torch.tanh(x @ weight)
+            time.sleep(0.02)
 
 
 def wait_for_checkpoint() -> None:

@@ -3,6 +3,8 @@ wait until every rank said it is in place, read it with `mldebug dump`, stop it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -71,16 +73,25 @@ def stop(*procs: subprocess.Popen) -> None:
             proc.wait()
 
 
-def dump_json(run_dir: Path) -> tuple[int, dict]:
-    """`mldebug dump --run DIR --json`: its exit code and its report."""
-    done = subprocess.run(
-        [*MLDEBUG, "dump", "--run", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+def dump_here(run_dir: Path, *options: str) -> tuple[int, str]:
+    """`mldebug dump --run DIR [options]` called in this process: its exit code and what it
+    printed. Tests that poll a job dump it often; a new interpreter and its imports for each
+    look cost more CPU than the look itself (the command's process and exit codes are
+    tested in tests/test_cli_exits.py). Not from two threads at once: stdout is redirected."""
+    from mldebug.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["dump", "--run", str(run_dir), *options])
+    return code, printed.getvalue()
+
+
+def dump_json(run_dir: Path, *options: str) -> tuple[int, dict]:
+    """`mldebug dump --run DIR --json [options]`, in this process: its exit code and its
+    report."""
+    code, printed = dump_here(run_dir, "--json", *options)
+    assert code in (0, 1), (code, printed[-2000:])
+    return code, json.loads(printed)
 
 
 def dump(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
