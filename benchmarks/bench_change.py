@@ -14,8 +14,10 @@ Prints, in one run:
     checkpoint pause every 40): the checks that named a change (false alarms);
   * the same on --sim-runs generated runs of 1,500 steps (jitter ±15%, warm-up, GC pauses,
     evaluations and checkpoints, fed through the real agent history and reader; "bursts":
-    also 40 steps at 1.8x every 300, a busy neighbour now and then), each
-    judged at every block, beside the plain alternatives: the mean of the last 16 steps
+    also 40 steps at 1.8x every 300, a busy neighbour now and then; "busier node": from the
+    change on compute and collectives 1.8x as long, 85% of the growth the steps' run-queue
+    delay, as a neighbour that starts midway makes it: a change mldebug says as info, never
+    a warning), each judged at every block, beside the plain alternatives: the mean of the last 16 steps
     against the mean of the run so far, alarm at 1.3x (what a hand-written check of a
     throughput line does), and the same with medians.
     For slowdowns of each size: how many steps after the change each names it (median),
@@ -40,10 +42,10 @@ import subprocess
 import tempfile
 import time
 
-from testkit.changekit import healthy, slower
+from testkit.changekit import busier_node, healthy, history_section, slower, views_of
 
 from mldebug.agent.step_history import StepHistory
-from mldebug.analysis.change import WARN_RATIO, change_finding, rank_change
+from mldebug.analysis.change import CAUSE_NODE, WARN_RATIO, change_finding, rank_change
 from mldebug.collect.agenttiming import parse_timing
 from mldebug.files.rundir import RunPaths
 from mldebug.launch.stragglers import read_views
@@ -242,6 +244,39 @@ def simulated(runs: int, sizes: list[float], at: int) -> None:
         print(f"{label:>16} {ratio:>10} | {cells[0]:>26} | {cells[1]:>26} | {cells[2]:>26}")
 
 
+def busier_run(seed: int, at: int, steps: int = 1500) -> tuple[bool, bool, bool, bool]:
+    """A 2-rank comm-heavy run whose node gets busier at `at`: did mldebug name it as a busier
+    node (info), warn at any block since, and did the plain checks fire (on rank 0)?"""
+    sections, walls = [], []
+    for rank in range(2):
+        rng = random.Random(seed * 100 + rank)
+        base = healthy(rng, compute=0.02, collective=0.02, eval_every=0, ckpt_every=0)
+        shape, delay = busier_node(base, at, 1.8, 0.85, rng)
+        sections.append((shape, delay))
+        if rank == 0:
+            walls = [sum(shape(step)) for step in range(1, steps + 1)]
+    named = warned = False
+    for upto in range(at + 16, steps + 1, 64):  # a look every 64 steps since
+        views = views_of([history_section(sh, upto, delay=de) for sh, de in sections])
+        finding = change_finding(views)
+        if finding is not None:
+            warned = warned or finding.severity == "warning"
+            named = named or dict(finding.facts).get("cause") == CAUSE_NODE
+    mean_at, median_at = plain_alarms(walls, at)
+    return named, warned, mean_at is not None, median_at is not None
+
+
+def busier(runs: int, at: int) -> None:
+    results = [busier_run(seed, at) for seed in range(runs)]
+    counts = [sum(r[i] for r in results) for i in range(4)]
+    print(
+        f"\nbusier node ({runs} generated 2-rank runs; from step {at} compute and collectives "
+        "1.8x, 85% of the growth run-queue delay; a look every 64 steps):\n"
+        f"  mldebug: said 'busier node' in {counts[0]}/{runs}, a warning in {counts[1]}/{runs}"
+        f" | plain mean: alarm in {counts[2]}/{runs} | plain median: alarm in {counts[3]}/{runs}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nproc", type=int, default=2)
@@ -279,6 +314,7 @@ def main() -> None:
                   f"every 25 steps, a 1.5 s checkpoint every 40): {alarms} of {checks} checks "
                   f"named a change; console line: {'yes' if said else 'no'}")  # fmt: skip
     simulated(args.sim_runs, [0.0, BURSTS, 0.004, 0.008, 0.013, 0.026, 0.06], 610)
+    busier(max(10, args.sim_runs // 4), 610)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

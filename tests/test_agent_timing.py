@@ -8,6 +8,7 @@ import datetime
 import io
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,31 @@ class Unread:
 
     def seconds(self):
         return None
+
+    def helpers_delay(self):
+        return 0.0
+
+    def scan_helpers(self):
+        pass
+
+
+class Counted:
+    """A kernel's counts, given: the training thread's run-queue delay so far, and its
+    collectives' threads' since the last step (agent/runqueue.py reads them from /proc)."""
+
+    def __init__(self):
+        self.own = 0.0
+        self.helpers = 0.0
+
+    def seconds(self):
+        return self.own
+
+    def helpers_delay(self):
+        helpers, self.helpers = self.helpers, 0.0
+        return helpers
+
+    def scan_helpers(self):
+        pass
 
 
 def test_a_step_is_split_into_collectives_data_syncs_and_the_rest():
@@ -65,6 +91,57 @@ def test_a_steps_data_wait_says_how_much_of_it_the_kernel_held_the_rank_off_its_
     # More delay than the wait itself is no reading: the row is left out.
     bad = {"version": 1, "steps": [[2, 100.0, 1.0, 0.3, 0.1, 0.0, 0.2]]}
     assert parse_timing(bad).steps == ()
+
+
+def test_a_steps_run_queue_delay_is_its_threads_and_its_collectives_threads_while_it_waited():
+    counted = Counted()
+    part = timing.Timing(None, rankrules, delay=counted)
+    group = collectives.Group("default_pg", 2)
+    part.on_step(1, 100.0)
+    counted.own = 0.05  # held off its CPU 50 ms during the step
+    counted.helpers = 0.5  # gloo's threads 500 ms, but the step waited 300 ms in collectives
+    part.collective_done(completed_call(None, group, 1, 100.2, 100.5))
+    part.on_step(2, 101.0)
+    (row,) = part.section()["steps"]
+    assert row[6:] == [None, pytest.approx(0.35)]  # no data wait measured; 50 + 300 ms
+    (step,) = parse_timing(part.section()).steps
+    assert step.delay == pytest.approx(0.35) and step.data_delay is None
+    # More than the step itself is no reading.
+    bad = {"version": 1, "steps": [[2, 100.0, 1.0, 0.3, 0.1, 0.0, None, 1.5]]}
+    assert parse_timing(bad).steps == ()
+    # The history's rows carry the steps' median delay (a busier node, analysis/change.py).
+    for step in range(3, 12):
+        counted.own += 0.01
+        part.on_step(step, 100.0 + step)
+    rows = part.section()["history"]["rows"]
+    assert rows and all(len(r) == 9 for r in rows)
+    assert parse_timing(part.section()).history[0].delay == pytest.approx(0.01)
+
+
+def test_the_collectives_threads_are_found_by_name_in_the_ranks_own_task_folder(tmp_path):
+    # A /proc laid out as Linux does (its documented format): the rank's tasks, each with
+    # its name and schedstat; only gloo's threads are followed.
+    pid = os.getpid()
+    for tid, name, rq in (
+        (pid, "python", 9),
+        (pid + 1, "gloo_tcp_loop", 1_000_000_000),
+        (pid + 2, "pt_gloo_runloop", 2_000_000_000),
+        (pid + 3, "omp", 7),
+    ):
+        task = tmp_path / str(pid) / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "comm").write_text(name + "\n")
+        (task / "schedstat").write_text(f"100 {rq} 3\n")
+    delay = runqueue.RunDelay(root=str(tmp_path))
+    delay.scan_helpers()
+    assert delay.helper_tids == (pid + 1, pid + 2)
+    assert delay.helpers_delay() == 0.0  # the first reading is where they count from
+    (tmp_path / str(pid) / "task" / str(pid + 1) / "schedstat").write_text("1 1250000000 4\n")
+    assert delay.helpers_delay() == pytest.approx(0.25)
+    # A thread that ended is dropped at the next look, its descriptor closed.
+    shutil.rmtree(tmp_path / str(pid) / "task" / str(pid + 2))
+    delay.scan_helpers()
+    assert delay.helper_tids == (pid + 1,) and delay.helpers_delay() == 0.0
 
 
 def test_the_run_queue_delay_is_the_kernels_count_for_the_calling_thread():

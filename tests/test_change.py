@@ -13,11 +13,24 @@ import os
 import random
 
 import pytest
-from testkit.changekit import calls_section, healthy, history_section, slower, views_of
+from testkit.changekit import (
+    busier_node,
+    calls_section,
+    healthy,
+    history_section,
+    slower,
+    views_of,
+)
 
 from mldebug import cli
 from mldebug.agent import step_history
-from mldebug.analysis.change import KIND_SLOWDOWN, change_finding, rank_change
+from mldebug.analysis.change import (
+    CAUSE_JOB,
+    CAUSE_NODE,
+    KIND_SLOWDOWN,
+    change_finding,
+    rank_change,
+)
 from mldebug.analysis.compare import compare
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.collect.agenttiming import parse_timing
@@ -164,6 +177,83 @@ def test_the_judge_keeps_the_finding_and_its_warning():
     findings = judge(Evidence(views=views, world_size=4))
     assert [f.kind for f in findings if f.kind == KIND_SLOWDOWN] == [KIND_SLOWDOWN]
     assert not [f for f in findings if f.kind == "straggler"]
+
+
+# ---------------------------------------------------------------- a busier node is not a slower job
+
+
+def busier_job(stretch: float, explained: float, ranks: int = 2, at: int = 500, seed: int = 0):
+    """A communication-heavy job (its collectives as long as its compute) whose node gets
+    busier at step `at`: compute and collectives `stretch` times as long, the kernel's
+    run-queue count holding `explained` of the growth on every rank."""
+    sections = []
+    for rank in range(ranks):
+        rng = random.Random(seed * 100 + rank)
+        base = healthy(rng, compute=0.02, collective=0.02, eval_every=0, ckpt_every=0)
+        shape, delay = busier_node(base, at, stretch, explained, rng)
+        sections.append(history_section(shape, 800, delay=delay))
+    return views_of(sections)
+
+
+@pytest.mark.parametrize("stretch", [1.5, 1.8, 2.5])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_node_that_got_busier_is_said_as_info_never_a_warning(stretch, seed):
+    # The figures of the healthy comm-heavy job over 3 minutes on a shared 2-core machine:
+    # 1.5x-1.8x slower as the load climbed, the steps' run-queue delay most of it.
+    views = busier_job(stretch, explained=0.85, seed=seed)
+    finding = change_finding(views)
+    assert finding is not None and finding.kind == KIND_SLOWDOWN
+    facts = dict(finding.facts)
+    assert finding.severity == "info" and facts["cause"] == CAUSE_NODE
+    assert float(facts["less run-queue delay"].rstrip("x")) < 1.3
+    assert "the node got busier, not the job: the kernel held the ranks off their CPUs " in (
+        finding.summary
+    )
+    # ...and the judge leaves it at info: no warning at all.
+    judged = judge(Evidence(views=views, world_size=len(views)))
+    assert [f for f in judged if f.severity != "info"] == []
+
+
+def test_a_slowdown_the_run_queue_delay_does_not_explain_is_still_a_warning():
+    # The step got 2x slower but the kernel held the ranks off their CPUs no longer than
+    # before: the job itself got slower (its collectives, a slower link).
+    views = busier_job(2.0, explained=0.0)
+    finding = change_finding(views)
+    assert finding is not None and finding.severity == "warning"
+    assert dict(finding.facts)["cause"] == CAUSE_JOB
+    assert finding.summary.endswith(": a lasting change over the run")
+    # Part of it explained (a busier node and a slower job at once): what is left warns.
+    mixed = change_finding(busier_job(2.5, explained=0.3))
+    assert mixed is not None and mixed.severity == "warning"
+    assert dict(mixed.facts)["cause"] == CAUSE_JOB
+
+
+def test_a_data_slowdown_with_the_delay_measured_is_still_a_warning():
+    # The genuine case: every rank's DataLoader got slower (a sleep, not a busier CPU);
+    # the run-queue delay is measured and did not grow.
+    def shape(rng, rank):
+        return slower(healthy(rng), 600, "data", 0.06)
+
+    sections = [
+        history_section(shape(random.Random(r), r), 800, delay=lambda step, parts: 0.002)
+        for r in range(3)
+    ]
+    finding = change_finding(views_of(sections))
+    assert finding is not None and finding.severity == "warning"
+    assert dict(finding.facts)["cause"] == CAUSE_JOB
+    assert dict(finding.facts)["run-queue delay"] == "2 ms -> 2 ms"
+
+
+def test_a_busier_node_seen_on_one_rank_only_is_not_the_nodes_doing():
+    # Rank 0's delay grew, rank 1's did not, yet both slowed: not "on every rank".
+    sections = []
+    for rank, explained in ((0, 1.0), (1, 0.0)):
+        rng = random.Random(rank)
+        base = healthy(rng, compute=0.02, collective=0.02, eval_every=0, ckpt_every=0)
+        shape, delay = busier_node(base, 500, 2.0, explained, rng)
+        sections.append(history_section(shape, 800, delay=delay))
+    finding = change_finding(views_of(sections))
+    assert finding is not None and dict(finding.facts)["cause"] == CAUSE_JOB
 
 
 # ---------------------------------------------------------------- the history as data

@@ -6,9 +6,10 @@ steady in it. Here each block of BLOCK units (steps; where the program counts no
 collectives: the cadence) becomes one row of medians, so one evaluation or checkpoint pause
 inside a block moves nothing:
 
-    [first unit, start time, end time, units, wall, collective, data, sync]
+    [first unit, start time, end time, units, wall, collective, data, sync(, delay)]
 
-(wall and its parts: medians, seconds per unit). The newest RECENT rows stay as made; older
+(wall and its parts: medians, seconds per unit; `delay`, where every step of the block knows
+it, the run-queue delay of the whole step, agent/runqueue.py: a busier node). The newest RECENT rows stay as made; older
 ones hold `size` units each, and when more than OLD gather, the size doubles and they are
 merged pairwise (a merged row carries the unit-weighted mean of its rows' medians): the
 rows cover the whole run evenly, and the section stays under ~12 KB.
@@ -37,8 +38,9 @@ def _median(values: list[float]) -> float:
 
 
 def _merged(one: list, other: list) -> list:
+    """Two rows as one: the delay column only where both have it."""
     units = one[3] + other[3]
-    means = [(a * one[3] + b * other[3]) / units for a, b in zip(one[4:], other[4:], strict=True)]
+    means = [(a * one[3] + b * other[3]) / units for a, b in zip(one[4:], other[4:], strict=False)]
     return [one[0], one[1], other[2], units, *(round(m, 6) for m in means)]
 
 
@@ -47,15 +49,23 @@ class StepHistory:
         self.mode: str | None = None  # MODE_STEPS once a step is counted, else MODE_CALLS
         self.recent: deque[list] = deque()
         self.old: list[list] = []
-        self._block: list[tuple[int, float, float, float, float, float, float]] = []
+        self._block: list[tuple] = []
         self._last_call: float | None = None  # entry time of the previous collective
         self._seen = (0.0, 0.0)  # data and sync seconds at the previous collective
         self._size = BLOCK  # units an old row holds, doubled as the run grows
         self._lock = threading.Lock()
 
     def add_step(
-        self, step: int, start: float, wall: float, coll: float, data: float, sync: float
+        self,
+        step: int,
+        start: float,
+        wall: float,
+        coll: float,
+        data: float,
+        sync: float,
+        delay: float | None = None,
     ) -> None:
+        """`delay`: the step's run-queue delay, where known."""
         with self._lock:
             if self.mode != MODE_STEPS:  # steps are the better unit: the cadence rows go
                 self.mode = MODE_STEPS
@@ -63,7 +73,7 @@ class StepHistory:
                 self.old = []
                 self._block = []
                 self._size = BLOCK
-            self._add(step, start, start + wall, wall, coll, data, sync)
+            self._add(step, start, start + wall, wall, coll, data, sync, delay)
 
     def add_call(
         self, count: int, entered: float, coll: float, data_total: float, sync_total: float
@@ -92,13 +102,16 @@ class StepHistory:
         coll: float,
         data: float,
         sync: float,
+        delay: float | None = None,
     ) -> None:
-        self._block.append((unit, start, end, wall, coll, data, sync))
+        self._block.append((unit, start, end, wall, coll, data, sync, delay))
         if len(self._block) < BLOCK:
             return
         block, self._block = self._block, []
         row = [block[0][0], round(block[0][1], 3), round(block[-1][2], 3), len(block)]
         row += [round(_median([u[i] for u in block]), 6) for i in range(3, 7)]
+        if all(u[7] is not None for u in block):
+            row.append(round(_median([u[7] for u in block]), 6))
         self.recent.append(row)
         if len(self.recent) <= RECENT:
             return

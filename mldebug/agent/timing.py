@@ -9,7 +9,8 @@ the agent keeps, in bounded rolling windows:
     in a DataLoader iterator's `__next__` (and the run-queue delay inside that wait,
     agent/runqueue.py), blocked at a host sync (`Tensor.item`, `.cpu`,
     `.tolist`, `torch.cuda.synchronize`: on CUDA tensors only, the others do not wait for a
-    device), and the rest (compute);
+    device), and the rest (compute); and the run-queue delay of the whole step (the training
+    thread's, and its collectives' threads' while it waited in them): a busier node;
   * `loaders`: the DataLoaders waited on (dataset class, num_workers, the user's line);
   * `syncs`: the host-sync call sites and the seconds blocked there;
   * `work`: the user lines the main thread was on outside collectives and data loading, as
@@ -37,7 +38,7 @@ from collections import deque
 
 from .collectives import user_site
 from .eventlog import fail, fault_point
-from .runqueue import RunDelay
+from .runqueue import SCAN_EVERY, RunDelay
 from .step_history import StepHistory
 from .timing_blocks import Blocks
 from .timing_flight import FlightCalls
@@ -121,6 +122,8 @@ class Timing:
         self._data = 0.0
         self._sync = 0.0
         self._data_delay: float | None = None  # of the data wait; None: not known
+        self._next_scan = 0.0
+        self._delay_mark: float | None = None  # the thread's run-queue delay at the step's start
 
     # ------------------------------------------------------------------ from the trace
     def collective_done(self, call: Call) -> None:
@@ -142,6 +145,8 @@ class Timing:
             return
         try:
             fault_point(PART)
+            mark, self._delay_mark = self._delay_mark, self.delay.seconds()
+            helpers = self.delay.helpers_delay()
             with self._lock:
                 begun, self._begun = self._begun, now
                 self._starts.append((now, value + 1))  # the step under way from now on
@@ -151,12 +156,21 @@ class Timing:
             if begun is None:
                 return  # the first step's start is not known: warm-up, left out
             wall = max(0.0, now - begun)
-            row = [value, begun, wall, coll, data, sync]
+            row: list[float | None] = [value, begun, wall, coll, data, sync]
             if delay is not None:
                 delay = min(delay, data)
-                row.append(round(delay, 6))
+            # The whole step's run-queue delay: the thread's own, and its collectives'
+            # threads' up to the time it waited in them (they held it only that long).
+            step_delay = None
+            if mark is not None and self._delay_mark is not None:
+                own = max(0.0, self._delay_mark - mark)
+                step_delay = round(min(wall, own + min(coll, helpers)), 6)
+            if delay is not None or step_delay is not None:
+                row.append(round(delay, 6) if delay is not None else None)
+            if step_delay is not None:
+                row.append(step_delay)
             self.steps.append(row)
-            self.history.add_step(value, begun, wall, coll, data, sync)
+            self.history.add_step(value, begun, wall, coll, data, sync, step_delay)
             with self._lock:
                 self.blocks.add(value, begun, wall, coll, data, sync, delay)
         except Exception as error:
@@ -238,6 +252,9 @@ class Timing:
         }
         if self.flight.rows:
             section["flight"] = self.flight.rows
+        if self._clock() >= self._next_scan:  # the collectives' threads, now and then
+            self._next_scan = self._clock() + SCAN_EVERY
+            self.delay.scan_helpers()
         history = self.history.rows()
         if history is not None:
             section["history"] = history

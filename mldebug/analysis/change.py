@@ -26,6 +26,14 @@ the false alarms of healthy runs.
 Which part grew (data wait, compute, collectives, host sync) says why: ranks whose step grew
 mostly outside collectives are where the change is; ranks whose growth is waiting in
 collectives wait for them.
+
+A busier node is not a slower job. Each block carries its steps' median run-queue delay (how
+long the kernel held the training thread, and gloo's threads while it waited in collectives,
+off a CPU: agent/runqueue.py). The change is graded on the step less the growth of that
+delay (the median over the changed ranks): it is a warning only when what is left is still
+WARN_RATIO times the step before. Where that delay grew by BUSIER_SHARE of the step's growth
+or more, and on every changed rank by EVERY_SHARE of it, the finding says the node got busier
+(its `cause` fact), at info unless what is left is still a warning's worth.
 """
 
 from __future__ import annotations
@@ -56,6 +64,10 @@ MAX_RANKS = 64  # ranks searched at most (evenly spread): bounded work at 1,024 
 DRIFT = 0.5  # a rise of this share of the change (and of SEPARATION noise widths) between
 DRIFT_BLOCKS = 3  # ...the first and last quarter since (this many blocks at least): gradual
 OWN_SHARE = 0.5  # growth outside collectives over this share: the rank's own change
+BUSIER_SHARE = 0.5  # the run-queue delay grew by this share of the step's growth (median)...
+EVERY_SHARE = 0.25  # ...and by this share on every changed rank: the node got busier
+CAUSE_NODE = "busier node"
+CAUSE_JOB = "the job"
 PARTS = ("data", "compute", "collective", "sync")
 PART_WORDS = {
     "data": "waiting for data",
@@ -67,6 +79,12 @@ PART_WORDS = {
 
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
+
+
+def _delay(blocks: Sequence[StepBlock]) -> float | None:
+    """The blocks' median run-queue delay a unit, where every block knows it."""
+    known = [b.delay for b in blocks if b.delay is not None]
+    return _median(known) if known and len(known) == len(blocks) else None
 
 
 def _part(block: StepBlock, name: str) -> float:
@@ -87,6 +105,9 @@ class Change:
     units: int  # units since the change
     seconds: float  # seconds since the change
     gradual: bool = False  # rising before the change point or still rising since: a drift
+    # The steps' median run-queue delay before and since (a busier node); None: not known
+    delay_before: float | None = None
+    delay_after: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -186,6 +207,38 @@ def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -
         units,
         seconds,
         gradual,
+        _delay(old),
+        _delay(new),
+    )
+
+
+@dataclass(frozen=True)
+class Busier:
+    """How much of a job's slowdown the run-queue delay explains."""
+
+    grown: float  # seconds a step the delay grew (the changed ranks' median)
+    before: float  # the steps' median delay before and since
+    after: float
+    left: float  # the step since, less the delay's growth, over the step before
+    node: bool  # the delay is most of the growth, on every changed rank: the node got busier
+
+
+def busier(found: Sequence[Change], before: float, after: float) -> Busier | None:
+    """The slowdown judged on the step less its run-queue delay's growth; None where a
+    changed rank does not know its delay."""
+    known = [c for c in found if c.delay_before is not None and c.delay_after is not None]
+    if not known or len(known) < len(found) or before <= 0:
+        return None
+    grown = [c.delay_after - c.delay_before for c in known]  # type: ignore[operator]
+    held = max(0.0, _median(grown))
+    growth = after - before
+    node = growth > 0 and held >= BUSIER_SHARE * growth and min(grown) >= EVERY_SHARE * growth
+    return Busier(
+        held,
+        _median([c.delay_before for c in known]),  # type: ignore[misc]
+        _median([c.delay_after for c in known]),  # type: ignore[misc]
+        (after - held) / before,
+        node,
     )
 
 
@@ -274,12 +327,20 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         head = f"since {one} ~{since} {who} {grows} longer gradually: now {after / before:.1f}x"
     else:
         head = f"from {one} ~{since} {who} {verb} {after / before:.1f}x longer"
-    summary = (
-        f"{head} ({_ms(before)} -> {_ms(after)}), {words}{loader}"
-        + (others if waiting else "")
-        + ": a lasting change over the run"
-    )
-    facts = (
+    held = busier(found, before, after)
+    left = held.left if held is not None else after / before
+    if held is not None and held.node:
+        share = min(1.0, held.grown / (after - before))
+        tail = (
+            f": the node got busier, not the job: the kernel held the ranks off their CPUs "
+            f"{_ms(held.grown)} more a step ({_ms(held.before)} -> {_ms(held.after)}), "
+            f"{share * 100:.0f}% of the growth; less that, the step is {left:.1f}x what it was"
+        )
+    else:
+        tail = ": a lasting change over the run"
+    summary = f"{head} ({_ms(before)} -> {_ms(after)}), {words}{loader}"
+    summary += (others if waiting else "") + tail
+    facts: tuple[tuple[str, str], ...] = (
         ("since", f"{one} ~{since}"),
         ("before", _ms(before)),
         ("after", _ms(after)),
@@ -288,13 +349,19 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         ("shape", "gradual" if typical.gradual else "a step"),
         ("lasted", f"{typical.units} {unit}, {typical.seconds:.0f} s"),
     )
+    if held is not None:
+        facts += (
+            ("run-queue delay", f"{_ms(held.before)} -> {_ms(held.after)}"),
+            ("less run-queue delay", f"{left:.2f}x"),
+            ("cause", CAUSE_NODE if held.node else CAUSE_JOB),
+        )
     return Finding(
         KIND_SLOWDOWN,
         ranks,
         summary,
         location=site,
         recipe=RECIPE,
-        severity=SEVERITY_WARNING if after >= WARN_RATIO * before else SEVERITY_INFO,
+        severity=SEVERITY_WARNING if left >= WARN_RATIO else SEVERITY_INFO,
         waiting=waiting,
         facts=facts,
     )

@@ -290,13 +290,38 @@ def _chance_text(p: float) -> str:
     return "less than once in a million" if p < 1e-6 else f"once in {1 / p:,.0f}"
 
 
+def _step_delay(split: _Split) -> float | None:
+    """The rank's median run-queue delay a step (agent/runqueue.py); None: not known."""
+    known = [s.delay for s in split.steps if s.delay is not None]
+    return _median(known) if known and len(known) == len(split.steps) else None
+
+
+def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
+    """How long the others waited a step for the late rank, less the run-queue delay it had
+    beyond theirs that its lateness does not account for. On a busy node every rank is held
+    off its CPU for a share of its work; a rank with more work is held that share of its
+    extra work more (a straggler stays one), a rank the scheduler held back more than the
+    others is late by that excess alone (the node's doing, not the rank's)."""
+    rank = verdict.rank
+    late = _step_delay(splits[rank]) if rank in splits else None
+    others = [_step_delay(s) for r, s in splits.items() if r != rank]
+    known = [d for d in others if d is not None]
+    if late is None or not known or len(known) < len(others):
+        return verdict.lateness
+    step = _median([s.step for r, s in splits.items() if r != rank])
+    typical = _median(known)
+    share = min(1.0, typical / step) if step > 0 else 0.0  # of a step spent held off a CPU
+    excess = late - typical - share * verdict.lateness
+    return verdict.lateness - max(0.0, excess)
+
+
 def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
     """DDP's C++ all-reduces, from the Flight Recorder rows: the rank late at most steps."""
     rank = verdict.rank
     if rank is None or rank not in splits:
         return None
     step = _median([s.step for r, s in splits.items() if r != rank])
-    if step <= 0 or verdict.lateness < WAIT_SHARE * step:
+    if step <= 0 or _flight_lateness(verdict, splits) < WAIT_SHARE * step:
         return None
     hot = splits[rank].timing.work[0].site if splits[rank].timing.work else None
     summary = (

@@ -10,6 +10,13 @@ late rank is the one last at most of its collectives (each row says its step: th
 own count when it enqueued it). With every rank alike, each is a
 step's late rank with chance 1/n: a rank late at k of m steps is named when the binomial
 chance of that, times n, is below the same FALSE_ALARM as the steps' test.
+
+A busy node makes one rank late now and then, and a rank the scheduler keeps holding back
+late step after step. analysis/timing.py names the rank only when the others' wait for it,
+less the run-queue delay it had beyond theirs (each step's, agent/runqueue.py) that its
+lateness does not account for, is still WAIT_SHARE of a step: on a busy node every rank is
+held off its CPU for a share of its work, so a rank with more work is held more by that share
+of its extra work and stays a straggler; a rank late by its excess delay alone is not one.
 """
 
 from __future__ import annotations

@@ -77,24 +77,31 @@ def _flight(row: object) -> FlightCallTiming | None:
 
 def _step(row: object) -> StepTiming | None:
     """[step, start, wall, collective, data, sync], and where the kernel counts it the
-    run-queue delay inside the data wait (agent/runqueue.py)."""
-    if not isinstance(row, list) or len(row) not in (6, 7):
+    run-queue delay inside the data wait (null where not known) and that of the whole step
+    (agent/runqueue.py)."""
+    if not isinstance(row, list) or len(row) not in (6, 7, 8):
         return None
     step, start = _int(row[0]), parse_time(row[1])
     wall, coll, data, sync = (_seconds(v) for v in row[2:6])
     if step is None or start is None or None in (wall, coll, data, sync):
         return None
     found = StepTiming(step, start, wall, coll, data, sync)  # type: ignore[arg-type]
-    if len(row) == 7:
+    if len(row) >= 7 and (row[6] is not None or len(row) == 7):
         delay = _seconds(row[6])
         if delay is None or delay > found.data:
             return None
         found = replace(found, data_delay=delay)
+    if len(row) == 8:
+        whole = _seconds(row[7])
+        if whole is None or whole > found.wall:
+            return None
+        found = replace(found, delay=whole)
     return found
 
 
 def _block(row: object) -> StepBlock | None:
-    if not isinstance(row, list) or len(row) != 8:
+    """8 columns, or 9 with the steps' run-queue delay."""
+    if not isinstance(row, list) or len(row) not in (8, 9):
         return None
     first, units = _int(row[0]), _int(row[3], 1)
     start, end = parse_time(row[1]), parse_time(row[2])
@@ -103,7 +110,10 @@ def _block(row: object) -> StepBlock | None:
         return None
     if wall is None or coll is None or data is None or sync is None:
         return None
-    return StepBlock(first, start, end, units, wall, coll, data, sync)
+    delay = _seconds(row[8]) if len(row) == 9 else None
+    if len(row) == 9 and (delay is None or delay > wall):
+        return None
+    return StepBlock(first, start, end, units, wall, coll, data, sync, delay)
 
 
 def _history(value: object) -> tuple[tuple[StepBlock, ...], str]:

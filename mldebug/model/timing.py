@@ -53,6 +53,9 @@ class StepTiming:
     # The run-queue delay inside the data wait (ready to run, no CPU: a busy node stretches
     # a loader's reads and sleeps); None where the agent could not read it.
     data_delay: float | None = None
+    # The run-queue delay of the whole step (the training thread's, and its collectives'
+    # threads' while it waited in them); None where not known.
+    delay: float | None = None
 
     @property
     def compute(self) -> float:
@@ -77,6 +80,7 @@ class StepBlock:
     collective: float = 0.0
     data: float = 0.0
     sync: float = 0.0
+    delay: float | None = None  # median run-queue delay of a step; None where not known
 
     @property
     def compute(self) -> float:

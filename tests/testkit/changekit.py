@@ -14,6 +14,8 @@ from mldebug.model import STATE_RUNNING, AgentState, RankView
 
 # (step) -> (compute, data, collective, sync) seconds of that step
 Shape = Callable[[int], tuple[float, float, float, float]]
+# (step, its parts) -> the step's run-queue delay, seconds (agent/runqueue.py's count)
+Delay = Callable[[int, tuple[float, float, float, float]], float]
 
 
 def healthy(
@@ -57,14 +59,42 @@ def slower(base: Shape, from_step: int, part: str, extra: float) -> Shape:
     return shape
 
 
-def history_section(shape: Shape, steps: int, start: float = 1000.0) -> dict:
-    """The `timing` section an agent would write after `steps` steps of `shape`."""
+def busier_node(
+    base: Shape, from_step: int, stretch: float, explained: float, rng: random.Random
+) -> tuple[Shape, Delay]:
+    """`base` on a node that gets busier at `from_step`: each step's compute and collectives
+    take `stretch` times as long, and the kernel's count of the step's run-queue delay holds
+    `explained` of what they grew (a share of the rest is the cache and the memory bus that
+    the neighbour shares), about 10% of the step before it."""
+
+    def shape(step: int) -> tuple[float, float, float, float]:
+        compute, data, coll, sync = base(step)
+        if step >= from_step:
+            compute, coll = compute * stretch, coll * stretch
+        return compute, data, coll, sync
+
+    def delay(step: int, parts: tuple[float, float, float, float]) -> float:
+        compute, _, coll, _ = parts
+        busy = compute + coll
+        quiet = busy / stretch if step >= from_step else busy
+        return 0.1 * quiet * rng.uniform(0.5, 1.5) + explained * (busy - quiet)
+
+    return shape, delay
+
+
+def history_section(
+    shape: Shape, steps: int, start: float = 1000.0, delay: Delay | None = None
+) -> dict:
+    """The `timing` section an agent would write after `steps` steps of `shape` (with the
+    steps' run-queue delay where `delay` gives it)."""
     history = StepHistory()
     now = start
     for step in range(1, steps + 1):
-        compute, data, coll, sync = shape(step)
+        parts = shape(step)
+        compute, data, coll, sync = parts
         wall = compute + data + coll + sync
-        history.add_step(step, now, wall, coll, data, sync)
+        held = min(wall, delay(step, parts)) if delay is not None else None
+        history.add_step(step, now, wall, coll, data, sync, held)
         now += wall
     section = {"version": 1, "calls": [], "steps": [], "history": history.rows()}
     return json.loads(json.dumps(section))  # as the file carries it
