@@ -18,7 +18,7 @@ import time
 
 from .eventlog import fail, fault_point, warn_once
 from .flight import ENV_FR_DIR, Flight, FlightDumps
-from .runqueue import RunDelay, thread_seconds
+from .runqueue import RunDelay
 from .siblings import sibling as _sibling
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
@@ -39,6 +39,7 @@ POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
 # state.json's schema version, by the collective ledger's contract (open to added sections)
 VERSION = _sibling("ledger.rules").STATE_VERSION
+_procfs = _sibling("files.procfs")  # the run-queue delay of the main thread, as dump reads it
 
 
 def interval_from(env: Mapping[str, str]) -> float:
@@ -119,7 +120,7 @@ class Heartbeat:
             state["flight_recorder"] = flight
         if self._stopping:  # the last state: the interpreter exits (its teardown may be long)
             state["exiting"] = True
-        waited, main = self._delay.seconds(), thread_seconds(self.pid)
+        waited, main = self._delay.seconds(), _procfs.thread_run_delay(self.pid, self.pid)
         if waited is not None and main is not None:
             state["beat"] = {
                 "tid": threading.get_native_id(),

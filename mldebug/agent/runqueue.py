@@ -130,18 +130,3 @@ def _name(task: str) -> bytes:
         return b""
     finally:
         os.close(fd)
-
-
-def thread_seconds(tid: int, root: str = "/proc") -> float | None:
-    """Another thread of this process's run-queue delay so far (the main thread's, read by
-    the heartbeat), in seconds; None when not known."""
-    path = os.path.join(root, str(os.getpid()), "task", str(tid), "schedstat")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            fields = os.pread(fd, MAX_BYTES, 0).split()
-        finally:
-            os.close(fd)
-        return int(fields[1]) / 1e9 if len(fields) >= 2 else None
-    except (OSError, ValueError):
-        return None

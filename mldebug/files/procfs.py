@@ -56,7 +56,9 @@ def thread_run_delay(pid: int, tid: int) -> float | None:
     if pid <= 0 or tid <= 0:
         return None
     try:
-        fd = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(
+            f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
         try:
             fields = os.read(fd, 96).split()
         finally:
