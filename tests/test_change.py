@@ -28,6 +28,8 @@ from mldebug.analysis.change import (
     CAUSE_JOB,
     CAUSE_NODE,
     KIND_SLOWDOWN,
+    Change,
+    busier,
     change_finding,
     rank_change,
 )
@@ -254,6 +256,31 @@ def test_a_busier_node_seen_on_one_rank_only_is_not_the_nodes_doing():
         sections.append(history_section(shape, 800, delay=delay))
     finding = change_finding(views_of(sections))
     assert finding is not None and dict(finding.facts)["cause"] == CAUSE_JOB
+
+
+def waiting_rank(parts_after: tuple[float, ...]) -> Change:
+    """Rank 0 of a 2-rank job, 47 ms a step, then 113 ms, its run-queue delay 26 -> 66 ms
+    (the figures of a healthy job that got 2.4x slower among busy neighbours)."""
+    return Change(0, 1034, 0.0, 0.047, 0.113, (0.02, 0.0, 0.027, 0.0), parts_after, 56, 6.0,
+                  delay_before=0.026, delay_after=0.066)  # fmt: skip
+
+
+def test_a_rank_waiting_for_a_peer_held_off_its_cpu_is_explained_by_the_peers_delay():
+    # Rank 0's step grew waiting in collectives; its own delay is 61% of the growth. Rank
+    # 1, whose step did not show the change, was held off its CPU 60 ms more a step: rank
+    # 0 waited for that. Judged on its own delay alone it would be 1.54x: a warning.
+    waiting = waiting_rank((0.02, 0.0, 0.093, 0.0))
+    alone = busier([waiting], 0.047, 0.113)
+    assert alone is not None and alone.left > 1.5
+    held = busier([waiting], 0.047, 0.113, {0: 0.040, 1: 0.060})
+    assert held is not None and held.node and held.left < 1.3
+    # A peer's delay is never more than the rank's own growth...
+    held = busier([waiting], 0.047, 0.113, {0: 0.040, 1: 0.500})
+    assert held is not None and held.grown == pytest.approx(0.066) and held.left == 1.0
+    # ...and explains nothing of a rank whose step grew in its own compute.
+    computing = waiting_rank((0.086, 0.0, 0.027, 0.0))
+    held = busier([computing], 0.047, 0.113, {0: 0.040, 1: 0.060})
+    assert held is not None and held.left == pytest.approx(alone.left)
 
 
 # ---------------------------------------------------------------- the history as data

@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 from testkit.jobs import MLDEBUG, dump_json, start, stop, wait_ready
 
+from mldebug.analysis.change import changes
 from mldebug.analysis.timing import judge_timing
 from mldebug.cli import main
 from mldebug.files.rundir import RunPaths
@@ -178,6 +179,18 @@ while True:
 """
 
 
+def ranks_changes(run_dir: Path) -> list[str]:
+    """What the change-over-time analysis saw of each rank: said where a test fails, to
+    tell a rank that waits from the rank it waits for."""
+    views = read_views(RunPaths(run_dir))
+    found, _, _, peers = changes(views)
+    return [repr(c) for c in found] + [f"run-queue delay growth {peers}"] + [
+        f"rank {v.rank} {v.state}: {len(v.agent.timing.history)} blocks"
+        if v.agent and v.agent.timing else f"rank {v.rank} {v.state}: no timing"
+        for v in views
+    ]  # fmt: skip
+
+
 @contextmanager
 def bursty_neighbours(count: int):
     procs = [subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(count)]
@@ -288,7 +301,7 @@ def test_a_healthy_job_stays_silent_for_3_minutes_as_the_node_gets_busier(jobs, 
             dumps += 1
             report = dump_here(capsys, run_dir)
             warned = [f for f in report["findings"] if f["severity"] in ("warning", "error")]
-            assert warned == [], warned
+            assert warned == [], (warned, ranks_changes(run_dir))
             seen |= {f["kind"] for f in report["findings"] if f["kind"] in TIMING_KINDS}
             seen |= {f"slowdown: {f['facts'].get('cause')}" for f in report["findings"]
                      if f["kind"] == "slowdown"}  # fmt: skip

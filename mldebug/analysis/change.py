@@ -33,7 +33,9 @@ off a CPU: agent/runqueue.py). The change is graded on the step less the growth 
 delay (the median over the changed ranks): it is a warning only when what is left is still
 WARN_RATIO times the step before. Where that delay grew by BUSIER_SHARE of the step's growth
 or more, and on every changed rank by EVERY_SHARE of it, the finding says the node got busier
-(its `cause` fact), at info unless what is left is still a warning's worth.
+(its `cause` fact), at info unless what is left is still a warning's worth. A rank whose step
+grew almost all waiting in collectives waits for a peer: the most any rank's delay grew since
+explains it where that is more than its own.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ DRIFT_BLOCKS = 3  # ...the first and last quarter since (this many blocks at lea
 OWN_SHARE = 0.5  # growth outside collectives over this share: the rank's own change
 BUSIER_SHARE = 0.5  # the run-queue delay grew by this share of the step's growth (median)...
 EVERY_SHARE = 0.25  # ...and by this share on every changed rank: the node got busier
+WAITING_SHARE = 0.8  # growth in collectives over this share: the rank waits for its peers
 CAUSE_NODE = "busier node"
 CAUSE_JOB = "the job"
 PARTS = ("data", "compute", "collective", "sync")
@@ -152,6 +155,22 @@ def change_point(logs: Sequence[float], sigma: float) -> int | None:
     return where
 
 
+def _block_at(blocks: Sequence[StepBlock], at: int) -> int | None:
+    """The first block that holds unit `at`, where there are enough blocks before it."""
+    k = next((i for i, b in enumerate(blocks) if b.first + b.units > at), None)
+    return k if k is not None and MIN_BEFORE <= k < len(blocks) else None
+
+
+def delay_growth(blocks: Sequence[StepBlock], at: int) -> float | None:
+    """How much the rank's run-queue delay a unit grew from unit `at` on; None: not known."""
+    blocks = [b for b in blocks if b.wall > 0]
+    k = _block_at(blocks, at)
+    if k is None:
+        return None
+    old, new = _delay(blocks[:k]), _delay(blocks[k:])
+    return new - old if old is not None and new is not None else None
+
+
 def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -> Change | None:
     """The rank's lasting slowdown, if its history shows one. `at`: the step another rank's
     change began at: this rank is judged there (the same rise and consistency), without the
@@ -160,11 +179,7 @@ def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -
     blocks = [b for b in blocks if b.wall > 0]
     logs = [math.log(b.wall) for b in blocks]
     sigma = noise(logs)
-    if at is None:
-        k = change_point(logs, sigma)
-    else:
-        k = next((i for i, b in enumerate(blocks) if b.first + b.units > at), None)
-        k = k if k is not None and MIN_BEFORE <= k < len(blocks) else None
+    k = change_point(logs, sigma) if at is None else _block_at(blocks, at)
     if k is None:
         return None
     before, since = logs[:k], logs[k:]
@@ -223,13 +238,28 @@ class Busier:
     node: bool  # the delay is most of the growth, on every changed rank: the node got busier
 
 
-def busier(found: Sequence[Change], before: float, after: float) -> Busier | None:
+def _explained(change: Change, peers: dict[int, float]) -> float:
+    """The run-queue delay's growth that explains the rank's: its own; for a rank whose
+    step grew almost all waiting in collectives, the most any other rank's grew where that
+    is more (the rank waits while the kernel holds a peer off its CPU), never over its
+    growth."""
+    own = change.delay_after - change.delay_before  # type: ignore[operator]
+    if change.share("collective") < WAITING_SHARE:
+        return own
+    others = [grown for rank, grown in peers.items() if rank != change.rank]
+    return max(own, min(max(others, default=own), change.after - change.before))
+
+
+def busier(
+    found: Sequence[Change], before: float, after: float, peers: dict[int, float] | None = None
+) -> Busier | None:
     """The slowdown judged on the step less its run-queue delay's growth; None where a
-    changed rank does not know its delay."""
+    changed rank does not know its delay. `peers`: each searched rank's delay growth from
+    the change on, changed or not."""
     known = [c for c in found if c.delay_before is not None and c.delay_after is not None]
     if not known or len(known) < len(found) or before <= 0:
         return None
-    grown = [c.delay_after - c.delay_before for c in known]  # type: ignore[operator]
+    grown = [_explained(c, peers or {}) for c in known]
     held = max(0.0, _median(grown))
     growth = after - before
     node = growth > 0 and held >= BUSIER_SHARE * growth and min(grown) >= EVERY_SHARE * growth
@@ -255,13 +285,20 @@ def _searched(views: Sequence[RankView]) -> list[tuple[int, RankTiming]]:
     return found
 
 
-def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str]:
+def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str, dict[int, float]]:
     """Each searched rank's change (ranks without one left out), how many ranks were
-    searched, and the unit ("steps", or "collectives" where no step is counted)."""
+    searched, the unit ("steps", or "collectives" where no step is counted), and each
+    searched rank's run-queue delay growth from the change on (where known)."""
     searched = _searched(views)
     found = [c for rank, t in searched if (c := rank_change(rank, t.history)) is not None]
+    peers: dict[int, float] = {}
     if found:  # the others judged where the change began: a job's ranks change together
         at = int(_median([c.since for c in found]))
+        peers = {
+            rank: grown
+            for rank, t in searched
+            if (grown := delay_growth(t.history, at)) is not None
+        }
         named = {c.rank for c in found}
         found += [
             c
@@ -270,7 +307,7 @@ def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str]:
         ]
         found.sort(key=lambda c: c.rank)
     unit = "collectives" if searched and searched[0][1].history_unit == UNIT_CALLS else "steps"
-    return found, len(searched), unit
+    return found, len(searched), unit, peers
 
 
 def _ms(seconds: float) -> str:
@@ -300,7 +337,7 @@ def _loader(timing: RankTiming | None) -> tuple[str, str | None]:
 def change_finding(views: Sequence[RankView]) -> Finding | None:
     """The job's lasting slowdown as one finding: the ranks where it is (their step grew
     outside collectives), the ranks that wait for them, when, how much and in what."""
-    found, searched, unit = changes(views)
+    found, searched, unit, peers = changes(views)
     if not found:
         return None
     own = [c for c in found if 1 - c.share("collective") > OWN_SHARE] or found
@@ -327,7 +364,7 @@ def change_finding(views: Sequence[RankView]) -> Finding | None:
         head = f"since {one} ~{since} {who} {grows} longer gradually: now {after / before:.1f}x"
     else:
         head = f"from {one} ~{since} {who} {verb} {after / before:.1f}x longer"
-    held = busier(found, before, after)
+    held = busier(found, before, after, peers)
     left = held.left if held is not None else after / before
     if held is not None and held.node:
         share = min(1.0, held.grown / (after - before))
