@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mldebug.flight import read_flight_dump
@@ -86,6 +86,7 @@ GOOD = {
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.dictionaries(field, plain, max_size=3), min_size=1, max_size=6))
+@example(rows=[{}, {"time_created_ns": True}])  # True == 1: a column of one number, wrongly
 def test_any_plain_ring_reads_alike_both_ways(rows):
     entries = []
     for i, change in enumerate(rows):

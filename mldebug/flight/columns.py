@@ -53,9 +53,9 @@ def _numbers(values: tuple) -> Column | None:
     for anything else (a type torch never writes, a number out of range)."""
     count = len(values)
     first = values[0]
-    if type(first) is int and values.count(first) == count:
+    kinds = set(map(type, values))  # before any count: True == 1, yet torch writes no bool
+    if kinds == {int} and values.count(first) == count:
         return Same(first, count) if -_LIMIT < first < _LIMIT else None
-    kinds = set(map(type, values))
     if kinds == {int}:
         try:
             numbers = array("q", values)
