@@ -584,3 +584,29 @@ def test_a_wait_in_a_collective_its_agent_never_saw_is_an_error_once_progress_is
     snap = _checkpoint_pause(tmp_path, last_progress_ago=60)
     (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
     assert outlier.severity == SEVERITY_ERROR
+
+
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+BARRIER = (MODULE, Frame("main", TRAIN, 70), Frame("barrier", C10D, 4000))
+
+
+def test_a_rank_last_out_of_the_final_barrier_is_no_error_until_its_wait_is_a_hang(tmp_path):
+    # GIVEN rank 0 returned normally (exit code 0) and rank 1, read a moment later, is still
+    # inside the job's final barrier, which its agent saw it enter `entered` seconds ago
+    def job(entered):
+        states = {1: state(1, call(41, op="barrier", enqueued=NOW - entered), 40)}
+        root = write_run(tmp_path, states)
+        target = RankTarget(pid=pid_of(1), rank=1, world_size=2, run_dir=str(root))
+        return build_snapshot(
+            [target], {pid_of(1): samples(1, BARRIER, False)}, world_size=2,
+            exit_codes={0: 0}, agents=read_states([target]), now=NOW,
+        )  # fmt: skip
+
+    # THEN a rank leaving a barrier a moment after the other is the job ending: info
+    (ended,) = [f for f in job(0.8).findings if f.ranks == (0,)]
+    assert ended.kind == "missing" and ended.severity == SEVERITY_INFO
+    assert "a pause that short is not a hang" in finding_text(ended)
+    # ...and a rank left waiting for longer than a hang is one: rank 0 left early
+    (left,) = [f for f in job(30).findings if f.ranks == (0,)]
+    assert left.severity == SEVERITY_ERROR
+    assert "cannot complete a collective without it" in left.summary

@@ -94,14 +94,24 @@ def jobs(tmp_path_factory):
     try:
         for name, (proc, run_dir) in started.items():
             wait_ready(proc, run_dir, 3 if name in ("slow", "ddp") else 2, marker="READY")
+        # The plain job is the last test's: once its ranks are past their first step it is
+        # stopped (SIGSTOP: no CPU) until then. Each other job is ended after its last test.
+        deadline = time.monotonic() + 240
+        while console(folder / "plain.out").count("READY") < 2 and time.monotonic() < deadline:
+            assert plain.poll() is None, console(folder / "plain.out")
+            time.sleep(0.5)
+        os.killpg(plain.pid, signal.SIGSTOP)
         yield {
             name: (run_dir, logs[name], time.monotonic()) for name, (_, run_dir) in started.items()
         } | {
             "plain": (plain, folder / "plain.out"),
             "runs": [p for p, _ in started.values()],
+            "proc": {name: p for name, (p, _) in started.items()},
             "others": [p for name, (p, _) in started.items() if name != "healthy"],
         }
     finally:
+        if plain.poll() is None:
+            os.killpg(plain.pid, signal.SIGCONT)  # a stopped process ends only once woken
         stop(*(proc for proc, _ in started.values()), plain)
         plain_out.close()
 
@@ -145,6 +155,7 @@ def test_a_rank_with_a_slow_dataloader_is_named_with_it(jobs):
     assert [(f["kind"], f["ranks"]) for f in found] == [("input_bound", [1])]
     assert "DataLoader(SlowDataset, num_workers=0) at " in found[0]["summary"]
     assert found[0]["recipe"] == "input-bound"
+    stop(jobs["proc"]["data"])  # done with: its CPU goes to the other jobs
 
 
 def dump_here(capsys, run_dir: Path, *options: str) -> dict:
@@ -202,17 +213,6 @@ def bursty_neighbours(count: int):
             proc.wait()
 
 
-@contextmanager
-def paused(proc: subprocess.Popen):
-    """The job's process group stopped (SIGSTOP) meanwhile: it takes no CPU, and goes on
-    where it was after."""
-    os.killpg(proc.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(proc.pid, signal.SIGCONT)
-
-
 def test_the_straggler_stays_named_at_every_dump_on_a_busy_node(jobs, capsys):
     run_dir, _, ready = jobs["slow"]
     # WHEN a CPU-heavy process runs beside the job and the user runs `dump` again and again
@@ -231,6 +231,7 @@ def test_the_straggler_stays_named_at_every_dump_on_a_busy_node(jobs, capsys):
         report = dump_here(capsys, run_dir, "--profile", "3")
         found = [f for f in report["findings"] if f["kind"] in TIMING_KINDS]
         assert [(f["kind"], f["ranks"]) for f in found] == [("straggler", [2])]
+    stop(jobs["proc"]["slow"])
 
 
 def test_a_healthy_communication_heavy_job_gets_no_warning(jobs, capsys):
@@ -274,12 +275,13 @@ def test_a_ddp_straggler_is_named_from_the_flight_recorder(jobs):
     views = [v for v in read_views(RunPaths(run_dir)) if v.rank != 1]
     assert all(v.agent.timing.flight for v in views)
     assert judge_timing(views).findings == ()
+    stop(jobs["proc"]["ddp"])
 
 
 def test_a_healthy_job_stays_silent_for_3_minutes_as_the_node_gets_busier(jobs, capsys):
     run_dir, log, ready = jobs["healthy"]
     # GIVEN the healthy communication-heavy job alone (the other `mldebug run` jobs are done
-    # with; the plain job, for the last test, sleeps meanwhile) WHEN the user runs `dump`
+    # with; the plain job, for the last test, is stopped meanwhile) WHEN the user runs `dump`
     # every few seconds until the job is 3 minutes old, and from BUSIER_FROM on CPU-heavy
     # neighbours keep every core busy (the node gets busier: the job gets slower, not by
     # its own doing) THEN no dump warns (a `slowdown` may be said, at info: a busier node).
@@ -288,11 +290,10 @@ def test_a_healthy_job_stays_silent_for_3_minutes_as_the_node_gets_busier(jobs, 
     # The neighbours come after QUIET s of the job alone (to tell apart), and stay BUSY s.
     busier = max(ready + BUSIER_FROM, time.monotonic() + QUIET)
     end = max(ready + HEALTHY_FOR, busier + BUSY)
-    plain, _ = jobs["plain"]
     busier_at = None
     dumps = 0
     seen = set()
-    with paused(plain), ExitStack() as neighbours:
+    with ExitStack() as neighbours:
         while time.monotonic() < end:
             if busier_at is None and time.monotonic() >= busier:
                 cores = len(os.sched_getaffinity(0))
@@ -328,10 +329,7 @@ def test_dump_profile_names_the_straggler_of_a_plain_torchrun_job(jobs):
     # the plain job without 10 other ranks on its 2 cores; the suite's other workers still
     # load them, so it samples 8 s, as the report's "sample longer to be sure" asks.
     stop(*jobs["runs"])
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and console(out).count("READY") < 2:
-        assert plain.poll() is None, console(out)
-        time.sleep(0.5)
+    os.killpg(plain.pid, signal.SIGCONT)  # stopped since its first step (the fixture)
     done = subprocess.run(
         [*MLDEBUG, "dump", "--pid", str(plain.pid), "--profile", "8", "--json"],
         capture_output=True, text=True, timeout=120, env={**os.environ, **PATH_ENV},

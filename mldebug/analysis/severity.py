@@ -5,8 +5,9 @@ others wait a second in a barrier; every rank is in a collective that is still i
 What tells a pause from a hang is how long the waiting ranks have waited, which their
 agents know (the call they made and when, in state.json; torch's Flight Recorder entry when
 the agent read one). This step runs after the findings are made and grades the ones that
-say "someone waits" (outlier, hang) by that wait, and a rank that "does not move" (stuck) by
-how long its agent has seen no step and no collective:
+say "someone waits" (outlier, hang; ranks that returned normally while the others wait: the
+last to leave a final barrier) by that wait, and a rank that "does not move" (stuck) by how
+long its agent has seen no step and no collective:
 
   * shorter than SHORT_WAIT: info at most, and the summary says how long ("... for 1.2 s so
     far: a pause that short is not a hang");
@@ -30,6 +31,7 @@ from dataclasses import replace
 
 from mldebug.model import (
     KIND_HANG,
+    KIND_MISSING,
     KIND_OUTLIER,
     KIND_STUCK,
     SEVERITY_ERROR,
@@ -117,13 +119,25 @@ def waits_begun_since(views: Sequence[RankView]) -> dict[int, float]:
     return found
 
 
+def _graded(finding: Finding) -> bool:
+    """A wait the finding says: a hang, an outlier, or ranks that returned normally (exit
+    code 0) while others wait (they may have left the others' last collective just before
+    them: a job's final barrier)."""
+    return finding.kind in GRADED_KINDS or (
+        finding.kind == KIND_MISSING and ("ended", "exit code 0") in finding.facts
+    )
+
+
 def _waiting_ranks(
     finding: Finding, waits: Mapping[int, float], since: Mapping[int, float]
 ) -> list[int]:
     """The ranks the finding says wait and whose wait is known or bounded: a hang's own
-    ranks; an outlier's other parts (else the ranks whose agents say they wait)."""
+    ranks; the live ranks beside ranks that ended; an outlier's other parts (else the ranks
+    whose agents say they wait)."""
     if finding.kind == KIND_HANG:
         return [r for r in finding.ranks if r in waits or r in since]
+    if finding.kind == KIND_MISSING:
+        return sorted((set(waits) | set(since)) - set(finding.ranks))
     culprits = set(finding.ranks)
     named = {r for part in finding.parts for r in part.ranks} - culprits
     if not named:
@@ -157,7 +171,7 @@ def grade_finding(
 ) -> Finding:
     """`waits`: rank -> how long it has waited (waits_of); `since`: rank -> the most it can
     have waited, for ranks whose agent saw no wait yet (waits_begun_since)."""
-    if finding.kind not in GRADED_KINDS or finding.severity == SEVERITY_INFO:
+    if not _graded(finding) or finding.severity == SEVERITY_INFO:
         return finding
     since = since or {}
     ranks = _waiting_ranks(finding, waits, since)

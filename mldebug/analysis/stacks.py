@@ -174,7 +174,10 @@ def _missing(
         summary += "; the other ranks cannot complete a collective without " + verb(
             ranks, "it", "them"
         )
-    return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks")]
+    # Ranks that returned normally while others wait may have left the last collective just
+    # before them (a final barrier): analysis/severity grades it by how long they have waited.
+    ended = (("ended", "exit code 0"),) if alive and all(v.exit_code == 0 for v in gone) else ()
+    return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks", facts=ended)]
 
 
 def _wait_on_others(views: Sequence[RankView]) -> bool:
