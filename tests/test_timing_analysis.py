@@ -257,3 +257,21 @@ def test_the_rank_sum_chance_is_exact_and_its_false_alarm_rate_holds():
                 rows[r].append(StepTiming(step, 0.0, 0.1 + rng.random(), 0.0, rng.random()))
         named += bool(evidence.judge(rows).late)
     assert named <= 2  # 400 * 1e-3 is 0.4 expected
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_rank_the_kernel_held_off_its_cpu_more_than_the_others_is_no_straggler(seed):
+    # Two ranks on a busy node: each held off its CPU ~8 ms a step, rank 0 ~8 ms more (the
+    # scheduler keeps it beside a neighbour's threads), which stretches its work 1.13x: the
+    # others wait for it, by the node's doing (a healthy job's console once named it so).
+    held = simulate(world=2, slow_rank=0, factor=1.13, jitter=0.1, seed=seed,
+                    delays={0: 0.016, 1: 0.008})  # fmt: skip
+    assert kinds(held) == []
+    # The same lateness with no more delay than the other's is the rank's own doing...
+    own = simulate(world=2, slow_rank=0, factor=1.13, jitter=0.1, seed=seed,
+                   delays={0: 0.008, 1: 0.008})  # fmt: skip
+    assert kinds(own) == [("straggler", (0,))]
+    # ...and a rank with 1.3x the work, held off its CPU more for working longer, is one.
+    slow = simulate(world=2, slow_rank=0, factor=1.3, jitter=0.1, seed=seed,
+                    delays={0: 0.008 + 0.018 * 0.008 / 0.067 + 0.002, 1: 0.008})  # fmt: skip
+    assert kinds(slow) == [("straggler", (0,))]

@@ -38,11 +38,13 @@ def simulate(
     slow_steps: tuple[int, int] | None = None,
     comm_later: tuple[int, float] | None = None,
     data_steps: tuple[int, int] | None = None,
+    delays: dict[int, float] | None = None,
 ) -> list[dict]:
     """One state.json (as a dict) per rank after `steps` steps. `slow_steps`: (first, last)
     step at which `slow_rank` is slow (default: all); `comm_later`: (step, comm) from which
     on every transfer takes `comm` instead; `data_steps`: (first, last) step at which the
-    ranks wait `data` for their batch (default: all). The `blocks` rows are made by the agent's own
+    ranks wait `data` for their batch (default: all); `delays`: rank -> its run-queue delay
+    a step (the steps' last column, agent/runqueue.py; default: not known). The `blocks` rows are made by the agent's own
     code (agent/timing_blocks.py) from the same steps."""
     blocks = [Blocks() for _ in range(world)]
     rng = random.Random(seed)
@@ -92,6 +94,8 @@ def simulate(
                 [step, begun[r] - START + clock[r], wall, coll[r], parts[r][0], parts[r][1]]
             )
             blocks[r].add(*rows[r][-1])
+            if delays is not None:
+                rows[r][-1] += [None, delays[r] * rng.uniform(0.8, 1.2)]
         # Rank 0's checkpoint: the others wait for it in the next step's first collective.
         pause = checkpoint_seconds if checkpoint_every and step % checkpoint_every == 0 else 0.0
         begun = [end + (pause if r == 0 else 0.0) for r in range(world)]

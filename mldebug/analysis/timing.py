@@ -224,6 +224,10 @@ def _straggler_finding(
     ratio = work / others_work
     if wait < bars[0] * others_step or ratio < bars[1]:
         return None
+    if detail is None and len(late) == 1:  # the window's: judged less the node's doing too
+        held_off = _excess_delay(late[0], splits, wait)
+        if wait - held_off < bars[0] * others_step or work - held_off < bars[1] * others_work:
+            return None
     ops = Counter(a.op or "collective" for a in waited if a.last in late)
     op = ops.most_common(1)[0][0] if ops else "collective"
     share = sum(shares.get(r, 0.0) for r in late)
@@ -296,23 +300,30 @@ def _step_delay(split: _Split) -> float | None:
     return _median(known) if known and len(known) == len(split.steps) else None
 
 
-def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
-    """How long the others waited a step for the late rank, less the run-queue delay it had
-    beyond theirs that its lateness does not account for. On a busy node every rank is held
-    off its CPU for a share of its work; a rank with more work is held that share of its
-    extra work more (a straggler stays one), a rank the scheduler held back more than the
-    others is late by that excess alone (the node's doing, not the rank's)."""
-    rank = verdict.rank
+def _excess_delay(rank: int, splits: dict[int, _Split], lateness: float) -> float:
+    """The run-queue delay a step the late rank had beyond the others' that its lateness
+    does not account for (0 where not known). On a busy node every rank is held off its
+    CPU for a share of its work; a rank with more work is held that share of its extra work
+    more (a straggler stays one), a rank the scheduler held back more than the others is
+    late by that excess alone (the node's doing, not the rank's)."""
     late = _step_delay(splits[rank]) if rank in splits else None
     others = [_step_delay(s) for r, s in splits.items() if r != rank]
     known = [d for d in others if d is not None]
     if late is None or not known or len(known) < len(others):
-        return verdict.lateness
+        return 0.0
     step = _median([s.step for r, s in splits.items() if r != rank])
     typical = _median(known)
     share = min(1.0, typical / step) if step > 0 else 0.0  # of a step spent held off a CPU
-    excess = late - typical - share * verdict.lateness
-    return verdict.lateness - max(0.0, excess)
+    return max(0.0, late - typical - share * lateness)
+
+
+def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
+    """How long the others waited a step for the late rank, less its excess run-queue
+    delay (_excess_delay)."""
+    rank = verdict.rank
+    if rank is None:
+        return verdict.lateness
+    return verdict.lateness - _excess_delay(rank, splits, verdict.lateness)
 
 
 def _flight_finding(verdict: FlightVerdict, splits: dict[int, _Split]) -> Finding | None:
