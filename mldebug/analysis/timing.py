@@ -301,11 +301,13 @@ def _step_delay(split: _Split) -> float | None:
 
 
 def _excess_delay(rank: int, splits: dict[int, _Split], lateness: float) -> float:
-    """The run-queue delay a step the late rank had beyond the others' that its lateness
-    does not account for (0 where not known). On a busy node every rank is held off its
-    CPU for a share of its work; a rank with more work is held that share of its extra work
-    more (a straggler stays one), a rank the scheduler held back more than the others is
-    late by that excess alone (the node's doing, not the rank's)."""
+    """The run-queue delay a step the late rank had beyond every other rank's that its
+    lateness does not account for (0 where not known). On a busy node every rank is held
+    off its CPU for a share of its work; a rank with more work is held that share of its
+    extra work more (a straggler stays one), a rank the scheduler held back more than the
+    others is late by that excess alone (the node's doing, not the rank's). Beyond the most
+    any other rank had, not their median: among several ranks, a delay above their median
+    is common by chance, and a real straggler is not to lose its name to it."""
     late = _step_delay(splits[rank]) if rank in splits else None
     others = [_step_delay(s) for r, s in splits.items() if r != rank]
     known = [d for d in others if d is not None]
@@ -314,7 +316,7 @@ def _excess_delay(rank: int, splits: dict[int, _Split], lateness: float) -> floa
     step = _median([s.step for r, s in splits.items() if r != rank])
     typical = _median(known)
     share = min(1.0, typical / step) if step > 0 else 0.0  # of a step spent held off a CPU
-    return max(0.0, late - typical - share * lateness)
+    return max(0.0, late - max(known) - share * lateness)
 
 
 def _flight_lateness(verdict: FlightVerdict, splits: dict[int, _Split]) -> float:
