@@ -87,6 +87,7 @@ GOOD = {
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.dictionaries(field, plain, max_size=3), min_size=1, max_size=6))
 @example(rows=[{}, {"time_created_ns": True}])  # True == 1: a column of one number, wrongly
+@example(rows=[{}, {"pg_id": False}])  # and False == 0
 def test_any_plain_ring_reads_alike_both_ways(rows):
     entries = []
     for i, change in enumerate(rows):

@@ -53,9 +53,14 @@ def _numbers(values: tuple) -> Column | None:
     for anything else (a type torch never writes, a number out of range)."""
     count = len(values)
     first = values[0]
-    kinds = set(map(type, values))  # before any count: True == 1, yet torch writes no bool
-    if kinds == {int} and values.count(first) == count:
+    # True == 1 and False == 0 (torch writes no bool): for those two a count proves nothing
+    if (
+        type(first) is int
+        and values.count(first) == count
+        and (first not in (0, 1) or set(map(type, values)) == {int})
+    ):
         return Same(first, count) if -_LIMIT < first < _LIMIT else None
+    kinds = set(map(type, values))
     if kinds == {int}:
         try:
             numbers = array("q", values)
