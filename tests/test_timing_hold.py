@@ -174,6 +174,20 @@ def test_a_rank_that_costs_the_others_under_3_percent_is_not_named_however_sure(
     assert held is not None and held.late == (3,)  # the order alone is no warning
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_straggler_is_named_beside_a_rank_that_stands_out_in_a_part_that_costs_nothing(seed):
+    # Recorded on 4 ranks of a 1.1x job on these 2 cores: besides the straggler, rank 0
+    # waited a little longer for its data every block. The ranks' order says both stand
+    # out; together they fail the bars (rank 0 costs the others nothing), rank 1 alone
+    # clears them.
+    job = dict(world=4, slow_rank=1, factor=1.1, jitter=0.1, seed=seed, more_data={0: 0.0004})
+    for steps in (400, 700, 1000):
+        blocks = {v.rank: v.agent.timing.blocks for v in views(simulate(**job, steps=steps))}
+        held = judge_held(blocks)
+        assert held is not None and held.late == (0, 1)  # the order names both
+        assert named(found(**job, steps=steps)) == [("straggler", (1,))]
+
+
 def _without_blocks(states: list[dict]) -> list[dict]:
     for state in states:
         state["timing"]["blocks"] = []

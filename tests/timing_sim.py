@@ -39,12 +39,14 @@ def simulate(
     comm_later: tuple[int, float] | None = None,
     data_steps: tuple[int, int] | None = None,
     delays: dict[int, float] | None = None,
+    more_data: dict[int, float] | None = None,
 ) -> list[dict]:
     """One state.json (as a dict) per rank after `steps` steps. `slow_steps`: (first, last)
     step at which `slow_rank` is slow (default: all); `comm_later`: (step, comm) from which
     on every transfer takes `comm` instead; `data_steps`: (first, last) step at which the
     ranks wait `data` for their batch (default: all); `delays`: rank -> its run-queue delay
-    a step (the steps' last column, agent/runqueue.py; default: not known). The `blocks` rows are made by the agent's own
+    a step (the steps' last column, agent/runqueue.py; default: not known); `more_data`:
+    rank -> seconds it waits for its batch more than the others, every step. The `blocks` rows are made by the agent's own
     code (agent/timing_blocks.py) from the same steps."""
     blocks = [Blocks() for _ in range(world)]
     rng = random.Random(seed)
@@ -62,6 +64,7 @@ def simulate(
             slow = r == slow_rank and slow_now
             waits = data_steps is None or data_steps[0] <= step <= data_steps[1]
             d = data * (data_factor if slow else 1.0) if waits else 0.0
+            d += (more_data or {}).get(r, 0.0)
             c = compute * (factor if slow else 1.0)
             c *= 1 + rng.uniform(-jitter, jitter)
             if gc_every and rng.random() < 1 / gc_every:

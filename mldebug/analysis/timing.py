@@ -457,17 +457,49 @@ def _held_straggler(
     held: hold.Held, ready: dict[int, _Split], waited: list[Arrival], shares: dict[int, float]
 ) -> Finding | None:
     """The straggler the run's decayed evidence names, when the window alone does not."""
-    late = list(held.late)
-    chance = max(held.chance[r] for r in late)
-    part = _PART_WORDS.get(held.part[late[0]], held.part[late[0]])
-    sure = (
-        f"{held.blocks} blocks of steps compared across {len(ready)} ranks, the older weighing "
-        f"less: its {part} ranks this high by chance {_chance_text(chance)} at most when no "
-        f"rank differs; {len(waited)} collectives the others waited at"
-    )
     found = evidence.Evidence(held.late, held.chance, held.part, 0)
-    bars = (HELD_WAIT_SHARE, HELD_WORK_RATIO)
-    return _straggler_finding(found, _held_splits(held, ready), waited, shares, sure, bars)
+    splits = _held_splits(held, ready)
+    for late in _each_way(found):
+        sure = _held_sure(held, late, len(ready), len(waited))
+        bars = (HELD_WAIT_SHARE, HELD_WORK_RATIO)
+        finding = _straggler_finding(late, splits, waited, shares, sure, bars)
+        if finding is not None:
+            return finding
+    return None
+
+
+def _held_sure(held: hold.Held, found: evidence.Evidence, ranks: int, waited: int) -> str:
+    chance = max(held.chance[r] for r in found.late)
+    part = _PART_WORDS.get(held.part[found.late[0]], held.part[found.late[0]])
+    return (
+        f"{held.blocks} blocks of steps compared across {ranks} ranks, the older weighing "
+        f"less: its {part} ranks this high by chance {_chance_text(chance)} at most when no "
+        f"rank differs; {waited} collectives the others waited at"
+    )
+
+
+def _each_way(found: evidence.Evidence) -> list[evidence.Evidence]:
+    """The ranks the test names together, then each alone, the surest first. The rank-sum
+    test says which ranks stand out, not by how much: among 4 ranks on a busy node one can
+    stand out in a part that costs the others nothing (its data wait a little longer, every
+    block), and the pair then fails the bars that the straggler beside it clears alone."""
+    if len(found.late) < 2:
+        return [found]
+    alone = sorted(found.late, key=lambda r: found.chance[r])
+    return [found, *(replace(found, late=(rank,)) for rank in alone)]
+
+
+def _window_straggler(
+    found: evidence.Evidence,
+    ready: dict[int, _Split],
+    waited: list[Arrival],
+    shares: dict[int, float],
+) -> Finding | None:
+    for late in _each_way(found):
+        finding = _straggler_finding(late, ready, waited, shares)
+        if finding is not None:
+            return finding
+    return None
 
 
 def _window_since(ready: dict[int, _Split], rank: int, part: str) -> hold.Since | None:
@@ -525,7 +557,7 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     if late and hold.passing(held, late):
         late = []  # the window's burst: the run's blocks rank these no higher than chance
     straggler = (
-        _straggler_finding(found, ready, waited, shares) if found is not None and late else None
+        _window_straggler(found, ready, waited, shares) if found is not None and late else None
     )
     if straggler is None and held is not None and held.late:
         straggler = _held_straggler(held, ready, waited, shares)
