@@ -3,6 +3,7 @@
     python benchmarks/bench_straggler.py [--nproc 4] [--healthy-seconds 180] [--factors ...]
     python benchmarks/bench_straggler.py --cost-only [--pairs 2]   # the timing's cost alone
     python benchmarks/bench_straggler.py --stability [--runs 5] [--nprocs 2 4] [--watch 40]
+        [--busy N]
 
 With --stability, prints instead, per rank count and slowdown factor, over --runs runs each:
 when the ranks' files first name rank 1 (seconds after the first step, and its step), and the
@@ -11,6 +12,8 @@ check judge: the agents' state files, analysis/timing.py), with the run's blocks
 (analysis/timing_hold.py) beside the 64-step window alone (the blocks left out: the plain
 alternative, what `dump` judged before); and a healthy job's looks with a warning (its
 comm-heavy variant included: half its step in an all_reduce). A look every --every seconds.
+With --busy N, N processes that work in 4 ms bursts (another user's work on the node, as in
+tests/test_straggler_jobs.py) run beside every job, from before it starts until it ends.
 
 Prints, in one run:
   * per slowdown factor (rank 1 computes 1.1x ... 2x as long as the others, ±10% step jitter
@@ -415,10 +418,31 @@ def _spread(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} ({format(values[0], fmt)}-{format(values[-1], fmt)})"
 
 
+# Another job's threads on the node: 4 ms of work, a short sleep, again.
+BURSTS = """import time
+while True:
+    end = time.perf_counter() + 0.004
+    while time.perf_counter() < end:
+        pass
+    time.sleep(0.0005)
+"""
+
+
 def stability_main(args: argparse.Namespace, folder: Path) -> None:
     print(f"# {os.cpu_count()} CPUs; rank {SLOW_RANK} computes FACTOR x as long, 60 ms of "
           f"compute a step, ±10% jitter on every rank; a look every {args.every:g} s for "
-          f"{args.watch:g} s after the first step; {args.runs} runs each", flush=True)  # fmt: skip
+          f"{args.watch:g} s after the first step; {args.runs} runs each; "
+          f"{args.busy} bursty processes beside the job", flush=True)  # fmt: skip
+    neighbours = [subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(args.busy)]
+    try:
+        _stability(args, folder)
+    finally:
+        for proc in neighbours:
+            proc.kill()
+            proc.wait()
+
+
+def _stability(args: argparse.Namespace, folder: Path) -> None:
     print(
         "ranks | factor | named in | first named: s after 1st step, step (median, range) | "
         "stability after: blocks (mean, min) | window alone (mean, min) | wrong names"
@@ -483,6 +507,7 @@ def main() -> None:
     parser.add_argument("--nprocs", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--watch", type=float, default=40.0, help="--stability: seconds")
     parser.add_argument("--every", type=float, default=2.0, help="--stability: look every")
+    parser.add_argument("--busy", type=int, default=0, help="--stability: bursty neighbours")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         folder = Path(tmp)
