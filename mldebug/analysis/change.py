@@ -34,8 +34,11 @@ delay (the median over the changed ranks): it is a warning only when what is lef
 WARN_RATIO times the step before. Where that delay grew by BUSIER_SHARE of the step's growth
 or more, and on every changed rank by EVERY_SHARE of it, the finding says the node got busier
 (its `cause` fact), at info unless what is left is still a warning's worth. A rank whose step
-grew almost all waiting in collectives waits for a peer: the most any rank's delay grew since
-explains it where that is more than its own.
+that waits longer in collectives than its peers do waits for a peer held off its CPU: the
+part of its wait its peers do not share is explained by the most any peer's delay grew, on
+top of its own (the peer's lateness and its own held threads come one after the other in its
+step), never more than its growth. Where every rank's collectives grew alike, they wait for
+no one: only a rank's own delay explains it.
 """
 
 from __future__ import annotations
@@ -68,7 +71,6 @@ DRIFT_BLOCKS = 3  # ...the first and last quarter since (this many blocks at lea
 OWN_SHARE = 0.5  # growth outside collectives over this share: the rank's own change
 BUSIER_SHARE = 0.5  # the run-queue delay grew by this share of the step's growth (median)...
 EVERY_SHARE = 0.25  # ...and by this share on every changed rank: the node got busier
-WAITING_SHARE = 0.8  # growth in collectives over this share: the rank waits for its peers
 CAUSE_NODE = "busier node"
 CAUSE_JOB = "the job"
 PARTS = ("data", "compute", "collective", "sync")
@@ -161,14 +163,26 @@ def _block_at(blocks: Sequence[StepBlock], at: int) -> int | None:
     return k if k is not None and MIN_BEFORE <= k < len(blocks) else None
 
 
-def delay_growth(blocks: Sequence[StepBlock], at: int) -> float | None:
-    """How much the rank's run-queue delay a unit grew from unit `at` on; None: not known."""
+@dataclass(frozen=True)
+class Peer:
+    """How much a rank's run-queue delay and its time in collectives a unit grew from
+    another rank's change on (medians before and since)."""
+
+    delay: float | None  # None: not known
+    collective: float
+
+
+def peer_growth(blocks: Sequence[StepBlock], at: int) -> Peer | None:
+    """The rank's growth from unit `at` on; None where it has too few blocks before."""
     blocks = [b for b in blocks if b.wall > 0]
     k = _block_at(blocks, at)
     if k is None:
         return None
     old, new = _delay(blocks[:k]), _delay(blocks[k:])
-    return new - old if old is not None and new is not None else None
+    collective = _median([b.collective for b in blocks[k:]]) - _median(
+        [b.collective for b in blocks[:k]]
+    )
+    return Peer(new - old if old is not None and new is not None else None, collective)
 
 
 def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -> Change | None:
@@ -238,24 +252,26 @@ class Busier:
     node: bool  # the delay is most of the growth, on every changed rank: the node got busier
 
 
-def _explained(change: Change, peers: dict[int, float]) -> float:
-    """The run-queue delay's growth that explains the rank's: its own; for a rank whose
-    step grew almost all waiting in collectives, the most any other rank's grew where that
-    is more (the rank waits while the kernel holds a peer off its CPU), never over its
-    growth."""
+def _explained(change: Change, peers: dict[int, Peer]) -> float:
+    """The run-queue delay's growth that explains the rank's: its own, and for the part
+    of its wait in collectives that its peers do not share (it waits for a late peer),
+    the most any peer's delay grew; never over its growth."""
     own = change.delay_after - change.delay_before  # type: ignore[operator]
-    if change.share("collective") < WAITING_SHARE:
+    others = [peer for rank, peer in peers.items() if rank != change.rank]
+    delays = [peer.delay for peer in others if peer.delay is not None]
+    if not delays:
         return own
-    others = [grown for rank, grown in peers.items() if rank != change.rank]
-    return max(own, min(max(others, default=own), change.after - change.before))
+    waited = change.growth[PARTS.index("collective")] - min(p.collective for p in others)
+    late = min(max(0.0, max(delays)), max(0.0, waited))
+    return max(own, min(own + late, change.after - change.before))
 
 
 def busier(
-    found: Sequence[Change], before: float, after: float, peers: dict[int, float] | None = None
+    found: Sequence[Change], before: float, after: float, peers: dict[int, Peer] | None = None
 ) -> Busier | None:
     """The slowdown judged on the step less its run-queue delay's growth; None where a
-    changed rank does not know its delay. `peers`: each searched rank's delay growth from
-    the change on, changed or not."""
+    changed rank does not know its delay. `peers`: each searched rank's growth from the
+    change on, changed or not."""
     known = [c for c in found if c.delay_before is not None and c.delay_after is not None]
     if not known or len(known) < len(found) or before <= 0:
         return None
@@ -285,19 +301,17 @@ def _searched(views: Sequence[RankView]) -> list[tuple[int, RankTiming]]:
     return found
 
 
-def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str, dict[int, float]]:
+def changes(views: Sequence[RankView]) -> tuple[list[Change], int, str, dict[int, Peer]]:
     """Each searched rank's change (ranks without one left out), how many ranks were
     searched, the unit ("steps", or "collectives" where no step is counted), and each
-    searched rank's run-queue delay growth from the change on (where known)."""
+    searched rank's growth from the change on."""
     searched = _searched(views)
     found = [c for rank, t in searched if (c := rank_change(rank, t.history)) is not None]
-    peers: dict[int, float] = {}
+    peers: dict[int, Peer] = {}
     if found:  # the others judged where the change began: a job's ranks change together
         at = int(_median([c.since for c in found]))
         peers = {
-            rank: grown
-            for rank, t in searched
-            if (grown := delay_growth(t.history, at)) is not None
+            rank: grown for rank, t in searched if (grown := peer_growth(t.history, at)) is not None
         }
         named = {c.rank for c in found}
         found += [
