@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -26,6 +27,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MODES = ("straggler", "outliers", "mismatch", "missing", "healthy", "dataloader")
 NPROC = 4
 NPROC_OF = {"outliers": 5, "dataloader": 3}  # 5: a fifth rank burns CPU in C code
+# The jobs that compute without end (the healthy one trains, an outlier spins) are stopped
+# once ready and go on only for their tests: the other jobs and tests get the CPU meanwhile.
+COMPUTING = ("healthy", "outliers")
 
 
 def line_of(marker: str) -> str:
@@ -69,6 +73,18 @@ class Job:
 
     def ready(self) -> bool:
         return self.log.read_text(errors="replace").count(self.marker) >= self.expected
+
+    def hold(self, held: bool) -> None:
+        """Stop (or continue) the job's ranks and their workers; torchrun goes on."""
+        try:
+            procs = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGSTOP if held else signal.SIGCONT)
+            except psutil.Error:
+                pass
 
     def stop(self) -> None:
         # torchrun starts each rank in a session of its own: kill their groups too.
@@ -130,10 +146,21 @@ def jobs(tmp_path_factory):
             time.sleep(1)
         for job in started.values():
             wait_until_settled(job)  # the last rank to print READY is then in its wait
+        for mode in COMPUTING:
+            started[mode].hold(True)
         yield started
     finally:
         for job in started.values():
             job.stop()
+
+
+@contextmanager
+def running(job: Job):
+    job.hold(False)
+    try:
+        yield
+    finally:
+        job.hold(True)
 
 
 def dump_json(job: Job) -> tuple[int, dict]:
@@ -162,7 +189,8 @@ def test_rank_that_never_reaches_the_collective(jobs):
 
 
 def test_lock_dataloader_and_busy_outliers(jobs):
-    code, report = dump_json(jobs["outliers"])
+    with running(jobs["outliers"]):
+        code, report = dump_json(jobs["outliers"])
     assert code == 1
     found = {tuple(f["ranks"]): f["location"] for f in errors(report)}
     assert found == {
@@ -229,7 +257,8 @@ def test_rank_missing_from_rendezvous(jobs):
 
 
 def test_healthy_job_is_not_called_hung(jobs):
-    code, report = dump_json(jobs["healthy"])
+    with running(jobs["healthy"]):
+        code, report = dump_json(jobs["healthy"])
     assert code == 0, report["findings"]
     assert errors(report) == []
     assert [f["kind"] for f in report["findings"]] == ["progressing"]
