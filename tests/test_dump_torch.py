@@ -74,13 +74,16 @@ class Job:
     def ready(self) -> bool:
         return self.log.read_text(errors="replace").count(self.marker) >= self.expected
 
+    def ranks(self) -> list[psutil.Process]:
+        """The job's ranks and their workers (torchrun's descendants)."""
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
     def hold(self, held: bool) -> None:
         """Stop (or continue) the job's ranks and their workers; torchrun goes on."""
-        try:
-            procs = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            procs = []
-        for proc in procs:
+        for proc in self.ranks():
             try:
                 proc.send_signal(signal.SIGSTOP if held else signal.SIGCONT)
             except psutil.Error:
@@ -88,10 +91,7 @@ class Job:
 
     def stop(self) -> None:
         # torchrun starts each rank in a session of its own: kill their groups too.
-        try:
-            ranks = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            ranks = []
+        ranks = self.ranks()
         for pid in [self.proc.pid, *(r.pid for r in ranks)]:
             try:
                 os.killpg(pid, signal.SIGKILL)
