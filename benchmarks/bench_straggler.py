@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's mldebug
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # testkit
 
 import argparse
 import json
@@ -52,6 +53,8 @@ import subprocess
 import tempfile
 import time
 from dataclasses import replace
+
+from testkit.procs import bursty_neighbours
 
 from mldebug.analysis.timing import judge_timing
 from mldebug.files.rundir import RunPaths
@@ -418,28 +421,13 @@ def _spread(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} ({format(values[0], fmt)}-{format(values[-1], fmt)})"
 
 
-# Another job's threads on the node: 4 ms of work, a short sleep, again.
-BURSTS = """import time
-while True:
-    end = time.perf_counter() + 0.004
-    while time.perf_counter() < end:
-        pass
-    time.sleep(0.0005)
-"""
-
-
 def stability_main(args: argparse.Namespace, folder: Path) -> None:
     print(f"# {os.cpu_count()} CPUs; rank {SLOW_RANK} computes FACTOR x as long, 60 ms of "
           f"compute a step, ±10% jitter on every rank; a look every {args.every:g} s for "
           f"{args.watch:g} s after the first step; {args.runs} runs each; "
           f"{args.busy} bursty processes beside the job", flush=True)  # fmt: skip
-    neighbours = [subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(args.busy)]
-    try:
+    with bursty_neighbours(args.busy):
         _stability(args, folder)
-    finally:
-        for proc in neighbours:
-            proc.kill()
-            proc.wait()
 
 
 def _stability(args: argparse.Namespace, folder: Path) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 from testkit.jobs import MLDEBUG, dump_json, start, stop, wait_ready
+from testkit.procs import bursty_neighbours
 
 from mldebug.analysis.change import changes
 from mldebug.analysis.timing import judge_timing
@@ -177,19 +178,6 @@ def cpu_heavy_neighbour():
         spin.wait()
 
 
-# Another job's threads on the node: 4 ms of work, a short sleep, again. A process that
-# only spins does not slow the healthy job (its threads wake from their waits ahead of it);
-# six of these on 2 cores made its step 1.4x-1.5x longer, the kernel holding its threads
-# off their CPUs most of that time more (docs/dump.md).
-BURSTS = """import time
-while True:
-    end = time.perf_counter() + 0.004
-    while time.perf_counter() < end:
-        pass
-    time.sleep(0.0005)
-"""
-
-
 def ranks_changes(run_dir: Path) -> list[str]:
     """What the change-over-time analysis saw of each rank: said where a test fails, to
     tell a rank that waits from the rank it waits for."""
@@ -200,17 +188,6 @@ def ranks_changes(run_dir: Path) -> list[str]:
         if v.agent and v.agent.timing else f"rank {v.rank} {v.state}: no timing"
         for v in views
     ]  # fmt: skip
-
-
-@contextmanager
-def bursty_neighbours(count: int):
-    procs = [subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_straggler_stays_named_at_every_dump_on_a_busy_node(jobs, capsys):

@@ -12,6 +12,29 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SLEEPY = Path(__file__).parent.parent / "jobs" / "sleepy_ranks.py"
+# Another job's threads on the node: 4 ms of work, a short sleep, again. A process that
+# only spins does not slow a healthy job (its threads wake from their waits ahead of it);
+# six of these on 2 cores made its step 1.4x-1.5x longer, the kernel holding its threads
+# off their CPUs most of that time more (docs/dump.md).
+BURSTS = """import time
+while True:
+    end = time.perf_counter() + 0.004
+    while time.perf_counter() < end:
+        pass
+    time.sleep(0.0005)
+"""
+
+
+@contextmanager
+def bursty_neighbours(count: int) -> Iterator[None]:
+    """`count` processes that work in bursts beside a job (BURSTS), killed on the way out."""
+    procs = [subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 @contextmanager
