@@ -1,10 +1,10 @@
-"""What does reading a rank's stacks from the rank itself (faulthandler, on the agent's
-signal: collect/rankstacks.py) cost, next to reading them with py-spy?
+"""What does reading a rank's stacks from the rank itself (its agent's thread, woken through
+a FIFO: collect/rankstacks.py) cost, next to reading them with py-spy?
 
 One rank under `mldebug run` (no torch: a Python loop with 8 threads, 20 frames deep each)
 is read, in turn, `--reads` times each way from this process, with the same timer:
   * py-spy: `py-spy dump --json --pid PID` and its parsing (collect/pyspy.dump_stack);
-  * rank: the signal, faulthandler's write, the wait until the file stops growing
+  * rank: the byte on the FIFO, the thread's write, the wait until the file stops growing
     (SETTLE = 0.1 s) and the parsing (collect/rankstacks.ask_rank).
 Reported: the median and the slowest read, and the threads and frames each read found.
 Run as root (or with ptrace allowed) so that py-spy can read the rank too.
@@ -75,7 +75,7 @@ def main() -> int:
             rows = []
             for name, read in (
                 ("py-spy", lambda: dump_stack(pyspy, target, timeout=10)),
-                ("rank (faulthandler)", lambda: ask_rank(target, "benchmark", timeout=10)),
+                ("rank (its agent)", lambda: ask_rank(target, "benchmark", timeout=10)),
             ):
                 times, found = [], None
                 for _ in range(args.reads):

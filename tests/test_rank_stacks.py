@@ -1,5 +1,6 @@
-"""Stacks without ptrace: a rank of an `mldebug run` job writes its own stacks (faulthandler,
-on the signal its agent registered) when py-spy is refused, unsupported or missing.
+"""Stacks without ptrace: a rank of an `mldebug run` job writes its own stacks (its agent's
+thread, woken through a FIFO; faulthandler, on the signal its agent registered, where the
+thread cannot run) when py-spy is refused, unsupported or missing.
 
 Real jobs, real py-spy, real refusals: the ranks make themselves non-dumpable
 (tests/jobs/nondumpable_job.py) and `mldebug dump` runs as a user without CAP_SYS_PTRACE
@@ -27,7 +28,9 @@ from testkit.noptrace import Restricted, py_spy_refused, restricted
 
 from mldebug.collect.rankstacks import ask_rank, parse_faulthandler
 from mldebug.files.procfs import proc_start_ticks
+from mldebug.files.rundir import RunPaths
 from mldebug.files.safeio import write_json_atomic
+from mldebug.launch import env as envs
 from mldebug.model import FAIL_ERROR, RankTarget
 from mldebug.rankrules import stack_signals
 
@@ -128,6 +131,135 @@ def test_a_process_that_cannot_answer_is_never_signalled(claim, why, tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# --- the agent's thread answers; the signal only where the GIL is kept --------------------
+
+PARKED = textwrap.dedent(
+    """\
+    import faulthandler, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    from mldebug.agent.stackthread import render
+
+    def parked(ready):
+        ready.set()
+        time.sleep(30)
+
+    ready = threading.Event()
+    threading.Thread(target=parked, args=(ready,), daemon=True).start()
+    ready.wait()
+    time.sleep(0.2)
+    print(render(sys._current_frames()))
+    print("=====", flush=True)
+    faulthandler.dump_traceback(sys.stdout, all_threads=True)
+    """
+)
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("python", interpreters())
+def test_the_agents_thread_writes_what_faulthandler_writes(python, tmp_path):
+    """The thread writes faulthandler's format: a parked thread reads the same both ways."""
+    done = subprocess.run(
+        [python, "-c", PARKED, str(ROOT)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    parked = [
+        [t.frames for t in parse_faulthandler(text) if t.frames[0].function != "<module>"]
+        for text in done.stdout.split("=====\n")
+    ]
+    assert parked[0] == parked[1] and len(parked[0]) == 1
+    assert [frame.function for frame in parked[0][0]][-2:] == ["run", "parked"]
+
+
+BUSY_RANK = textwrap.dedent(
+    """\
+    import ctypes, json, sys, threading, time
+
+    def churn():
+        data = {"a": [list(range(50)) for _ in range(20)], "b": {"x": {"y": [1.5] * 30}}}
+        while True:
+            json.dumps(data, indent=1)
+            time.sleep(0.001)
+
+    def depth(n):
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    for _ in range(3):
+        threading.Thread(target=churn, daemon=True).start()
+    print("ready", flush=True)
+    if sys.argv[1] == "keep-gil":
+        ctypes.PyDLL(None).sleep(60)  # C code that never lets go of the GIL
+    while True:
+        depth(200)
+        time.sleep(0.0005)
+    """
+)
+
+
+def _hooked_rank(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, RankTarget]:
+    env = {**os.environ, **envs.hook_env(dict(os.environ), tmp_path / "run", envs.MODE_NATIVE)}
+    env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUSY_RANK, mode], env=env, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc, RankTarget(pid=proc.pid, rank=0, world_size=1, run_dir=str(tmp_path / "run"))
+
+
+def _answered_by(sample) -> str:
+    """Who wrote the stacks: faulthandler lists every thread, the agent's own answering
+    thread among them; the thread leaves itself out."""
+    files = {frame.file for thread in sample.threads for frame in thread.frames}
+    return "signal" if any(f.endswith("stackthread.py") for f in files) else "thread"
+
+
+def test_a_rank_with_busy_threads_is_asked_thousands_of_times_and_lives(tmp_path):
+    """faulthandler's signal crashed such a rank (SIGSEGV) about once in 550 requests: it
+    walks the threads' frames while they change. The agent's thread answers instead, with
+    the GIL held: thousands of requests at once, then dumps' readings, and the rank lives."""
+    proc, target = _hooked_rank(tmp_path, "busy")
+    try:
+        paths = RunPaths(tmp_path / "run")
+        fifo = os.open(paths.stacks_request(0), os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            for _ in range(3000):
+                try:
+                    os.write(fifo, b"?")
+                except BlockingIOError:
+                    pass  # pokes not read yet are answered together
+                time.sleep(0.0005)
+        finally:
+            os.close(fifo)
+        for _ in range(10):
+            sample = ask_rank(target, "ptrace refused", timeout=5.0)
+            assert sample.failure is None, sample.failure_detail
+            assert _answered_by(sample) == "thread"
+            main = sample.threads[0]
+            assert main.name == "MainThread" and main.frames[0].function == "<module>"
+            busy = [t for t in sample.threads if any(f.function == "churn" for f in t.frames)]
+            assert len(busy) == 3
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_rank_that_keeps_the_gil_is_read_by_the_signal(tmp_path):
+    """A thread stuck in C code with the GIL keeps the agent's thread from running; after
+    POLITE seconds the signal is sent, and faulthandler (safe there: no frame can change)
+    names the function holding it."""
+    proc, target = _hooked_rank(tmp_path, "keep-gil")
+    try:
+        time.sleep(0.3)  # in the C call
+        sample = ask_rank(target, "ptrace refused", timeout=5.0)
+        assert sample.failure is None, sample.failure_detail
+        assert _answered_by(sample) == "signal"
+        assert sample.threads[0].name == "MainThread"
+        assert sample.threads[0].frames[-1].function == "<module>"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # --- a run's non-dumpable ranks are its ranks, and nothing else is --------------------------
@@ -310,7 +442,7 @@ def test_dump_without_ptrace_names_the_stuck_rank_from_the_ranks_own_stacks(stuc
     assert all(source.endswith("ptrace refused") for source in sources.values()), sources
     text = _dump(user, run_dir)
     assert text.returncode == 1, text.stderr
-    assert "stacks of ranks 0-3 from the rank itself (faulthandler): ptrace refused" in text.stdout
+    assert "stacks of ranks 0-3 from the rank itself (its agent): ptrace refused" in text.stdout
     assert f"nondumpable_job.py:{line_of(SOURCE, 'STUCK_LINE')} in load_shard" in text.stdout
 
 
@@ -346,7 +478,7 @@ def test_attach_without_ptrace_polls_the_ranks_own_stacks(stuck_job):
     seen = json.loads(done.stdout)
     assert seen["ranks"] == [2] and seen["severity"] == "error", seen
     assert seen["location"] == f"{JOB}:{line_of(SOURCE, 'STUCK_LINE')}"
-    assert seen["sources"] == ["the rank itself (faulthandler): ptrace refused"]
+    assert seen["sources"] == ["the rank itself (its agent): ptrace refused"]
 
 
 @pytest.mark.multirank

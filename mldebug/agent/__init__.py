@@ -8,8 +8,10 @@ The agent:
     stdout and stderr are pipes that `mldebug run` reads into the logs itself);
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
-  * registers a free real-time signal with faulthandler (agent/stacksignal.py), so `dump`
-    can have every thread's stack written to ranks/<rank>/stacks.txt where ptrace is refused;
+  * starts a thread that writes every thread's stack to ranks/<rank>/stacks.txt when `dump`
+    asks through ranks/<rank>/stacks.ask (agent/stackthread.py), and registers a free
+    real-time signal with faulthandler for when that thread cannot run (agent/stacksignal.py):
+    stacks where ptrace is refused;
   * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
   * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal);
   * starts its watching parts (`_start_parts`): the collective trace, the step count, the
@@ -68,6 +70,7 @@ ENV_MODE = "MLDEBUG_MODE"
 MODE_WRAP = "wrap"
 
 _fault_file: TextIO | None = None  # stays open for faulthandler for the life of the process
+_stacks_file: TextIO | None = None  # where stacks asked for by `dump` go, open as long
 _runtime: _Runtime | None = None  # the running parts, once activate() started them
 
 
@@ -167,15 +170,28 @@ def _redirect_to_files(safeio: ModuleType, stdout_path: Path, stderr_path: Path)
             setattr(sys, f"__{name}__", guarded)
 
 
-def _register_stack_signal(safeio: ModuleType, path: Path) -> int | None:
-    """The signal that makes this rank write its stacks (agent/stacksignal.py), or None."""
+def _answer_stack_requests(safeio: ModuleType, paths: RunPaths, rank: int) -> int | None:
+    """Start what answers `dump` without ptrace: the thread (agent/stackthread.py) and the
+    signal (agent/stacksignal.py), both writing to the rank's stacks file. The signal, or
+    None."""
+    global _stacks_file
+    try:
+        _stacks_file = os.fdopen(safeio.open_append(paths.stacks_file(rank)), "a", encoding="utf-8")
+    except Exception:
+        return None  # no stacks without ptrace; the program runs as it would
+    try:
+        from . import stackthread
+
+        stackthread.start(str(paths.stacks_request(rank)), _stacks_file.fileno())
+    except Exception:
+        pass  # `dump` sends the signal instead
     try:
         from . import stacksignal
 
         signals, procfs = _sibling("rankrules").stack_signals(), _sibling("files.procfs")
-        return stacksignal.register(safeio.open_append(path), signals, procfs.caught_signals())
+        return stacksignal.register(_stacks_file, signals, procfs.caught_signals())
     except Exception:
-        return None  # no stacks without ptrace; the program runs as it would
+        return None
 
 
 def _write_quietly(write_json: WriteJson, path: Path, data: dict) -> bool:
@@ -209,7 +225,7 @@ def activate() -> None:
     paths = rundir.RunPaths(Path(run_dir))
     safeio.make_private_dir(paths.rank_dir(rank))
     host = rundir.hostname()
-    stack_signal = _register_stack_signal(safeio, paths.stacks_file(rank))
+    stack_signal = _answer_stack_requests(safeio, paths, rank)
     # proc.json first: the launcher only tails a wrapped rank's files once it knows who it is.
     known = _write_quietly(
         safeio.write_json_atomic,

@@ -13,32 +13,29 @@ nothing in the process catches it already (its SigCgt bit) and Python has it at 
 default: a program's own handlers are never replaced. Which one was taken is written in
 proc.json (`stack_signal`), and `dump` sends only that one, and only while it sees the rank
 catching it (a rank that reset it to the default action would be killed by it).
+The signal is the fallback: a thread of the agent's answers first (agent/stackthread.py),
+since faulthandler's walk of the other threads is not safe while they run Python code.
 Stdlib only.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
 
 TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import TextIO
 
-_keep: list = []  # the stream faulthandler writes to: it must outlive every dump
 
-
-def register(fd: int, candidates: Iterable[int], caught_mask: int | None) -> int | None:
-    """Register faulthandler on the first free candidate signal, writing to `fd` (kept open
-    for the life of the process; closed when no signal is free). The signal, or None."""
+def register(stream: TextIO, candidates: Iterable[int], caught_mask: int | None) -> int | None:
+    """Register faulthandler on the first free candidate signal, writing to `stream` (which
+    the caller keeps open for the life of the process). The signal, or None."""
     mask = caught_mask if caught_mask is not None else 0
     for signum in candidates if caught_mask is not None else ():
         if mask >> (signum - 1) & 1 or signal.getsignal(signum) != signal.SIG_DFL:
             continue
-        stream = os.fdopen(fd, "a", encoding="utf-8")
-        _keep.append(stream)
         faulthandler.register(signum, file=stream, all_threads=True, chain=False)
         return signum
-    os.close(fd)
     return None

@@ -1,14 +1,18 @@
 """Read a rank's stacks from the rank itself, for when py-spy cannot (ptrace refused,
 py-spy missing, or a Python py-spy does not support).
 
-A rank started by `mldebug run` has its agent inside; the agent registered a real-time
-signal with faulthandler (agent/stacksignal.py) and wrote which one in proc.json. Asking is:
-check that the pid is the rank proc.json names (this user's, the same start time, so a
-reused pid is never signalled), that the signal is one the agent may register and that the
-process catches it now (/proc/PID/status SigCgt), empty the rank's stacks file, send the
-signal through a pidfd opened before the last check (so the signal reaches that process and
-no other), and read what faulthandler wrote once it stops growing. The file is rank-written
-data: opened without following symlinks, read bounded, parsed line by line.
+A rank started by `mldebug run` has its agent inside. Asking is: check that the pid is the
+rank proc.json names (this user's, the same start time, so a reused pid is never
+signalled), empty the rank's stacks file, write a byte to the FIFO its agent's thread waits
+on (agent/stackthread.py), and read what the thread wrote once the file stops growing. A
+thread that does not answer in POLITE seconds is kept off by a thread holding the GIL
+(stuck in C code); only then is the agent's faulthandler signal sent (agent/stacksignal.py),
+if it is one the agent may register and the process catches it now (/proc/PID/status
+SigCgt), through a pidfd opened before the last check (so the signal reaches that process
+and no other). faulthandler's walk of the threads, unsafe while they run Python code, is
+safe then: no frame changes while the GIL is held. The stacks file and the FIFO are
+rank-written: opened without following symlinks, checked for their type and owner, the
+file read bounded and parsed line by line.
 
 `parse_faulthandler` is pure, over faulthandler's documented format (the same in CPython
 3.6 to 3.13):
@@ -44,9 +48,11 @@ from mldebug.model import (
 from mldebug.rankrules import stack_signals
 
 # Where the stacks came from, said beside the verdict (StackSample.source).
-SOURCE_RANK = "the rank itself (faulthandler)"
+SOURCE_RANK = "the rank itself (its agent)"
 MAX_STACK_BYTES = 4 << 20  # faulthandler writes at most 100 threads of 100 frames
 SETTLE = 0.1  # seconds the file must stay the same size to be taken as complete
+POLITE = 2.0  # seconds the agent's thread has to answer before the signal is sent
+SIGNAL_WAIT = 0.5  # the least time left for which the signal is still worth sending
 POLL = 0.02
 _HEADER = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[.*\])? \(most recent call first\):$"
@@ -81,8 +87,11 @@ def parse_faulthandler(
             )
     if not threads:
         raise ValueError("no thread in faulthandler's output")
-    stacks = []
+    stacks, seen = [], set()
     for ident, current, frames in threads:
+        if ident in seen:
+            continue  # a second answer appended to the first (the thread's, then the signal's)
+        seen.add(ident)
         main = main_ident is not None and ident == main_ident
         stacks.append(
             ThreadStack(
@@ -101,8 +110,9 @@ class NotAsked(Exception):
     """The rank cannot be asked for its stacks (why, in one line)."""
 
 
-def _checked(target: RankTarget) -> tuple[int, int | None, rundir.RunPaths]:
-    """(signal, main thread ident, paths) of a rank whose agent can be asked, else NotAsked."""
+def _checked(target: RankTarget) -> tuple[int | None, str, int | None, rundir.RunPaths]:
+    """(signal or None, why no signal, main thread ident, paths) of a rank whose agent can be
+    asked, else NotAsked."""
     if target.run_dir is None or target.rank is None:
         raise NotAsked("not started by `mldebug run` (no agent in it to ask)")
     paths = rundir.RunPaths(Path(target.run_dir))
@@ -112,12 +122,31 @@ def _checked(target: RankTarget) -> tuple[int, int | None, rundir.RunPaths]:
         raise NotAsked("its agent's proc.json does not name this process")
     if procfs.proc_uids(target.pid) != (os.geteuid(), os.geteuid()):
         raise NotAsked("another user's process")
-    if not isinstance(signum, int) or signum not in stack_signals():
-        raise NotAsked("its agent registered no stack signal")
-    if not procfs.catches(target.pid, signum):
-        raise NotAsked("it no longer catches the stack signal its agent registered")
     main = info.get("main_thread")
-    return signum, main if isinstance(main, int) else None, paths
+    main = main if isinstance(main, int) else None
+    if not isinstance(signum, int) or signum not in stack_signals():
+        return None, "its agent registered no stack signal", main, paths
+    if not procfs.catches(target.pid, signum):
+        return None, "it no longer catches the stack signal its agent registered", main, paths
+    return signum, "", main, paths
+
+
+def _poke(path: Path) -> bool:
+    """Wake the agent's answering thread; False where none waits (no FIFO, an agent without
+    the thread, or a name that is not this user's FIFO)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # ENXIO: nobody reads it; ENOENT: an agent without the thread
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & 0o170000 != 0o010000 or info.st_uid != os.geteuid():
+            return False
+        return os.write(fd, b"?") == 1
+    except OSError:
+        return False  # EAGAIN: the FIFO is full of pokes not read yet
+    finally:
+        os.close(fd)
 
 
 def _open_stacks(path) -> int:
@@ -192,7 +221,7 @@ def ask_rank(target: RankTarget, reason: str, timeout: float = 5.0) -> StackSamp
     if process_gone(target.pid):
         return failed(FAIL_EXITED, "the process exited")
     try:
-        signum, main, paths = _checked(target)
+        signum, no_signal, main, paths = _checked(target)
         ticks = procfs.proc_start_ticks(target.pid)
         fd = _open_stacks(paths.stacks_file(target.rank or 0))
     except NotAsked as error:
@@ -203,8 +232,13 @@ def ask_rank(target: RankTarget, reason: str, timeout: float = 5.0) -> StackSamp
         if not _lock(fd, end):
             return failed(FAIL_TIMEOUT, f"{reason}; another reading of it did not end in time")
         os.ftruncate(fd, 0)
-        _send(target, signum, ticks or 0)
-        data = _wait_written(fd, end)
+        poked = _poke(paths.stacks_request(target.rank or 0))
+        data = _wait_written(fd, min(end, time.monotonic() + POLITE)) if poked else None
+        if data is None and signum is None and not poked:
+            return failed(FAIL_ERROR, f"{reason}; the rank cannot be asked: {no_signal}")
+        if data is None and signum is not None and end - time.monotonic() >= SIGNAL_WAIT:
+            _send(target, signum, ticks or 0)
+            data = _wait_written(fd, end)
     except ProcessLookupError:
         return failed(FAIL_EXITED, "the process exited")
     except OSError as error:

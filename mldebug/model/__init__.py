@@ -174,7 +174,7 @@ class StackSample:
     # moves less often): the newest stack known, not a new sample of the rank.
     carried: bool = False
     # Where the threads came from when not py-spy, and why (collect/rankstacks.py): "the
-    # rank itself (faulthandler): ptrace refused: ..."; "" for py-spy.
+    # rank itself (its agent): ptrace refused: ..."; "" for py-spy.
     source: str = ""
 
 
