@@ -6,8 +6,8 @@ what is judged). Once both are in place:
     16 threads in C code and a main thread that steps. The kernel keeps its threads waiting
     for a CPU, and its heartbeat stops for many seconds, as on a node whose cores other work
     has taken;
-  * rank 1 runs a regular expression that backtracks for hours inside `re`'s C code, holding
-    the GIL: its heartbeat's thread could run, but never gets the GIL.
+  * rank 1 calls C code that sleeps for an hour holding the GIL (a C call blocked on a lock,
+    through ctypes.PyDLL): its heartbeat's thread could run, but never gets the GIL.
 THEN, once both heartbeats are older than the frozen rule's 10 s, `mldebug dump` names rank
 1 frozen, and rank 0 not (its threads' run-queue delay, from the agent's state and from
 /proc, covers its heartbeat's silence: agent/heartbeat.py, collect/agentstate.py).
@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.timeout(300)]
 
 JOB = textwrap.dedent(
     """\
+    import ctypes
     import hashlib
     import os
-    import re
     import threading
     import time
 
@@ -39,7 +39,7 @@ JOB = textwrap.dedent(
     while not os.path.exists(os.environ["GO_FILE"]):
         time.sleep(0.1)
     if rank == 1:
-        re.match(r"(a+)+$", "a" * 64 + "b")  # FROZEN_LINE: hours of C code holding the GIL
+        ctypes.PyDLL(None).sleep(3600)  # FROZEN_LINE: an hour in C code holding the GIL
     data = b"x" * (1 << 20)
 
 
