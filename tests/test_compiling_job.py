@@ -2,7 +2,8 @@
 compiler) for longer than `--hang-timeout` while rank 0 waits for it in all_reduce.
 
 examples/compile_rank.py, under `mldebug run --hang-timeout 4 --on-hang stop`, with a fresh
-TORCHINDUCTOR_CACHE_DIR so the compile is real and cold (about a minute on 2 loaded cores):
+TORCHINDUCTOR_CACHE_DIR so the compile is real and cold (10 layers, one compile thread: about
+20 s of CPU):
 
   * the watchdog looks, says rank 1 is compiling, "not a hang", and never stops the job: it
     ends by itself with exit code 0 and no hang in run.json;
@@ -65,6 +66,9 @@ def _seconds(finding: dict) -> float | None:
 def _start(tmp: Path, name: str, *options: str) -> tuple[subprocess.Popen, Path, object]:
     run_dir = tmp / name
     env = {**os.environ, "NO_COLOR": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
+    # One compile thread: no pool of worker processes importing torch beside the job; the
+    # compile stays far longer than the watchdog's timeout.
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     console = open(tmp / f"{name}.txt", "w+")  # noqa: SIM115 (read after the job ended)
     process = subprocess.Popen(
         [sys.executable, "-m", "mldebug", "run", "--nproc-per-node", "2"]
@@ -84,7 +88,7 @@ def job(tmp_path_factory):
     """Both jobs start together (their torch imports overlap): `compiling` (rank 1 compiles
     at step 5) and `healthy` (no rank compiles: `--compile-rank -1`), dumped all along."""
     tmp = tmp_path_factory.mktemp("compiling")
-    process, run_dir, console = _start(tmp, "compiling", "--compile-at", "5")
+    process, run_dir, console = _start(tmp, "compiling", "--compile-at", "5", "--layers", "10")
     healthy, healthy_dir, healthy_console = _start(tmp, "healthy", "--compile-rank", "-1")
     seen: dict = {"during": [], "after": [], "healthy": []}
     healthy_dumped = [0.0]
