@@ -610,3 +610,23 @@ def test_a_rank_last_out_of_the_final_barrier_is_no_error_until_its_wait_is_a_ha
     (left,) = [f for f in job(30).findings if f.ranks == (0,)]
     assert left.severity == SEVERITY_ERROR
     assert "cannot complete a collective without it" in left.summary
+
+
+def test_two_ranks_caught_a_moment_apart_in_two_calls_are_no_mismatch(tmp_path):
+    # GIVEN a healthy job on a loaded node: rank 1 still ends all_reduce #38 (the shards, line
+    # 58) while rank 0, done with it, waits in #39 (the gradients, line 52), made 0.3 s ago;
+    # both stacks stay put over the 3 readings (a slow all_reduce on a loaded node)
+    grads, shards = f"{TRAIN}:52", f"{TRAIN}:58"
+    in_grads = (MODULE, Frame("main", TRAIN, 52), Frame("all_reduce", C10D, 2800))
+    in_shards = (MODULE, Frame("main", TRAIN, 58), Frame("all_reduce", C10D, 2800))
+    states = {
+        0: state(0, call(39, enqueued=NOW - 0.8, site=grads), 38),
+        1: state(1, call(38, enqueued=NOW - 1.0, site=shards), 37),
+    }
+    snap = snapshot(tmp_path, states, {0: in_grads, 1: in_shards}, busy={0: False, 1: False})
+    # THEN the agents, which count the same calls, are believed: no mismatch, nothing wrong
+    assert [f for f in snap.findings if f.kind == KIND_MISMATCH] == []
+    assert all(f.severity == SEVERITY_INFO for f in snap.findings), snap.findings
+    # ...while without agents the same stacks are two calls that never match
+    bare = snapshot(tmp_path / "bare", {}, {0: in_grads, 1: in_shards}, busy={0: False, 1: False})
+    assert [f.kind for f in bare.findings if f.severity != SEVERITY_INFO] == [KIND_MISMATCH]

@@ -206,6 +206,9 @@ class SequenceVerdict:
     waits: Mapping[int, Wait]  # ranks waiting in a call for at least a heartbeat
     findings: tuple[Finding, ...]
     covered: frozenset[int]  # the ranks these findings explain (stack reasoning skips them)
+    # Ranks whose fresh agents agree on a group's calls: none differs and none has waited a
+    # heartbeat. Stacks read a moment apart may show them in two calls; that is no mismatch.
+    in_transit: frozenset[int] = frozenset()
 
 
 def _waited(view: RankView, call: CollectiveCall) -> float:
@@ -390,15 +393,16 @@ def _rank_progress(view: RankView, group: str) -> ledger.RankProgress:
 
 def _group_verdict(
     group: str, views: Sequence[RankView]
-) -> tuple[dict[int, Wait], list[Finding], set[int]]:
+) -> tuple[dict[int, Wait], list[Finding], set[int], set[int]]:
+    """(waits, findings, ranks covered, ranks in transit) of one group."""
     members = _members(group, views)
     fresh = [v for v in members if _fresh(v)]
     # One member is enough for a hang: a call that never completes on a lone rank waits on
     # the device or the network (a kernel ahead of it on the stream that never ends).
     if not members or not fresh:
-        return {}, [], set()
+        return {}, [], set(), set()
     if any(c.op in P2P_OPS for v in members for c in _calls(v, group).values()):
-        return {}, [], set()
+        return {}, [], set(), set()
     if group == DEFAULT_GROUP:
         size: int | None = len(views)  # a hang is said when every rank of the job has a state
     else:
@@ -408,8 +412,9 @@ def _group_verdict(
     )
     findings = [_mismatch_finding(group, m, members) for m in verdict.mismatches]
     covered = {r for f in findings for r in f.ranks}
+    transit = set() if findings else {v.rank for v in fresh}
     if not verdict.waiting:
-        return {}, findings, covered
+        return {}, findings, covered, transit
     by_rank = {v.rank: v for v in members}
     waiting = [by_rank[r] for r in verdict.waiting]
     waits = {}
@@ -420,7 +425,7 @@ def _group_verdict(
         waits[view.rank] = Wait(view.rank, group, call, _waited(view, call))
     interval = max(interval_of(_agent(v)) for v in waiting)
     if _severity(max(w.seconds for w in waits.values()), interval) is None:
-        return {}, findings, covered  # a call in transit
+        return {}, findings, covered, transit  # a call in transit
     call = waits[waiting[0].rank].call
     if verdict.behind:
         behind = [by_rank[r] for r in verdict.ranks_behind]
@@ -431,7 +436,7 @@ def _group_verdict(
         if hang is not None:
             findings.append(hang)
             covered.update(v.rank for v in waiting)
-    return waits, findings, covered
+    return waits, findings, covered, set()
 
 
 def frozen_findings(views: Sequence[RankView]) -> list[Finding]:
@@ -590,14 +595,18 @@ def sequence_verdict(views: Sequence[RankView]) -> SequenceVerdict:
     waits: dict[int, Wait] = {}
     findings: list[Finding] = []
     covered: set[int] = set()
+    transit: set[int] = set()
     for group in list(names)[:MAX_GROUPS]:
-        group_waits, group_findings, group_covered = _group_verdict(group, views)
+        group_waits, group_findings, group_covered, group_transit = _group_verdict(group, views)
         for rank, wait in group_waits.items():
             waits.setdefault(rank, wait)
         findings += group_findings
         covered |= group_covered
+        transit |= group_transit
     flight_waits, flight_findings, flight_covered = _flight_findings(views, waits, covered)
     waits.update(flight_waits)
     findings += flight_findings
     covered |= flight_covered
-    return SequenceVerdict(waits, tuple(findings), frozenset(covered))
+    return SequenceVerdict(
+        waits, tuple(findings), frozenset(covered), frozenset(transit - covered - set(waits))
+    )
