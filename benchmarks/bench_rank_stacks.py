@@ -1,11 +1,11 @@
-"""What does reading a rank's stacks from the rank itself (its agent's thread, woken through
-a FIFO: collect/rankstacks.py) cost, next to reading them with py-spy?
+"""What does reading a rank's stacks from the rank itself (its agent's thread, on its abstract
+socket: collect/rankstacks.py) cost, next to reading them with py-spy?
 
 One rank under `mldebug run` (no torch: a Python loop with 8 threads, 20 frames deep each)
 is read, in turn, `--reads` times each way from this process, with the same timer:
   * py-spy: `py-spy dump --json --pid PID` and its parsing (collect/pyspy.dump_stack);
-  * rank: the byte on the FIFO, the thread's write, the wait until the file stops growing
-    (SETTLE = 0.1 s) and the parsing (collect/rankstacks.ask_rank).
+  * rank: the checks, the connection, the thread's answer and the parsing
+    (collect/rankstacks.ask_rank).
 Reported: the median and the slowest read, and the threads and frames each read found.
 Run as root (or with ptrace allowed) so that py-spy can read the rank too.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from mldebug.collect.pyspy import dump_stack, find_pyspy
-from mldebug.collect.rankstacks import SETTLE, ask_rank
+from mldebug.collect.rankstacks import ask_rank
 from mldebug.files.safeio import read_json
 from mldebug.model import RankTarget
 
@@ -92,7 +92,7 @@ def main() -> int:
         finally:
             os.killpg(job.pid, 15)
             job.wait(timeout=30)
-    print(f"one rank, 8 threads, {args.reads} reads each way (rank: SETTLE {SETTLE:g} s)")
+    print(f"one rank, 8 threads, {args.reads} reads each way")
     print(f"{'reader':<22}{'median':>10}{'slowest':>10}{'threads':>9}{'frames':>8}")
     for name, median, slowest, threads, frames in rows:
         print(f"{name:<22}{median * 1000:>8.0f}ms{slowest * 1000:>8.0f}ms{threads:>9}{frames:>8}")

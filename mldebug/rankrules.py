@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
+import struct
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -218,3 +220,21 @@ def stack_signals() -> tuple[int, ...]:
     """The signals that may make a rank write its stacks, in the order the agent tries them."""
     top = getattr(signal, "SIGRTMAX", None)
     return tuple(int(top) - offset for offset in STACK_SIGNAL_OFFSETS) if top is not None else ()
+
+
+# The abstract Unix socket on which the agent's thread answers with the rank's stacks
+# (agent/stackthread.py, collect/rankstacks.py): named after the process, its start time
+# included, so a reused pid never answers for another.
+PEER_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def stack_socket_name(pid: int, start_ticks: int) -> bytes:
+    """The abstract socket address (a leading NUL: no file) of process `pid`."""
+    return f"\0mldebug-stacks/{pid}/{start_ticks}".encode()
+
+
+def socket_peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket, as the kernel vouches."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEER_CREDENTIALS.size)
+    pid, uid, _gid = PEER_CREDENTIALS.unpack(raw)
+    return pid, uid

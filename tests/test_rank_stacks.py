@@ -1,5 +1,5 @@
-"""Stacks without ptrace: a rank of an `mldebug run` job writes its own stacks (its agent's
-thread, woken through a FIFO; faulthandler, on the signal its agent registered, where the
+"""Stacks without ptrace: a rank of an `mldebug run` job gives its own stacks (its agent's
+thread, on its abstract socket; faulthandler, on the signal its agent registered, where the
 thread cannot run) when py-spy is refused, unsupported or missing.
 
 Real jobs, real py-spy, real refusals: the ranks make themselves non-dumpable
@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,11 +29,10 @@ from testkit.noptrace import Restricted, py_spy_refused, restricted
 
 from mldebug.collect.rankstacks import ask_rank, parse_faulthandler
 from mldebug.files.procfs import proc_start_ticks
-from mldebug.files.rundir import RunPaths
 from mldebug.files.safeio import write_json_atomic
 from mldebug.launch import env as envs
 from mldebug.model import FAIL_ERROR, RankTarget
-from mldebug.rankrules import stack_signals
+from mldebug.rankrules import stack_signals, stack_socket_name
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "nondumpable_job.py"
@@ -214,23 +214,23 @@ def _answered_by(sample) -> str:
     return "signal" if any(f.endswith("stackthread.py") for f in files) else "thread"
 
 
+def _asked_directly(pid: int) -> bytes:
+    """One answer of the agent's thread, read as `dump` reads it, without the checks."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(stack_socket_name(pid, proc_start_ticks(pid) or 0))
+        return b"".join(iter(lambda: conn.recv(1 << 16), b""))
+
+
 def test_a_rank_with_busy_threads_is_asked_thousands_of_times_and_lives(tmp_path):
     """faulthandler's signal crashed such a rank (SIGSEGV) about once in 550 requests: it
     walks the threads' frames while they change. The agent's thread answers instead, with
-    the GIL held: thousands of requests at once, then dumps' readings, and the rank lives."""
+    the GIL held: two thousand requests back to back, then dumps' readings, and the rank
+    lives."""
     proc, target = _hooked_rank(tmp_path, "busy")
     try:
-        paths = RunPaths(tmp_path / "run")
-        fifo = os.open(paths.stacks_request(0), os.O_WRONLY | os.O_NONBLOCK)
-        try:
-            for _ in range(3000):
-                try:
-                    os.write(fifo, b"?")
-                except BlockingIOError:
-                    pass  # pokes not read yet are answered together
-                time.sleep(0.0005)
-        finally:
-            os.close(fifo)
+        for _ in range(2000):
+            assert b"in churn" in _asked_directly(proc.pid)
         for _ in range(10):
             sample = ask_rank(target, "ptrace refused", timeout=5.0)
             assert sample.failure is None, sample.failure_detail
@@ -240,9 +240,56 @@ def test_a_rank_with_busy_threads_is_asked_thousands_of_times_and_lives(tmp_path
             busy = [t for t in sample.threads if any(f.function == "churn" for f in t.frames)]
             assert len(busy) == 3
         assert proc.poll() is None
+        assert not (tmp_path / "run" / "ranks" / "0" / "stacks.txt").read_bytes()  # no signal
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_answer_from_a_process_that_is_not_the_rank_is_never_read(tmp_path):
+    """Another process that took the rank's socket name first is not the rank (the kernel
+    says who answers): its answer is never read, and the rank, which catches no signal,
+    is not asked at all."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    squatter = None
+    try:
+        name = stack_socket_name(sleeper.pid, proc_start_ticks(sleeper.pid) or 0)
+        squatter = subprocess.Popen(
+            [sys.executable, "-c", SQUATTER, name.hex()], stdout=subprocess.PIPE
+        )
+        assert squatter.stdout is not None and squatter.stdout.readline() == b"ready\n"
+        info = {
+            "pid": sleeper.pid,
+            "start_ticks": proc_start_ticks(sleeper.pid),
+            "main_thread": 1,
+            "stack_signal": stack_signals()[0],
+        }
+        run_dir = _rank_dir(tmp_path, info)
+        target = RankTarget(pid=sleeper.pid, rank=0, world_size=1, run_dir=str(run_dir))
+        sample = ask_rank(target, "ptrace refused", timeout=3.0)
+        assert sample.failure == FAIL_ERROR, sample
+        assert "no longer catches the stack signal" in sample.failure_detail
+        assert sleeper.poll() is None
+    finally:
+        for each in (sleeper, squatter):
+            if each is not None:
+                each.kill()
+                each.wait()
+
+
+SQUATTER = textwrap.dedent(
+    """\
+    import socket, sys
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(bytes.fromhex(sys.argv[1]))
+    server.listen(8)
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b'Thread 0x1 (most recent call first):\\n  File "/planted.py", line 1 in x\\n')
+        conn.close()
+    """
+)
 
 
 def test_a_rank_that_keeps_the_gil_is_read_by_the_signal(tmp_path):

@@ -8,10 +8,10 @@ The agent:
     stdout and stderr are pipes that `mldebug run` reads into the logs itself);
   * makes sys.stdout line-buffered so output shows up as it is printed;
   * enables faulthandler into ranks/<rank>/faulthandler.log, so a segfault leaves stacks;
-  * starts a thread that writes every thread's stack to ranks/<rank>/stacks.txt when `dump`
-    asks through ranks/<rank>/stacks.ask (agent/stackthread.py), and registers a free
-    real-time signal with faulthandler for when that thread cannot run (agent/stacksignal.py):
-    stacks where ptrace is refused;
+  * starts a thread that sends every thread's stack to `dump` when it connects to the
+    process's abstract socket (agent/stackthread.py), and registers a free real-time signal
+    with faulthandler, which writes them to ranks/<rank>/stacks.txt, for when that thread
+    cannot run (agent/stacksignal.py): stacks where ptrace is refused;
   * installs an excepthook that writes ranks/<rank>/error.json, then calls the previous one;
   * writes ranks/<rank>/exit.json when Python shuts down normally (not after a signal);
   * starts its watching parts (`_start_parts`): the collective trace, the step count, the
@@ -70,7 +70,7 @@ ENV_MODE = "MLDEBUG_MODE"
 MODE_WRAP = "wrap"
 
 _fault_file: TextIO | None = None  # stays open for faulthandler for the life of the process
-_stacks_file: TextIO | None = None  # where stacks asked for by `dump` go, open as long
+_stacks_file: TextIO | None = None  # where faulthandler writes stacks on the agent signal
 _runtime: _Runtime | None = None  # the running parts, once activate() started them
 
 
@@ -171,27 +171,28 @@ def _redirect_to_files(safeio: ModuleType, stdout_path: Path, stderr_path: Path)
 
 
 def _answer_stack_requests(safeio: ModuleType, paths: RunPaths, rank: int) -> int | None:
-    """Start what answers `dump` without ptrace: the thread (agent/stackthread.py) and the
-    signal (agent/stacksignal.py), both writing to the rank's stacks file. The signal, or
+    """Start what answers `dump` without ptrace: the thread (agent/stackthread.py), and the
+    signal (agent/stacksignal.py) that writes to the rank's stacks file. The signal, or
     None."""
     global _stacks_file
-    try:
-        _stacks_file = os.fdopen(safeio.open_append(paths.stacks_file(rank)), "a", encoding="utf-8")
-    except Exception:
-        return None  # no stacks without ptrace; the program runs as it would
+    procfs, rankrules = _sibling("files.procfs"), _sibling("rankrules")
     try:
         from . import stackthread
 
-        stackthread.start(str(paths.stacks_request(rank)), _stacks_file.fileno())
+        ticks = procfs.proc_start_ticks()
+        if ticks is not None:
+            name = rankrules.stack_socket_name(os.getpid(), ticks)
+            stackthread.start(name, rankrules.socket_peer)
     except Exception:
         pass  # `dump` sends the signal instead
     try:
+        _stacks_file = os.fdopen(safeio.open_append(paths.stacks_file(rank)), "a", encoding="utf-8")
         from . import stacksignal
 
-        signals, procfs = _sibling("rankrules").stack_signals(), _sibling("files.procfs")
+        signals = rankrules.stack_signals()
         return stacksignal.register(_stacks_file, signals, procfs.caught_signals())
     except Exception:
-        return None
+        return None  # the thread's answers only; the program runs as it would
 
 
 def _write_quietly(write_json: WriteJson, path: Path, data: dict) -> bool:

@@ -5,24 +5,30 @@ faulthandler's signal handler (agent/stacksignal.py) walks every thread's frames
 the GIL, while the thread holding the GIL may push and pop frames under it: on a rank with
 a busy Python thread (the heartbeat writing JSON, a DataLoader's pin-memory thread) one
 request in a few hundred crashed the rank with SIGSEGV. This thread answers instead. It
-waits on a FIFO in the rank's directory (ranks/<rank>/stacks.ask, opened read-write so it
-never sees end-of-file); a byte from `dump` wakes it, and it writes every other thread's
-stack, read from sys._current_frames() with the GIL held, into the rank's stacks file in
-faulthandler's own format, so one reader parses both. A rank blocked in a collective has
-released the GIL, so the thread answers at once. Only when a thread keeps the GIL (stuck in
-C code) does the thread not answer; `dump` then sends the signal, and faulthandler's walk
-is safe there, since no Python frame can change while the GIL is held and not released.
+listens on an abstract Unix socket named after the process (rankrules.stack_socket_name: no file is left
+anywhere, and nothing can block on one); `dump` connects, and the thread sends every other
+thread's stack, read from sys._current_frames() with the GIL held, in faulthandler's own
+format (one reader parses both), then closes. It answers only a peer of its own user
+(SO_PEERCRED, which the kernel vouches for), and `dump` checks the same way that the
+answering process is the rank it means. A rank blocked in a collective has released the
+GIL, so the thread answers at once. Only when a thread keeps the GIL (stuck in C code) does
+the thread not answer; `dump` then sends the signal, and faulthandler's walk is safe there,
+since no Python frame can change while the GIL is held and not released.
 
-Pokes that arrive together are answered once. A process forked from the rank inherits the
-FIFO's descriptor but not the thread, and never reads it. Stdlib only.
+A process forked from the rank inherits the socket but not the thread, and never answers.
+Stdlib only.
 """
 
 from __future__ import annotations
 
 import os
-import stat
+import socket
 import sys
 import threading
+
+TYPE_CHECKING = False  # typing is not imported in ranks; mypy reads this block
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_THREADS = 100  # faulthandler's own bounds
 MAX_FRAMES = 100
@@ -68,46 +74,37 @@ def render(frames: dict, skip: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[os.write(fd, data) :]
+SEND_TIMEOUT = 5.0  # seconds a peer that stops reading may hold the thread
 
 
-def _answer(request_fd: int, out_fd: int) -> None:
+def _answer(server: socket.socket, peer: Callable[[socket.socket], tuple[int, int]]) -> None:
     me = threading.get_ident()
     while True:
         try:
-            if not os.read(request_fd, 512):
-                return
-            _write_all(out_fd, render(sys._current_frames(), skip=me).encode("ascii", "replace"))
+            conn, _ = server.accept()
+        except OSError:
+            return  # no more answers; `dump` falls back to the signal, the program runs on
+        try:
+            with conn:
+                if peer(conn)[1] != os.geteuid():
+                    continue  # another user's
+                conn.settimeout(SEND_TIMEOUT)
+                conn.sendall(render(sys._current_frames(), skip=me).encode("ascii", "replace"))
         except Exception:
-            return  # no answers; `dump` falls back to the signal, the program runs on
+            pass  # this answer is lost; the next request is answered again
 
 
-def open_requests(path: str) -> int:
-    """A new FIFO at `path` (one left by an earlier process of this rank is replaced, but
-    nothing else is), opened read-write so that reads wait instead of seeing end-of-file."""
+def start(name: bytes, peer: Callable[[socket.socket], tuple[int, int]]) -> threading.Thread:
+    """The answering thread (a daemon), listening on the abstract socket `name`
+    (rankrules.stack_socket_name); `peer` says who connected (rankrules.socket_peer)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        if stat.S_ISFIFO(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-    os.mkfifo(path, 0o600)
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            raise OSError("not a FIFO")
+        server.bind(name)
+        server.listen(8)
     except BaseException:
-        os.close(fd)
+        server.close()
         raise
-    return fd
-
-
-def start(path: str, out_fd: int) -> threading.Thread:
-    """The answering thread (a daemon), waiting on a new FIFO at `path`, writing to `out_fd`
-    (which the caller keeps open for the life of the process)."""
-    request_fd = open_requests(path)
-    thread = threading.Thread(target=_answer, args=(request_fd, out_fd), name=THREAD_NAME)
+    thread = threading.Thread(target=_answer, args=(server, peer), name=THREAD_NAME)
     thread.daemon = True
     thread.start()
     return thread

@@ -2,17 +2,19 @@
 py-spy missing, or a Python py-spy does not support).
 
 A rank started by `mldebug run` has its agent inside. Asking is: check that the pid is the
-rank proc.json names (this user's, the same start time, so a reused pid is never
-signalled), empty the rank's stacks file, write a byte to the FIFO its agent's thread waits
-on (agent/stackthread.py), and read what the thread wrote once the file stops growing. A
-thread that does not answer in POLITE seconds is kept off by a thread holding the GIL
-(stuck in C code); only then is the agent's faulthandler signal sent (agent/stacksignal.py),
-if it is one the agent may register and the process catches it now (/proc/PID/status
-SigCgt), through a pidfd opened before the last check (so the signal reaches that process
-and no other). faulthandler's walk of the threads, unsafe while they run Python code, is
-safe then: no frame changes while the GIL is held. The stacks file and the FIFO are
-rank-written: opened without following symlinks, checked for their type and owner, the
-file read bounded and parsed line by line.
+rank proc.json names (this user's, the same start time, so a reused pid is never asked),
+connect to the abstract socket its agent's thread listens on (agent/stackthread.py; named
+after the pid and start time), check that the process at the other end is that rank
+(SO_PEERCRED), and read what the thread sends until it closes. A thread that does not
+answer in POLITE seconds is kept off by a thread holding the GIL (stuck in C code); only
+then is the agent's faulthandler signal sent (agent/stacksignal.py), if it is one the agent
+may register and the process catches it now (/proc/PID/status SigCgt), through a pidfd
+opened before the last check (so the signal reaches that process and no other), after
+emptying the rank's stacks file; what faulthandler wrote is read once the file stops
+growing. faulthandler's walk of the threads, unsafe while they run Python code, is safe
+then: no frame changes while the GIL is held. What comes back is rank-written data: the
+answer and the file (opened without following symlinks, a regular file of this user's)
+are read bounded and parsed line by line.
 
 `parse_faulthandler` is pure, over faulthandler's documented format (the same in CPython
 3.6 to 3.13):
@@ -31,6 +33,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -45,7 +48,7 @@ from mldebug.model import (
     StackSample,
     ThreadStack,
 )
-from mldebug.rankrules import stack_signals
+from mldebug.rankrules import socket_peer, stack_signals, stack_socket_name
 
 # Where the stacks came from, said beside the verdict (StackSample.source).
 SOURCE_RANK = "the rank itself (its agent)"
@@ -131,22 +134,28 @@ def _checked(target: RankTarget) -> tuple[int | None, str, int | None, rundir.Ru
     return signum, "", main, paths
 
 
-def _poke(path: Path) -> bool:
-    """Wake the agent's answering thread; False where none waits (no FIFO, an agent without
-    the thread, or a name that is not this user's FIFO)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False  # ENXIO: nobody reads it; ENOENT: an agent without the thread
-    try:
-        info = os.fstat(fd)
-        if info.st_mode & 0o170000 != 0o010000 or info.st_uid != os.geteuid():
-            return False
-        return os.write(fd, b"?") == 1
-    except OSError:
-        return False  # EAGAIN: the FIFO is full of pokes not read yet
-    finally:
-        os.close(fd)
+def _ask_thread(pid: int, ticks: int, end: float) -> bytes | None:
+    """What the agent's answering thread of process `pid` sends (agent/stackthread.py), read
+    until it closes or `end`; None where no thread of that very process answers (none
+    listens, another process holds the name, or the GIL is kept from it)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.settimeout(max(end - time.monotonic(), 0.01))
+            conn.connect(stack_socket_name(pid, ticks))
+            if socket_peer(conn) != (pid, os.geteuid()):
+                return None  # a name taken by another process: never read
+            chunks: list[bytes] = []
+            size = 0
+            while size < MAX_STACK_BYTES:
+                conn.settimeout(max(end - time.monotonic(), 0.01))
+                chunk = conn.recv(min(1 << 16, MAX_STACK_BYTES - size))
+                if not chunk:
+                    return b"".join(chunks) or None
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return None  # refused (no thread), or timed out (the GIL is kept from it)
 
 
 def _open_stacks(path) -> int:
@@ -231,12 +240,11 @@ def ask_rank(target: RankTarget, reason: str, timeout: float = 5.0) -> StackSamp
     try:
         if not _lock(fd, end):
             return failed(FAIL_TIMEOUT, f"{reason}; another reading of it did not end in time")
-        os.ftruncate(fd, 0)
-        poked = _poke(paths.stacks_request(target.rank or 0))
-        data = _wait_written(fd, min(end, time.monotonic() + POLITE)) if poked else None
-        if data is None and signum is None and not poked:
+        data = _ask_thread(target.pid, ticks or 0, min(end, time.monotonic() + POLITE))
+        if data is None and signum is None:
             return failed(FAIL_ERROR, f"{reason}; the rank cannot be asked: {no_signal}")
-        if data is None and signum is not None and end - time.monotonic() >= SIGNAL_WAIT:
+        if data is None and end - time.monotonic() >= SIGNAL_WAIT and signum is not None:
+            os.ftruncate(fd, 0)
             _send(target, signum, ticks or 0)
             data = _wait_written(fd, end)
     except ProcessLookupError:

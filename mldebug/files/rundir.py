@@ -8,8 +8,7 @@ Layout (see shared DESIGN):
     <run>/ranks/<rank>/proc.json    written by the hook at start: rank, host, pid
     <run>/ranks/<rank>/error.json   the uncaught exception, if any
     <run>/ranks/<rank>/faulthandler.log  Python stacks at a fatal signal (SIGSEGV...)
-    <run>/ranks/<rank>/stacks.txt   every thread's stack, written when `dump` asks for it
-    <run>/ranks/<rank>/stacks.ask   the FIFO on which `dump` asks (a byte wakes the agent)
+    <run>/ranks/<rank>/stacks.txt   every thread's stack, written on the agent's signal
     <run>/ranks/<rank>/exit.json    written when the rank's Python shuts down normally
     <run>/ranks/<rank>/state.json   agent snapshot (later)
     <run>/ranks/<rank>/events.jsonl agent events (later)
@@ -124,13 +123,9 @@ class RunPaths:
 
     def stacks_file(self, rank: int) -> Path:
         """Every thread's Python stack, written by faulthandler in the rank when `dump` sends
-        the signal its agent registered (agent/stacksignal.py): read when ptrace is refused."""
+        the signal its agent registered (agent/stacksignal.py): read when ptrace is refused
+        and the agent's thread (agent/stackthread.py) does not answer."""
         return _in_rank_dir(self.root, rank, "stacks.txt")
-
-    def stacks_request(self, rank: int) -> Path:
-        """The FIFO on which the rank's agent waits for `dump` to ask for its stacks
-        (agent/stackthread.py)."""
-        return _in_rank_dir(self.root, rank, "stacks.ask")
 
     def state_file(self, rank: int) -> Path:
         return _in_rank_dir(self.root, rank, "state.json")
