@@ -27,6 +27,7 @@ import pytest
 from testkit.jobs import line_of, stop, wait_ready
 from testkit.noptrace import Restricted, py_spy_refused, restricted
 
+from mldebug.agent.stackthread import render
 from mldebug.collect.rankstacks import ask_rank, parse_faulthandler
 from mldebug.files.procfs import proc_start_ticks
 from mldebug.files.safeio import write_json_atomic
@@ -625,3 +626,22 @@ def test_a_plain_job_py_spy_cannot_read_is_read_with_pystack(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_threads_answer_names_the_threads_and_stays_one_line_each():
+    """Thread names are the program's data: a name with a newline or a bracket stays on its
+    header line, escaped as faulthandler escapes text, and is read back."""
+    import threading as threads_module
+
+    parked = threads_module.Event()
+    worker = threads_module.Thread(target=parked.wait, name="pin]\nmemory\x1b[2J", daemon=True)
+    worker.start()
+    try:
+        names = {t.ident: t.name for t in threads_module.enumerate()}
+        text = render(sys._current_frames(), names=names)
+        (read,) = [t for t in parse_faulthandler(text) if t.thread_id == worker.ident]
+        assert read.name == "pin]\\x0amemory\\x1b[2J"
+        assert read.frames[-1].function == "wait"
+    finally:
+        parked.set()
+        worker.join()

@@ -51,14 +51,18 @@ def _ascii(text: str) -> str:
     return "".join(out)
 
 
-def render(frames: dict, skip: int | None = None) -> str:
+def render(frames: dict, skip: int | None = None, names: dict | None = None) -> str:
     """Every thread's stack but `skip`'s, most recent call first, as faulthandler writes an
-    all-threads dump ("Thread 0x... (most recent call first):", then "  File ..." lines)."""
+    all-threads dump ("Thread 0x... (most recent call first):", then "  File ..." lines),
+    with the thread's name in brackets where `names` (ident -> name) has one."""
     lines = []
+    names = names or {}
     for ident, frame in list(frames.items())[:MAX_THREADS]:
         if ident == skip:
             continue
-        lines.append(f"Thread 0x{ident:016x} (most recent call first):")
+        name = names.get(ident)
+        label = f" [{_ascii(name)}]" if name else ""
+        lines.append(f"Thread 0x{ident:016x}{label} (most recent call first):")
         depth = 0
         while frame is not None and depth < MAX_FRAMES:
             code = frame.f_code
@@ -89,7 +93,9 @@ def _answer(server: socket.socket, peer: Callable[[socket.socket], tuple[int, in
                 if peer(conn)[1] != os.geteuid():
                     continue  # another user's
                 conn.settimeout(SEND_TIMEOUT)
-                conn.sendall(render(sys._current_frames(), skip=me).encode("ascii", "replace"))
+                names = {t.ident: t.name for t in threading.enumerate()}
+                text = render(sys._current_frames(), skip=me, names=names)
+                conn.sendall(text.encode("ascii", "replace"))
         except Exception:
             pass  # this answer is lost; the next request is answered again
 

@@ -58,7 +58,7 @@ POLITE = 2.0  # seconds the agent's thread has to answer before the signal is se
 SIGNAL_WAIT = 0.5  # the least time left for which the signal is still worth sending
 POLL = 0.02
 _HEADER = re.compile(
-    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[.*\])? \(most recent call first\):$"
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*)\])? \(most recent call first\):$"
 )
 _STACK = re.compile(r"^Stack \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
@@ -69,19 +69,20 @@ def parse_faulthandler(
 ) -> tuple[ThreadStack, ...]:
     """Threads from faulthandler's all-threads dump, main thread first, frames outermost
     first (the model's order). Raises ValueError when no thread header is found."""
-    threads: list[tuple[int, bool, list[tuple[str, str, int | None]]]] = []
+    threads: list[tuple[int, str, bool, list[tuple[str, str, int | None]]]] = []
     for line in text.splitlines():
         header = _HEADER.match(line)
         if header:
-            threads.append((int(header.group(2), 16), header.group(1) == "Current thread", []))
+            ident, name = int(header.group(2), 16), (header.group(3) or "")[:256]
+            threads.append((ident, name, header.group(1) == "Current thread", []))
             continue
         if _STACK.match(line):
-            threads.append((main_ident or 0, True, []))
+            threads.append((main_ident or 0, "", True, []))
             continue
         frame = _FRAME.match(line)
         if frame and threads:
             number = frame.group(2)
-            threads[-1][2].append(
+            threads[-1][3].append(
                 (
                     frame.group(3)[:512],
                     frame.group(1)[:4096],
@@ -90,16 +91,13 @@ def parse_faulthandler(
             )
     if not threads:
         raise ValueError("no thread in faulthandler's output")
-    stacks, seen = [], set()
-    for ident, current, frames in threads:
-        if ident in seen:
-            continue  # a second answer appended to the first (the thread's, then the signal's)
-        seen.add(ident)
+    stacks = []
+    for ident, name, current, frames in threads:
         main = main_ident is not None and ident == main_ident
         stacks.append(
             ThreadStack(
                 thread_id=ident,
-                name="MainThread" if main else "",
+                name="MainThread" if main else name,
                 frames=tuple(interned_frame(f, path, n, False) for f, path, n in reversed(frames)),
                 os_thread_id=pid if main else None,
                 active=current,  # the thread the signal interrupted was running
