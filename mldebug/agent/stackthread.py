@@ -5,15 +5,15 @@ faulthandler's signal handler (agent/stacksignal.py) walks every thread's frames
 the GIL, while the thread holding the GIL may push and pop frames under it: on a rank with
 a busy Python thread (the heartbeat writing JSON, a DataLoader's pin-memory thread) one
 request in a few hundred crashed the rank with SIGSEGV. This thread answers instead. It
-listens on an abstract Unix socket named after the process (rankrules.stack_socket_name: no file is left
-anywhere, and nothing can block on one); `dump` connects, and the thread sends every other
-thread's stack, read from sys._current_frames() with the GIL held, in faulthandler's own
-format (one reader parses both), then closes. It answers only a peer of its own user
-(SO_PEERCRED, which the kernel vouches for), and `dump` checks the same way that the
-answering process is the rank it means. A rank blocked in a collective has released the
-GIL, so the thread answers at once. Only when a thread keeps the GIL (stuck in C code) does
-the thread not answer; `dump` then sends the signal, and faulthandler's walk is safe there,
-since no Python frame can change while the GIL is held and not released.
+listens on an abstract Unix socket named after the process (rankrules.stack_socket_name:
+no file is left anywhere, and nothing can block on one); `dump` connects, and the thread
+sends every other thread's stack, read from sys._current_frames() with the GIL held, in
+faulthandler's own format (one reader parses both), then closes. It answers only a peer
+of its own user (SO_PEERCRED, which the kernel vouches for), and `dump` checks the same way
+that the answering process is the rank it means. A rank blocked in a collective has
+released the GIL, so the thread answers at once. Only when a thread keeps the GIL (stuck in
+C code) does the thread not answer; `dump` then sends the signal, and faulthandler's walk is
+safe there, since no Python frame can change while the GIL is held and not released.
 
 A process forked from the rank inherits the socket but not the thread, and never answers.
 Stdlib only.
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 MAX_THREADS = 100  # faulthandler's own bounds
 MAX_FRAMES = 100
 THREAD_NAME = "mldebug-stacks"
+SEND_TIMEOUT = 5.0  # seconds a peer that stops reading may hold the thread
 
 
 def _ascii(text: str) -> str:
@@ -76,9 +77,6 @@ def render(frames: dict, skip: int | None = None, names: dict | None = None) -> 
             lines.append("  <truncated rest of calls>")
         lines.append("")
     return "\n".join(lines) + "\n"
-
-
-SEND_TIMEOUT = 5.0  # seconds a peer that stops reading may hold the thread
 
 
 def _answer(server: socket.socket, peer: Callable[[socket.socket], tuple[int, int]]) -> None:
