@@ -278,6 +278,24 @@ def manifest_exit_codes(manifest: dict) -> dict[int, int]:
     return codes
 
 
+def manifest_shut_down(root: str | os.PathLike, manifest: dict) -> frozenset[int]:
+    """Ranks run.json lists with no exit code yet whose Python has shut down normally: their
+    agent wrote exit.json at exit, naming the pid run.json gives the rank. Such a rank makes
+    no further collective; its process may take a while to end (its native teardown) or to
+    be reaped, and its launcher records the code only then."""
+    paths = rundir.RunPaths(Path(root))
+    recorded = manifest_exit_codes(manifest)
+    found = set()
+    for entry in _rank_entries(manifest):
+        rank, pid = rundir.parse_rank(entry.get("rank")), _pid(entry.get("pid"))
+        if rank is None or not pid or rank in recorded:
+            continue
+        note = safeio.read_json(paths.exit_file(rank))
+        if isinstance(note, dict) and _pid(note.get("pid")) == pid:
+            found.add(rank)
+    return frozenset(found)
+
+
 @dataclass
 class _RunDirReader:
     """Which pids a run directory names are its ranks: a pid is only read (ptraced) once it
@@ -368,6 +386,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
     host = rundir.hostname()
     reader = _RunDirReader(root, owner, _launcher_of(manifest))
     exit_codes = manifest_exit_codes(manifest)
+    shut_down = manifest_shut_down(root, manifest)
     world = _world(manifest.get("world_size"))
     entries = manifest.get("ranks")
     if isinstance(entries, list) and len(entries) > MAX_RANK_ENTRIES:
@@ -433,6 +452,7 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
                 str(root),
                 exit_codes,
                 notes=(*notes, f"the run has ended ({status}); this is what it left"),
+                shut_down=shut_down,
             )
         reason = manifest.get("reason")  # why it was interrupted, as the guardian wrote it
         said = f"; {one_line(reason[:200])}" if isinstance(reason, str) and reason else ""
@@ -444,7 +464,9 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
         sizes = [t.world_size for t in targets.values() if t.world_size]
         world = max(sizes) if sizes else None
     ordered = tuple(sorted(targets.values(), key=_order))
-    return JobTargets(ordered, world, str(root), str(root), exit_codes, notes=tuple(notes))
+    return JobTargets(
+        ordered, world, str(root), str(root), exit_codes, notes=tuple(notes), shut_down=shut_down
+    )
 
 
 def describe_job(targets: list[RankTarget]) -> str:

@@ -122,6 +122,39 @@ def test_a_rank_that_finished_first_while_the_others_wait_in_a_collective_is_an_
     assert "cannot complete a collective without it" in missing.summary
 
 
+def test_a_rank_whose_python_shut_down_but_is_not_reaped_yet_is_a_rank_that_ended():
+    # GIVEN rank 0's agent wrote exit.json and its process is gone from view (its native
+    # teardown under load: no environment to read, no exit code recorded by its launcher),
+    # while rank 1, past its final barrier, tears down too (no Python frame left)
+    teardown = ((), {"main_cpu": (0.0, 0.3, 0.6)})
+    snap = snapshot({1: teardown}, world=2, shut_down={0, 1})
+    # THEN the job ends rank by rank: no error, no "not running"
+    (ended,) = [f for f in snap.findings if f.kind == KIND_MISSING]
+    assert ended.severity == SEVERITY_INFO and ended.ranks == (0,)
+    assert "finished (Python shut down) while rank 1 still runs" in ended.summary
+    assert all(f.severity == SEVERITY_INFO for f in snap.findings)
+    view = next(v for v in snap.ranks if v.rank == 0)
+    assert view.state == "exited" and view.shut_down and view.exit_code is None
+    # AND without its exit.json the same absence is a missing rank, as before
+    missing = snapshot({1: teardown}, world=2).findings[0]
+    assert missing.kind == KIND_MISSING and missing.severity == SEVERITY_ERROR
+
+
+def test_a_rank_whose_python_shut_down_while_another_waits_in_a_collective_is_an_error():
+    snap = snapshot({1: still(in_op("all_reduce", "sync", 64))}, world=2, shut_down={0})
+    missing = snap.findings[0]
+    assert missing.kind == KIND_MISSING and missing.severity == SEVERITY_ERROR
+    assert "rank 0's Python shut down normally" in missing.summary
+    assert ("ended", "Python shut down normally") in missing.facts  # graded by the wait
+
+
+def test_every_rank_shut_down_or_exited_0_is_a_job_that_ended():
+    gone = (((at("step", 5)), (), ()), {"failure": FAIL_EXITED})
+    snap = snapshot({0: gone}, world=2, exit_codes={1: 0}, shut_down={0})
+    (ended,) = snap.findings
+    assert ended.kind == "ended" and ended.severity == SEVERITY_INFO
+
+
 def test_rendezvous_when_everyone_waits_in_init():
     init = (MODULE, MAIN, Frame("init_process_group", C10D, 1700))
     (finding,) = snapshot({r: still(init) for r in range(4)}, world=4).findings

@@ -342,3 +342,43 @@ def test_a_rank_whose_end_is_never_recorded_is_missing_after_a_bounded_wait(tmp_
     slept.clear()
     assert await_exit_codes(targets, {0}, clock=lambda: now[0], sleep=sleep).exit_codes == {}
     assert slept == []
+
+
+def test_a_rank_whose_python_shut_down_but_not_yet_reaped_is_no_missing_rank(tmp_path, jobs):
+    # GIVEN a run of 2 live ranks; rank 0's Python shuts down normally (its agent writes
+    # exit.json) and its process is then gone from view, while its launcher, not having
+    # reaped it yet (a native teardown of seconds under load), records no exit code
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(2, run_dir=run))
+    pids = job.rank_pids
+    make_run(run, [{"rank": r, "pid": pids[r]} for r in (0, 1)], world_size=2)
+    exit_note = run / "ranks" / "0" / "exit.json"
+    exit_note.parent.mkdir(parents=True)
+    exit_note.write_text(json.dumps({"pid": pids[0], "time": time.time()}))
+    os.kill(pids[0], signal.SIGKILL)
+    for _ in range(100):  # the sleepy launcher reaps it; run.json stays without its code
+        if not os.path.exists(f"/proc/{pids[0]}"):
+            break
+        time.sleep(0.05)
+    # WHEN the run is looked at
+    targets = resolve_targets(run_dir=run)
+    snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
+    # THEN rank 0 has finished while rank 1 runs in no collective: no error
+    assert targets.shut_down == {0}
+    (ended,) = [f for f in snapshot.findings if f.kind == "missing"]
+    assert ended.severity == "info" and "Python shut down" in ended.summary
+    assert snapshot.ranks[0].state == "exited" and snapshot.ranks[0].shut_down
+    # AND an exit.json naming another pid, or reached through a symlink, is no such claim
+    for planted in ("other pid", "symlink"):
+        exit_note.unlink()
+        if planted == "other pid":
+            exit_note.write_text(json.dumps({"pid": pids[1], "time": time.time()}))
+        else:
+            decoy = tmp_path / "decoy.json"
+            decoy.write_text(json.dumps({"pid": pids[0], "time": time.time()}))
+            exit_note.symlink_to(decoy)
+        targets = resolve_targets(run_dir=run)
+        snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
+        assert targets.shut_down == set(), planted
+        (missing,) = [f for f in snapshot.findings if f.kind == "missing"]
+        assert missing.severity == "error", planted

@@ -121,10 +121,10 @@ def waits_begun_since(views: Sequence[RankView]) -> dict[int, float]:
 
 def _graded(finding: Finding) -> bool:
     """A wait the finding says: a hang, an outlier, or ranks that returned normally (exit
-    code 0) while others wait (they may have left the others' last collective just before
+    code 0, or their Python shut down normally) while others wait (they may have left the others' last collective just before
     them: a job's final barrier)."""
     return finding.kind in GRADED_KINDS or (
-        finding.kind == KIND_MISSING and ("ended", "exit code 0") in finding.facts
+        finding.kind == KIND_MISSING and any(name == "ended" for name, _ in finding.facts)
     )
 
 

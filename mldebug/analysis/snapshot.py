@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -168,10 +168,12 @@ def rank_views(
     now: float | None = None,
     partial: bool = False,
     agents: Mapping[int, AgentState] | None = None,
+    shut_down: Collection[int] = frozenset(),
 ) -> tuple[list[RankView], dict[int, str]]:
     """Each rank as read, before the job's verdict (ranks_evidence, the judge): its state from its
     samples, its agent's state, its exit code; the ranks of the world size not found as
-    missing (unless `partial`). With rank -> FAIL_* of the ranks whose last reading failed."""
+    missing (unless `partial`), or as ended where their Python shut down normally (`shut_down`,
+    exit code not recorded yet). With rank -> FAIL_* of the ranks whose last reading failed."""
     exit_codes = exit_codes or {}
     agents = agents or {}
     now = time.time() if now is None else now
@@ -184,21 +186,32 @@ def rank_views(
         view = as_moving(view, rank_samples, now)
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
+        elif view.state == STATE_EXITED and rank in shut_down:
+            view = replace(view, shut_down=True)
         if rank_samples and rank_samples[-1].failure:
             failures[rank] = rank_samples[-1].failure
         views.append(view)
     present = {v.rank for v in views}
     absent = set(range(world_size)) - present if world_size and not partial else set()
     absent |= set(exit_codes) - present
+    absent |= set(shut_down) - present - set(exit_codes)
     for rank in sorted(absent):
         code = exit_codes.get(rank)
+        ended = code is None and rank in shut_down
+        if code is not None:
+            detail = f"exited with code {code}"
+        elif ended:
+            detail = "its Python shut down normally (exit code not recorded yet)"
+        else:
+            detail = "no process found"
         views.append(
             RankView(
                 rank=rank,
                 target=None,
-                state=STATE_EXITED if code is not None else STATE_MISSING,
+                state=STATE_EXITED if code is not None or ended else STATE_MISSING,
                 exit_code=code,
-                detail=f"exited with code {code}" if code is not None else "no process found",
+                shut_down=ended,
+                detail=detail,
             )
         )
     views.sort(key=lambda v: v.rank)
@@ -280,6 +293,7 @@ def see_job(
     agents: Mapping[int, AgentState] | None = None,
     events: Sequence[RankEvent] = (),
     error_after: float = ERROR_AFTER,
+    shut_down: Collection[int] = frozenset(),
 ) -> Look:
     """Everything about a job at one moment, and the evidence for its verdict. `samples`
     maps a target's pid to its samples, `agents` to its agent's state.json (ranks started
@@ -290,7 +304,9 @@ def see_job(
     be an error (analysis.severity; a run's --hang-timeout may set it).
     """
     now = time.time() if now is None else now
-    read, failures = rank_views(targets, samples, world_size, exit_codes, now, partial, agents)
+    read, failures = rank_views(
+        targets, samples, world_size, exit_codes, now, partial, agents, shut_down
+    )
     views, evidence, table = ranks_evidence(
         read, None if partial else world_size, failures, crashes, events, error_after
     )

@@ -134,26 +134,32 @@ def _missing(
 ) -> list[Finding]:
     if not gone:
         return []
-    if not alive and all(v.exit_code == 0 for v in gone):
+    if not alive and all(map(_ended_well, gone)):
         # Every rank returned normally: a job that is over, not one that lost ranks.
+        how = (
+            "exited with code 0"
+            if all(v.exit_code == 0 for v in gone)
+            else "returned normally (exit code 0 or their Python shut down normally)"
+        )
         return [
             Finding(
                 KIND_ENDED,
                 tuple(v.rank for v in gone),
-                f"all {len(gone)} ranks exited with code 0: the job has ended",
+                f"all {len(gone)} ranks {how}: the job has ended",
                 severity=SEVERITY_INFO,
             )
         ]
     ranks = [v.rank for v in gone]
-    if alive and all(v.exit_code == 0 for v in gone) and not _wait_on_others(views):
+    if alive and all(map(_ended_well, gone)) and not _wait_on_others(views):
         # A job's ranks end one by one: the first to return is not lost while the others
         # still work (it is once they wait in a collective for it, below).
         running = [v.rank for v in views if not v.gone]
+        how = "exit code 0" if all(v.exit_code == 0 for v in gone) else "Python shut down"
         return [
             Finding(
                 KIND_MISSING,
                 tuple(ranks),
-                f"{ranks_text(ranks)} {verb(ranks, 'has', 'have')} finished (exit code 0) "
+                f"{ranks_text(ranks)} {verb(ranks, 'has', 'have')} finished ({how}) "
                 f"while {ranks_text(running)} still {verb(running, 'runs', 'run')}, in no "
                 "collective: ranks that end one by one",
                 recipe="missing-ranks",
@@ -161,7 +167,11 @@ def _missing(
             )
         ]
     codes = [
-        f"rank {v.rank} exited with code {v.exit_code}" for v in gone if v.exit_code is not None
+        f"rank {v.rank} exited with code {v.exit_code}"
+        if v.exit_code is not None
+        else f"rank {v.rank}'s Python shut down normally"
+        for v in gone
+        if v.exit_code is not None or v.shut_down
     ]
     of = f" of {world}" if world else ""
     summary = f"{ranks_text(ranks)}{of} {verb(ranks, 'is', 'are')} not running"
@@ -176,8 +186,18 @@ def _missing(
         )
     # Ranks that returned normally while others wait may have left the last collective just
     # before them (a final barrier): analysis/severity grades it by how long they have waited.
-    ended = (("ended", "exit code 0"),) if alive and all(v.exit_code == 0 for v in gone) else ()
+    ended: tuple[tuple[str, str], ...] = ()
+    if alive and all(v.exit_code == 0 for v in gone):
+        ended = (("ended", "exit code 0"),)
+    elif alive and all(map(_ended_well, gone)):
+        ended = (("ended", "Python shut down normally"),)
     return [Finding(KIND_MISSING, tuple(ranks), summary, recipe="missing-ranks", facts=ended)]
+
+
+def _ended_well(view: RankView) -> bool:
+    """It returned normally: exit code 0, or its Python shut down normally and no code is
+    recorded yet (its launcher has not reaped it: a native teardown can take seconds)."""
+    return view.exit_code == 0 or (view.exit_code is None and view.shut_down)
 
 
 def _wait_on_others(views: Sequence[RankView]) -> bool:

@@ -150,6 +150,8 @@ class JobTargets:
     job: str = ""
     run_dir: str | None = None
     exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> code, from run.json
+    # Ranks with no exit code yet whose Python shut down normally (their agent's exit.json).
+    shut_down: frozenset[int] = frozenset()
     notes: tuple[str, ...] = ()  # what resolution noticed and the user should know
     partial: bool = False  # the user named some ranks only: the others are not "missing"
     # Ranks that ended badly: read from the run directory by the collect step
@@ -367,6 +369,9 @@ class RankView:
     cpu_percent: float | None = None
     rss_bytes: int | None = None
     exit_code: int | None = None
+    # Its Python shut down normally (exit.json), its exit code not recorded yet: it makes no
+    # further collective, whatever its process still does in its native teardown.
+    shut_down: bool = False
     detail: str = ""  # why unreadable / how it exited
     step: int | None = None  # from the in-rank agent, when there is one
     heartbeat_age: float | None = None

@@ -17,7 +17,7 @@ from dataclasses import replace
 from mldebug.collect.crashes import with_crashes
 from mldebug.files import rundir
 from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets
-from mldebug.targets import manifest_exit_codes
+from mldebug.targets import manifest_exit_codes, manifest_shut_down
 
 # The launcher reaps its ranks every fraction of a second; on a loaded machine, later.
 OUTCOME_WAIT_S = 3.0
@@ -34,7 +34,12 @@ def with_run_outcome(job: JobTargets, manifest: dict | None = None) -> JobTarget
         manifest = rundir.read_manifest(job.run_dir) if job.run_dir else None
     if manifest is None:
         return job
-    return with_crashes(replace(job, exit_codes=manifest_exit_codes(manifest)), manifest)
+    ended = replace(
+        job,
+        exit_codes=manifest_exit_codes(manifest),
+        shut_down=manifest_shut_down(job.run_dir, manifest) if job.run_dir else frozenset(),
+    )
+    return with_crashes(ended, manifest)
 
 
 def ended_unrecorded(snapshot: JobSnapshot) -> frozenset[int]:

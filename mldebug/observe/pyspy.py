@@ -116,6 +116,7 @@ def look_of(readings: JobReadings, **analysis: Any) -> Look:
         crashes=job.crashes,
         agents=readings.agents,
         events=readings.events,
+        shut_down=job.shut_down,
         **analysis,
     )
 
@@ -132,6 +133,7 @@ def views_of(readings: JobReadings, now: float) -> tuple[list[RankView], dict[in
         now,
         job.partial,
         readings.agents,
+        job.shut_down,
     )
 
 

@@ -41,13 +41,15 @@ def samples(rank: int, *stacks, main_cpu=(0.0, 0.0, 0.0), failure=None, world=No
     return target, out
 
 
-def snapshot(per_rank: dict, world=None, exit_codes=None):
+def snapshot(per_rank: dict, world=None, exit_codes=None, shut_down=frozenset()):
     targets, by_pid = [], {}
     for rank, (stacks, kwargs) in per_rank.items():
         target, rank_samples = samples(rank, *stacks, world=world, **kwargs)
         targets.append(target)
         by_pid[target.pid] = rank_samples
-    return build_snapshot(targets, by_pid, world_size=world, exit_codes=exit_codes)
+    return build_snapshot(
+        targets, by_pid, world_size=world, exit_codes=exit_codes, shut_down=shut_down
+    )
 
 
 def still(frames, **kwargs):
