@@ -20,6 +20,9 @@ Other shapes of a slow (or healthy) job:
     --ddp                  DistributedDataParallel all-reduces the gradients (in C++, during
                            backward: the Python trace does not see them; the agent reads
                            them from torch's Flight Recorder)
+    --host-waits           the compute runs elsewhere, as on a GPU, and the rank's thread
+                           waits for it (sleeping): a rank takes little CPU, so many ranks
+                           share a few cores without slowing each other
 
 It prints READY once the first step is done, and the step time every 50 steps.
 """
@@ -51,9 +54,13 @@ class SlowDataset(Dataset):
         return torch.randn(64)
 
 
-def work(model: torch.nn.Module, batch: torch.Tensor, seconds: float) -> torch.Tensor:
+def work(
+    model: torch.nn.Module, batch: torch.Tensor, seconds: float, host_waits: bool = False
+) -> torch.Tensor:
     """`seconds` of wall time of compute, then forward and backward (the rank's work)."""
     end = time.perf_counter() + seconds
+    if host_waits:
+        time.sleep(seconds)  # the host waits for its device's kernels
     while time.perf_counter() < end:
         torch.mm(batch.T, batch)  # the forward pass of a bigger model
     loss = model(batch).pow(2).mean()
@@ -78,6 +85,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--ddp", action="store_true", help="DistributedDataParallel")
     parser.add_argument("--comm-kb", type=int, default=0, help="more KiB all-reduced a step")
+    parser.add_argument("--host-waits", action="store_true", help="compute as a host wait")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -95,7 +103,7 @@ def main() -> None:
     started = time.perf_counter()
     for step, batch in enumerate(loader, 1):
         seconds = compute * (1 + rng.uniform(-args.jitter, args.jitter))
-        loss = work(model, batch, seconds)
+        loss = work(model, batch, seconds, args.host_waits)
         if not args.ddp:
             grads = torch.cat([p.grad.flatten() for p in model.parameters()])
             dist.all_reduce(grads)

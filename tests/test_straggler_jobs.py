@@ -1,7 +1,9 @@
 """Slow jobs, for real: gloo ranks running examples/straggler.py, judged while they run.
 
 GIVEN four jobs started together (one module-scoped fixture: importing torch in the ranks is
-what takes the time, so they share it):
+what takes the time, so they share it), each rank's compute a host wait (`--host-waits`: as
+a GPU rank's thread waits for its kernels, so 12 ranks share 2 cores without each taking
+one; the CPU-heavy neighbours below are the contention):
   * `mldebug run`, 3 ranks, rank 2 computes 1.4x as long as the others;
   * `mldebug run`, 2 ranks, rank 1's DataLoader is 2x slower;
   * `mldebug run`, 2 healthy ranks that spend half their step or more in collectives (a
@@ -81,14 +83,14 @@ def jobs(tmp_path_factory):
                 EXAMPLE,
                 nproc,
                 name=name,
-                args=args,
+                args=(*args, "--host-waits"),
                 stderr=err,
                 env={"NO_COLOR": "1", **PATH_ENV},
             )
     plain_out = (folder / "plain.out").open("wb")
     plain = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(EXAMPLE),
-         "--slow-rank", "1", "--factor", "1.5", "--steps", "0"],
+         "--slow-rank", "1", "--factor", "1.5", "--steps", "0", "--host-waits"],
         stdout=plain_out, stderr=subprocess.STDOUT, start_new_session=True, cwd=folder,
         env={k: v for k, v in os.environ.items() if not k.startswith("MLDEBUG_")},
     )  # fmt: skip
