@@ -281,7 +281,7 @@ def test_a_healthy_job_stays_silent_for_3_minutes_as_the_node_gets_busier(jobs, 
             dumps += 1
             report = dump_here(capsys, run_dir)
             warned = [f for f in report["findings"] if f["severity"] in ("warning", "error")]
-            assert warned == [], (warned, ranks_changes(run_dir))
+            assert warned == [], "\n".join([json.dumps(warned), *ranks_changes(run_dir)])
             seen |= {f["kind"] for f in report["findings"] if f["kind"] in TIMING_KINDS}
             seen |= {f"slowdown: {f['facts'].get('cause')}" for f in report["findings"]
                      if f["kind"] == "slowdown"}  # fmt: skip

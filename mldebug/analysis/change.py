@@ -33,12 +33,13 @@ off a CPU: agent/runqueue.py). The change is graded on the step less the growth 
 delay (the median over the changed ranks): it is a warning only when what is left is still
 WARN_RATIO times the step before. Where that delay grew by BUSIER_SHARE of the step's growth
 or more, and on every changed rank by EVERY_SHARE of it, the finding says the node got busier
-(its `cause` fact), at info unless what is left is still a warning's worth. A rank whose step
-that waits longer in collectives than its peers do waits for a peer held off its CPU: the
-part of its wait its peers do not share is explained by the most any peer's delay grew, on
-top of its own (the peer's lateness and its own held threads come one after the other in its
-step), never more than its growth. Where every rank's collectives grew alike, they wait for
-no one: only a rank's own delay explains it.
+(its `cause` fact), at info unless what is left is still a warning's worth. A collective
+ends for every member when its last member's part is done: a rank's wait in collectives also
+holds its peers' held threads (a late arrival, or a ring's step that waits for the other
+side's). So the growth of its collectives is explained by the most any peer's delay grew, on
+top of its own (the peer's held time and its own come one after the other in its step),
+never more than that growth, nor more than its step's. A slower network, with no delay
+grown, is explained by nothing.
 """
 
 from __future__ import annotations
@@ -165,11 +166,10 @@ def _block_at(blocks: Sequence[StepBlock], at: int) -> int | None:
 
 @dataclass(frozen=True)
 class Peer:
-    """How much a rank's run-queue delay and its time in collectives a unit grew from
-    another rank's change on (medians before and since)."""
+    """How much a rank's run-queue delay a unit grew from another rank's change on
+    (medians before and since)."""
 
     delay: float | None  # None: not known
-    collective: float
 
 
 def peer_growth(blocks: Sequence[StepBlock], at: int) -> Peer | None:
@@ -179,10 +179,7 @@ def peer_growth(blocks: Sequence[StepBlock], at: int) -> Peer | None:
     if k is None:
         return None
     old, new = _delay(blocks[:k]), _delay(blocks[k:])
-    collective = _median([b.collective for b in blocks[k:]]) - _median(
-        [b.collective for b in blocks[:k]]
-    )
-    return Peer(new - old if old is not None and new is not None else None, collective)
+    return Peer(new - old if old is not None and new is not None else None)
 
 
 def rank_change(rank: int, blocks: Sequence[StepBlock], at: int | None = None) -> Change | None:
@@ -253,16 +250,16 @@ class Busier:
 
 
 def _explained(change: Change, peers: dict[int, Peer]) -> float:
-    """The run-queue delay's growth that explains the rank's: its own, and for the part
-    of its wait in collectives that its peers do not share (it waits for a late peer),
-    the most any peer's delay grew; never over its growth."""
+    """The run-queue delay's growth that explains the rank's: its own, and for its wait
+    in collectives (which ends when its peers' held threads are done), the most any
+    peer's delay grew; never over its growth."""
     own = change.delay_after - change.delay_before  # type: ignore[operator]
-    others = [peer for rank, peer in peers.items() if rank != change.rank]
-    delays = [peer.delay for peer in others if peer.delay is not None]
-    if not delays:
+    delays = [peer.delay for rank, peer in peers.items() if rank != change.rank]
+    known = [delay for delay in delays if delay is not None]
+    if not known:
         return own
-    waited = change.growth[PARTS.index("collective")] - min(p.collective for p in others)
-    late = min(max(0.0, max(delays)), max(0.0, waited))
+    waited = change.growth[PARTS.index("collective")]
+    late = min(max(0.0, max(known)), max(0.0, waited))
     return max(own, min(own + late, change.after - change.before))
 
 
@@ -278,7 +275,9 @@ def busier(
     grown = [_explained(c, peers or {}) for c in known]
     held = max(0.0, _median(grown))
     growth = after - before
-    node = growth > 0 and held >= BUSIER_SHARE * growth and min(grown) >= EVERY_SHARE * growth
+    # the node, not one rank's neighbour: every changed rank's own delay grew
+    own = min(c.delay_after - c.delay_before for c in known)  # type: ignore[operator]
+    node = growth > 0 and held >= BUSIER_SHARE * growth and own >= EVERY_SHARE * growth
     return Busier(
         held,
         _median([c.delay_before for c in known]),  # type: ignore[misc]
