@@ -464,9 +464,12 @@ def _dump_process(run_dir: Path) -> tuple[int, dict]:
 
 
 def _dump_healthy(job: subprocess.Popen, run_dir: Path, seen: list) -> None:
-    """Dump the healthy job C once; a job that ended between the poll and the dump is not a
-    finding (dump says so with exit 3, "no live ranks"), anything else is recorded."""
+    """Dump the healthy job C once; a job whose ranks have not started yet (on a loaded
+    machine they import torch for a while) or that ended between the poll and the dump is
+    not a finding (dump says so with exit 3, "no live ranks"), anything else is recorded."""
     code, printed = dump_here(run_dir, "--json")
+    if code == 3 and not all("READY" in _log(run_dir, rank) for rank in (0, 1)):
+        return  # not started yet
     if code == 3 and job.wait(timeout=60) == 0:
         return  # it ended by itself, as it should
     assert code in (0, 1), (code, printed[-2000:])
