@@ -25,9 +25,9 @@ from mldebug.analysis.judge import judge
 from mldebug.analysis.nodes import merge_nodes
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.snapshot import ranks_evidence
-from mldebug.cluster.document import VERSION, Reader
+from mldebug.cluster.document import VERSION, Reader, node_document
 from mldebug.collect.agentstate import MAX_TRACE
-from mldebug.model import NodeFailure
+from mldebug.model import STATE_EXITED, NodeFailure, RankView
 
 DATA = Path(__file__).parent / "data" / "nodes"
 RECORDED = ("pause_leak_straggler.json", "leak_straggler.json")
@@ -167,3 +167,41 @@ def test_a_nodes_agent_state_is_read_as_untrusted_data():
     (view,) = Reader().read(json.loads(json.dumps(hostile)), "n").views
     assert view.agent is not None and len(view.agent.trace) == MAX_TRACE
     assert [g.size for g in view.agent.groups if g.group == "odd"] == [None]
+
+
+@pytest.mark.parametrize("how", ["exit code 0", "shut down"])
+def test_a_rank_that_ended_on_its_node_is_judged_as_a_local_dump_judges_it(how):
+    # GIVEN the healthy job, rank 0's process gone: its node's run recorded how it ended
+    # (exit code 0, or its exit.json: its Python shut down, the process not reaped yet)
+    # while ranks 1 and 2 still step.
+    document = recorded("healthy.json")
+    node = Reader().read(document, "node0")
+    ended = RankView(
+        rank=0,
+        target=None,
+        state=STATE_EXITED,
+        exit_code=0 if how == "exit code 0" else None,
+        shut_down=how == "shut down",
+        detail="ended",
+    )
+    views = [ended, *sorted(node.views, key=lambda v: v.rank)[1:]]
+    agents = {e["pid"]: e["agent"] for e in document["ranks"]}
+    whole = merge_nodes([node], world_size=3, now=document["time"])
+    written = node_document(whole, "node0", views=views, agent_files=agents)
+    # WHEN its node's document is read with the others' THEN rank 0 has ended, as a dump on
+    # one machine says: not "no process found", not an error.
+    merged = through_nodes(json.loads(json.dumps(written)), [{0}, {1, 2}])
+    _, evidence, _ = ranks_evidence(views, 3, {}, (), (), ERROR_AFTER)
+    assert verdict(merged.findings) == verdict(judge(evidence))
+    assert {v.rank: v.state for v in merged.ranks}[0] == STATE_EXITED
+    assert not any(f.severity == "error" for f in merged.findings), verdict(merged.findings)
+    words = "exited with code 0" if how == "exit code 0" else "Python shut down normally"
+    assert [f.severity for f in merged.findings if f.ranks == (0,) and words in f.summary] == [
+        "info"
+    ], verdict(merged.findings)
+    # An entry without a pid says a rank ended, and how, or it is no rank.
+    (entry,) = [e for e in written["ranks"] if e["pid"] is None]
+    for odd in ({"state": "running"}, {"exit_code": None, "shut_down": 0}, {"shut_down": True}):
+        if how == "shut down" or "exit_code" in odd:
+            said = {**written, "ranks": [{**entry, **odd}]}
+            assert Reader().read(json.loads(json.dumps(said)), "n").views == (), odd

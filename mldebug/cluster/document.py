@@ -5,7 +5,10 @@ It is already merged: each distinct set of thread stacks is written once (`stack
 rank names its stack by index and adds its small facts (pid, state from its samples, CPU,
 how its reading failed) and its agent's state.json as read (one writer, the agent; one
 reader, collect.agentstate.parse_state; one version, ledger.rules.STATE_VERSION), and
-`groups` are the node's merged classes (ranks with the same main-thread stack). Nothing is
+`groups` are the node's merged classes (ranks with the same main-thread stack). A rank whose
+process is gone is written (without a pid) only where the node's run recorded how it ended
+(its exit code, or its Python's normal shut-down), so that the front end judges it as ended
+as a local dump does, not as a rank with no process. Nothing is
 judged across ranks here: the front end judges every node's ranks together. Thread ids are
 left out, so that ranks with the same stacks share one entry.
 
@@ -34,6 +37,7 @@ from mldebug.model import (
     FAIL_NOT_PYTHON,
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
+    STATE_EXITED,
     Frame,
     JobSnapshot,
     NodeReading,
@@ -124,7 +128,9 @@ def node_document(
     ranks = []
     for view in views:
         if view.target is None:
-            continue  # a rank this node did not find is not this node's to report
+            if view.state == STATE_EXITED and (view.exit_code is not None or view.shut_down):
+                ranks.append(_ended(view))  # the node's run recorded how it ended
+            continue  # else a rank this node did not find is not this node's to report
         target = view.target
         entry = {
             "rank": view.rank,
@@ -147,6 +153,7 @@ def node_document(
             # state.json as the node read it: one writer (the agent), one reader
             # (collect.agentstate.parse_state), one version (ledger.rules.STATE_VERSION)
             "agent": agent_files.get(target.pid) if view.agent is not None else None,
+            "shut_down": 1 if view.shut_down else 0,
         }
         ranks.append(entry)
     by_rank = {entry["rank"]: entry["stack"] for entry in ranks}
@@ -193,6 +200,32 @@ def node_document(
             for e in events[:MAX_EVENTS]
         ],
         "ras": ras,  # NCCL RAS's answer on this node (collect/ras.py carried), or None
+    }
+
+
+def _ended(view: RankView) -> dict:
+    """A rank whose process is gone, as its node's run recorded its end (its exit code, or
+    its Python's normal shut-down): without a pid, the rest as a rank entry says it."""
+    return {
+        "rank": view.rank,
+        "pid": None,
+        "local_rank": None,
+        "world_size": None,
+        "cmdline": "",
+        "state": STATE_EXITED,
+        "stack": None,
+        "user_frame": None,
+        "collective": None,
+        "cpu_percent": None,
+        "rss_bytes": None,
+        "exit_code": view.exit_code,
+        "detail": view.detail[:MAX_TEXT],
+        "worker": None,
+        "step": None,
+        "heartbeat_age": None,
+        "failure": None,
+        "agent": None,
+        "shut_down": 1 if view.shut_down else 0,
     }
 
 
@@ -410,7 +443,7 @@ class Reader:
             else:
                 view = self._view(entry, stacks, host, job, now)
                 failure = entry.get("failure")
-                if view is not None and entry.get("agent") is None:
+                if view is not None and view.target is not None and entry.get("agent") is None:
                     said = _said(entry)
                     if said is not None:
                         shape, template, said_failure = said, view, failure
@@ -457,8 +490,10 @@ class Reader:
             return None
         rank, pid = _int(entry.get("rank"), 0, MAX_RANK), _int(entry.get("pid"), 1, MAX_PID)
         state = entry.get("state")
-        if rank is None or pid is None or state not in STATES:
+        if rank is None or state not in STATES:
             return None
+        if pid is None:
+            return _ended_view(entry, rank, state)
         stack = _int(entry.get("stack"), 0, len(stacks) - 1)
         user = entry.get("user_frame")
         agent = entry.get("agent")
@@ -482,6 +517,7 @@ class Reader:
             exit_code=_int(entry.get("exit_code"), -(1 << 16), 1 << 16),
             detail=_text(entry.get("detail")),
             dataloader_worker=_int(entry.get("worker"), 1, 1 << 22),
+            shut_down=_int(entry.get("shut_down"), 0, 1) == 1,
         )
         # The agent's state.json as the node read it, checked by the reader a local dump
         # uses and taken as a local dump takes it (its pid and rank; its age on the node's
@@ -512,6 +548,23 @@ class Reader:
         return tuple(groups)
 
 
+def _ended_view(entry: dict, rank: int, state: object) -> RankView | None:
+    """A rank entry without a pid: a rank its node's run recorded as ended (its exit code,
+    or its Python shut down normally); any other entry without a pid is no rank."""
+    code = _int(entry.get("exit_code"), -(1 << 16), 1 << 16)
+    shut_down = code is None and _int(entry.get("shut_down"), 0, 1) == 1
+    if state != STATE_EXITED or (code is None and not shut_down):
+        return None
+    return RankView(
+        rank=rank,
+        target=None,
+        state=STATE_EXITED,
+        exit_code=code,
+        shut_down=shut_down,
+        detail=_text(entry.get("detail")),
+    )
+
+
 def _depth(thread: object) -> int:
     frames = thread.get("frames") if isinstance(thread, dict) else None
     return len(frames) if isinstance(frames, list) else -1
@@ -533,6 +586,7 @@ _SAID_FIELDS = (
     "cmdline",
     "failure",
     "agent",
+    "shut_down",
 )
 _said_fields = itemgetter(*_SAID_FIELDS)
 _STACK_FIELD = _SAID_FIELDS.index("stack")
