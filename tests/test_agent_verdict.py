@@ -630,3 +630,23 @@ def test_two_ranks_caught_a_moment_apart_in_two_calls_are_no_mismatch(tmp_path):
     # ...while without agents the same stacks are two calls that never match
     bare = snapshot(tmp_path / "bare", {}, {0: in_grads, 1: in_shards}, busy={0: False, 1: False})
     assert [f.kind for f in bare.findings if f.severity != SEVERITY_INFO] == [KIND_MISMATCH]
+
+
+@pytest.mark.parametrize(("alive_s", "severity"), [(25.0, SEVERITY_INFO), (90.0, SEVERITY_WARNING)])
+def test_ranks_waiting_in_init_for_a_rank_still_importing_are_a_job_starting_up(
+    tmp_path, alive_s, severity
+):
+    # GIVEN a job whose ranks started `alive_s` ago: rank 0 waits in init_process_group,
+    # rank 1 is still busy importing torch (a loaded node); neither made any call yet
+    init = (MODULE, Frame("main", TRAIN, 12), Frame("init_process_group", C10D, 1700))
+    importing = (Frame("<module>", TRAIN, 3), Frame("_find_and_load", "<frozen importlib>", 1))
+    states = {r: heartbeat_state(r, pid_of(r), NOW - 0.5, started=NOW - alive_s) for r in (0, 1)}
+    snap = snapshot(tmp_path, states, {0: init, 1: importing}, busy={0: False, 1: True})
+    (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    # THEN rank 1 is named, and graded as start-up: info within a minute, never an error
+    assert outlier.ranks == (1,)
+    assert outlier.severity == severity
+    if severity == SEVERITY_INFO:
+        assert "so far: ranks still starting up are not a hang" in finding_text(outlier)
+    else:
+        assert "have waited 90 s for it to start" in finding_text(outlier)

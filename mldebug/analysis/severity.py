@@ -15,6 +15,10 @@ long its agent has seen no step and no collective:
     `--hang-timeout`): a warning at most;
   * longer: the finding keeps its severity, and says the wait.
 
+Ranks waiting in init_process_group beside a rank still busy on its way there (an outlier
+with the FACT_STARTING fact) are a job starting up: info until STARTUP_WAIT (or the hang
+threshold, if longer), a warning after it, never an error.
+
 The words go in the finding's `since` (views put them after its summary); the wait itself in
 its `waited`.
 
@@ -30,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.model import (
+    FACT_STARTING,
     KIND_HANG,
     KIND_MISSING,
     KIND_OUTLIER,
@@ -43,6 +48,10 @@ from mldebug.model import (
 )
 
 SHORT_WAIT = 5.0  # seconds: below this a wait is a pause (checkpoint, a slow batch), info
+# seconds: ranks reach init_process_group far apart in a healthy job (torch imported on a
+# busy node, a dataset prepared on one rank first) and torch's store waits for them 10 to 30
+# minutes; waiting ranks beside a rank still busy on its way there are info for this long.
+STARTUP_WAIT = 60.0
 ERROR_AFTER = 10.0  # seconds: a wait this long is a hang (the run's --hang-timeout may say)
 GRADED_KINDS = frozenset({KIND_OUTLIER, KIND_HANG})
 _RANK = {SEVERITY_ERROR: 0, SEVERITY_WARNING: 1, SEVERITY_INFO: 2}
@@ -69,15 +78,17 @@ def agent_wait(agent: AgentState) -> float | None:
 
 
 def agent_idle(agent: AgentState) -> float | None:
-    """How long the rank has made no progress (no step, no collective made or completed),
-    by its agent's own clock (None: it has made none yet, as far as its agent knows)."""
+    """How long the rank has made no progress (no step, no collective made or completed;
+    one that has made none yet: since its agent started), by its agent's own clock (None:
+    its agent says neither)."""
     moments = [agent.step_time]
     for group in agent.groups:
         for call in (group.enqueued, group.completed):
             if call is not None:
                 moments += [call.enqueued, call.completed]
     known = [m for m in moments if m is not None]
-    return max(0.0, agent.time - max(known)) if known else None
+    last = max(known) if known else agent.started
+    return max(0.0, agent.time - last) if last is not None else None
 
 
 def _by_rank(
@@ -178,6 +189,8 @@ def grade_finding(
     if not ranks:
         return finding  # no agent says how long: the finding stands as the stacks made it
     waited = max(waits[r] if r in waits else since[r] for r in ranks)
+    if any(name == FACT_STARTING for name, _ in finding.facts):
+        return _graded_start_up(finding, waited, error_after)
     if waited >= error_after:
         return replace(
             finding, waited=waited, since=f"the waiting ranks have waited {_seconds(waited)}"
@@ -191,6 +204,17 @@ def grade_finding(
     if _RANK[severity] < _RANK.get(finding.severity, 0):
         severity = finding.severity  # grading only ever lowers
     return replace(finding, severity=severity, waited=waited, since=clause)
+
+
+def _graded_start_up(finding: Finding, waited: float, error_after: float) -> Finding:
+    """Ranks still busy on their way to the rendezvous: info while the others' wait is
+    within the start-up allowance, a warning after it (they work; they are not hung)."""
+    allowance = max(STARTUP_WAIT, error_after)
+    if waited >= allowance:
+        clause = f"the waiting ranks have waited {_seconds(waited)} for it to start"
+        return replace(finding, waited=waited, since=clause)
+    clause = f"for {_seconds(waited)} so far: ranks still starting up are not a hang"
+    return replace(finding, severity=SEVERITY_INFO, waited=waited, since=clause)
 
 
 def grade(

@@ -19,6 +19,7 @@ from mldebug.analysis.frames import is_rendezvous
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
+    FACT_STARTING,
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
     GONE_STATES,
@@ -381,8 +382,10 @@ def _outliers(
             f"{ranks_text(ranks)} never reached {op}: {doing}, while "
             f"{they_wait} in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
         )
-        # Ranks still working their way to init_process_group is how every job starts.
-        group_severity = SEVERITY_WARNING if busy and is_rendezvous(op) else severity
+        # Ranks still working their way to init_process_group is how every job starts:
+        # never an error, and graded by the start-up allowance (analysis/severity).
+        starting = busy and is_rendezvous(op)
+        group_severity = SEVERITY_WARNING if starting else severity
         parts = (
             _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
             *waiting_parts,
@@ -397,6 +400,7 @@ def _outliers(
                 severity=group_severity,
                 parts=parts,
                 detail=_worker_detail(group),
+                facts=((FACT_STARTING, op),) if starting and op else (),
             )
         )
     return findings

@@ -71,6 +71,9 @@ KIND_NATIVE_THREADS = "native_threads"  # threads without Python frames (gdb) wa
 KIND_SLOW_DEVICE = "slow_device"  # `check`: a rank's matmul rate far below the median rank's
 KIND_SLOW_LINK = "slow_link"  # `check`: a node pair's bandwidth far below the median pair's
 KIND_CHECK_OK = "check_ok"  # informational: `check` found no failure and no outlier
+# A fact (Finding.facts) of an outlier whose ranks are still busy on their way to the
+# rendezvous the others wait in (its value: the op); graded as start-up (analysis/severity).
+FACT_STARTING = "starting"
 
 # What saw a finding (Finding.sources): each source of evidence of a look.
 SOURCE_STACKS = "stacks"  # py-spy (or the rank's own faulthandler) stacks
