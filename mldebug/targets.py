@@ -296,6 +296,22 @@ def manifest_shut_down(root: str | os.PathLike, manifest: dict) -> frozenset[int
     return frozenset(found)
 
 
+def run_endings(run_dir: str | os.PathLike, host: str) -> tuple[dict[int, int], frozenset[int]]:
+    """How the ranks of a run that ran on `host` have ended so far, as its run.json and
+    their agents' exit.json say: (rank -> exit code, ranks whose Python shut down). Nothing
+    where the run has no readable run.json."""
+    manifest = rundir.read_manifest(run_dir)
+    if not isinstance(manifest, dict):
+        return {}, frozenset()
+    here = set()
+    for entry in _rank_entries(manifest):
+        rank = rundir.parse_rank(entry.get("rank"))
+        if rank is not None and _here(entry.get("host"), host):
+            here.add(rank)
+    codes = {r: c for r, c in manifest_exit_codes(manifest).items() if r in here}
+    return codes, manifest_shut_down(run_dir, manifest) & here
+
+
 @dataclass
 class _RunDirReader:
     """Which pids a run directory names are its ranks: a pid is only read (ptraced) once it

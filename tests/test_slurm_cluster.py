@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from testkit.cluster import JOB_SCRIPT, MLDEBUG, TASKS, line_of
@@ -155,3 +156,58 @@ def test_a_job_not_in_the_queue_is_said_in_one_line(slurm_cluster):
     assert done.returncode == 3, done.stderr
     assert "SLURM job 999999 is not in the queue" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_rank_that_ended_is_said_by_dump_slurm_as_a_local_dump_says_it(slurm_cluster, tmp_path):
+    # GIVEN a batch script whose step is `mldebug run --nproc-per-node 2`: rank 0 ended with
+    # exit code 0 (no process left on the node), rank 1 works on
+    job = Path(__file__).parent / "jobs" / "one_rank_ends.py"
+    batch = tmp_path / "job.sh"
+    batch.write_text(
+        f"""#!/bin/bash
+#SBATCH --ntasks=1
+#SBATCH --output={tmp_path}/batch.out
+export MLDEBUG_RUNS_DIR={tmp_path}/runs
+cd {tmp_path}
+{sys.executable} -m mldebug run --run-dir {tmp_path}/run --nproc-per-node 2 {job}
+"""
+    )
+    number = slurm_cluster.run("sbatch", "--parsable", str(batch)).stdout.strip().split(";")[0]
+    try:
+        manifest = tmp_path / "run" / "run.json"
+        deadline = time.monotonic() + 120
+        while not _recorded_exit(manifest, rank=0):
+            assert time.monotonic() < deadline, (tmp_path / "batch.out").read_text()
+            time.sleep(0.5)
+        reports = {}
+        for where in (["--slurm", number], ["--run", str(tmp_path / "run")]):
+            done = subprocess.run(
+                [*MLDEBUG, "dump", *where, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=slurm_cluster.env(),
+            )
+            assert done.returncode in (0, 1), done.stderr
+            reports[where[0]] = json.loads(done.stdout)
+        # THEN both say rank 0 ended with code 0, at info, and judge the job alike
+        for report in reports.values():
+            ended = next(r for r in report["ranks"] if r["rank"] == 0)
+            assert (ended["state"], ended["exit_code"]) == ("exited", 0), ended
+            missing = [f for f in report["findings"] if f["kind"] == "missing"]
+            assert [(f["ranks"], f["severity"]) for f in missing] == [([0], "info")], missing
+        verdicts = {
+            where: {(f["kind"], tuple(f["ranks"]), f["severity"]) for f in r["findings"]}
+            for where, r in reports.items()
+        }
+        assert verdicts["--slurm"] == verdicts["--run"], verdicts
+    finally:
+        slurm_cluster.run("scancel", number, check=False)
+
+
+def _recorded_exit(manifest: Path, rank: int) -> bool:
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return False
+    return any(e.get("rank") == rank and e.get("exit_code") == 0 for e in data.get("ranks", []))

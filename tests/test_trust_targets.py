@@ -21,7 +21,7 @@ from mldebug.errors import NoTargetError
 from mldebug.files import rundir
 from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
 from mldebug.observe.pyspy import observe_once
-from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets
+from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets, run_endings
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 NOBODY = 65534
@@ -382,3 +382,22 @@ def test_a_rank_whose_python_shut_down_but_not_yet_reaped_is_no_missing_rank(tmp
         assert targets.shut_down == set(), planted
         (missing,) = [f for f in snapshot.findings if f.kind == "missing"]
         assert missing.severity == "error", planted
+
+
+def test_a_nodes_ended_ranks_are_read_from_its_own_entries_of_the_run(tmp_path):
+    # GIVEN a run.json (a run directory on a shared file system, say) that lists ranks of
+    # this node and of another, some ended, one with a code that is no int
+    here = rundir.hostname()
+    run = make_run(
+        tmp_path / "run",
+        [
+            {"rank": 0, "pid": 11, "host": here, "exit_code": 0},
+            {"rank": 1, "pid": 12, "host": here},
+            {"rank": 2, "pid": 13, "host": "node-b", "exit_code": 0},
+            {"rank": 3, "pid": 14, "host": here, "exit_code": "0"},
+        ],
+    )
+    # THEN this node says only its own ranks' endings, as run.json records them
+    assert run_endings(run, here) == ({0: 0}, frozenset())
+    # AND a run directory without a readable run.json says nothing
+    assert run_endings(tmp_path / "nothing", here) == ({}, frozenset())

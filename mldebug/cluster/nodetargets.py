@@ -21,7 +21,12 @@ import os
 from mldebug.errors import NoTargetError
 from mldebug.files import rundir
 from mldebug.model import JobTargets, RankTarget
-from mldebug.targets import describe_job, discover_rank_processes, target_from_process
+from mldebug.targets import (
+    describe_job,
+    discover_rank_processes,
+    run_endings,
+    target_from_process,
+)
 
 
 def _order(target: RankTarget) -> tuple:
@@ -77,11 +82,23 @@ def node_targets(
             f"{len(jobs)} jobs on this node:\n{listing}",
             "Say which: --slurm-job JOBID or --run DIR (dump: --slurm JOBID, --run).",
         )
-    # The node holds some ranks of the job: the others are elsewhere, not missing.
+    # The node holds some ranks of the job: the others are elsewhere, not missing; those of
+    # its `mldebug run` that ended here are said as its run.json says (an exit code 0 is no
+    # rank gone missing).
+    run_dirs = {t.run_dir for t in targets}
+    codes: dict[int, int] = {}
+    shut_down: frozenset[int] = frozenset()
+    if len(run_dirs) == 1 and targets[0].run_dir:
+        codes, shut_down = run_endings(targets[0].run_dir, host)
+        live = {t.rank for t in targets}
+        codes = {r: c for r, c in codes.items() if r not in live}
+        shut_down = shut_down - live
     return JobTargets(
         targets,
         max(sizes) if sizes else None,
         jobs[0] if jobs else "",
         targets[0].run_dir,
+        codes,
+        shut_down=shut_down,
         partial=True,
     )
