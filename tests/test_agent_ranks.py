@@ -75,6 +75,7 @@ JOBS = {
     "async": """
         all_reduce(torch.ones(1))
         if rank == 0:
+            wait_for("begin")  # asleep until its test comes: the busy wait lasts that test only
             work = all_reduce(torch.ones(8), async_op=True)  # LINE:async
             mark("enqueued")
             wait_for("finish", busy=True)
@@ -249,6 +250,7 @@ def test_sequence_numbers_match_across_ranks_per_group(jobs):
 
 def test_an_async_call_is_enqueued_but_not_completed_until_its_peer_comes(jobs):
     job = jobs["async"]
+    job.touch("begin")
     job.wait(lambda: (job.dir / "enqueued").exists(), "rank 0 never enqueued")
     time.sleep(1.0)  # five heartbeats while rank 1 stays away
     group = job.wait(lambda: job.group(0), "no state for rank 0")

@@ -5,7 +5,7 @@ what takes the time, so they share it), each rank's compute a host wait (`--host
 a GPU rank's thread waits for its kernels, so 12 ranks share 2 cores without each taking
 one; the CPU-heavy neighbours below are the contention):
   * `mldebug run`, 3 ranks, rank 2 computes 1.4x as long as the others;
-  * `mldebug run`, 2 ranks, rank 1's DataLoader is 2x slower;
+  * `mldebug run`, 2 ranks, rank 1's DataLoader is 4x slower;
   * `mldebug run`, 2 healthy ranks that spend half their step or more in collectives (a
     16 MiB all_reduce a step, as sharded FSDP / ZeRO-3 jobs do): ±10% jitter, a 1 s
     checkpoint pause on rank 0 every 25 steps, GC on (the 3-minute version is
@@ -68,7 +68,9 @@ def jobs(tmp_path_factory):
     logs = {}
     for name, nproc, args in (
         ("slow", 3, ("--slow-rank", "2", "--factor", "1.4", "--steps", "0")),
-        ("data", 2, ("--slow-rank", "1", "--factor", "1", "--data-factor", "2", "--data-ms", "6",
+        # rank 0 waits for data 12 ms of its step (under DATA_SHARE: not input-bound itself,
+        # however a loaded machine stretches its sleeps), rank 1 48 ms
+        ("data", 2, ("--slow-rank", "1", "--factor", "1", "--data-factor", "4", "--data-ms", "1.5",
                      "--compute-ms", "30", "--steps", "0")),
         ("healthy", 2, ("--factor", "1", "--jitter", "0.1", "--checkpoint-every", "25",
                         "--compute-ms", "10", "--data-ms", "0.5", "--comm-kb", "16384",
