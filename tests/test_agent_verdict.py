@@ -650,3 +650,47 @@ def test_ranks_waiting_in_init_for_a_rank_still_importing_are_a_job_starting_up(
         assert "so far: ranks still starting up are not a hang" in finding_text(outlier)
     else:
         assert "have waited 90 s for it to start" in finding_text(outlier)
+
+
+@pytest.mark.parametrize(
+    ("waited_s", "severity"), [(44.0, SEVERITY_INFO), (300.0, SEVERITY_WARNING)]
+)
+def test_a_rank_busy_importing_while_the_other_waits_in_all_reduce_is_no_hang(
+    tmp_path, waited_s, severity
+):
+    # GIVEN rank 0 waits in its first all_reduce (its agent saw it enter `waited_s` ago) and
+    # rank 1, on a loaded node, is still building its optimizer, whose constructor imports
+    # torch._dynamo: importlib compiling the package's bytecode anew
+    site = "/venv/lib/python3.11/site-packages/"
+    boot, external = "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"
+    importing = (
+        MODULE,
+        Frame("main", TRAIN, 56),
+        Frame("__init__", site + "torch/optim/sgd.py", 30),
+        Frame("_disable_dynamo.<locals>.inner", site + "torch/_compile.py", 47),
+        Frame("_find_and_load", boot, 1176),
+        Frame("_call_with_frames_removed", boot, 241),
+        Frame("<module>", site + "torch/_dynamo/__init__.py", 13),
+        Frame("_find_and_load", boot, 1176),
+        Frame("<module>", site + "torch/_dynamo/variables/builder.py", 298),
+        Frame("_compile_bytecode", external, 729),
+    )
+    all_reduce = (MODULE, Frame("main", TRAIN, 62), Frame("all_reduce", C10D, 2500))
+    states = {
+        0: state(0, call(1, op="all_reduce", enqueued=NOW - waited_s), 0),
+        1: heartbeat_state(1, pid_of(1), NOW - 0.5, started=NOW - waited_s - 30),
+    }
+    snap = snapshot(tmp_path, states, {0: all_reduce, 1: importing}, busy={0: False, 1: True})
+    (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    # THEN rank 1 is named importing torch._dynamo, and the wait is graded as start-up's:
+    # never an error (the watchdog stops no job for it)
+    assert outlier.ranks == (1,) and outlier.severity == severity
+    assert "; it is busy importing torch._dynamo at /home/me/proj/train.py:56 in main" in (
+        outlier.summary
+    )
+    assert ("importing", "torch._dynamo") in outlier.facts
+    if severity == SEVERITY_INFO:
+        assert "for 44 s so far: a rank busy importing is not a hang" in finding_text(outlier)
+    else:
+        assert "have waited 300 s for it to load" in finding_text(outlier)
+    assert all(f.severity != SEVERITY_ERROR for f in snap.findings), snap.findings

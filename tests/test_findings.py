@@ -309,6 +309,26 @@ def test_a_rank_still_starting_up_is_only_a_warning():
     assert "ranks 0,2 wait in init_process_group" in outlier[0].summary
 
 
+def test_a_rank_busy_importing_is_only_a_warning_and_a_rank_stuck_in_an_import_an_error():
+    # GIVEN rank 0 stuck in all_reduce and rank 1 inside an import its code asked for: busy
+    # (its CPU moves: a package loading), or stuck there (no CPU: a file system that hangs)
+    boot = "<frozen importlib._bootstrap>"
+    loading = at("build", 40) + (
+        Frame("_find_and_load", boot, 1176),
+        Frame("<module>", "/venv/lib/python3.11/site-packages/torch/_dynamo/__init__.py", 13),
+    )
+    waiting = in_op("all_reduce", "step", 20)
+    for cpu, severity in (((0.0, 0.3, 0.6), SEVERITY_WARNING), ((0.0, 0.0, 0.0), SEVERITY_ERROR)):
+        snap = snapshot({0: ((waiting,) * 3, {}), 1: ((loading,) * 3, {"main_cpu": cpu})}, world=2)
+        (outlier,) = [f for f in snap.findings if f.kind == KIND_OUTLIER]
+        assert outlier.ranks == (1,) and outlier.severity == severity
+        if severity == SEVERITY_WARNING:
+            assert "it is busy importing torch._dynamo in build" in outlier.summary
+            assert ("importing", "torch._dynamo") in outlier.facts
+        else:
+            assert "it is stuck in build" in outlier.summary and not outlier.facts
+
+
 def test_the_first_crash_is_the_root_cause():
     # GIVEN rank 2 raised first and rank 0 failed after it, and rank 1 still waits
     crashes = (

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from operator import attrgetter
 
-from mldebug.model import Frame
+from mldebug.model import STATE_RUNNING, Frame, RankView
 from mldebug.rankrules import COLLECTIVE_CALLS, POINT_TO_POINT_CALLS, is_library_path
 
 COLLECTIVE_OPS = frozenset(
@@ -82,6 +82,40 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
         if is_user_frame(frame):
             return frame
     return None
+
+
+_IMPORT_FILE = "<frozen importlib._bootstrap>"
+
+
+def importing(frames: Sequence[Frame]) -> str | None:
+    """The module the stack is importing (the outermost one: what its code asked for), as
+    a dotted name, or None when it imports nothing. A rank that loads a module (torch._dynamo
+    the first time an optimizer is built, a model's package) works; it can take a minute on
+    a loaded node, its bytecode compiled anew."""
+    loading = False
+    for frame in frames:
+        if frame.file == _IMPORT_FILE and short_name(frame.function) == "_find_and_load":
+            loading = True
+        elif loading and frame.function == "<module>":
+            return module_name(frame.file)
+    return None
+
+
+def busy_importing(view: RankView) -> str | None:
+    """The module a running rank's main thread is loading (importing), else None."""
+    if view.state != STATE_RUNNING or not view.threads:
+        return None
+    return importing(view.threads[0].frames)
+
+
+def module_name(path: str) -> str:
+    """torch._dynamo for .../site-packages/torch/_dynamo/__init__.py; a file's own name
+    outside installed packages."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            dotted = path.rsplit(marker, 1)[1].removesuffix(".py").removesuffix("/__init__")
+            return dotted.replace("/", ".")
+    return path.rsplit("/", 1)[-1].removesuffix(".py")
 
 
 def collective_op(frames: Sequence[Frame]) -> str | None:

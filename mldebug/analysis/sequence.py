@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import mldebug.ledger.compare as ledger
 import mldebug.ledger.rules as rules
+from mldebug.analysis.frames import busy_importing
 from mldebug.ledger.verdicts import (
     VERDICT_BEHIND,
     VERDICT_HANG,
@@ -36,6 +37,7 @@ from mldebug.ledger.verdicts import (
     members_of,
 )
 from mldebug.model import (
+    FACT_IMPORTING,
     KIND_FROZEN,
     SEVERITY_ERROR,
     SEVERITY_WARNING,
@@ -298,13 +300,20 @@ def _behind_findings(
             head_text += f" as far as {_verb(ranks, 'its agent', 'their agents')} last wrote"
             head_text += f", {age:.0f} s ago" if age >= 1 else ""
             summary = head_text + colon + tail
+        # Ranks busy loading a module (torch._dynamo, imported when the optimizer is built)
+        # work: graded as ranks still starting up are (analysis/severity), never an error.
+        loading = {busy_importing(v) for v in bucket}
+        module = loading.pop() if len(loading) == 1 else None
+        doing = f"busy importing {module} {_current(head)}" if module else _current(head)
         summary += (
-            f"; {_verb(ranks, 'it is', 'they are')} {_current(head)}, while "
+            f"; {_verb(ranks, 'it is', 'they are')} {doing}, while "
             f"{_ranks_text(waiting_ranks)} {_verb(waiting_ranks, 'waits', 'wait')} for "
             f"{_verb(ranks, 'it', 'them')}"
         )
         interval = max(interval_of(_agent(v)) for v in (*bucket, *waiting))
         severity = _severity(min(lag, longest), interval) or SEVERITY_WARNING
+        if module is not None:
+            severity = SEVERITY_WARNING
         detail = (
             f"{_ranks_text(waiting_ranks)} made {_call_text(call, group)} and "
             f"{_verb(waiting_ranks, 'has', 'have')} waited up to {longest:.0f} s for it to "
@@ -324,6 +333,7 @@ def _behind_findings(
                 location=head.user_frame.location if head.user_frame else None,
                 severity=severity,
                 detail=detail,
+                facts=((FACT_IMPORTING, module),) if module else (),
                 parts=(
                     FindingPart(
                         tuple(ranks),

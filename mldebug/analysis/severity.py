@@ -16,8 +16,10 @@ long its agent has seen no step and no collective:
   * longer: the finding keeps its severity, and says the wait.
 
 Ranks waiting in init_process_group beside a rank still busy on its way there (an outlier
-with the FACT_STARTING fact) are a job starting up: info until STARTUP_WAIT (or the hang
-threshold, if longer), a warning after it, never an error.
+with the FACT_STARTING fact), or in a collective beside a rank busy loading a module
+(FACT_IMPORTING: torch._dynamo, first imported when an optimizer is built), wait for a rank
+that works: info until STARTUP_WAIT (or the hang threshold, if longer), a warning after it,
+never an error.
 
 The words go in the finding's `since` (views put them after its summary); the wait itself in
 its `waited`.
@@ -34,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.model import (
+    FACT_IMPORTING,
     FACT_STARTING,
     KIND_HANG,
     KIND_MISSING,
@@ -189,7 +192,7 @@ def grade_finding(
     if not ranks:
         return finding  # no agent says how long: the finding stands as the stacks made it
     waited = max(waits[r] if r in waits else since[r] for r in ranks)
-    if any(name == FACT_STARTING for name, _ in finding.facts):
+    if any(name in (FACT_STARTING, FACT_IMPORTING) for name, _ in finding.facts):
         return _graded_start_up(finding, waited, error_after)
     if waited >= error_after:
         return replace(
@@ -207,13 +210,16 @@ def grade_finding(
 
 
 def _graded_start_up(finding: Finding, waited: float, error_after: float) -> Finding:
-    """Ranks still busy on their way to the rendezvous: info while the others' wait is
-    within the start-up allowance, a warning after it (they work; they are not hung)."""
-    allowance = max(STARTUP_WAIT, error_after)
-    if waited >= allowance:
-        clause = f"the waiting ranks have waited {_seconds(waited)} for it to start"
+    """Ranks still busy on their way to the rendezvous, or loading a module: info while the
+    others' wait is within the start-up allowance, a warning after it (they work; they are
+    not hung)."""
+    loading = any(name == FACT_IMPORTING for name, _ in finding.facts)
+    if waited >= max(STARTUP_WAIT, error_after):
+        what = "load" if loading else "start"
+        clause = f"the waiting ranks have waited {_seconds(waited)} for it to {what}"
         return replace(finding, waited=waited, since=clause)
-    clause = f"for {_seconds(waited)} so far: ranks still starting up are not a hang"
+    working = "a rank busy importing is" if loading else "ranks still starting up are"
+    clause = f"for {_seconds(waited)} so far: {working} not a hang"
     return replace(finding, severity=SEVERITY_INFO, waited=waited, since=clause)
 
 

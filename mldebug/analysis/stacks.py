@@ -15,10 +15,11 @@ from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
-from mldebug.analysis.frames import is_rendezvous
+from mldebug.analysis.frames import busy_importing, is_rendezvous
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
+    FACT_IMPORTING,
     FACT_STARTING,
     FAIL_PERMISSION,
     FAIL_TIMEOUT,
@@ -355,6 +356,12 @@ def _with_lost_thread(
     return replace(finding, then=finding.then + _thread_clause(finding.ranks, lacking))
 
 
+def _starting_facts(op: str | None, loading: str | None) -> tuple[tuple[str, str], ...]:
+    if loading is not None:
+        return ((FACT_IMPORTING, loading),)
+    return ((FACT_STARTING, op),) if op else ()
+
+
 def _outliers(
     elsewhere: list[RankView],
     waiting: _Waiting,
@@ -371,9 +378,11 @@ def _outliers(
     for group in _bucket(elsewhere, key=_place):
         ranks = [v.rank for v in group]
         busy = group[0].state == STATE_RUNNING
+        loading = busy_importing(group[0])
+        busy_text = f"busy importing {loading}" if loading else "busy"
         doing = (
             _worker_text(group, stuck=not busy)
-            or f"{verb(ranks, 'it is', 'they are')} {'busy' if busy else 'stuck'} in {_where(group[0])}"
+            or f"{verb(ranks, 'it is', 'they are')} {busy_text if busy else 'stuck'} in {_where(group[0])}"
         )
         lacking = explaining(threads, ranks)
         if lacking is not None:
@@ -382,9 +391,10 @@ def _outliers(
             f"{ranks_text(ranks)} never reached {op}: {doing}, while "
             f"{they_wait} in {op} at {_where(main[0])}{_thread_clause(ranks, lacking)}"
         )
-        # Ranks still working their way to init_process_group is how every job starts:
-        # never an error, and graded by the start-up allowance (analysis/severity).
-        starting = busy and is_rendezvous(op)
+        # Ranks still working their way to init_process_group is how every job starts, and
+        # a rank busy loading a module works: never an error, and graded by the start-up
+        # allowance (analysis/severity).
+        starting = busy and (is_rendezvous(op) or loading is not None)
         group_severity = SEVERITY_WARNING if starting else severity
         parts = (
             _part(group, group[0].user_frame.function if group[0].user_frame else "?"),
@@ -400,7 +410,7 @@ def _outliers(
                 severity=group_severity,
                 parts=parts,
                 detail=_worker_detail(group),
-                facts=((FACT_STARTING, op),) if starting and op else (),
+                facts=_starting_facts(op, loading) if starting else (),
             )
         )
     return findings

@@ -74,6 +74,8 @@ KIND_CHECK_OK = "check_ok"  # informational: `check` found no failure and no out
 # A fact (Finding.facts) of an outlier whose ranks are still busy on their way to the
 # rendezvous the others wait in (its value: the op); graded as start-up (analysis/severity).
 FACT_STARTING = "starting"
+# ...of an outlier whose ranks are busy loading a module (its value: the module); graded so too.
+FACT_IMPORTING = "importing"
 
 # What saw a finding (Finding.sources): each source of evidence of a look.
 SOURCE_STACKS = "stacks"  # py-spy (or the rank's own faulthandler) stacks
