@@ -264,6 +264,9 @@ def test_a_still_rank_whose_main_thread_waits_for_a_cpu_is_running_on_a_starved_
     assert state == STATE_RUNNING and "waits for a CPU 60% of the time" in detail
     # a thread that sleeps or waits for a peer is never ready to run: stuck
     assert rank_state([sample(0, 0.0, 3.0), sample(1, 0.0, 3.0)])[0] == STATE_STUCK
+    # a thread that polls in a sleep loop on a crowded node waits for its CPU at each
+    # wake-up, a third of its time here: idle all the same
+    assert rank_state([sample(0, 0.0, 3.0), sample(1, 0.002, 3.3)])[0] == STATE_STUCK
     # a few ms ready to run is the scheduler's noise, not starvation
     assert rank_state([sample(0, 0.0, 3.0), sample(1, 0.0, 3.015)])[0] == STATE_STUCK
     # not known (another OS, no schedstat): the CPU alone decides, as before

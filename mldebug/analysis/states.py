@@ -29,8 +29,10 @@ BUSY_PROCESS_PERCENT = 30.0  # when the main thread's own time cannot be read
 # two readings a moment apart, a tick or two is noise, not work.
 NOISE_CPU_SECONDS = 0.02
 # A main thread ready to run this share of the time and given no CPU works on a starved node
-# (its CPU share alone can then be as low as an idle one's).
-STARVED_PERCENT = 20.0
+# (its CPU share alone can then be as low as an idle one's). A thread that polls in a sleep
+# loop is ready to run at each wake-up, and on a crowded node (a load of 20 on 2 cores) waits
+# a tenth of a second for its CPU each time: a fifth of its time or more, and still idle.
+STARVED_PERCENT = 50.0
 
 
 def _cpu_percent(first: StackSample, last: StackSample, main: bool) -> float | None:
