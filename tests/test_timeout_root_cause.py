@@ -137,6 +137,24 @@ def test_a_call_that_raised_is_where_a_timed_out_rank_waited(paths):
     )
 
 
+def test_a_call_a_peers_exit_broke_is_where_the_rank_waited(paths):
+    # Rank 1's timer fired first and it died; rank 0's all_reduce then raised (the peer closed
+    # the connection), not a timeout. The agent counts that call as ended, with its error:
+    # rank 0 still waited in it, it was not "in no collective".
+    broken = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    made = [Made("all_reduce", AR, 100.0 + seq, 100.5 + seq) for seq in range(1, 4)]
+    made.append(Made("all_reduce", AR, 104.0, 110.0, error=broken))
+    write_state(paths, 0, {"default_pg": made}, now=111.0, sizes={"default_pg": 2})
+    write_calls(paths, 1, [("all_reduce", AR)] * 3 + [("barrier", BARRIER)], waiting=False)
+    explanation = explain(
+        states(paths, [0, 1]), died={0: 110.0, 1: 109.0}, timeouts={1: timeout_of(GLOO)}
+    )
+    assert explanation.cause.culprits == (0,)
+    assert explanation.waits[0] == (
+        f"rank 0: waiting in all_reduce #4 of default_pg at {AR} (for 6.0s) until it raised"
+    )
+
+
 def test_every_rank_in_the_same_call_is_no_rank_s_fault(paths):
     write_calls(paths, 0, [("all_reduce", AR)] * 4)
     write_calls(paths, 1, [("all_reduce", AR)] * 4)

@@ -243,11 +243,19 @@ def _last_call(state: AgentState) -> CollectiveCall | None:
 
 def _waited_in(state: AgentState, timed_out: bool) -> CollectiveCall | None:
     """The call the rank waited in: one made and not complete; for a rank that died of a
-    collective timeout, its last call (the agent counts a call that raised as ended)."""
+    collective timeout, or whose last call raised (a peer's exit broke it), its last call:
+    the agent counts a call that raised as ended."""
     call = _pending(state)
-    if call is None and timed_out:
-        call = _last_call(state)
+    if call is None:
+        last = _last_call(state)
+        if last is not None and (timed_out or _raised(state, last)):
+            call = last
     return call
+
+
+def _raised(state: AgentState, call: CollectiveCall) -> bool:
+    known = _calls(state).get((call.group, call.seq))
+    return any(c is not None and c.error for c in (call, known))
 
 
 def _wait_line(
@@ -263,7 +271,10 @@ def _wait_line(
         since = ""
         if call.enqueued is not None and died is not None and died >= call.enqueued:
             since = f" (for {died - call.enqueued:.1f}s)"
-        return f"waiting in {_label(call)}{since}" + (" when it timed out" if timeout else "")
+        if timeout is not None:
+            return f"waiting in {_label(call)}{since} when it timed out"
+        raised_here = state is not None and _raised(state, call)
+        return f"waiting in {_label(call)}{since}" + (" until it raised" if raised_here else "")
     if timeout is not None:  # a collective the agent does not see (DDP's, from C++), or none
         what = f"{timeout.nccl_op} (NCCL SeqNum {timeout.nccl_seq})" if timeout.nccl_op else ""
         called = f" called at {raised}" if raised else ""

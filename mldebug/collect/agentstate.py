@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import mldebug.ledger.rules as rules
@@ -85,6 +86,7 @@ def parse_call(data: object, group: str | None = None) -> CollectiveCall | None:
         asynchronous=data.get("async") is True,
         shapes=_shapes(data.get("shapes")),
         dtypes=_dtypes(data.get("dtypes")),
+        error=_text(data.get("error")),
     )
 
 
@@ -94,7 +96,7 @@ def _completed(data: object, group: str) -> CollectiveCall | None:
     if call is None or not isinstance(data, dict):
         return call
     when = parse_time(data.get("time"))
-    return CollectiveCall(call.group, call.seq, call.op, call.site, None, when, call.asynchronous)
+    return replace(call, enqueued=None, completed=when, shapes=(), dtypes=())
 
 
 def _per_group(value: object) -> list[tuple[str, dict]]:

@@ -218,6 +218,7 @@ class CollectiveCall:
     asynchronous: bool = False
     shapes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
+    error: str | None = None  # what it raised: the agent counts a call that raised as ended
 
 
 @dataclass(frozen=True)

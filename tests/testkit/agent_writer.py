@@ -22,6 +22,7 @@ class Made:
     completed: float | None = None
     shapes: tuple[tuple[int, ...], ...] = ((4,),)
     dtypes: tuple[str, ...] = ("float32",)
+    error: str | None = None  # what the call raised (it then counts as completed)
 
 
 def write_state(
@@ -54,6 +55,7 @@ def write_state(
             )
             group.seq = seq
             group.enqueued = call
+            call.error = made.error
             if made.completed is not None:
                 call.completed = made.completed
                 group.done(call)
