@@ -42,6 +42,7 @@ from mldebug.model import (
     KIND_MISMATCH,
     KIND_OUTLIER,
     KIND_PROGRESSING,
+    KIND_RENDEZVOUS,
     KIND_THREADS,
     SEVERITY_ERROR,
     SEVERITY_INFO,
@@ -650,6 +651,22 @@ def test_ranks_waiting_in_init_for_a_rank_still_importing_are_a_job_starting_up(
         assert "so far: ranks still starting up are not a hang" in finding_text(outlier)
     else:
         assert "have waited 90 s for it to start" in finding_text(outlier)
+
+
+@pytest.mark.parametrize(("alive_s", "severity"), [(25.0, SEVERITY_INFO), (90.0, SEVERITY_WARNING)])
+def test_ranks_waiting_in_init_for_a_rank_busy_inside_it_are_a_job_starting_up(
+    tmp_path, alive_s, severity
+):
+    # GIVEN rank 0 still in init_process_group and rank 1 working inside it too (connecting,
+    # building its transport on a loaded node): both reached it, neither made a call yet
+    init = (MODULE, Frame("main", TRAIN, 12), Frame("init_process_group", C10D, 1700))
+    states = {r: heartbeat_state(r, pid_of(r), NOW - 0.5, started=NOW - alive_s) for r in (0, 1)}
+    snap = snapshot(tmp_path, states, {0: init, 1: init}, busy={0: False, 1: True})
+    # THEN it is no "the rendezvous never completes" error: start-up, graded as such
+    (finding,) = snap.findings
+    assert finding.kind == KIND_RENDEZVOUS and finding.ranks == (1,)
+    assert finding.severity == severity
+    assert "rank 1 is still busy inside init_process_group" in finding.summary
 
 
 @pytest.mark.parametrize(

@@ -288,8 +288,18 @@ def test_ranks_working_inside_init_are_not_outliers_of_it():
         },
         world=3,
     )
-    # THEN nobody is called an outlier of the rendezvous it is in
+    # THEN nobody is called an outlier of the rendezvous it is in, and the waiting ranks'
+    # stillness is no "the rendezvous never completes" error: rank 1 is on its way through
     assert not [f for f in snap.findings if f.kind == KIND_OUTLIER]
+    (finding,) = snap.findings
+    assert finding.kind == KIND_RENDEZVOUS and finding.ranks == (1,)
+    assert finding.severity == SEVERITY_WARNING
+    assert ("starting", "init_process_group") in finding.facts
+    assert finding.summary.startswith("rank 1 is still busy inside init_process_group at setup"), (
+        finding.summary
+    )
+    assert "while ranks 0,2 wait in init_process_group" in finding.summary
+    assert [p.ranks for p in finding.parts] == [(1,), (0, 2)]
 
 
 def test_a_rank_still_starting_up_is_only_a_warning():

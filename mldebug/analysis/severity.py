@@ -134,11 +134,15 @@ def waits_begun_since(views: Sequence[RankView]) -> dict[int, float]:
 
 
 def _graded(finding: Finding) -> bool:
-    """A wait the finding says: a hang, an outlier, or ranks that returned normally (exit
-    code 0, or their Python shut down normally) while others wait (they may have left the others' last collective just before
-    them: a job's final barrier)."""
-    return finding.kind in GRADED_KINDS or (
-        finding.kind == KIND_MISSING and any(name == "ended" for name, _ in finding.facts)
+    """A wait the finding says: a hang, an outlier, ranks waiting for others on their way
+    through start-up, or ranks that returned normally (exit code 0, or their Python shut
+    down normally) while others wait (they may have left the others' last collective just
+    before them: a job's final barrier)."""
+    names = {name for name, _ in finding.facts}
+    return (
+        finding.kind in GRADED_KINDS
+        or FACT_STARTING in names
+        or (finding.kind == KIND_MISSING and "ended" in names)
     )
 
 

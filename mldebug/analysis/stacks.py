@@ -416,6 +416,34 @@ def _outliers(
     return findings
 
 
+def _busy_starting(busy: list[RankView], waiting: _Waiting) -> list[Finding]:
+    """Ranks waiting in init_process_group (new_group, the store) while others still work
+    inside it (connecting, building their transport, a module loaded on the way): a job
+    starting up, graded by the start-up allowance (analysis/severity), never "all wait".
+    Not an outlier: the busy ranks are inside the call the others wait in."""
+    main = waiting.groups[0]
+    op = main[0].collective
+    ranks = [v.rank for v in busy]
+    summary = (
+        f"{ranks_text(ranks)} {verb(ranks, 'is', 'are')} still busy inside {busy[0].collective} "
+        f"at {_where(busy[0])}, while {ranks_text(waiting.all_ranks)} "
+        f"{verb(waiting.all_ranks, 'waits', 'wait')} in {op} at {_where(main[0])}: the job is "
+        "starting up"
+    )
+    return [
+        Finding(
+            KIND_RENDEZVOUS,
+            tuple(ranks),
+            summary,
+            location=location_of(busy[0]),
+            recipe="rendezvous-hang",
+            severity=SEVERITY_WARNING,
+            parts=(_part(busy, busy[0].collective or "?"), *_parts(waiting)),
+            facts=_starting_facts(op, busy_importing(busy[0])),
+        )
+    ]
+
+
 def _all_waiting(
     group: list[RankView], missing: list[int], severity: str, unseen: Sequence[int] = ()
 ) -> list[Finding]:
@@ -640,5 +668,11 @@ def stack_findings(
             # others wait for: "all wait" is not known, and no error.
             seen = {v.rank for v in present} | set(covered)
             unseen = [v.rank for v in views if v.rank not in seen and v.state not in GONE_STATES]
-            findings += _all_waiting(groups[0], missing, severity, unseen)
+            busy_inside = [
+                v for v in present if v.state == STATE_RUNNING and is_rendezvous(v.collective)
+            ]
+            if busy_inside and is_rendezvous(groups[0][0].collective) and not missing:
+                findings += _busy_starting(busy_inside, ranked)
+            else:
+                findings += _all_waiting(groups[0], missing, severity, unseen)
     return findings + _thread_findings([d for d in threads if d not in used])
