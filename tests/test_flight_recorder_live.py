@@ -66,16 +66,18 @@ def job(tmp_path_factory):
 
 def test_rank_0_waits_in_ddps_all_reduce_and_rank_1_is_named_elsewhere(job):
     script, run_dir = job
-    # The recorder is read once the step stood still for 5 heartbeats; the wait is an error
-    # once it lasted two more.
+    # The recorder is read once the step stood still for 5 heartbeats; the first dump that
+    # reads it may see a wait of a few seconds, a pause (info); the wait is a warning past
+    # that and an error once it lasted the hang threshold.
     deadline = time.monotonic() + 90
     while True:
         code, report = dump_json(run_dir)
         named = [f for f in report["findings"] if "Flight Recorder" in f["summary"]]
-        if named or time.monotonic() > deadline:
+        graded = [f for f in named if f["severity"] != "info"]
+        if graded or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert named, report["findings"]
+    assert graded, report["findings"]
     (finding,) = named
     assert finding["kind"] == "outlier" and finding["ranks"] == [1], finding
     assert finding["severity"] in ("error", "warning")

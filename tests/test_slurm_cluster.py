@@ -179,8 +179,8 @@ cd {tmp_path}
         while not _recorded_exit(manifest, rank=0):
             assert time.monotonic() < deadline, (tmp_path / "batch.out").read_text()
             time.sleep(0.5)
-        reports = {}
-        for where in (["--slurm", number], ["--run", str(tmp_path / "run")]):
+
+        def dump(*where: str) -> dict:
             done = subprocess.run(
                 [*MLDEBUG, "dump", *where, "--json"],
                 capture_output=True,
@@ -189,7 +189,15 @@ cd {tmp_path}
                 env=slurm_cluster.env(),
             )
             assert done.returncode in (0, 1), done.stderr
-            reports[where[0]] = json.loads(done.stdout)
+            return json.loads(done.stdout)
+
+        # Rank 1 makes no step: a dump in its first seconds calls its stillness a pause
+        # (info), one after it a warning. Both dumps are taken once it is past that moment.
+        local = ["--run", str(tmp_path / "run")]
+        while any(f["severity"] == "info" for f in dump(*local)["findings"] if 1 in f["ranks"]):
+            assert time.monotonic() < deadline + 60, "rank 1's stillness stayed a pause"
+            time.sleep(1)
+        reports = {where[0]: dump(*where) for where in (["--slurm", number], local)}
         # THEN both say rank 0 ended with code 0, at info, and judge the job alike
         for report in reports.values():
             ended = next(r for r in report["ranks"] if r["rank"] == 0)
