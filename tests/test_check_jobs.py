@@ -7,10 +7,10 @@
   as containers on one host): every pair of nodes is measured, and no link is named slow.
 - faulty: `mldebug check -- python tests/jobs/check_launcher.py ...`, a user's launcher of
   5 ranks that gives rank 4 a wrong MASTER_PORT and, once rank 2 has joined, puts rank 2 in
-  a cgroup with a CPU quota of a hundredth of a core (real slowness, from the kernel; well below what a
-  rank gets on this small machine however loaded). Rank 4
-  is named as unable to join, with the cause; ranks 0-3 are still measured, and rank 2 is
-  named as the slow device.
+  a cgroup with a CPU quota of half a hundredth of a core (real slowness, from the kernel;
+  well below what a rank gets on this small machine however loaded). Rank 4 is named as
+  unable to join, with the cause; ranks 0-3 are still measured, and rank 2 is named as the
+  slow device.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
 MLDEBUG = [sys.executable, "-m", "mldebug"]
 LAUNCHER = Path(__file__).parent / "jobs" / "check_launcher.py"
-QUOTA = (1_000, 100_000)  # microseconds of CPU per period: a hundredth of one core
+# microseconds of CPU per period: half a hundredth of one core (the least quota the kernel
+# takes, over a longer period): below what a rank's share of 2 cores comes to even beside
+# 30 other busy processes
+QUOTA = (1_000, 200_000)
 
 
 def _check(*args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
@@ -128,7 +131,7 @@ def test_a_rank_given_a_wrong_port_is_named_and_the_others_still_measured(faulty
     assert all(ranks[r]["compute"]["float32"]["tflops"] > 0 for r in range(4))
 
 
-def test_a_rank_capped_to_a_hundredth_of_a_core_is_the_slow_device(faulty):
+def test_a_rank_capped_to_half_a_hundredth_of_a_core_is_the_slow_device(faulty):
     done, report, _ = faulty
     slow = [f for f in report["findings"] if f["kind"] == "slow_device"]
     rates = {r["rank"]: r["compute"] for r in report["ranks"]}
