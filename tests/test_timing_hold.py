@@ -188,6 +188,33 @@ def test_a_straggler_is_named_beside_a_rank_that_stands_out_in_a_part_that_costs
         assert named(found(**job, steps=steps)) == [("straggler", (1,))]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_among_3_ranks_a_straggler_is_named_beside_a_rank_whose_data_wait_stands_out(seed):
+    # Seen on 3 ranks of a 1.4x job beside CPU-heavy neighbours: rank 0 waited a little
+    # longer for its data every block. Two of three ranks stood out, which read as "most
+    # ranks stand out", and neither the window nor the run's blocks named anyone, at 41 of
+    # 44 looks. They stand out in different parts: each is judged alone.
+    job = dict(world=3, slow_rank=2, factor=1.4, jitter=0.1, seed=seed, more_data={0: 0.0004})
+    for steps in (200, 600):
+        blocks = {v.rank: v.agent.timing.blocks for v in views(simulate(**job, steps=steps))}
+        held = judge_held(blocks)
+        assert held is not None and held.late == (0, 2)
+        assert (held.part[0], held.part[2]) == ("data", "work")
+        assert named(found(**job, steps=steps)) == [("straggler", (2,))]
+
+
+def test_two_of_3_ranks_standing_out_in_the_same_part_are_a_fast_third_rank_not_two_slow():
+    # Rank 0 computes 0.7x as long as the others: ranks 1 and 2 both place above it in
+    # every block, in the same part. Nobody is the straggler.
+    job = dict(world=3, slow_rank=0, factor=0.7, jitter=0.05, steps=600)
+    blocks = {v.rank: v.agent.timing.blocks for v in views(simulate(**job))}
+    held = judge_held(blocks)
+    assert held is not None and held.late == ()
+    assert (held.part[1], held.part[2]) == ("work", "work")
+    assert max(held.chance[1], held.chance[2]) < 1e-3  # both stand out
+    assert [f for f in found(**job) if f.kind == "straggler"] == []
+
+
 def _without_blocks(states: list[dict]) -> list[dict]:
     for state in states:
         state["timing"]["blocks"] = []

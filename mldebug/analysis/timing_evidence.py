@@ -26,7 +26,7 @@ from mldebug.ledger.compare import rank_sum_tail
 from mldebug.model.timing import StepTiming
 
 FALSE_ALARM = 1e-3  # per look, over every rank and part
-MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or more)
+MAX_LATE = 2  # ranks named together at most (standing_out says when a pair is kept)
 
 
 # The data wait less the run-queue delay inside it (StepTiming.own_data, where the agent
@@ -94,7 +94,18 @@ def judge(windows: Mapping[int, Sequence[StepTiming]]) -> Evidence:
             p = min(1.0, rank_sum_tail(sums[i], m, n) * tries)
             if p < chance[rank]:
                 chance[rank], part_of[rank] = p, name
-    late = tuple(r for r in ranks if chance[r] < FALSE_ALARM)
-    if len(late) > (MAX_LATE if n >= 4 else 1):
-        late = ()  # most ranks stand out: not one slow rank (nor two)
+    late = standing_out(tuple(r for r in ranks if chance[r] < FALSE_ALARM), part_of, n)
     return Evidence(late, chance, part_of, m)
+
+
+def standing_out(late: tuple[int, ...], part_of: Mapping[int, str], n: int) -> tuple[int, ...]:
+    """The ranks to name of those the test found, none when most ranks stand out (not one
+    slow rank, nor two). Among 3 ranks, two that stand out in the same part are the third
+    rank being fast; two that stand out in different parts are two things (on a busy node
+    one rank's data wait runs a little longer every step, beside a straggler's compute):
+    both are kept, and judged each alone by what they cost the others (analysis/timing)."""
+    if len(late) > MAX_LATE:
+        return ()
+    if len(late) > 1 and n < 4 and (n < 3 or len({part_of[r] for r in late}) < len(late)):
+        return ()
+    return late

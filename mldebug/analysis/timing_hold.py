@@ -30,11 +30,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from mldebug.analysis.timing_evidence import standing_out
 from mldebug.model.timing import BlockTiming
 
 HALF_LIFE = 64.0  # blocks (8 steps each): 512 steps
 FALSE_ALARM = 1e-3  # per look, over every rank and part (as the window test's)
-MAX_LATE = 2  # ranks named together at most (the pair only among 4 ranks or more)
 MIN_BLOCKS = 4  # blocks common to every rank before anything is judged
 WEIGHT = 4  # the newest block's weight; the oldest count 1, then 0 (about 3 half-lives)
 WARMUP_STEPS = 16  # blocks beginning before this step are left out: workers start, caches fill
@@ -220,10 +220,8 @@ def judge_held(blocks: Mapping[int, Sequence[BlockTiming]]) -> Held | None:
             p = min(1.0, one * tries)
             if p < chance[rank]:
                 chance[rank], part_of[rank] = p, name
-    late = tuple(r for r in ranks if chance[r] < FALSE_ALARM)
+    late = standing_out(tuple(r for r in ranks if chance[r] < FALSE_ALARM), part_of, n)
     ready = weighted_tail(sum(w) * (n - 1), w, n) * tries < FALSE_ALARM
-    if len(late) > (MAX_LATE if n >= 4 else 1):
-        late = ()  # most ranks stand out: not one slow rank (nor two)
     since = {}
     for rank in late:
         found = since_of(excess[part_of[rank]][ranks.index(rank)], since_margin(n))
