@@ -6,6 +6,7 @@ from mldebug.analysis.snapshot import build_snapshot
 from mldebug.analysis.states import rank_state
 from mldebug.model import (
     FAIL_EXITED,
+    FAIL_NOT_PYTHON,
     FAIL_PERMISSION,
     KIND_CRASH,
     KIND_HANG,
@@ -146,6 +147,20 @@ def test_a_rank_whose_python_shut_down_while_another_waits_in_a_collective_is_an
     assert missing.kind == KIND_MISSING and missing.severity == SEVERITY_ERROR
     assert "rank 0's Python shut down normally" in missing.summary
     assert ("ended", "Python shut down normally") in missing.facts  # graded by the wait
+
+
+def test_a_rank_read_in_its_teardown_after_its_python_shut_down_is_a_rank_that_ended():
+    # GIVEN rank 1's agent wrote exit.json and py-spy then read it in torch's native teardown,
+    # where its interpreter is gone and its process not yet: "no Python interpreter found"
+    teardown = (((), (), ()), {"failure": FAIL_NOT_PYTHON, "main_cpu": (0, 0.3, 0.6)})
+    snap = snapshot({1: teardown}, world=2, exit_codes={0: 0}, shut_down={1})
+    # THEN the rank has ended as its Python shut down, no rank the dump could not read
+    assert KIND_UNREADABLE not in kinds(snap)
+    view = next(v for v in snap.ranks if v.rank == 1)
+    assert view.state == "exited" and view.shut_down and view.exit_code is None
+    assert all(f.severity == SEVERITY_INFO for f in snap.findings)
+    # AND without its exit.json it is a rank that could not be read, as before
+    assert KIND_UNREADABLE in kinds(snapshot({1: teardown}, world=2, exit_codes={0: 0}))
 
 
 def test_every_rank_shut_down_or_exited_0_is_a_job_that_ended():

@@ -17,8 +17,10 @@ import pytest
 from testkit.procs import SLEEPY
 
 from mldebug.collect.crashes import MAX_MESSAGE_CHARS, read_crashes, with_crashes
+from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.errors import NoTargetError
 from mldebug.files import rundir
+from mldebug.model import FAIL_NOT_PYTHON
 from mldebug.observe.outcome import OUTCOME_POLL_S, OUTCOME_WAIT_S, await_exit_codes
 from mldebug.observe.pyspy import observe_once
 from mldebug.targets import MAX_RANK_ENTRIES, check_pid, resolve_targets, run_endings
@@ -29,13 +31,14 @@ NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another user's processes need root")
 
 
-def start_ranks(count, run_dir=None):
-    """A sleepy launcher of `count` ranks, started in `run_dir` as `mldebug run` would."""
+def start_ranks(count, run_dir=None, *options):
+    """A sleepy launcher of `count` ranks, started in `run_dir` as `mldebug run` would
+    (`options`: sleepy_ranks.py's)."""
     env = dict(os.environ)
     if run_dir is not None:
         env["MLDEBUG_RUN_DIR"] = str(run_dir)
     proc = subprocess.Popen(
-        [sys.executable, str(SLEEPY), str(count)],
+        [sys.executable, str(SLEEPY), str(count), *options],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -382,6 +385,40 @@ def test_a_rank_whose_python_shut_down_but_not_yet_reaped_is_no_missing_rank(tmp
         assert targets.shut_down == set(), planted
         (missing,) = [f for f in snapshot.findings if f.kind == "missing"]
         assert missing.severity == "error", planted
+
+
+def test_a_rank_read_in_its_native_teardown_after_its_python_shut_down_is_a_rank_that_ended(
+    tmp_path, jobs
+):
+    # GIVEN a run of 2 live ranks, resolved before either ends (the look's targets)
+    run = tmp_path / "run"
+    jobs.append(job := start_ranks(2, run, "--teardown"))
+    pids = job.rank_pids
+    make_run(run, [{"rank": r, "pid": pids[r]} for r in (0, 1)], world_size=2)
+    targets = resolve_targets(run_dir=run)
+    assert targets.shut_down == set()
+    # WHEN rank 0's Python shuts down normally (its agent's exit.json) and its process stays
+    # in its native teardown, where py-spy finds no interpreter
+    exit_note = run / "ranks" / "0" / "exit.json"
+    exit_note.parent.mkdir(parents=True)
+    exit_note.write_text(json.dumps({"pid": pids[0], "time": time.time()}))
+    os.kill(pids[0], signal.SIGUSR1)
+    rank0 = next(t for t in targets.targets if t.rank == 0)
+    for _ in range(100):
+        if dump_stack(find_pyspy(), rank0).failure == FAIL_NOT_PYTHON:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("rank 0 was never seen in its teardown")
+    snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
+    # THEN the look says rank 0 has ended, not that it could not be read
+    assert "unreadable" not in [f.kind for f in snapshot.findings]
+    assert snapshot.ranks[0].state == "exited" and snapshot.ranks[0].shut_down
+    assert all(f.severity == "info" for f in snapshot.findings), snapshot.findings
+    # AND without the exit.json, the same rank is one the look could not read
+    exit_note.unlink()
+    snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
+    assert [f.kind for f in snapshot.findings if f.severity != "info"] == ["unreadable"]
 
 
 def test_a_nodes_ended_ranks_are_read_from_its_own_entries_of_the_run(tmp_path):

@@ -28,6 +28,7 @@ from mldebug.model import (
     STATE_RUNNING,
     STATE_STUCK,
     STATE_UNKNOWN,
+    STATE_UNREADABLE,
     STATE_WAITING,
     AgentState,
     Finding,
@@ -42,6 +43,8 @@ from mldebug.model import (
     ThreadStack,
 )
 from mldebug.model.timing import TimingTable
+
+SHUT_DOWN_DETAIL = "its Python shut down normally (exit code not recorded yet)"
 
 
 def assign_ranks(targets: Sequence[RankTarget]) -> list[tuple[int, RankTarget]]:
@@ -184,11 +187,16 @@ def rank_views(
         rank_samples = samples.get(target.pid, ())
         view = with_agent(rank_view(rank, target, rank_samples, memo), agents.get(target.pid), now)
         view = as_moving(view, rank_samples, now)
+        # Read in its native teardown, once its interpreter is gone (py-spy: "no Python
+        # interpreter"): a rank whose Python shut down has ended, whatever it still does.
+        teardown = view.state == STATE_UNREADABLE and rank in shut_down
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
         elif view.state == STATE_EXITED and rank in shut_down:
             view = replace(view, shut_down=True)
-        if rank_samples and rank_samples[-1].failure:
+        elif teardown:
+            view = replace(view, state=STATE_EXITED, shut_down=True, detail=SHUT_DOWN_DETAIL)
+        if rank_samples and rank_samples[-1].failure and not teardown:
             failures[rank] = rank_samples[-1].failure
         views.append(view)
     present = {v.rank for v in views}
@@ -201,7 +209,7 @@ def rank_views(
         if code is not None:
             detail = f"exited with code {code}"
         elif ended:
-            detail = "its Python shut down normally (exit code not recorded yet)"
+            detail = SHUT_DOWN_DETAIL
         else:
             detail = "no process found"
         views.append(

@@ -11,12 +11,12 @@ bounded, for their codes while the run is still marked running.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from mldebug.collect.crashes import with_crashes
 from mldebug.files import rundir
-from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets
+from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, StackSample
 from mldebug.targets import manifest_exit_codes, manifest_shut_down
 
 # The launcher reaps its ranks every fraction of a second; on a loaded machine, later.
@@ -40,6 +40,25 @@ def with_run_outcome(job: JobTargets, manifest: dict | None = None) -> JobTarget
         shut_down=manifest_shut_down(job.run_dir, manifest) if job.run_dir else frozenset(),
     )
     return with_crashes(ended, manifest)
+
+
+def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]) -> JobTargets:
+    """`job` with the ranks whose reading failed and whose Python has shut down since the
+    job was resolved (their agent's exit.json, naming their pid, read now). py-spy finds no
+    interpreter in a rank's native teardown: a rank that ended, not one that could not be read.
+    """
+    failed = {
+        target.rank
+        for target in job.targets
+        if target.rank is not None and samples.get(target.pid) and samples[target.pid][-1].failure
+    }
+    if not failed or not job.run_dir:
+        return job
+    manifest = rundir.read_manifest(job.run_dir)
+    if manifest is None:
+        return job
+    ended = manifest_shut_down(job.run_dir, manifest) & failed
+    return replace(job, shut_down=job.shut_down | ended) if ended else job
 
 
 def ended_unrecorded(snapshot: JobSnapshot) -> frozenset[int]:

@@ -22,7 +22,12 @@ from mldebug.collect.collector import JobCollector
 from mldebug.collect.crashes import with_crashes
 from mldebug.collect.eventfiles import EventsReader
 from mldebug.model import JobReadings, JobSnapshot, JobTargets, RankView
-from mldebug.observe.outcome import OUTCOME_WAIT_S, await_exit_codes, ended_unrecorded
+from mldebug.observe.outcome import (
+    OUTCOME_WAIT_S,
+    await_exit_codes,
+    ended_unrecorded,
+    with_teardowns,
+)
 
 
 class JobObserver:
@@ -84,6 +89,7 @@ class JobObserver:
             for pid, found in workers.items():
                 taken[pid][-1] = with_workers(taken[pid][-1], found)
             readings = poll.keep(taken, workers)
+        readings = replace(readings, job=with_teardowns(readings.job, readings.samples))
         if not readings.agents:
             # The agents' state.json of the ranks read (after their stacks: the newest).
             files = read_state_files(chosen.values(), readings.job.run_dir)
