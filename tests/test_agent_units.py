@@ -25,7 +25,7 @@ import pytest
 
 import mldebug
 from mldebug import rankrules
-from mldebug.agent import collectives, eventlog, heartbeat, importhook, memory, steps
+from mldebug.agent import collectives, eventlog, heartbeat, importhook, memory, steps, timing
 from mldebug.collect.agentstate import parse_state, with_run_delay_now
 from mldebug.files import safeio
 from mldebug.launch import env as envs
@@ -651,6 +651,50 @@ def test_the_state_says_how_long_the_writing_and_main_threads_waited_for_a_cpu(t
     assert parse_state(with_run_delay_now(planted, os.getpid()), 3).waited_for_cpu < 5
     # Another process's state (its pid is not the target's) gets nothing read.
     assert "run_delay_now" not in with_run_delay_now(data, os.getpid() + 1)["beat"]
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_the_state_says_how_long_the_main_thread_waited_for_a_cpu_in_its_step(tmp_path):
+    # GIVEN a rank counting its steps on its main thread, timed (agent/timing.py)
+    path = tmp_path / "state.json"
+    timed = timing.Timing()
+    counter = steps.Steps(on_change=timed.on_step)
+    counter.set(1)
+    hb = heartbeat.Heartbeat(path, safeio.write_json_atomic, 3, 1000.0, None, counter, None,
+                             timing=timed)  # fmt: skip
+    # WHEN its main thread then has to share its one CPU with a spinning process
+    cpu = min(os.sched_getaffinity(0))
+    kept = os.sched_getaffinity(0)
+    rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(rival.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        _spin(0.5)
+    finally:
+        os.sched_setaffinity(0, kept)
+        rival.kill()
+        rival.wait()
+    assert hb.write_once()
+    data = json.loads(path.read_text())
+    # THEN the state says the main thread's count at the step's start, and the reader the
+    # seconds it waited for a CPU since (read from /proc now, never from the file)
+    said = data["beat"]
+    assert 0 <= said["step_main_run_delay"] < said["main_run_delay"]
+    waited = parse_state(with_run_delay_now(data, os.getpid()), 3).step_waited_for_cpu
+    assert waited is not None and waited > 0
+    planted = {**data, "beat": {**said, "main_run_delay_now": 1e6}}
+    assert parse_state(with_run_delay_now(planted, os.getpid()), 3).step_waited_for_cpu < 5
+    # AND a step counted on another thread gives no count to compare the main thread's with
+    other = threading.Thread(target=counter.set, args=(2,))
+    other.start()
+    other.join()
+    assert hb.write_once()
+    assert "step_main_run_delay" not in json.loads(path.read_text())["beat"]
 
 
 def test_the_heartbeat_thread_moves_time_and_ends_at_once(tmp_path):

@@ -545,10 +545,11 @@ def test_the_rank_behind_that_lost_a_thread_its_peer_runs_is_told_so(tmp_path):
     ) in finding_text(verdict)
 
 
-def _checkpoint_pause(tmp_path, last_progress_ago: float):
+def _checkpoint_pause(tmp_path, last_progress_ago: float, cpu_waits=None):
     """Rank 0 sleeps in save_checkpoint; rank 1's stack waits in barrier, but its agent's
     state (written 0.5 s ago, a heartbeat's age) saw it wait in nothing: its last
-    collective, broadcast #40, completed `last_progress_ago` seconds ago."""
+    collective, broadcast #40, completed `last_progress_ago` seconds ago. `cpu_waits`: rank
+    -> its main thread's wait for a CPU in its step under way, as the dump read it."""
     c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
     barrier = (MODULE, Frame("main", TRAIN, 131), Frame("barrier", c10d, 4000))
     saving = (MODULE, Frame("save_checkpoint", TRAIN, 130))
@@ -567,7 +568,9 @@ def _checkpoint_pause(tmp_path, last_progress_ago: float):
         )
         for rank in (0, 1)
     }
-    return snapshot(tmp_path, states, {0: saving, 1: barrier}, busy={0: False, 1: False})
+    return snapshot(
+        tmp_path, states, {0: saving, 1: barrier}, busy={0: False, 1: False}, cpu_waits=cpu_waits
+    )
 
 
 def test_a_wait_begun_since_the_agents_last_state_is_graded_by_its_last_progress(tmp_path):
@@ -578,6 +581,31 @@ def test_a_wait_begun_since_the_agents_last_state_is_graded_by_its_last_progress
     assert outlier.ranks == (0,)
     assert outlier.severity == SEVERITY_INFO
     assert "for 1.5 s so far: a pause that short is not a hang" in finding_text(outlier)
+
+
+def test_a_pause_a_busy_node_stretched_past_the_pause_bound_is_still_a_pause(tmp_path):
+    # GIVEN rank 1 has waited 6 s for rank 0, whose checkpoint pause is a second's sleep:
+    # on a busy node rank 0's main thread then waited 3 s for a CPU in its step
+    (stretched,) = [
+        f for f in _checkpoint_pause(tmp_path, 6, {0: 3.0}).findings if f.kind == KIND_OUTLIER
+    ]
+    # THEN the wait less what the node held back is a pause: info, and said so
+    assert stretched.severity == SEVERITY_INFO and stretched.waited == pytest.approx(6.0)
+    assert finding_text(stretched).endswith(
+        "(for 6.0 s so far, 3.0 s of it rank 0 waiting for a CPU (a busy node):"
+        " a pause that short is not a hang)"
+    )
+    # AND a rank the node held back less, or that its agent cannot say, is waited for as before
+    for held in ({0: 0.5}, {1: 3.0}, None):
+        (outlier,) = [
+            f for f in _checkpoint_pause(tmp_path, 6, held).findings if f.kind == KIND_OUTLIER
+        ]
+        assert outlier.severity == SEVERITY_WARNING, held
+    # AND a wait past the hang threshold is a hang however busy the node
+    (hang,) = [
+        f for f in _checkpoint_pause(tmp_path, 30, {0: 25.0}).findings if f.kind == KIND_OUTLIER
+    ]
+    assert hang.severity == SEVERITY_ERROR
 
 
 def test_a_wait_in_a_collective_its_agent_never_saw_is_an_error_once_progress_is_old(tmp_path):

@@ -127,6 +127,9 @@ class Heartbeat:
                 "run_delay": waited,
                 "main_run_delay": main,  # the main thread's (its tid is the pid)
             }
+            mark = self.timing.main_step_delay() if self.timing is not None else None
+            if mark is not None:
+                state["beat"]["step_main_run_delay"] = mark  # at the step under way's start
         timing = self.timing
         if timing is not None and not timing.off:
             try:

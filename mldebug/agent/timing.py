@@ -124,6 +124,7 @@ class Timing:
         self._data_delay: float | None = None  # of the data wait; None: not known
         self._next_scan = 0.0
         self._delay_mark: float | None = None  # the thread's run-queue delay at the step's start
+        self._main_mark: float | None = None  # the same, where the main thread counts steps
 
     # ------------------------------------------------------------------ from the trace
     def collective_done(self, call: Call) -> None:
@@ -146,6 +147,8 @@ class Timing:
         try:
             fault_point(PART)
             mark, self._delay_mark = self._delay_mark, self.delay.seconds()
+            on_main = threading.get_ident() == self._main
+            self._main_mark = self._delay_mark if on_main else None
             helpers = self.delay.helpers_delay()
             with self._lock:
                 begun, self._begun = self._begun, now
@@ -225,6 +228,12 @@ class Timing:
                 return  # waiting, not working
             inner = inner.f_back
         self.work.add(self.site(frame))
+
+    def main_step_delay(self) -> float | None:
+        """The main thread's run-queue delay when its step under way began (None: not known,
+        or steps are counted on another thread): `dump` subtracts it from the delay it reads
+        then, the CPU the busy node withheld from this step so far."""
+        return None if self.off else self._main_mark
 
     def _starts_copy(self) -> list[tuple[float, int]]:
         with self._lock:

@@ -21,6 +21,11 @@ with the FACT_STARTING fact), or in a collective beside a rank busy loading a mo
 that works: info until STARTUP_WAIT (or the hang threshold, if longer), a warning after it,
 never an error.
 
+An outlier's wait is held to the pause bound less the seconds its ranks' main threads
+waited for a CPU in their step under way (their agents' run-queue count, read again by the
+dump): on a busy node a second's checkpoint sleep ends and the rank then waits its turn for
+a CPU, while the others wait for it. The hang threshold is judged on the wait itself.
+
 The words go in the finding's `since` (views put them after its summary); the wait itself in
 its `waited`.
 
@@ -49,6 +54,7 @@ from mldebug.model import (
     Finding,
     RankView,
 )
+from mldebug.wording import ranks_text
 
 SHORT_WAIT = 5.0  # seconds: below this a wait is a pause (checkpoint, a slow batch), info
 # seconds: ranks reach init_process_group far apart in a healthy job (torch imported on a
@@ -133,6 +139,26 @@ def waits_begun_since(views: Sequence[RankView]) -> dict[int, float]:
     return found
 
 
+def cpu_waits_of(views: Sequence[RankView]) -> dict[int, float]:
+    """rank -> seconds its main thread has waited for a CPU in its step under way."""
+    found = {}
+    for view in views:
+        if view.agent is not None and not view.gone:
+            seconds = view.agent.step_waited_for_cpu
+            if seconds is not None:
+                found[view.rank] = seconds
+    return found
+
+
+def _held_back(finding: Finding, cpu_waits: Mapping[int, float], waited: float) -> float:
+    """Seconds of the others' wait that the ranks they wait for spent waiting for a CPU (a
+    busy node held their step back), at most the wait: an outlier's own ranks only."""
+    if finding.kind != KIND_OUTLIER:
+        return 0.0
+    held = [cpu_waits[r] for r in finding.ranks if r in cpu_waits]
+    return min(max(held), waited) if held else 0.0
+
+
 def _graded(finding: Finding) -> bool:
     """A wait the finding says: a hang, an outlier, ranks waiting for others on their way
     through start-up, or ranks that returned normally (exit code 0, or their Python shut
@@ -186,9 +212,11 @@ def grade_finding(
     waits: Mapping[int, float],
     error_after: float,
     since: Mapping[int, float] | None = None,
+    cpu_waits: Mapping[int, float] | None = None,
 ) -> Finding:
     """`waits`: rank -> how long it has waited (waits_of); `since`: rank -> the most it can
-    have waited, for ranks whose agent saw no wait yet (waits_begun_since)."""
+    have waited, for ranks whose agent saw no wait yet (waits_begun_since); `cpu_waits`:
+    rank -> its main thread's wait for a CPU in its step under way (cpu_waits_of)."""
     if not _graded(finding) or finding.severity == SEVERITY_INFO:
         return finding
     since = since or {}
@@ -202,9 +230,16 @@ def grade_finding(
         return replace(
             finding, waited=waited, since=f"the waiting ranks have waited {_seconds(waited)}"
         )
+    held = _held_back(finding, cpu_waits or {}, waited)
     if waited < min(SHORT_WAIT, error_after):
         severity = SEVERITY_INFO
         clause = f"for {_seconds(waited)} so far: a pause that short is not a hang"
+    elif waited - held < min(SHORT_WAIT, error_after):
+        severity = SEVERITY_INFO
+        clause = (
+            f"for {_seconds(waited)} so far, {_seconds(held)} of it {ranks_text(finding.ranks)}"
+            " waiting for a CPU (a busy node): a pause that short is not a hang"
+        )
     else:
         severity = SEVERITY_WARNING
         clause = f"for {_seconds(waited)} so far (a hang once it passes {_seconds(error_after)})"
@@ -235,8 +270,9 @@ def grade(
     waits, idle, since = waits_of(views), idle_of(views), waits_begun_since(views)
     if not waits and not idle:
         return tuple(findings)
+    cpu_waits = cpu_waits_of(views)
     graded = [
-        grade_stuck(grade_finding(f, waits, error_after, since), idle, error_after)
+        grade_stuck(grade_finding(f, waits, error_after, since, cpu_waits), idle, error_after)
         for f in findings
     ]
     order = {id(f): i for i, f in enumerate(graded)}

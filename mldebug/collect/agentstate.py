@@ -38,6 +38,8 @@ MAX_TEXT = 512  # an op, a group name, a call site
 MAX_DIMS = 8
 MAX_TENSORS = 16
 MAX_INTERVAL = 3600.0  # a heartbeat interval beyond an hour is garbage
+# What a heartbeat says of the CPU its threads waited for (docs/agent.md, `beat`)
+BEAT_KEYS = ("tid", "run_delay", "main_run_delay", "step_main_run_delay")
 
 
 def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
@@ -247,6 +249,7 @@ def parse_state(data: dict, rank: int) -> AgentState | None:
         compile=parse_compile(data.get("compile")),
         exiting=data.get("exiting") is True,
         waited_for_cpu=_waited_since_beat(data.get("beat")),
+        step_waited_for_cpu=_step_waited(data.get("beat")),
     )
 
 
@@ -303,12 +306,25 @@ def with_run_delay_now(data: dict, pid: int) -> dict:
     tid = beat.get("tid")
     if not isinstance(tid, int) or isinstance(tid, bool):
         return data
-    said = {k: beat[k] for k in ("tid", "run_delay", "main_run_delay") if k in beat}
+    said = {k: beat[k] for k in BEAT_KEYS if k in beat}
     now = {
         "run_delay_now": thread_run_delay(pid, tid),
         "main_run_delay_now": thread_run_delay(pid, pid),
     }
     return {**data, "beat": {**said, **{k: v for k, v in now.items() if v is not None}}}
+
+
+def _step_waited(beat: object) -> float | None:
+    """Seconds the rank's main thread has waited for a CPU since its step under way began,
+    read now (else at its heartbeat). None when not known."""
+    if not isinstance(beat, dict):
+        return None
+    start = json_number(beat.get("step_main_run_delay"))
+    now = json_number(beat.get("main_run_delay_now"))
+    now = now if now is not None else json_number(beat.get("main_run_delay"))
+    if start is None or now is None or now < start:
+        return None
+    return now - start
 
 
 def _waited_since_beat(beat: object) -> float | None:

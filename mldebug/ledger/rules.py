@@ -231,7 +231,9 @@ STATE_KEYS = (
     "memory",
     "memory_history",
     "flight_recorder",  # optional: {group: {"last": {...}, "pending": n}}
-    "beat",  # optional: {"tid", "run_delay", "main_run_delay"}: seconds waited for a CPU so far
+    # optional: {"tid", "run_delay", "main_run_delay"}: seconds waited for a CPU so far, and
+    # "step_main_run_delay": the main thread's at the start of its step under way
+    "beat",
 )
 
 

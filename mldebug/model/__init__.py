@@ -351,6 +351,10 @@ class AgentState:
     # Seconds its heartbeat thread or main thread waited for a CPU since the state was
     # written, read by the dump (collect/agentstate.py): a late heartbeat on a starved node
     waited_for_cpu: float | None = None
+    # Seconds its main thread waited for a CPU since its step under way began (the same
+    # counter, read by the dump, less its value at the step's start): a pause a busy node
+    # stretched (analysis/severity.py)
+    step_waited_for_cpu: float | None = None
 
     @property
     def progress(self) -> tuple[int, int, int]:

@@ -5,6 +5,7 @@ the real analysis.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from mldebug.agent.heartbeat import DEFAULT_INTERVAL, Heartbeat
@@ -182,8 +183,12 @@ def write_run(tmp_path: Path, states: dict[int, dict]) -> Path:
     return root
 
 
-def snapshot(tmp_path, states: dict[int, dict], stacks: dict[int, tuple], busy=None, now=NOW):
-    """The job's snapshot: its ranks' stacks and the states the real reader reads."""
+def snapshot(
+    tmp_path, states: dict[int, dict], stacks: dict[int, tuple], busy=None, now=NOW, cpu_waits=None
+):
+    """The job's snapshot: its ranks' stacks and the states the real reader reads (with
+    `cpu_waits`, rank -> what the reader would have found of its main thread's wait for a
+    CPU in its step under way: the pids here are no real ranks' to read /proc of)."""
     root = write_run(tmp_path, states)
     targets = [
         RankTarget(pid=pid_of(r), rank=r, world_size=len(stacks), run_dir=str(root)) for r in stacks
@@ -191,4 +196,6 @@ def snapshot(tmp_path, states: dict[int, dict], stacks: dict[int, tuple], busy=N
     busy = busy or {}
     by_pid = {pid_of(r): samples(r, frames, busy.get(r, True)) for r, frames in stacks.items()}
     agents = read_states(targets)
+    for rank, seconds in (cpu_waits or {}).items():
+        agents[pid_of(rank)] = replace(agents[pid_of(rank)], step_waited_for_cpu=seconds)
     return build_snapshot(targets, by_pid, world_size=len(stacks), agents=agents, now=now)
