@@ -338,6 +338,9 @@ def test_the_frozen_rank_recipe_ships():
 def test_json_gives_each_ranks_step_heartbeat_and_collectives(tmp_path):
     trace = [call(seq, completed=NOW - 60 + seq) for seq in range(28, 38)] + [call(38)]
     states = {r: state(r, call(38), 37, trace=trace) for r in (0, 1, 3)}
+    # (rank 1's all_reduce #37 raised: a call a peer's exit broke, as its agent records it)
+    raised = call(37, completed=NOW - 23, error="Connection closed by peer")
+    states[1] = state(1, call(38), 37, trace=[*trace[:-2], raised, trace[-1]])
     states[2] = state(2, call(37, completed=NOW - 30), 37, time=NOW - 0.25, step=None)
     report = snapshot_to_json(snapshot(tmp_path, states, {0: SPIN, 1: SPIN, 2: LOAD, 3: SPIN}))
     rank0, rank2 = report["ranks"][0], report["ranks"][2]
@@ -363,7 +366,10 @@ def test_json_gives_each_ranks_step_heartbeat_and_collectives(tmp_path):
         "async": True,
         "shapes": [[1024]],
         "dtypes": ["float32"],
+        "error": None,
     }
+    said = [c["error"] for c in report["ranks"][1]["collectives"]["trace"]]
+    assert said == [None] * 6 + ["Connection closed by peer", None]
     assert rank0["state"] == "waiting" and rank0["collective"] == "all_reduce"
     assert report["findings"][0]["kind"] == "outlier" and report["findings"][0]["ranks"] == [2]
     json.dumps(report)  # plain JSON

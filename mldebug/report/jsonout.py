@@ -59,6 +59,7 @@ def call_to_json(call: CollectiveCall) -> dict:
         "async": call.asynchronous,
         "shapes": [list(shape) for shape in call.shapes],
         "dtypes": list(call.dtypes),
+        "error": call.error,  # what the call raised (a peer gone, a timeout); null: none
     }
 
 
