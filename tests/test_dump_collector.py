@@ -26,7 +26,8 @@ def test_single_sample_polls_compare_with_the_previous_poll(job):
         first = collector.poll()
         assert {v.state for v in first.ranks} == {STATE_UNKNOWN}
         second = collector.poll()
-        assert {v.state for v in second.ranks} == {STATE_STUCK}
+        said = [(v.rank, v.state, v.detail) for v in second.ranks]
+        assert {v.state for v in second.ranks} == {STATE_STUCK}, said
 
 
 def test_max_ranks_per_poll_rotates_through_the_job(job):
