@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,6 +52,31 @@ def sitting(source: str) -> Iterator[subprocess.Popen]:
         proc.wait()
 
 
+def wait_asleep(pids: Iterable[int], timeout: float = 30.0) -> None:
+    """Until each process sleeps in its wait (the kernel's nanosleep): a rank that said
+    READY may not be there yet on a loaded machine, and a first reading taken on its way
+    there sees its stack move."""
+    deadline = time.monotonic() + timeout
+    waiting = set(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = {pid for pid in waiting if not _in_nanosleep(pid)}
+        if waiting:
+            time.sleep(0.02)
+    assert not waiting, f"processes {sorted(waiting)} never went to sleep"
+
+
+def _in_nanosleep(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/wchan") as wchan:
+            where = wchan.read().strip()
+        if where not in ("", "0"):
+            return "nanosleep" in where
+        with open(f"/proc/{pid}/stat") as stat:  # a kernel that hides wchan: asleep at all
+            return stat.read().rsplit(")", 1)[1].split()[0] == "S"
+    except (OSError, IndexError):
+        return False
+
+
 @contextmanager
 def sleepy_ranks(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """The sleepy job's launcher, once its 4 ranks said they are up; the Popen gets
@@ -67,6 +93,7 @@ def sleepy_ranks(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen
         lines = proc.stdout
         ready = sorted((lines.readline().split() for _ in range(4)), key=lambda r: int(r[2]))
         proc.rank_pids = [int(pid) for _, pid, _ in ready]
+        wait_asleep(proc.rank_pids)
         yield proc
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
