@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,17 +278,20 @@ def manifest_exit_codes(manifest: dict) -> dict[int, int]:
     return codes
 
 
-def manifest_shut_down(root: str | os.PathLike, manifest: dict) -> frozenset[int]:
+def manifest_shut_down(
+    root: str | os.PathLike, manifest: dict, only: Collection[int] | None = None
+) -> frozenset[int]:
     """Ranks run.json lists with no exit code yet whose Python has shut down normally: their
     agent wrote exit.json at exit, naming the pid run.json gives the rank. Such a rank makes
     no further collective; its process may take a while to end (its native teardown) or to
-    be reaped, and its launcher records the code only then."""
+    be reaped, and its launcher records the code only then. `only`: these ranks' files alone
+    are read."""
     paths = rundir.RunPaths(Path(root))
     recorded = manifest_exit_codes(manifest)
     found = set()
     for entry in _rank_entries(manifest):
         rank, pid = rundir.parse_rank(entry.get("rank")), _pid(entry.get("pid"))
-        if rank is None or not pid or rank in recorded:
+        if rank is None or not pid or rank in recorded or (only is not None and rank not in only):
             continue
         note = safeio.read_json(paths.exit_file(rank))
         if isinstance(note, dict) and _pid(note.get("pid")) == pid:

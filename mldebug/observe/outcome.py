@@ -16,7 +16,15 @@ from dataclasses import replace
 
 from mldebug.collect.crashes import with_crashes
 from mldebug.files import rundir
-from mldebug.model import STATE_EXITED, JobSnapshot, JobTargets, StackSample
+from mldebug.model import (
+    FAIL_ERROR,
+    FAIL_EXITED,
+    FAIL_NOT_PYTHON,
+    STATE_EXITED,
+    JobSnapshot,
+    JobTargets,
+    StackSample,
+)
 from mldebug.targets import manifest_exit_codes, manifest_shut_down
 
 # The launcher reaps its ranks every fraction of a second; on a loaded machine, later.
@@ -42,6 +50,11 @@ def with_run_outcome(job: JobTargets, manifest: dict | None = None) -> JobTarget
     return with_crashes(ended, manifest)
 
 
+# What py-spy says of a rank in its native teardown: no interpreter left, or its threads gone
+# from under it while it read them. Not a refusal (ptrace), a reader holding it, or a timeout.
+TEARDOWN_FAILURES = frozenset({FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_EXITED})
+
+
 def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]) -> JobTargets:
     """`job` with the ranks whose reading failed and whose Python has shut down since the
     job was resolved (their agent's exit.json, naming their pid, read now). py-spy finds no
@@ -50,14 +63,16 @@ def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]
     failed = {
         target.rank
         for target in job.targets
-        if target.rank is not None and samples.get(target.pid) and samples[target.pid][-1].failure
+        if target.rank is not None
+        and samples.get(target.pid)
+        and samples[target.pid][-1].failure in TEARDOWN_FAILURES
     }
     if not failed or not job.run_dir:
         return job
     manifest = rundir.read_manifest(job.run_dir)
     if manifest is None:
         return job
-    ended = manifest_shut_down(job.run_dir, manifest) & failed
+    ended = manifest_shut_down(job.run_dir, manifest, only=failed)
     return replace(job, shut_down=job.shut_down | ended) if ended else job
 
 
