@@ -597,6 +597,7 @@ def test_a_pause_a_busy_node_stretched_past_the_pause_bound_is_still_a_pause(tmp
     ]
     # THEN the wait less what the node held back is a pause: info, and said so
     assert stretched.severity == SEVERITY_INFO and stretched.waited == pytest.approx(6.0)
+    assert ("cpu_wait_s", "3.0") in stretched.facts
     assert finding_text(stretched).endswith(
         "(for 6.0 s so far, 3.0 s of it rank 0 waiting for a CPU (a busy node):"
         " a pause that short is not a hang)"

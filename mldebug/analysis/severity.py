@@ -56,6 +56,8 @@ from mldebug.model import (
 )
 from mldebug.wording import ranks_text
 
+# The seconds of a wait the ranks waited for spent waiting for a CPU, where that made it a pause
+FACT_CPU_WAIT = "cpu_wait_s"
 SHORT_WAIT = 5.0  # seconds: below this a wait is a pause (checkpoint, a slow batch), info
 # seconds: ranks reach init_process_group far apart in a healthy job (torch imported on a
 # busy node, a dataset prepared on one rank first) and torch's store waits for them 10 to 30
@@ -245,7 +247,10 @@ def grade_finding(
         clause = f"for {_seconds(waited)} so far (a hang once it passes {_seconds(error_after)})"
     if _RANK[severity] < _RANK.get(finding.severity, 0):
         severity = finding.severity  # grading only ever lowers
-    return replace(finding, severity=severity, waited=waited, since=clause)
+    facts = finding.facts
+    if severity == SEVERITY_INFO and waited >= min(SHORT_WAIT, error_after):
+        facts = (*facts, (FACT_CPU_WAIT, f"{held:.1f}"))  # what made it a pause
+    return replace(finding, severity=severity, waited=waited, since=clause, facts=facts)
 
 
 def _graded_start_up(finding: Finding, waited: float, error_after: float) -> Finding:
