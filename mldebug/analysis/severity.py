@@ -233,6 +233,7 @@ def grade_finding(
             finding, waited=waited, since=f"the waiting ranks have waited {_seconds(waited)}"
         )
     held = _held_back(finding, cpu_waits or {}, waited)
+    facts = finding.facts
     if waited < min(SHORT_WAIT, error_after):
         severity = SEVERITY_INFO
         clause = f"for {_seconds(waited)} so far: a pause that short is not a hang"
@@ -242,14 +243,12 @@ def grade_finding(
             f"for {_seconds(waited)} so far, {_seconds(held)} of it {ranks_text(finding.ranks)}"
             " waiting for a CPU (a busy node): a pause that short is not a hang"
         )
+        facts = (*facts, (FACT_CPU_WAIT, f"{held:.1f}"))  # what made it a pause
     else:
         severity = SEVERITY_WARNING
         clause = f"for {_seconds(waited)} so far (a hang once it passes {_seconds(error_after)})"
     if _RANK[severity] < _RANK.get(finding.severity, 0):
         severity = finding.severity  # grading only ever lowers
-    facts = finding.facts
-    if severity == SEVERITY_INFO and waited >= min(SHORT_WAIT, error_after):
-        facts = (*facts, (FACT_CPU_WAIT, f"{held:.1f}"))  # what made it a pause
     return replace(finding, severity=severity, waited=waited, since=clause, facts=facts)
 
 
