@@ -163,6 +163,18 @@ def test_a_rank_read_in_its_teardown_after_its_python_shut_down_is_a_rank_that_e
     assert KIND_UNREADABLE in kinds(snapshot({1: teardown}, world=2, exit_codes={0: 0}))
 
 
+def test_a_rank_read_in_its_teardown_and_reaped_since_is_a_rank_that_exited_with_its_code():
+    # GIVEN py-spy read rank 1 in its native teardown and its launcher has reaped it since:
+    # run.json records its code (and no longer any shut-down)
+    teardown = (((), (), ()), {"failure": FAIL_NOT_PYTHON, "main_cpu": (0, 0.3, 0.6)})
+    snap = snapshot({1: teardown}, world=2, exit_codes={0: 0, 1: 0})
+    # THEN it exited with that code; the job ended well
+    assert KIND_UNREADABLE not in kinds(snap)
+    view = next(v for v in snap.ranks if v.rank == 1)
+    assert view.state == "exited" and view.exit_code == 0 and not view.shut_down
+    assert all(f.severity == SEVERITY_INFO for f in snap.findings)
+
+
 def test_every_rank_shut_down_or_exited_0_is_a_job_that_ended():
     gone = (((at("step", 5)), (), ()), {"failure": FAIL_EXITED})
     snap = snapshot({0: gone}, world=2, exit_codes={1: 0}, shut_down={0})

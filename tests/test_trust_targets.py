@@ -415,7 +415,18 @@ def test_a_rank_read_in_its_native_teardown_after_its_python_shut_down_is_a_rank
     assert "unreadable" not in [f.kind for f in snapshot.findings]
     assert snapshot.ranks[0].state == "exited" and snapshot.ranks[0].shut_down
     assert all(f.severity == "info" for f in snapshot.findings), snapshot.findings
-    # AND without the exit.json, the same rank is one the look could not read
+    # AND once its launcher has reaped it (its code in run.json) after the job was resolved,
+    # it exited with that code
+    make_run(
+        run,
+        [{"rank": 0, "pid": pids[0], "exit_code": 0}, {"rank": 1, "pid": pids[1]}],
+        world_size=2,
+    )
+    snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
+    assert snapshot.ranks[0].state == "exited" and snapshot.ranks[0].exit_code == 0
+    assert all(f.severity == "info" for f in snapshot.findings), snapshot.findings
+    # AND with neither, the same rank is one the look could not read
+    make_run(run, [{"rank": r, "pid": pids[r]} for r in (0, 1)], world_size=2)
     exit_note.unlink()
     snapshot, _ = observe_once(targets, outcome_wait=0, samples=1)
     assert [f.kind for f in snapshot.findings if f.severity != "info"] == ["unreadable"]

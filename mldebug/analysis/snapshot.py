@@ -188,12 +188,18 @@ def rank_views(
         view = with_agent(rank_view(rank, target, rank_samples, memo), agents.get(target.pid), now)
         view = as_moving(view, rank_samples, now)
         # Read in its native teardown, once its interpreter is gone (py-spy: "no Python
-        # interpreter"): a rank whose Python shut down has ended, whatever it still does.
-        teardown = view.state == STATE_UNREADABLE and rank in shut_down
+        # interpreter"): a rank whose Python shut down, or whose launcher has reaped it since,
+        # has ended, whatever it still did when it was read.
+        teardown = view.state == STATE_UNREADABLE and (rank in shut_down or rank in exit_codes)
         if view.state == STATE_EXITED and rank in exit_codes:
             view = replace(view, exit_code=exit_codes[rank])
         elif view.state == STATE_EXITED and rank in shut_down:
             view = replace(view, shut_down=True)
+        elif teardown and rank in exit_codes:
+            reaped = exit_codes[rank]
+            view = replace(
+                view, state=STATE_EXITED, exit_code=reaped, detail=f"exited with code {reaped}"
+            )
         elif teardown:
             view = replace(view, state=STATE_EXITED, shut_down=True, detail=SHUT_DOWN_DETAIL)
         if rank_samples and rank_samples[-1].failure and not teardown:

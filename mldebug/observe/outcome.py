@@ -56,9 +56,11 @@ TEARDOWN_FAILURES = frozenset({FAIL_NOT_PYTHON, FAIL_ERROR, FAIL_EXITED})
 
 
 def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]) -> JobTargets:
-    """`job` with the ranks whose reading failed and whose Python has shut down since the
-    job was resolved (their agent's exit.json, naming their pid, read now). py-spy finds no
-    interpreter in a rank's native teardown: a rank that ended, not one that could not be read.
+    """`job` with the ranks whose reading failed and that have ended since the job was
+    resolved: their Python shut down (their agent's exit.json, naming their pid, read now) or
+    their launcher has reaped them (their exit code in run.json now, which then lists no
+    shut-down). py-spy finds no interpreter in a rank's native teardown: a rank that ended,
+    not one that could not be read.
     """
     failed = {
         target.rank
@@ -72,8 +74,15 @@ def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]
     manifest = rundir.read_manifest(job.run_dir)
     if manifest is None:
         return job
+    codes = {
+        rank: code
+        for rank, code in manifest_exit_codes(manifest).items()
+        if rank in failed and rank not in job.exit_codes
+    }
     ended = manifest_shut_down(job.run_dir, manifest, only=failed)
-    return replace(job, shut_down=job.shut_down | ended) if ended else job
+    if not codes and not ended:
+        return job
+    return replace(job, shut_down=job.shut_down | ended, exit_codes={**job.exit_codes, **codes})
 
 
 def ended_unrecorded(snapshot: JobSnapshot) -> frozenset[int]:
