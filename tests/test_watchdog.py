@@ -474,7 +474,12 @@ def _dump_healthy(job: subprocess.Popen, run_dir: Path, seen: list) -> None:
         return  # it ended by itself, as it should
     assert code in (0, 1), (code, printed[-2000:])
     report = json.loads(printed)
-    seen.append((code, [f for f in report["findings"] if f["severity"] != "info"]))
+    found = [f for f in report["findings"] if f["severity"] != "info"]
+    if found:  # each rank as read, for the assertion's message
+        found[0]["ranks_read"] = [
+            (r.get("rank"), r.get("state"), r.get("detail")) for r in report.get("ranks", [])
+        ]
+    seen.append((code, found))
 
 
 def _log(run_dir: Path, rank: int) -> str:
@@ -616,7 +621,7 @@ def test_a_healthy_job_gets_no_warning_and_is_never_stopped(live):
     assert "DONE" in _log(tmp / "c", 0)
     assert len(seen["c"]) >= 5  # dumped all along, start-up included
     assert [found for _code, found in seen["c"] if found] == [], [
-        [(x["kind"], x["summary"]) for x in f] for _c, f in seen["c"] if f
+        [(x["kind"], x["summary"], x.get("ranks_read")) for x in f] for _c, f in seen["c"] if f
     ]
     assert {code for code, _ in seen["c"]} == {0}
     hangs = [ln for ln in seen["c_err"].splitlines() if ln.startswith("mldebug: no progress")]
