@@ -74,15 +74,11 @@ def with_teardowns(job: JobTargets, samples: Mapping[int, Sequence[StackSample]]
     manifest = rundir.read_manifest(job.run_dir)
     if manifest is None:
         return job
-    codes = {
-        rank: code
-        for rank, code in manifest_exit_codes(manifest).items()
-        if rank in failed and rank not in job.exit_codes
-    }
+    recorded = manifest_exit_codes(manifest)
+    if any(rank in recorded and rank not in job.exit_codes for rank in failed):
+        return with_run_outcome(job, manifest)  # reaped since: codes, and which failed first
     ended = manifest_shut_down(job.run_dir, manifest, only=failed)
-    if not codes and not ended:
-        return job
-    return replace(job, shut_down=job.shut_down | ended, exit_codes={**job.exit_codes, **codes})
+    return replace(job, shut_down=job.shut_down | ended) if ended else job
 
 
 def ended_unrecorded(snapshot: JobSnapshot) -> frozenset[int]:
