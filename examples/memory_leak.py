@@ -3,7 +3,7 @@
     mldebug run --nproc-per-node 2 examples/memory_leak.py
 
 The error is computed with autograd on and kept as a tensor, not a number: it holds its
-graph, and the graph holds the step's activations. Rank 0 keeps over 10 MiB more at every
+graph, and the graph holds the step's activations. Rank 0 keeps about 8 MiB more at every
 step; rank 1, which logs nothing, stays flat. The script says nothing about its memory. The agent in each rank records it at every
 step; rank 0 writes a `memory_growth` event (ranks/0/events.jsonl) with its rate per step,
 and `mldebug dump` (or `mldebug attach`, or `mldebug run --tui`) run while it trains names
@@ -25,11 +25,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(rank)
-    model = DDP(torch.nn.Linear(1024, 1024))
+    model = DDP(torch.nn.Linear(256, 1024))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     logged = []  # the leak, on rank 0: errors kept with their graphs
     for _ in range(STEPS):
-        data, target = torch.randn(2048, 1024), torch.randn(2048, 1024)
+        data, target = torch.randn(2048, 256), torch.randn(2048, 1024)
         out = model(data)
         loss = (out - target).pow(2).mean()
         optimizer.zero_grad()
