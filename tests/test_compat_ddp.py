@@ -1,8 +1,8 @@
-"""A DDP straggler named from torch's own Flight Recorder, on one job: the part of
-tests/test_straggler_jobs.py that .ci/compat runs on each end of the supported range (that
-module starts five jobs at once; this one starts one). DDP's gradient all-reduces are C++,
-unseen by the agent's Python trace: the agent reads them from the Flight Recorder, which
-torch 2.15 keeps one ring per backend (agent/flight.py).
+"""A DDP straggler named from torch's own Flight Recorder: 3 ranks of DistributedDataParallel
+under `mldebug run`, rank 1 computing 2x as long. DDP's gradient all-reduces are C++, unseen
+by the agent's Python trace: the agent reads them from the Flight Recorder, which torch 2.15
+keeps one ring per backend (agent/flight.py). One job, so that .ci/compat runs it on each end
+of the supported range too.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from testkit.jobs import dump_json, start, stop, wait_ready
 from testkit.torchfeatures import needs_gloo_flight_recorder
+
+from mldebug.analysis.timing import judge_timing
+from mldebug.files.rundir import RunPaths
+from mldebug.launch.stragglers import read_views
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "straggler.py"
@@ -60,8 +64,15 @@ def test_the_ddp_straggler_is_named_from_the_flight_recorder(ddp):
         time.sleep(0.5)
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if "is the straggler" in ln]
     assert lines, log.read_text(errors="replace")[-2000:]
-    assert lines[0].startswith("mldebug: rank 1 is the straggler: it enters the all_reduce calls")
-    assert "(DDP's, in torch's Flight Recorder)" in lines[0]
+    assert lines[0].startswith(
+        "mldebug: rank 1 is the straggler: it enters the all_reduce calls the Python trace "
+        "does not see (DDP's, in torch's Flight Recorder) last at "
+    )
     _, report = dump_json(run_dir)
-    found = [(f["kind"], f["ranks"]) for f in report["findings"] if f["kind"] == "straggler"]
+    timing = {"straggler", "input_bound", "comm_bound", "host_sync"}
+    found = [(f["kind"], f["ranks"]) for f in report["findings"] if f["kind"] in timing]
     assert found == [("straggler", [1])]
+    # The two ranks that wait for it, judged alone, are alike: nobody is named.
+    views = [v for v in read_views(RunPaths(run_dir)) if v.rank != 1]
+    assert all(v.agent.timing.flight for v in views)
+    assert judge_timing(views).findings == ()
