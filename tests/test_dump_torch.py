@@ -74,6 +74,10 @@ class Job:
     def ready(self) -> bool:
         return self.log.read_text(errors="replace").count(self.marker) >= self.expected
 
+    def tail(self, lines: int = 30) -> str:
+        """The end of its log, for a failure's message."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
     def ranks(self) -> list[psutil.Process]:
         """The job's ranks and their workers (torchrun's descendants)."""
         try:
@@ -141,7 +145,7 @@ def jobs(tmp_path_factory):
         deadline = time.monotonic() + 480
         held: set[str] = set()
         while not all(job.ready() for job in started.values()):
-            failed = [j.mode for j in started.values() if j.proc.poll() is not None]
+            failed = {j.mode: j.tail() for j in started.values() if j.proc.poll() is not None}
             assert not failed, f"jobs ended early: {failed}"
             assert time.monotonic() < deadline, "jobs did not get ready in time"
             for mode in set(COMPUTING) - held:  # its CPU to the others' start meanwhile
