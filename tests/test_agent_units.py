@@ -653,6 +653,36 @@ def test_the_state_says_how_long_the_writing_and_main_threads_waited_for_a_cpu(t
     assert "run_delay_now" not in with_run_delay_now(data, os.getpid() + 1)["beat"]
 
 
+def test_a_wait_the_other_threads_counted_since_the_beat_explains_a_late_heartbeat(tmp_path):
+    # A thread's run-queue count grows only once it gets a CPU again: on a starved node
+    # the heartbeat's thread and the main thread may still be waiting, uncounted, while the
+    # rank's other threads ran in turn and show the wait. The state lists them.
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="loader")
+    other.start()
+    try:
+        hb = beat(tmp_path / "state.json")
+        assert hb.write_once()
+        data = json.loads((tmp_path / "state.json").read_text())
+        listed = dict(data["beat"]["threads"])
+        assert other.native_id in listed and threading.get_native_id() not in listed
+        assert os.getpid() not in listed  # the main thread has its own key
+        now = listed[other.native_id]
+        # As if the thread had waited 7 s for a CPU since the beat: its count then was lower.
+        waited = {other.native_id: now - 7.0}
+        beat_then = {**data["beat"], "threads": [[t, waited.get(t, d)] for t, d in listed.items()]}
+        state = parse_state(with_run_delay_now({**data, "beat": beat_then}, os.getpid()), 3)
+        assert state.waited_for_cpu is not None and state.waited_for_cpu >= 7.0
+        # Threads that are not this process's, garbage, and entries past the bound are not read.
+        junk = [[1, -100.0], ["x", 0], [other.native_id], None, *([[os.getpid(), 0.0]] * 20)]
+        noisy = {**data["beat"], "threads": [*junk, [other.native_id, now - 7.0]]}
+        state = parse_state(with_run_delay_now({**data, "beat": noisy}, os.getpid()), 3)
+        assert state.waited_for_cpu is not None and state.waited_for_cpu < 5
+    finally:
+        stop.set()
+        other.join()
+
+
 def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:

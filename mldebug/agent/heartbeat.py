@@ -39,6 +39,7 @@ POLL_INTERVAL = 0.05
 EXIT_WAIT = 0.5
 # state.json's schema version, by the collective ledger's contract (open to added sections)
 VERSION = _sibling("ledger.rules").STATE_VERSION
+MAX_THREADS = 16  # other Python threads whose run-queue delay a state carries
 _procfs = _sibling("files.procfs")  # the run-queue delay of the main thread, as dump reads it
 
 
@@ -92,6 +93,23 @@ class Heartbeat:
         # rank whose C code holds the GIL (collect/agentstate.py, analysis/sequence.py).
         self._delay = RunDelay()
 
+    def _other_threads_delay(self, own: int) -> list[list]:
+        """[[tid, seconds waited for a CPU so far], ...] of the rank's other Python threads
+        (MAX_THREADS at most). A thread's count grows only once it gets a CPU again: on a
+        starved node the heartbeat and the main thread may wait for seconds while the others
+        run in turn, and their counts show the wait (collect/agentstate.py)."""
+        found = []
+        for thread in threading.enumerate():
+            tid = thread.native_id
+            if tid is None or tid in (own, self.pid):
+                continue
+            delay = _procfs.thread_run_delay(self.pid, tid)
+            if delay is not None:
+                found.append([tid, delay])
+            if len(found) >= MAX_THREADS:
+                break
+        return found
+
     def state(self) -> dict:
         fault_point(PART)
         groups, trace = self.tracer.snapshot() if self.tracer is not None else ({}, [])
@@ -127,6 +145,9 @@ class Heartbeat:
                 "run_delay": waited,
                 "main_run_delay": main,  # the main thread's (its tid is the pid)
             }
+            others = self._other_threads_delay(state["beat"]["tid"])
+            if others:
+                state["beat"]["threads"] = others
             mark = self.timing.main_step_delay() if self.timing is not None else None
             if mark is not None:
                 state["beat"]["step_main_run_delay"] = mark  # at the step under way's start

@@ -39,7 +39,8 @@ MAX_DIMS = 8
 MAX_TENSORS = 16
 MAX_INTERVAL = 3600.0  # a heartbeat interval beyond an hour is garbage
 # What a heartbeat says of the CPU its threads waited for (docs/agent.md, `beat`)
-BEAT_KEYS = ("tid", "run_delay", "main_run_delay", "step_main_run_delay")
+BEAT_KEYS = ("tid", "run_delay", "main_run_delay", "step_main_run_delay", "threads")
+MAX_BEAT_THREADS = 16  # the other threads' counts read (the agent writes as many at most)
 
 
 def _int(value: object, low: int = 0, high: int = 1 << 62) -> int | None:
@@ -310,8 +311,30 @@ def with_run_delay_now(data: dict, pid: int) -> dict:
     now = {
         "run_delay_now": thread_run_delay(pid, tid),
         "main_run_delay_now": thread_run_delay(pid, pid),
+        "threads_waited_now": _others_waited(pid, beat.get("threads")),
     }
     return {**data, "beat": {**said, **{k: v for k, v in now.items() if v is not None}}}
+
+
+def _others_waited(pid: int, threads: object) -> float | None:
+    """The longest wait for a CPU since the heartbeat among the rank's other Python threads
+    (the state's "beat"/"threads": [[tid, seconds so far], ...], MAX_BEAT_THREADS read). A
+    thread's count grows only once it gets a CPU again: on a starved node the others run in
+    turn and show how long the rank's threads wait, while the heartbeat's thread and the
+    main thread may still be waiting, uncounted. None when not known."""
+    if not isinstance(threads, list):
+        return None
+    longest = None
+    for entry in threads[:MAX_BEAT_THREADS]:
+        if not (isinstance(entry, list) and len(entry) == 2):
+            continue
+        tid, then = _int(entry[0], 1, 1 << 22), json_number(entry[1])
+        if tid is None or then is None:
+            continue
+        now = thread_run_delay(pid, tid)
+        if now is not None and now >= then:
+            longest = max(longest or 0.0, now - then)
+    return longest
 
 
 def _step_waited(beat: object) -> float | None:
@@ -338,6 +361,9 @@ def _waited_since_beat(beat: object) -> float | None:
         a, b = json_number(beat.get(then)), json_number(beat.get(now))
         if a is not None and b is not None and b >= a:
             waits.append(b - a)
+    others = json_number(beat.get("threads_waited_now"))
+    if others is not None and others >= 0:
+        return max(sum(waits), others)
     return sum(waits) if waits else None
 
 

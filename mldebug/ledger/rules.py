@@ -232,7 +232,8 @@ STATE_KEYS = (
     "memory_history",
     "flight_recorder",  # optional: {group: {"last": {...}, "pending": n}}
     # optional: {"tid", "run_delay", "main_run_delay"}: seconds waited for a CPU so far, and
-    # "step_main_run_delay": the main thread's at the start of its step under way
+    # "step_main_run_delay": the main thread's at the start of its step under way;
+    # "threads": [[tid, run_delay], ...] of its other Python threads
     "beat",
 )
 
