@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 from testkit.cgroups import cpu_cgroup
-
-from mldebug.launch.env import free_port
+from testkit.ports import launcher_port
 
 pytestmark = [pytest.mark.long, pytest.mark.multirank]
 
@@ -61,9 +60,9 @@ def faulty(tmp_path_factory):
     if group is None:
         pytest.skip("no writable cgroup CPU controller here (v1 cpu or v2 cpu.max) to cap a rank")
     try:
-        wrong = free_port()
+        wrong = launcher_port()
         run_dir = tmp_path_factory.mktemp("c") / "run"
-        launcher = [sys.executable, str(LAUNCHER), str(free_port()), "--world", "5"]
+        launcher = [sys.executable, str(LAUNCHER), str(launcher_port()), "--world", "5"]
         launcher += ["--wrong-port", f"4:{wrong}", "--cap", f"2:{group}"]
         # A longer matmul window: each rank's best batch nears what its share of the
         # machine allows, however loaded (the capped rank's cannot).
@@ -81,7 +80,7 @@ def faulty(tmp_path_factory):
 def nodes(tmp_path_factory):
     if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare --uts is not allowed here (it needs root)")
-    launcher = [sys.executable, str(LAUNCHER), str(free_port()), "--hosts", "na,nb,nc,nd"]
+    launcher = [sys.executable, str(LAUNCHER), str(launcher_port()), "--hosts", "na,nb,nc,nd"]
     return _check("--", *launcher, run_dir=tmp_path_factory.mktemp("c") / "run")
 
 

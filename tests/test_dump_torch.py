@@ -15,8 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from mldebug.launch.env import free_port
+from testkit.ports import launcher_port
 
 pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(600)]
 
@@ -50,7 +49,7 @@ class Job:
         nproc: int = NPROC,
     ):
         self.mode = mode
-        self.port = free_port()
+        self.port = launcher_port()
         self.log = log
         self.marker = marker
         args = [mode] if script == JOB else []

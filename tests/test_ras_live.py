@@ -20,9 +20,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from testkit.ports import launcher_port
 from testkit.ras_fake import FakeRas, nccl_json
-
-from mldebug.launch.env import free_port
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(400)]
 
@@ -45,7 +44,7 @@ def job(tmp_path_factory):
                 "--nproc-per-node",
                 str(NPROC),
                 "--master-port",
-                str(free_port()),
+                str(launcher_port()),
                 str(JOB),
                 "straggler",
             ],

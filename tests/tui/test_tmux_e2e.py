@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit.ports import launcher_port
 
 from mldebug.files.procfs import pid_alive
-from mldebug.launch.env import free_port
 
 JOB = Path(__file__).parent / "jobs" / "straggler.py"
 WORLD = 4
@@ -64,7 +64,7 @@ def hung_job(tmp_path_factory):
                 "--nproc-per-node",
                 str(WORLD),
                 "--master-port",
-                str(free_port()),
+                str(launcher_port()),
                 str(JOB),
             ],
             stdout=out,
