@@ -674,7 +674,7 @@ def test_a_wait_the_other_threads_counted_since_the_beat_explains_a_late_heartbe
         state = parse_state(with_run_delay_now({**data, "beat": beat_then}, os.getpid()), 3)
         assert state.waited_for_cpu is not None and state.waited_for_cpu >= 7.0
         # Threads that are not this process's, garbage, and entries past the bound are not read.
-        junk = [[1, -100.0], ["x", 0], [other.native_id], None, *([[os.getpid(), 0.0]] * 20)]
+        junk = [[1, -100.0], ["x", 0], [other.native_id], None, *([[os.getpid(), 1e9]] * 20)]
         noisy = {**data["beat"], "threads": [*junk, [other.native_id, now - 7.0]]}
         state = parse_state(with_run_delay_now({**data, "beat": noisy}, os.getpid()), 3)
         assert state.waited_for_cpu is not None and state.waited_for_cpu < 5
