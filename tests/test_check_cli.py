@@ -17,6 +17,7 @@ MLDEBUG = [sys.executable, "-m", "mldebug", "check"]
     "args, said",
     [
         (["--time-limit", "0"], "--time-limit"),
+        (["--bandwidth-seconds", "0"], "--bandwidth-seconds"),
         (["--nproc-per-node", "0"], "--nproc-per-node"),
         (["--slurm", "1", "--", "true"], "not both"),
         (["--nproc-per-node", "2", "--", "true"], "give it to COMMAND"),
@@ -47,3 +48,15 @@ def test_a_launcher_that_starts_no_rank_is_a_failure(tmp_path):
     assert finding["kind"] == "missing" and finding["recipe"] == "missing-ranks"
     assert "Unable to create step" in finding["detail"]
     assert json.loads((run / "check.json").read_text())["findings"] == report["findings"]
+
+
+def test_the_collectives_window_is_an_eighth_of_the_time_limit_unless_given():
+    from mldebug.commands.check import _limits, build_parser
+    from mldebug.preflight import wire
+
+    def window(*args: str) -> float:
+        return float(_limits(build_parser().parse_args(list(args)))[wire.ENV_BANDWIDTH_SECONDS])
+
+    assert window() == 7.5  # the default 60 s limit
+    assert window("--time-limit", "240") == 10.0 and window("--time-limit", "8") == 2.0
+    assert window("--time-limit", "240", "--bandwidth-seconds", "3") == 3.0

@@ -111,6 +111,14 @@ def build_parser():
         metavar="S",
         help="each dtype's matmul window on every rank (default 4)",
     )
+    parser.add_argument(
+        "--bandwidth-seconds",
+        type=seconds(0.5, 120),
+        default=None,
+        metavar="S",
+        help="the collectives' window, all ops and sizes together "
+        "(default: an eighth of --time-limit, 2 to 10)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "command",
@@ -120,13 +128,19 @@ def build_parser():
     return parser
 
 
+def _bandwidth_seconds(args) -> float:
+    if args.bandwidth_seconds is not None:
+        return args.bandwidth_seconds
+    return max(2.0, min(10.0, args.time_limit / 8))
+
+
 def _limits(args) -> dict[str, str]:
     op_timeout = max(10.0, min(60.0, args.time_limit / 3))
     return {
         wire.ENV_JOIN_TIMEOUT: str(args.join_timeout),
         wire.ENV_OP_TIMEOUT: str(op_timeout),
         wire.ENV_COMPUTE_SECONDS: str(args.compute_seconds),
-        wire.ENV_BANDWIDTH_SECONDS: str(max(2.0, min(10.0, args.time_limit / 8))),
+        wire.ENV_BANDWIDTH_SECONDS: str(_bandwidth_seconds(args)),
         # NCCL says which transport it picked; where NCCL is not used nothing is written.
         "NCCL_DEBUG_SUBSYS": os.environ.get("NCCL_DEBUG_SUBSYS", "INIT,NET"),
     }
