@@ -37,7 +37,8 @@ QUOTA = (1_000, 200_000)
 
 def _check(*args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
     done = subprocess.run(
-        [*MLDEBUG, "check", "--json", "--run-dir", str(run_dir), "--time-limit", "240", *args],
+        [*MLDEBUG, "check", "--json", "--run-dir", str(run_dir), "--time-limit", "240"]
+        + ["--bandwidth-seconds", "3", *args],
         capture_output=True,
         text=True,
         timeout=280,

@@ -20,7 +20,9 @@ def checked(hung_job, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("check-slurm") / "run"
     args = ["check", "--slurm", hung_job.job, "--nproc-per-node", "3", "--run-dir", str(run_dir)]
     args.append("--srun-option=--cpus-per-task=1")  # handed to the step's srun
-    done = hung_job.mldebug(*args, "--json", "--time-limit", "200", timeout=260)
+    done = hung_job.mldebug(
+        *args, "--json", "--time-limit", "200", "--bandwidth-seconds", "3", timeout=260
+    )
     try:
         report = json.loads(done.stdout)
     except ValueError:

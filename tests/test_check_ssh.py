@@ -20,7 +20,16 @@ pytestmark = pytest.mark.multirank
 def over_ssh(ssh_server, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("check-ssh") / "run"
     command = [sys.executable, "-m", "mldebug", "check", "--hosts", "localhost,nohost.invalid"]
-    command += ["--nproc-per-node", "2", "--join-timeout", "8", "--time-limit", "200"]
+    command += [
+        "--nproc-per-node",
+        "2",
+        "--join-timeout",
+        "8",
+        "--time-limit",
+        "200",
+        "--bandwidth-seconds",
+        "3",
+    ]
     command += ["--json", "--run-dir", str(run_dir)]
     env = {**os.environ, "MLDEBUG_SSH_OPTIONS": shlex.join(ssh_server.client_options())}
     done = subprocess.run(command, capture_output=True, text=True, timeout=260, env=env)
