@@ -10,7 +10,8 @@ import json
 from timing_sim import simulate
 
 from mldebug.files.rundir import RunPaths
-from mldebug.launch.stragglers import PERSIST, QUIET, WAIT_HOT, StragglerWatch
+from mldebug.launch.changes import ChangeWatch
+from mldebug.launch.stragglers import PERSIST, QUIET, WAIT_HOT, SharedViews, StragglerWatch
 
 
 def write(paths: RunPaths, states: list[dict]) -> None:
@@ -71,3 +72,28 @@ def test_the_line_waits_a_few_looks_for_the_line_the_straggler_works_at(tmp_path
     write(paths, slow)
     lines = [watch.check() for _ in range(PERSIST + WAIT_HOT)]
     assert lines[:-1] == [None] * 4 and lines[-1] is not None
+
+
+def test_the_straggler_and_slowdown_checks_share_one_reading_of_the_states(tmp_path):
+    # Each state is some 100 KB of JSON, rewritten every heartbeat: the launcher's two
+    # checks read them once between them (launch/stragglers.py SharedViews).
+    root = tmp_path / "run"
+    root.mkdir(mode=0o700)
+    paths = RunPaths(root)
+    write(paths, simulate(world=4, slow_rank=1, factor=1.5, jitter=0.1, steps=30))
+    now = [100.0]
+    shared = SharedViews(paths, clock=lambda: now[0])
+    first = shared.views(1.8)
+    assert [v.rank for v in first] == [0, 1, 2, 3] and shared.reads == 1
+    now[0] += 1.0  # the other check, a second later: the same reading
+    assert shared.views(1.8) is first and shared.reads == 1
+    now[0] += 1.0  # the first check again, a period later: read anew
+    write(paths, simulate(world=4, jitter=0.1, steps=30, seed=4))
+    again = shared.views(1.8)
+    assert again is not first and shared.reads == 2
+    # Both checks judge what they were given.
+    said: list[str] = []
+    watch = StragglerWatch(paths, said.append, shared=shared)
+    changes = ChangeWatch(paths, said.append, shared=shared)
+    assert watch.check(first) is None and watch.check(first) is not None
+    assert changes.check(again) is None and shared.reads == 2

@@ -1,6 +1,7 @@
 """`mldebug run`: one console line when the job's steps got slower and stayed slower.
 
-A daemon thread reads the ranks' state.json every CHECK_EVERY seconds and looks for a
+A daemon thread reads the ranks' state.json every CHECK_EVERY seconds (the straggler check's
+reading, when it is recent: launch/stragglers.py SharedViews) and looks for a
 lasting slowdown in their step history (analysis/change.py), a warning (WARN_RATIO). When the same change (the same
 ranks, from about the same step) is found at PERSIST checks in a row, it says so once on the
 console and appends a `slowdown` event to each named rank's events.jsonl. A later change (a
@@ -15,8 +16,8 @@ from collections.abc import Callable, Mapping
 
 from mldebug.analysis.change import change_finding
 from mldebug.files.rundir import RunPaths
-from mldebug.launch.stragglers import RANKS_A_SECOND, read_views, record_finding
-from mldebug.model import SEVERITY_WARNING, Finding
+from mldebug.launch.stragglers import RANKS_A_SECOND, SharedViews, read_views, record_finding
+from mldebug.model import SEVERITY_WARNING, Finding, RankView
 from mldebug.wording import finding_text
 
 ENV_CHANGE = "MLDEBUG_CHANGE"
@@ -55,11 +56,13 @@ class ChangeWatch:
         say: Callable[[str], None],
         check_every: float = CHECK_EVERY,
         persist: int = PERSIST,
+        shared: SharedViews | None = None,
     ) -> None:
         self.paths = paths
         self._say = say
         self.check_every = check_every
         self.persist = persist
+        self.shared = shared if shared is not None else SharedViews(paths)
         self._seen: tuple | None = None
         self._count = 0
         self._said: list[tuple] = []
@@ -78,13 +81,14 @@ class ChangeWatch:
             ranks = len(self.paths.rank_ids())
             self.check_every = max(self.check_every, ranks / RANKS_A_SECOND)
             try:
-                self.check()
+                self.check(self.shared.views(0.9 * self.check_every))
             except Exception as error:  # never the job's end, nor a traceback on its console
                 self._say(f"mldebug: the slowdown check stops ({type(error).__name__}: {error})")
                 return
 
-    def check(self) -> str | None:
-        finding = change_finding(read_views(self.paths))
+    def check(self, views: list[RankView] | None = None) -> str | None:
+        """One check, of `views` (else the states read now)."""
+        finding = change_finding(read_views(self.paths) if views is None else views)
         if finding is not None and finding.severity != SEVERITY_WARNING:
             finding = None  # a change under WARN_RATIO stays in `dump`, off the console
         key = _key(finding) if finding is not None else None

@@ -1,7 +1,9 @@
 """`mldebug run`: one console line when a straggler persists, also kept in events.jsonl.
 
 A daemon thread reads the ranks' state.json every CHECK_EVERY seconds and judges their timing
-windows (analysis/timing.py). When the same rank(s) are named straggler (or input-bound
+windows (analysis/timing.py). The reading is shared (SharedViews) with the slowdown check
+(launch/changes.py): each state is some 100 KB of JSON, and the launcher sits beside the job
+on its node all along. When the same rank(s) are named straggler (or input-bound
 alone) at PERSIST checks in a row, it says so once on the console and appends a `straggler`
 event to each named rank's events.jsonl; it says it again only once the job has been
 without a straggler for QUIET checks in a row and another one appears. MLDEBUG_STRAGGLER=0
@@ -24,7 +26,9 @@ from mldebug.model import STATE_RUNNING, Finding, RankView
 from mldebug.wording import finding_text
 
 ENV_STRAGGLER = "MLDEBUG_STRAGGLER"
-CHECK_EVERY = 1.0  # the agents' heartbeat; a large job's check waits RANKS_A_SECOND per rank
+# Two heartbeats: the timing windows move by steps, and a straggler named at PERSIST checks
+# is said within seconds all the same. A large job's check waits RANKS_A_SECOND per rank.
+CHECK_EVERY = 2.0
 RANKS_A_SECOND = 256
 PERSIST = 2  # checks in a row that name the same ranks
 WAIT_HOT = 3  # checks more for the straggler's hottest user line, when not known yet
@@ -46,6 +50,29 @@ def read_views(paths: RunPaths) -> list[RankView]:
     return views
 
 
+class SharedViews:
+    """read_views for the run's watchers (stragglers, changes), each in its own thread: a
+    reading serves every watcher that asks within `max_age` seconds of it (a little less
+    than a watcher's period: no watcher judges one reading twice)."""
+
+    def __init__(self, paths: RunPaths, clock: Callable[[], float] = time.monotonic) -> None:
+        self.paths = paths
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._views: list[RankView] = []
+        self.reads = 0
+
+    def views(self, max_age: float) -> list[RankView]:
+        with self._lock:
+            now = self._clock()
+            if self._at is None or now - self._at > max_age:
+                self._views = read_views(self.paths)
+                self._at = now
+                self.reads += 1
+            return self._views
+
+
 def slow_finding(views: list[RankView]) -> Finding | None:
     """The finding that names a slow rank, if the ranks' timing names one."""
     for finding in judge_timing(views).findings:
@@ -63,11 +90,13 @@ class StragglerWatch:
         say: Callable[[str], None],
         check_every: float = CHECK_EVERY,
         persist: int = PERSIST,
+        shared: SharedViews | None = None,
     ) -> None:
         self.paths = paths
         self._say = say
         self.check_every = check_every
         self.persist = persist
+        self.shared = shared if shared is not None else SharedViews(paths)
         self._seen: tuple[int, ...] = ()
         self._count = 0
         self._said: tuple[int, ...] = ()
@@ -87,13 +116,14 @@ class StragglerWatch:
             ranks = len(self.paths.rank_ids())
             self.check_every = max(self.check_every, ranks / RANKS_A_SECOND)
             try:
-                self.check()
+                self.check(self.shared.views(0.9 * self.check_every))
             except Exception as error:  # never the job's end, nor a traceback on its console
                 self._say(f"mldebug: the straggler check stops ({type(error).__name__}: {error})")
                 return
 
-    def check(self) -> str | None:
-        finding = slow_finding(read_views(self.paths))
+    def check(self, views: list[RankView] | None = None) -> str | None:
+        """One check, of `views` (else the states read now)."""
+        finding = slow_finding(read_views(self.paths) if views is None else views)
         ranks = finding.ranks if finding is not None else ()
         self._count = self._count + 1 if ranks and ranks == self._seen else (1 if ranks else 0)
         self._seen = ranks

@@ -59,7 +59,7 @@ from mldebug.launch.outcome import (
 from mldebug.launch.output import Console, OutputTailer
 from mldebug.launch.pipes import FULL_ERRNOS, PipeReader
 from mldebug.launch.spec import LaunchSpec
-from mldebug.launch.stragglers import StragglerWatch
+from mldebug.launch.stragglers import SharedViews, StragglerWatch
 from mldebug.launch.stragglers import enabled as stragglers_enabled
 from mldebug.launch.watchdog import HangWatchdog
 
@@ -140,11 +140,12 @@ class Supervisor:
                 record=lambda hangs: self.manifest.update(hangs=hangs),
             )
             self.watchdog.start()
+        shared = SharedViews(self.paths)  # one reading of the states for both checks
         if stragglers_enabled(os.environ):
-            self.stragglers = StragglerWatch(self.paths, self._say)
+            self.stragglers = StragglerWatch(self.paths, self._say, shared=shared)
             self.stragglers.start()
         if changes_enabled(os.environ):
-            self.changes = ChangeWatch(self.paths, self._say)
+            self.changes = ChangeWatch(self.paths, self._say, shared=shared)
             self.changes.start()
 
     def show_output(self, console: Console) -> None:
