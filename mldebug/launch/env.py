@@ -63,6 +63,16 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def port_free(host: str, port: int) -> bool:
+    """Nothing listens on (or holds) `port` of `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now, for the rendezvous.
 
@@ -75,11 +85,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     high = _ephemeral_low() - 1
     for _ in range(64):
         port = random.randint(min(20000, high - 1), high)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
+        if port_free(host, port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

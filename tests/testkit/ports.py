@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
+
+from mldebug.launch.env import port_free
 
 LOW, HIGH = 12000, 20000
 
@@ -32,10 +33,6 @@ def launcher_port(host: str = "127.0.0.1") -> int:
     """The next port of this worker's slice that nothing listens on now."""
     for _ in range(256):
         port = next(_next)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
+        if port_free(host, port):
             return port
     raise RuntimeError(f"no free port in {LOW}-{HIGH} for this worker")
