@@ -24,12 +24,14 @@ from mldebug.files import safeio
 from mldebug.model import (
     KIND_OUTLIER,
     SEVERITY_ERROR,
+    SEVERITY_INFO,
     SEVERITY_WARNING,
     STATE_WAITING,
     FlightGroup,
 )
 
 DATA = Path(__file__).parent / "data" / "agent"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 
 
 def dump_of(rank: int) -> bytes:
@@ -177,6 +179,30 @@ def test_a_traced_call_pending_for_two_heartbeats_is_stuck_too():
     assert len(calls) == 1
 
 
+def test_a_reading_is_kept_only_while_the_trace_stands_still():
+    # A rank stuck in a traced all_reduce for 2.5 s (a busy node): the recorder is read,
+    # its entry pending. The call then completes, the step still has not moved (a
+    # checkpoint pause): the reading kept from before would show the call pending still.
+    calls, dumper = counting()
+    clock = Clock(1000.0)
+    part = flight.Flight(1.0, started=900.0, dumper=dumper, clock=clock)
+    made = {"seq": 7, "op": "all_reduce", "time": 997.5}
+    pending = {"default_pg": {"enqueued": made, "completed": {"seq": 6}}}
+    read = part.summary(pending, step_time=994.0)
+    assert read["default_pg"]["pending"] == 1 and read["default_pg"]["read"] == 1000.0
+    clock.now = 1001.0
+    assert part.summary(pending, step_time=994.0) is read  # nothing moved: kept
+    done = {"default_pg": {"enqueued": made, "completed": {"seq": 7}}}
+    clock.now = 1002.0
+    assert part.summary(done, step_time=994.0) is None  # moved: not kept, no dump yet
+    assert len(calls) == 1
+    clock.now = 1005.5  # 5 s since the dump, the step still: read again
+    again = part.summary(done, step_time=994.0)
+    assert again["default_pg"]["read"] == 1005.5 and len(calls) == 2
+    clock.now = 1006.0
+    assert part.summary(done, step_time=994.0) is again
+
+
 def test_without_an_initialised_torch_distributed_nothing_is_called(monkeypatch):
     calls = []
     c10d = types.SimpleNamespace(_dump_fr_trace_json=lambda **kw: calls.append(kw) or b"{}")
@@ -230,7 +256,7 @@ def test_the_heartbeat_writes_the_field_only_while_the_rank_looks_stuck(event_lo
     # What it wrote, the reader reads.
     (group, sub) = parse_state(json.loads(json.dumps(written)), 0).flight
     assert group == FlightGroup(
-        "default_pg", 5, "all_reduce", False, 1, group.created, ((8,),), ("Float",)
+        "default_pg", 5, "all_reduce", False, 1, group.created, ((8,),), ("Float",), read=1010.0
     )
     assert (sub.group, sub.retired, sub.pending) == ("1", True, 0)
 
@@ -371,3 +397,28 @@ def test_the_last_state_at_exit_makes_no_dump(event_log):
     beat.flight._dumper = dumper
     beat._stopping = True
     assert "flight_recorder" not in beat.state() and calls == []
+
+
+def test_a_pending_entry_read_before_the_rank_moved_on_is_no_wait(tmp_path):
+    # Seen on a healthy 2-rank gloo job on a busy node: rank 0 waited 3 s in its traced
+    # all_reduce #30 (the recorder was read then, its entry pending), the call completed,
+    # and rank 0 sleeps in a 1 s checkpoint pause; rank 1 already waits in #31 for it. The
+    # reading is older than the call's completion: rank 0 waits in nothing.
+    site = f"{TRAIN}:113"
+    done = call(30, enqueued=NOW - 5.2, completed=NOW - 1.5, site=site, **{"async": False})
+    rank0 = with_flight(state(0, done, 30, time=NOW - 0.5), 90, False, NOW - 5.1)
+    rank0["groups"]["default_pg"]["completed"]["time"] = NOW - 1.5
+    rank0["flight_recorder"]["default_pg"]["read"] = NOW - 2.5
+    made = call(31, enqueued=NOW - 0.8, site=f"{TRAIN}:109", **{"async": False})
+    states = {0: rank0, 1: state(1, made, 30, time=NOW - 0.3)}
+    pause = (*SPIN[:2], SPIN[2].__class__("checkpoint_pause", TRAIN, 72))
+    in_all_reduce = (*SPIN[:2], SPIN[2].__class__("all_reduce", C10D, 3000))
+    stacks = {0: pause, 1: in_all_reduce}
+    snap = snapshot(tmp_path, states, stacks, busy={0: False, 1: False})
+    assert [f for f in snap.findings if f.severity != SEVERITY_INFO] == []
+    assert snap.ranks[0].state != STATE_WAITING
+    # The same reading with nothing completed since: rank 0 waits in the entry.
+    rank0["flight_recorder"]["default_pg"]["read"] = NOW - 1.0
+    snap = snapshot(tmp_path, states, stacks, busy={0: False, 1: False})
+    assert snap.ranks[0].state == STATE_WAITING
+    assert snap.ranks[0].detail.startswith("its Flight Recorder: made all_reduce #90")

@@ -203,6 +203,7 @@ class Flight:
         self.dumps = 0
         self._last_dump: float | None = None
         self._summary: dict | None = None
+        self._summary_of: tuple | None = None  # the trace's progress when it was read
 
     def stuck(self, groups: dict, step_time: float | None, now: float) -> bool:
         """A traced call pending for more than 2 heartbeats, or the step still for 5."""
@@ -219,8 +220,9 @@ class Flight:
         return now - since > STILL_INTERVALS * self.interval
 
     def summary(self, groups: dict, step_time: float | None) -> dict | None:
-        """The last summary while the rank looks stuck (a fresh dump when MIN_GAP passed);
-        None while it moves, and once the part stood aside."""
+        """The last summary while the rank looks stuck and its trace has not moved since
+        (a fresh dump when MIN_GAP passed); None while it moves, and once the part stood
+        aside. Each group's summary says when it was `read`."""
         if self.off:
             return None
         try:
@@ -228,6 +230,11 @@ class Flight:
             if not self.stuck(groups, step_time, now):
                 self._summary = None
                 return None
+            progress = _progress(groups, step_time)
+            if self._summary_of != progress:
+                # A call completed (or a step ended) since the dump: what it showed pending
+                # may be done. Not written again until the next dump.
+                self._summary = None
             if self._last_dump is not None and now - self._last_dump < MIN_GAP:
                 return self._summary
             dump = self._dumper()
@@ -242,12 +249,24 @@ class Flight:
                 raise ValueError(f"its dump is over {MAX_DUMP:,} bytes")
             summaries = [(ring, summarise(json.loads(ring_raw))) for ring, ring_raw in read]
             self._summary = summaries[0][1] if raw is not read else merge_rings(summaries)
+            for group in self._summary.values():
+                group["read"] = now
+            self._summary_of = progress
             return self._summary
         except Exception as error:
             self.off = True
             self._summary = None
             fail(PART, error)
             return None
+
+
+def _progress(groups: dict, step_time: float | None) -> tuple:
+    """What moves when the rank makes progress: each group's last completed call, the step."""
+    done = []
+    for name, entry in groups.items():
+        completed = entry.get("completed") if isinstance(entry, dict) else None
+        done.append((name, completed.get("seq") if isinstance(completed, dict) else None))
+    return (tuple(sorted(done, key=str)), step_time)
 
 
 # ---- dumps on request: `mldebug run --flight-recorder` (docs/flight-recorder.md) ----------

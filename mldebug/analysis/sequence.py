@@ -47,6 +47,7 @@ from mldebug.model import (
     CollectiveCall,
     Finding,
     FindingPart,
+    FlightGroup,
     GroupProgress,
     RankView,
 )
@@ -492,6 +493,8 @@ def _flight_wait(view: RankView) -> Wait | None:
     for flight in _agent(view).flight:
         if flight.retired or flight.pending == 0 or flight.created is None:
             continue
+        if _moved_since(view, flight):
+            continue
         seconds = max(0.0, _agent(view).time - flight.created)
         if seconds > WAIT_ERROR_INTERVALS * interval_of(_agent(view)):
             call = CollectiveCall(
@@ -504,6 +507,20 @@ def _flight_wait(view: RankView) -> Wait | None:
             )
             return Wait(view.rank, flight.group, call, seconds, flight=True)
     return None
+
+
+def _moved_since(view: RankView, flight: FlightGroup) -> bool:
+    """The rank completed a traced call on the group, or ended a step, after the recorder
+    was read: what the reading showed pending may be done (a reading is kept a few
+    seconds, agent/flight.py)."""
+    if flight.read is None:
+        return False
+    state = _agent(view)
+    done = _progress(view, flight.group)
+    completed = done.completed.completed if done is not None and done.completed else None
+    return (completed is not None and completed > flight.read) or (
+        state.step_time is not None and state.step_time > flight.read
+    )
 
 
 def _in_flight(view: RankView, group: str, seq: int) -> bool:

@@ -149,6 +149,7 @@ def _flight(value: object) -> tuple[FlightGroup, ...]:
                 shapes=_shapes(last.get("sizes")),
                 dtypes=_dtypes(last.get("dtypes")),
                 ring=(_text(entry.get("ring")) or "")[:32],
+                read=parse_time(entry.get("read")),
             )
         )
     return tuple(groups)

@@ -248,6 +248,7 @@ class FlightGroup:
     # torch 2.15 keeps a ring per backend: the one this came from ("gloo", "nccl2"); "" when
     # torch has one ring for all
     ring: str = ""
+    read: float | None = None  # when the agent read the recorder (epoch seconds)
 
 
 @dataclass(frozen=True)
