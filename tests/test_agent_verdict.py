@@ -501,6 +501,32 @@ def test_a_rank_not_read_this_time_whose_agent_moves_is_running_not_stuck(tmp_pa
     assert "its agent says it makes progress" in snap.ranks[0].detail
 
 
+def test_ranks_read_in_their_waits_whose_agents_saw_them_step_meanwhile_are_working(tmp_path):
+    # GIVEN a healthy job whose ranks wait for their device (a host wait) most of each short
+    # step: three readings of each, 0.4 s apart, all fall in a wait (same stack, no CPU).
+    # Ranks 0-1's agents saw a step 0.3 s ago (while they were read), rank 2's 1.5 s ago.
+    def agent(rank: int, stepped_ago: float) -> dict:
+        done = call(500, completed=NOW - stepped_ago - 0.01, enqueued=NOW - stepped_ago - 0.02)
+        said = state(rank, done, 500, time=NOW - 0.1, step=900)
+        said["step_time"] = NOW - stepped_ago
+        return said
+
+    states = {0: agent(0, 0.3), 1: agent(1, 0.3), 2: agent(2, 1.5)}
+    idle = {rank: False for rank in states}
+    # WHEN the snapshot is built THEN ranks 0-1 work, and rank 2 is as still as it reads
+    # (graded by how long its agent has seen no progress: a short pause, info)
+    snap = snapshot(tmp_path, states, {rank: LOAD for rank in states}, busy=idle)
+    assert [v.state for v in snap.ranks] == [STATE_RUNNING, STATE_RUNNING, STATE_STUCK]
+    assert "its agent saw it move meanwhile" in snap.ranks[0].detail
+    (stuck,) = [f for f in snap.findings if f.ranks == (2,)]
+    assert stuck.severity == SEVERITY_INFO
+    # ...and when every rank stepped meanwhile, the job is working, and says why
+    states[2] = agent(2, 0.3)
+    snap = snapshot(tmp_path, states, {rank: LOAD for rank in states}, busy=idle)
+    assert [(f.kind, f.severity) for f in snap.findings] == [(KIND_PROGRESSING, SEVERITY_INFO)]
+    assert "their agents see them move" in snap.findings[0].summary
+
+
 def test_a_rank_not_read_yet_or_read_once_whose_agent_moves_is_running(tmp_path):
     # GIVEN four ranks of a live view that reads moving ranks in turns: rank 0 not read yet
     # and rank 1 read once (one stack: unknown), both with agents whose step just moved;

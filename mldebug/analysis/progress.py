@@ -38,18 +38,32 @@ def moving_ranks(
     return frozenset(rank for rank in after if moved(before.get(rank), after[rank]))
 
 
-def moving_now(state: AgentState | None, now: float, within: float = 2.0) -> bool:
-    """From one reading: the agent beats, and its step or a collective call moved within the
-    last `within` heartbeat intervals before it wrote the file (for a view that did not read
-    the rank's stack this time: its last stack is carried, StackSample.carried)."""
-    if state is None or not fresh(state, now):
-        return False
+def last_progress(state: AgentState) -> float | None:
+    """When the rank's step or a collective call last moved, by its agent (None: never)."""
     times = [state.step_time] + [
         call.enqueued if call.completed is None else call.completed
         for group in state.groups
         for call in (group.enqueued, group.completed)
         if call is not None
     ]
-    latest = max((t for t in times if t is not None), default=None)
+    return max((t for t in times if t is not None), default=None)
+
+
+def moving_now(state: AgentState | None, now: float, within: float = 2.0) -> bool:
+    """From one reading: the agent beats, and its step or a collective call moved within the
+    last `within` heartbeat intervals before it wrote the file (for a view that did not read
+    the rank's stack this time: its last stack is carried, StackSample.carried)."""
+    if state is None or not fresh(state, now):
+        return False
+    latest = last_progress(state)
     interval = state.interval or 1.0
     return latest is not None and state.time - latest <= within * interval
+
+
+def moved_during(state: AgentState | None, now: float, since: float) -> bool:
+    """The agent beats, and its step or a collective call moved at or after `since` (the
+    first reading of the rank's stack: stacks alike in every reading, yet it moved)."""
+    if state is None or not fresh(state, now):
+        return False
+    latest = last_progress(state)
+    return latest is not None and latest >= since

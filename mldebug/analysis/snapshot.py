@@ -17,7 +17,7 @@ from mldebug.analysis.frames import (
 )
 from mldebug.analysis.judge import Evidence, judge
 from mldebug.analysis.merge import build_tree, group_stacks
-from mldebug.analysis.progress import moving_now
+from mldebug.analysis.progress import moved_during, moving_now
 from mldebug.analysis.sequence import Wait, sequence_verdict
 from mldebug.analysis.severity import ERROR_AFTER
 from mldebug.analysis.states import rank_state
@@ -126,8 +126,17 @@ def as_moving(view: RankView, samples: Sequence[StackSample], now: float) -> Ran
     """A rank not read this time (its last stack is carried over, StackSample.carried), not
     read yet, or read once (unknown: one stack tells nothing), whose agent says its step or
     collectives move is running: an old stack read again says nothing about whether it is
-    stuck."""
+    stuck. So is a rank read still whose agent saw it move while it was read: readings that
+    all fall in its waits (a host waiting for its device, every step) look alike."""
     read_now = bool(samples) and not samples[-1].carried
+    if read_now and view.state == STATE_STUCK:
+        first = min(s.time for s in samples if not s.carried)
+        if moved_during(view.agent, now, first):
+            return replace(
+                view,
+                state=STATE_RUNNING,
+                detail="same stack in every sample, but its agent saw it move meanwhile",
+            )
     if view.state not in (STATE_STUCK, STATE_UNKNOWN) or read_now and view.state == STATE_STUCK:
         return view
     if not moving_now(view.agent, now):

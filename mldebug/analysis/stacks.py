@@ -527,8 +527,8 @@ def _idle(
                 Finding(
                     KIND_PROGRESSING,
                     tuple(working),
-                    f"all {len(working)} ranks are working (their stacks move or "
-                    "they use CPU); nothing looks hung",
+                    f"all {len(working)} ranks are working (their stacks move, they use "
+                    "CPU, or their agents see them move); nothing looks hung",
                     severity=SEVERITY_INFO,
                     recipe="stragglers",  # working but slow is what is left to look at
                 )
