@@ -1,8 +1,8 @@
 """A DDP straggler named from torch's own Flight Recorder: 3 ranks of DistributedDataParallel
-under `mldebug run`, rank 1 computing 2x as long. DDP's gradient all-reduces are C++, unseen
-by the agent's Python trace: the agent reads them from the Flight Recorder, which torch 2.15
-keeps one ring per backend (agent/flight.py). One job, so that .ci/compat runs it on each end
-of the supported range too.
+under `mldebug run`, rank 1 computing 2x as long (a host wait, as a GPU rank's thread waits
+for its kernels). DDP's gradient all-reduces are C++, unseen by the agent's Python trace: the
+agent reads them from the Flight Recorder, which torch 2.15 keeps one ring per backend
+(agent/flight.py). One job, so that .ci/compat runs it on each end of the supported range too.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def ddp(tmp_path_factory):
                 "40",
                 "--steps",
                 "0",
+                "--host-waits",  # compute as a host wait: 3 ranks beside the suite's others
             ),
             stderr=err,
             env={"NO_COLOR": "1", **PATH_ENV},
