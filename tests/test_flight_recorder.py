@@ -164,12 +164,17 @@ def test_a_still_step_dumps_at_most_every_5_seconds():
     assert part.summary({}, step_time=1019.5) is None and len(calls) == 2
 
 
+def traced(pending_since: float) -> tuple[dict, dict]:
+    """(call #7 made at `pending_since`, the groups with it pending) as a heartbeat sees them."""
+    made = {"seq": 7, "op": "all_reduce", "time": pending_since}
+    return made, {"default_pg": {"enqueued": made, "completed": {"seq": 6}}}
+
+
 def test_a_traced_call_pending_for_two_heartbeats_is_stuck_too():
     calls, dumper = counting()
     clock = Clock(1000.0)
     part = flight.Flight(1.0, started=999.0, dumper=dumper, clock=clock)
-    made = {"seq": 7, "op": "all_reduce", "time": 998.5}
-    groups = {"default_pg": {"enqueued": made, "completed": {"seq": 6}}}
+    made, groups = traced(998.5)
     assert part.summary(groups, step_time=999.5) is None  # pending 1.5 s
     groups["default_pg"]["enqueued"] = {**made, "time": 997.5}
     assert part.summary(groups, step_time=999.5) is not None  # pending 2.5 s
@@ -186,8 +191,7 @@ def test_a_reading_is_kept_only_while_the_trace_stands_still():
     calls, dumper = counting()
     clock = Clock(1000.0)
     part = flight.Flight(1.0, started=900.0, dumper=dumper, clock=clock)
-    made = {"seq": 7, "op": "all_reduce", "time": 997.5}
-    pending = {"default_pg": {"enqueued": made, "completed": {"seq": 6}}}
+    made, pending = traced(997.5)
     read = part.summary(pending, step_time=994.0)
     assert read["default_pg"]["pending"] == 1 and read["default_pg"]["read"] == 1000.0
     clock.now = 1001.0
