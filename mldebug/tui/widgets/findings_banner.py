@@ -3,13 +3,19 @@
 Findings come worst first from analysis (find_problems), as the text report and the JSON
 verdict show them; the banner keeps that order. Each finding's summary already names its
 ranks and where they are (the analysis writes it so), so the banner shows it as it is.
+
+The banner is at most MAX_ROWS rows high (app.tcss). Wrapped to its width, it shows as many
+findings as fit whole, counts the others ("and N more"), and keeps the "[r] read it" hint;
+a first finding longer than the banner is cut at its last row with "…".
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 from textual.widgets import Static
 
@@ -19,9 +25,13 @@ from mldebug.wording import SEVERITY_MARKS, finding_text
 
 MARK_STYLES = {SEVERITY_ERROR: "bold red", SEVERITY_WARNING: "bold yellow", SEVERITY_INFO: "green"}
 MAX_SHOWN = 3  # the banner stays small; the rest is counted
+MAX_ROWS = 5  # #banner's max-height in app.tcss
+READ_IT = "  [r] read it"
+_MEASURE = Console(file=io.StringIO(), width=80, color_system=None)  # wraps, never prints
 
 
-def banner_text(findings: Sequence[Finding], polled: bool) -> Text:
+def banner_text(findings: Sequence[Finding], polled: bool, width: int | None = None) -> Text:
+    """The banner's text; with `width` (its content's), what fits MAX_ROWS rows of it."""
     text = Text()
     if not polled:
         text.append("Reading the job's stacks...", style="dim")
@@ -31,7 +41,19 @@ def banner_text(findings: Sequence[Finding], polled: bool) -> Text:
         text.append("No problem found in this snapshot.")
         return text
     shown = list(findings)
-    for index, finding in enumerate(shown[:MAX_SHOWN]):
+    if width is None:
+        return _findings_text(shown, min(MAX_SHOWN, len(shown)))
+    for count in range(min(MAX_SHOWN, len(shown)), 0, -1):
+        text = _findings_text(shown, count)
+        if len(_wrapped(text, width)) <= MAX_ROWS:
+            return text
+    return _cut(text, width, bool(shown[0].recipe))
+
+
+def _findings_text(shown: Sequence[Finding], count: int) -> Text:
+    """The first `count` findings, the others counted, the top recipe's key."""
+    text = Text()
+    for index, finding in enumerate(shown[:count]):
         if index:
             text.append("\n")
         mark = SEVERITY_MARKS.get(finding.severity, SEVERITY_MARKS[SEVERITY_INFO])
@@ -39,11 +61,29 @@ def banner_text(findings: Sequence[Finding], polled: bool) -> Text:
         text.append(printable(finding_text(finding)), style="bold" if index == 0 else "")
         if finding.recipe:
             text.append(f"  recipe: {one_line(finding.recipe)}", style="italic")
-    if len(shown) > MAX_SHOWN:
-        text.append(f"\n  ... and {len(shown) - MAX_SHOWN} more (Anomalies tab)", style="dim")
+    if len(shown) > count:
+        text.append(f"\n  ... and {len(shown) - count} more (Anomalies tab)", style="dim")
     if shown[0].recipe:
-        text.append("  [r] read it", style="dim")
+        text.append(READ_IT, style="dim")
     return text
+
+
+def _wrapped(text: Text, width: int) -> list[Text]:
+    return list(text.wrap(_MEASURE, max(width, 1)))
+
+
+def _cut(text: Text, width: int, recipe: bool) -> Text:
+    """A finding longer than the banner: its first MAX_ROWS rows, the last ending with "…"
+    (and the recipe's key, where it has one)."""
+    rows = _wrapped(text, width)[:MAX_ROWS]
+    last = rows[-1]
+    last.rstrip()
+    tail = READ_IT if recipe else ""
+    last.truncate(max(width - 1 - len(tail), 0))
+    last.append("…")
+    if tail:
+        last.append(tail, style="dim")
+    return Text("\n").join(rows)
 
 
 class FindingsBanner(Static):
@@ -60,7 +100,15 @@ class FindingsBanner(Static):
             return
         self.add_class("-polled")
         self.findings = findings
-        self.update(banner_text(findings, polled=True))
+        self._draw()
+
+    def on_resize(self) -> None:
+        if self.has_class("-polled"):
+            self._draw()
+
+    def _draw(self) -> None:
+        width = self.size.width or None  # not laid out yet: the whole text
+        self.update(banner_text(self.findings, polled=True, width=width))
 
     @property
     def top_recipe(self) -> str | None:
