@@ -300,6 +300,27 @@ def test_a_still_rank_whose_main_thread_waits_for_a_cpu_is_running_on_a_starved_
     assert rank_state([sample(0, 0.0, None), sample(1, 0.0, None)])[0] == STATE_STUCK
 
 
+def test_a_still_rank_queued_for_a_cpu_at_every_reading_is_running():
+    # A rank computing on a crowded node, queued for a CPU all through the readings: no CPU
+    # grew, and its run delay is counted only once it runs again. Its state (R) says it.
+    target = RankTarget(pid=1)
+    frames = (ThreadStack(1, "MainThread", at("evaluate", 88)),)
+
+    def sample(t, runnable):
+        return StackSample(
+            target, t, frames, cpu_seconds=5.0, main_cpu_seconds=5.0, main_run_delay=3.0,
+            main_runnable=runnable,
+        )  # fmt: skip
+
+    state, _, detail = rank_state([sample(0, True), sample(0.4, True), sample(0.8, True)])
+    assert (
+        state == STATE_RUNNING and detail == "same stack, but its main thread is queued for a CPU"
+    )
+    # asleep (or waiting for a peer) at one reading: idle, as before; unknown: as before
+    assert rank_state([sample(0, True), sample(0.4, False), sample(0.8, True)])[0] == STATE_STUCK
+    assert rank_state([sample(0, None), sample(0.4, True), sample(0.8, True)])[0] == STATE_STUCK
+
+
 def test_ranks_working_inside_init_are_not_outliers_of_it():
     # GIVEN ranks arriving at init_process_group one after another: two already wait, one
     # is still working inside it

@@ -3,12 +3,14 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 from testkit.procs import sitting
 
+from mldebug.collect.procinfo import main_runnable
 from mldebug.collect.pyspy import dump_stack, explain_by_status, find_pyspy
 from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, FAIL_PERMISSION, RankTarget
 
@@ -94,3 +96,17 @@ def test_uninterruptible_sleep_is_not_blamed_on_ptrace():
         FAIL_PERMISSION,
         "x",
     )
+
+
+def test_the_main_threads_state_is_read_from_proc():
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        assert any(main_runnable(spinning.pid) for _ in range(50))
+        assert main_runnable(sleeping.pid) is False
+    finally:
+        for proc in (spinning, sleeping):
+            proc.kill()
+            proc.wait()
+    assert main_runnable(spinning.pid) is None  # gone

@@ -99,4 +99,6 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
             cpu,
             f"same stack, but its main thread waits for a CPU {starved:.0f}% of the time",
         )
+    if all(s.main_runnable for s in good):  # queued all along: its wait is not counted yet
+        return STATE_RUNNING, cpu, "same stack, but its main thread is queued for a CPU"
     return STATE_STUCK, cpu, "same stack in every sample, idle"

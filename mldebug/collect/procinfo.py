@@ -45,6 +45,18 @@ def main_run_delay(pid: int) -> float | None:
     return thread_run_delay(pid, pid)
 
 
+def main_runnable(pid: int) -> bool | None:
+    """The main thread is ready to run (state R: on a CPU, or queued for one), from
+    /proc/PID/task/PID/stat; None when it cannot be read. A queued thread's wait is counted in
+    its run delay only once it gets a CPU again: this tells a starved thread from an idle one
+    meanwhile."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read(4096).rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return None
+
+
 def process_gone(pid: int) -> bool:
     """True when `pid` no longer runs (absent, or a zombie waiting for its parent)."""
     try:

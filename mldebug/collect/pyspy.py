@@ -19,7 +19,13 @@ from functools import lru_cache
 
 import psutil
 
-from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, process_gone, thread_cpu_seconds
+from mldebug.collect.procinfo import (
+    cpu_and_rss,
+    main_run_delay,
+    main_runnable,
+    process_gone,
+    thread_cpu_seconds,
+)
 from mldebug.collect.readers import POLL, busy_detail, reader_of, wait_for_readers
 from mldebug.errors import PYSPY_REMEDY, ToolMissingError
 from mldebug.model import (
@@ -258,4 +264,5 @@ def _dump_once(
         rss_bytes=rss,
         main_cpu_seconds=main_cpu,
         main_run_delay=main_run_delay(target.pid),
+        main_runnable=main_runnable(target.pid),
     )

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, thread_cpu_seconds
+from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, main_runnable, thread_cpu_seconds
 from mldebug.collect.pyspy import interned_frame
 from mldebug.model import (
     FAIL_ERROR,
@@ -111,5 +111,6 @@ def read_pystack(
         rss_bytes=rss,
         main_cpu_seconds=main_cpu,
         main_run_delay=main_run_delay(target.pid),
+        main_runnable=main_runnable(target.pid),
         source=f"pystack: {reason}",
     )

@@ -37,7 +37,13 @@ import socket
 import time
 from pathlib import Path
 
-from mldebug.collect.procinfo import cpu_and_rss, main_run_delay, process_gone, thread_cpu_seconds
+from mldebug.collect.procinfo import (
+    cpu_and_rss,
+    main_run_delay,
+    main_runnable,
+    process_gone,
+    thread_cpu_seconds,
+)
 from mldebug.collect.pyspy import interned_frame
 from mldebug.files import procfs, rundir, safeio
 from mldebug.model import (
@@ -265,5 +271,6 @@ def ask_rank(target: RankTarget, reason: str, timeout: float = 5.0) -> StackSamp
         rss_bytes=rss,
         main_cpu_seconds=main_cpu,
         main_run_delay=main_run_delay(target.pid),
+        main_runnable=main_runnable(target.pid),
         source=f"{SOURCE_RANK}: {reason}",
     )

@@ -177,6 +177,7 @@ class StackSample:
     rss_bytes: int | None = None
     main_cpu_seconds: float | None = None  # CPU time of the main thread alone at `time`
     main_run_delay: float | None = None  # seconds the main thread waited for a CPU, so far
+    main_runnable: bool | None = None  # the main thread was ready to run (state R) at `time`
     # Read at an earlier poll and given again (a live view reads a rank whose agent says it
     # moves less often): the newest stack known, not a new sample of the rank.
     carried: bool = False
