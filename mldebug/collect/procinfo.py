@@ -6,7 +6,7 @@ import os
 
 import psutil
 
-from mldebug.files.procfs import thread_run_delay
+from mldebug.files.procfs import proc_stat, thread_run_delay
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -29,13 +29,10 @@ def thread_cpu_seconds(pid: int, tid: int | None = None) -> float | None:
     The main thread's own time tells a rank that computes from one that waits while a
     background thread (a data loader, a communication poller) keeps the process busy.
     """
+    fields = proc_stat(pid, tid or pid)
     try:
-        with open(
-            f"/proc/{pid}/task/{tid or pid}/stat", encoding="ascii", errors="replace"
-        ) as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
-    except (OSError, IndexError, ValueError):
+        return (int(fields[11]) + int(fields[12])) / _TICKS if fields else None  # utime, stime
+    except (IndexError, ValueError):
         return None
 
 
@@ -50,11 +47,8 @@ def main_runnable(pid: int) -> bool | None:
     /proc/PID/task/PID/stat; None when it cannot be read. A queued thread's wait is counted in
     its run delay only once it gets a CPU again: this tells a starved thread from an idle one
     meanwhile."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read(4096).rsplit(")", 1)[1].split()[0] == "R"
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat(pid, pid)
+    return fields[0] == "R" if fields else None
 
 
 def process_gone(pid: int) -> bool:

@@ -29,15 +29,17 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def proc_stat(pid: int | str = "self") -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...].
+def proc_stat(pid: int | str = "self", tid: int | None = None) -> list[str] | None:
+    """Fields of /proc/<pid>/stat (of its thread `tid`: /proc/<pid>/task/<tid>/stat) after
+    the command name: [state, ppid, pgrp, ...].
 
     Index 19 is the start time in clock ticks since boot: with the pid, it names one
     process for good (a pid alone may be reused).
     """
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read(4096).rsplit(")", 1)[1].split()  # a line, its name 16 bytes
     except (OSError, IndexError):
         return None
 
