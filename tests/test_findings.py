@@ -1,9 +1,12 @@
 """Each finding kind, from samples built by hand with the model (through build_snapshot)."""
 
+from pathlib import Path
+
 from testkit.stacks import C10D, MAIN, MODULE, TRAIN, at, in_op, samples, snapshot, still
 
 from mldebug.analysis.snapshot import build_snapshot
 from mldebug.analysis.states import rank_state
+from mldebug.collect.pyspy import parse_pyspy_json
 from mldebug.model import (
     FAIL_EXITED,
     FAIL_NOT_PYTHON,
@@ -548,3 +551,46 @@ def test_with_two_ranks_the_one_kept_waiting_for_tells_which_lost_its_thread():
         "; rank 1 has no thread running prefetch (train.py), which rank 0 has: it may have died"
     )
     assert [f.kind for f in snapshot.findings] == [KIND_OUTLIER]
+
+
+def _recorded_start_up(name: str) -> tuple[Frame, ...]:
+    # py-spy's dumps of a real interpreter held in `site` (tests/data/startup/README.md)
+    text = (Path(__file__).parent / "data" / "startup" / name).read_text()
+    return parse_pyspy_json(text)[0].frames
+
+
+def test_a_rank_whose_python_is_still_starting_is_not_stuck():
+    # A rank read before its program began: `site` runs a .pth file's line or a
+    # sitecustomize, idle on a slow disk (as a healthy job's rank read in CI was).
+    for name in (
+        "pyspy_site_pth_py3.11.json",
+        "pyspy_site_pth_py3.10.json",
+        "pyspy_sitecustomize_py3.11.json",
+    ):
+        frames = _recorded_start_up(name)
+        state, _, detail = rank_state(samples(0, frames, frames, frames)[1])
+        assert (state, detail) == (
+            STATE_RUNNING,
+            "Python is still starting (site: .pth files, sitecustomize)",
+        ), name
+        # beside ranks waiting in the rendezvous: a rank on its way there, graded as one
+        waiting = still(in_op("init_process_group", "setup", 20))
+        (finding,) = snapshot({0: still(frames), 1: waiting, 2: waiting}).findings
+        assert finding.kind == KIND_OUTLIER and finding.ranks == (0,), name
+        assert "still starting Python" in finding.summary
+        assert ("starting", "init_process_group") in finding.facts
+
+
+def test_a_still_program_is_stuck_wherever_its_code_came_from():
+    # `python -c` code, and a program's own import that hangs (its module on a dead mount),
+    # are the program's: still and idle, they are stuck as before
+    command_line = (Frame("<module>", "<string>", 3), Frame("wait_for_peers", "<string>", 1))
+    site_dir = "/srv/venvs/train/lib/python3.11/site-packages"
+    own_import = (
+        MODULE,
+        Frame("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+        Frame("<module>", f"{site_dir}/shared_fs_module.py", 4),
+    )
+    site_named = (Frame("<module>", "/home/me/proj/site.py", 9),)  # a script named site.py
+    for frames in (command_line, own_import, site_named):
+        assert rank_state(samples(0, frames, frames, frames)[1])[0] == STATE_STUCK, frames

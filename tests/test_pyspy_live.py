@@ -10,9 +10,16 @@ import psutil
 import pytest
 from testkit.procs import sitting
 
+from mldebug.analysis.states import rank_state
 from mldebug.collect.procinfo import main_runnable
 from mldebug.collect.pyspy import dump_stack, explain_by_status, find_pyspy
-from mldebug.model import FAIL_EXITED, FAIL_NOT_PYTHON, FAIL_PERMISSION, RankTarget
+from mldebug.model import (
+    FAIL_EXITED,
+    FAIL_NOT_PYTHON,
+    FAIL_PERMISSION,
+    STATE_RUNNING,
+    RankTarget,
+)
 
 SITTER = """
 import time
@@ -110,3 +117,34 @@ def test_the_main_threads_state_is_read_from_proc():
             proc.kill()
             proc.wait()
     assert main_runnable(spinning.pid) is None  # gone
+
+
+def test_a_python_held_in_its_start_up_reads_as_starting_not_stuck(tmp_path):
+    # A real interpreter held in `site` by a .pth file's line (a slow disk holds a rank there
+    # the same way, idle, before its agent or its program has begun), read as `dump` reads.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_packages = next(venv.glob("lib/python*/site-packages"))
+    (site_packages / "slow.pth").write_text("import time; time.sleep(60)\n")
+    proc = subprocess.Popen([str(venv / "bin" / "python"), "-c", "print('never', flush=True)"])
+    try:
+        target, pyspy = RankTarget(pid=proc.pid), find_pyspy()
+        readings = []
+        for _ in range(100):  # until the .pth line sleeps: three readings of it, apart
+            sample = dump_stack(pyspy, target)
+            if sample.threads and sample.threads[0].frames[-1].file == "<string>":
+                readings.append(sample)
+                if len(readings) == 3:
+                    break
+                time.sleep(0.2)
+            else:
+                time.sleep(0.05)
+        assert len(readings) == 3
+        state, _, detail = rank_state(readings)
+        assert (state, detail) == (
+            STATE_RUNNING,
+            "Python is still starting (site: .pth files, sitecustomize)",
+        )
+    finally:
+        proc.kill()
+        proc.wait()

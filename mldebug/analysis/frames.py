@@ -10,6 +10,7 @@ is the outermost public torch.distributed call on its stack: `all_gather_object`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import attrgetter
@@ -101,11 +102,42 @@ def importing(frames: Sequence[Frame]) -> str | None:
     return None
 
 
+# Python's start-up imports `site`, which runs the .pth files' lines and sitecustomize before
+# the program's first line: frozen from 3.11 on, a file of the standard library before.
+_SITE_MODULE = re.compile(r"^<frozen site>$|/lib/python\d+(\.\d+)?/site\.py$")
+
+
+def starting_python(frames: Sequence[Frame]) -> bool:
+    """The stack of a process whose Python is still starting: the outermost module, under
+    the import machinery's frames, is `site` (a .pth file's line, a sitecustomize). Its
+    program has not begun; a slow disk or a loaded node can hold it there a while."""
+    imported = False
+    for frame in frames:
+        if frame.native:
+            continue
+        if frame.file.startswith("<frozen importlib."):
+            imported = True
+            continue
+        return imported and frame.function == "<module>" and bool(_SITE_MODULE.search(frame.file))
+    return False
+
+
 def busy_importing(view: RankView) -> str | None:
-    """The module a running rank's main thread is loading (importing), else None."""
+    """The module a running rank's main thread is loading (importing), else None (its
+    Python still starting imports `site`: that is no module of its program)."""
     if view.state != STATE_RUNNING or not view.threads:
         return None
-    return importing(view.threads[0].frames)
+    frames = view.threads[0].frames
+    return None if starting_python(frames) else importing(frames)
+
+
+def busy_starting_python(view: RankView) -> bool:
+    """A running rank whose Python is still starting (starting_python)."""
+    return (
+        view.state == STATE_RUNNING
+        and bool(view.threads)
+        and starting_python(view.threads[0].frames)
+    )
 
 
 def module_name(path: str) -> str:

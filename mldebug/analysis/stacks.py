@@ -15,7 +15,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
-from mldebug.analysis.frames import busy_importing, is_rendezvous
+from mldebug.analysis.frames import busy_importing, busy_starting_python, is_rendezvous
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
@@ -379,7 +379,10 @@ def _outliers(
         ranks = [v.rank for v in group]
         busy = group[0].state == STATE_RUNNING
         loading = busy_importing(group[0])
+        python_starts = busy_starting_python(group[0])
         busy_text = f"busy importing {loading}" if loading else "busy"
+        if python_starts:
+            busy_text = "still starting Python (site: .pth files, sitecustomize)"
         doing = (
             _worker_text(group, stuck=not busy)
             or f"{verb(ranks, 'it is', 'they are')} {busy_text if busy else 'stuck'} in {_where(group[0])}"
@@ -394,7 +397,7 @@ def _outliers(
         # Ranks still working their way to init_process_group is how every job starts, and
         # a rank busy loading a module works: never an error, and graded by the start-up
         # allowance (analysis/severity).
-        starting = busy and (is_rendezvous(op) or loading is not None)
+        starting = busy and (is_rendezvous(op) or loading is not None or python_starts)
         group_severity = SEVERITY_WARNING if starting else severity
         parts = (
             _part(group, group[0].user_frame.function if group[0].user_frame else "?"),

@@ -4,13 +4,17 @@ A rank whose main-thread stack changes between samples is working. One whose sta
 put is waiting, unless its main thread burns CPU meanwhile: then it is busy in C code (a
 long matmul, a loop holding the GIL) and is working too. Only a rank whose stack does not
 move and whose main thread is idle is called stuck; one whose main thread is kept waiting
-for a CPU (its run-queue delay grows: the node is starved) is working too.
+for a CPU (its run-queue delay grows: the node is starved) is working too, and so is one
+whose Python is still starting (its `site` import runs .pth files and sitecustomize, and a
+slow disk holds it there idle): its program has not begun. Ranks that wait for it in the
+rendezvous say how long it has taken (analysis/severity grades that wait).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mldebug.analysis.frames import starting_python
 from mldebug.model import (
     FAIL_EXITED,
     STATE_EXITED,
@@ -99,6 +103,8 @@ def rank_state(samples: Sequence[StackSample]) -> tuple[str, float | None, str]:
             cpu,
             f"same stack, but its main thread waits for a CPU {starved:.0f}% of the time",
         )
+    if starting_python(first):  # the program has not begun: nothing of it can be stuck yet
+        return STATE_RUNNING, cpu, "Python is still starting (site: .pth files, sitecustomize)"
     if all(s.main_runnable for s in good):  # queued all along: its wait is not counted yet
         return STATE_RUNNING, cpu, "same stack, but its main thread is queued for a CPU"
     return STATE_STUCK, cpu, "same stack in every sample, idle"
