@@ -579,6 +579,12 @@ def test_a_rank_whose_python_is_still_starting_is_not_stuck():
         assert finding.kind == KIND_OUTLIER and finding.ranks == (0,), name
         assert "still starting Python" in finding.summary
         assert ("starting", "init_process_group") in finding.facts
+        # every rank still starting: working, and the verdict says where they are
+        (finding,) = snapshot({0: still(frames), 1: still(frames)}).findings
+        assert finding.kind == KIND_PROGRESSING and finding.severity == SEVERITY_INFO
+        assert "; ranks 0-1 are still starting Python (site: .pth files, sitecustomize), at " in (
+            finding.summary
+        )
 
 
 def test_a_still_program_is_stuck_wherever_its_code_came_from():

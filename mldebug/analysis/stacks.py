@@ -512,6 +512,19 @@ _HANG_DETAIL = (
 )
 
 
+def _starting(working: list[RankView]) -> str:
+    """'; ranks 0-1 are still starting Python (...), at WHERE' for the working ranks whose
+    program has not begun (a slow .pth file or sitecustomize holds them), else ''."""
+    starting = [v for v in working if busy_starting_python(v)]
+    if not starting:
+        return ""
+    ranks = [v.rank for v in starting]
+    return (
+        f"; {ranks_text(ranks)} {verb(ranks, 'is', 'are')} still starting Python (site: .pth "
+        f"files, sitecustomize), at {_where(starting[0])}"
+    )
+
+
 def _idle(
     present: list[RankView],
     threads: list[ThreadDifference],
@@ -531,7 +544,7 @@ def _idle(
                     KIND_PROGRESSING,
                     tuple(working),
                     f"all {len(working)} ranks are working (their stacks move, they use "
-                    "CPU, or their agents see them move); nothing looks hung",
+                    f"CPU, or their agents see them move); nothing looks hung{_starting(present)}",
                     severity=SEVERITY_INFO,
                     recipe="stragglers",  # working but slow is what is left to look at
                 )
