@@ -189,11 +189,14 @@ class FakeManifest:
 
 
 # A launcher that starts one "rank" (its own child) in run directory argv[1] and waits.
+# The rank says its own pid once it runs, as its agent writes proc.json from inside: a pid
+# its launcher printed at once may name a process still inside exec, whose /proc environ the
+# kernel has not filled yet (a loaded node can keep it there).
+TINY_RANK = "import os, time; print(os.getpid(), flush=True); time.sleep(300)"
 TINY_LAUNCHER = (
     "import os, subprocess, sys; "
     "env = {**os.environ, 'MLDEBUG_RUN_DIR': sys.argv[1], 'RANK': '0', 'WORLD_SIZE': '1'}; "
-    "rank = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], env=env); "
-    "print(rank.pid, flush=True); rank.wait()"
+    f"subprocess.Popen([sys.executable, '-c', {TINY_RANK!r}], env=env).wait()"
 )
 
 
