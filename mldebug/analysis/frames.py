@@ -10,7 +10,6 @@ is the outermost public torch.distributed call on its stack: `all_gather_object`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 from operator import attrgetter
@@ -102,9 +101,14 @@ def importing(frames: Sequence[Frame]) -> str | None:
     return None
 
 
-# Python's start-up imports `site`, which runs the .pth files' lines and sitecustomize before
-# the program's first line: frozen from 3.11 on, a file of the standard library before.
-_SITE_MODULE = re.compile(r"^<frozen site>$|/lib/python\d+(\.\d+)?/site\.py$")
+# What the verdicts say a rank in that state does.
+STARTING_PYTHON = "still starting Python (site: .pth files, sitecustomize)"
+
+
+def _is_site(path: str) -> bool:
+    """Python's `site` module, which runs the .pth files' lines and sitecustomize before the
+    program's first line: frozen from 3.11 on, a file of the standard library before."""
+    return path == "<frozen site>" or (path.endswith("/site.py") and is_library_path(path))
 
 
 def starting_python(frames: Sequence[Frame]) -> bool:
@@ -118,7 +122,7 @@ def starting_python(frames: Sequence[Frame]) -> bool:
         if frame.file.startswith("<frozen importlib."):
             imported = True
             continue
-        return imported and frame.function == "<module>" and bool(_SITE_MODULE.search(frame.file))
+        return imported and frame.function == "<module>" and _is_site(frame.file)
     return False
 
 

@@ -15,7 +15,12 @@ from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
-from mldebug.analysis.frames import busy_importing, busy_starting_python, is_rendezvous
+from mldebug.analysis.frames import (
+    STARTING_PYTHON,
+    busy_importing,
+    busy_starting_python,
+    is_rendezvous,
+)
 from mldebug.analysis.sequence import SequenceVerdict, frozen_findings
 from mldebug.analysis.threads import ThreadDifference, explaining, thread_differences
 from mldebug.model import (
@@ -380,9 +385,11 @@ def _outliers(
         busy = group[0].state == STATE_RUNNING
         loading = busy_importing(group[0])
         python_starts = busy_starting_python(group[0])
-        busy_text = f"busy importing {loading}" if loading else "busy"
-        if python_starts:
-            busy_text = "still starting Python (site: .pth files, sitecustomize)"
+        busy_text = (
+            STARTING_PYTHON
+            if python_starts
+            else (f"busy importing {loading}" if loading else "busy")
+        )
         doing = (
             _worker_text(group, stuck=not busy)
             or f"{verb(ranks, 'it is', 'they are')} {busy_text if busy else 'stuck'} in {_where(group[0])}"
@@ -520,8 +527,8 @@ def _starting(working: list[RankView]) -> str:
         return ""
     ranks = [v.rank for v in starting]
     return (
-        f"; {ranks_text(ranks)} {verb(ranks, 'is', 'are')} still starting Python (site: .pth "
-        f"files, sitecustomize), at {_where(starting[0])}"
+        f"; {ranks_text(ranks)} {verb(ranks, 'is', 'are')} {STARTING_PYTHON}, at "
+        f"{_where(starting[0])}"
     )
 
 
