@@ -48,8 +48,8 @@ EXAMPLE = ROOT / "examples" / "straggler.py"
 PATH_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
 HEALTHY_FOR = 180.0  # seconds of the healthy job's life judged by a dump every few seconds
-BUSIER_FROM = 135.0  # ...with CPU-heavy neighbours, 3 a core, from this second on
-QUIET, BUSY = 25.0, 45.0  # seconds at least of the job alone, then beside them
+BUSIER_FROM = 150.0  # ...with CPU-heavy neighbours, 3 a core, from this second on
+QUIET, BUSY = 25.0, 30.0  # seconds at least of the job alone, then beside them
 pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(900)]
 
 

@@ -77,14 +77,15 @@ def train(model, optimizer, until: float, leaky: bool, kept: list, stop_file: st
 
 def evaluate(seconds: float) -> None:
     """No collective for `seconds`: every rank computes, a batch at a time, and between
-    batches waits a moment, as a host does for its device (the CPU is shared with the
-    other tests' jobs)."""
+    batches waits a moment, as a host does for its device. A batch is a few ms of matmuls
+    and the wait 20 ms: about a seventh of a core a rank, well above what reads as a
+    computing rank (analysis/states.py), and the CPU left to the other tests' jobs."""
     end = time.monotonic() + seconds
     weight = torch.randn(256, 256)
     with torch.no_grad():
         while time.monotonic() < end:
             x = torch.randn(256, 256)
-            for _ in range(20):
+            for _ in range(5):
                 x = torch.tanh(x @ weight)
             time.sleep(0.02)
 
