@@ -333,13 +333,16 @@ class _RunDirReader:
     ticks: dict[int, int] = field(default_factory=dict)  # pid -> start ticks its agent wrote
     verified: dict[int, dict[str, str] | None] = field(default_factory=dict)
     strangers: set[int] = field(default_factory=set)  # alive, named, not verified
+    # Named, the launcher's own, and with no environment yet: a process reads so for a
+    # moment after exec, and run.json names each rank as it is spawned.
+    starting: set[int] = field(default_factory=set)
 
     def environ(self, pid: int) -> dict[str, str] | None:
         """The environment of `pid` if it is a rank of this run, else None (cached); {} for
         a rank verified by descent, whose environment cannot be read."""
         if pid not in self.verified:
             self.verified[pid] = self._verify(pid)
-            if self.verified[pid] is None and procfs.pid_alive(pid):
+            if self.verified[pid] is None and pid not in self.starting and procfs.pid_alive(pid):
                 self.strangers.add(pid)
         return self.verified[pid]
 
@@ -349,6 +352,9 @@ class _RunDirReader:
         environ = procfs.proc_environ(pid)
         if environ is None:
             return {} if self._descends(pid) else None
+        if not environ and self.launcher is not None and procfs.descends_from(pid, *self.launcher):
+            self.starting.add(pid)
+            return None
         if not rundir.same_dir(environ.get(rundir.ENV_RUN_DIR), self.root):
             return None
         return environ if rank_env(environ)[0] is not None else None  # not the launcher
@@ -450,6 +456,13 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
             host=host,
             job=str(root),
             run_dir=str(root),
+        )
+    if reader.starting:
+        listed = " ".join(str(pid) for pid in sorted(reader.starting)[:8])
+        more = " ..." if len(reader.starting) > 8 else ""
+        notes.append(
+            f"{len(reader.starting)} process(es) of the run are still starting (no environment "
+            f"yet, as for a moment after exec; the next look reads them): pid {listed}{more}"
         )
     if reader.strangers:
         listed = " ".join(str(pid) for pid in sorted(reader.strangers)[:8])

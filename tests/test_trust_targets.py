@@ -91,6 +91,37 @@ def test_pids_the_run_directory_names_that_are_not_its_ranks_are_not_read(tmp_pa
     assert all(str(pid) in note for pid in strangers)
 
 
+def test_a_rank_its_launcher_just_spawned_is_starting_not_a_stranger(tmp_path, jobs):
+    run = tmp_path / "run"
+    jobs.append(ours := start_ranks(1, run_dir=run))
+    # GIVEN a rank the run's launcher has just spawned, whose environment is not there yet
+    # (a process reads so for a moment after exec; this one has none at all): this test's
+    # process stands for `mldebug run`, by pid and start time, as run.json records them
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    spawned = subprocess.Popen(sleep, env={})
+    # AND a process of no run, as bare, that is not the launcher's
+    orphan = subprocess.run(
+        ["sh", "-c", f"env -i {sys.executable} -c 'import time; time.sleep(60)' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()[0]  # fmt: skip
+    try:
+        ranks = [(0, ours.rank_pids[0]), (1, spawned.pid), (2, int(orphan))]
+        me = os.getpid()
+        make_run(run, [{"rank": r, "pid": p} for r, p in ranks], mldebug_pid=me,
+                 mldebug_start_ticks=procfs.proc_start_ticks(me))  # fmt: skip
+        # WHEN it is resolved THEN the spawned rank is said to be starting, not a stranger;
+        # the bare process of no run still is one; neither is read
+        job = resolve_targets(run_dir=run)
+        assert [(t.rank, t.pid) for t in job.targets] == [(0, ours.rank_pids[0])]
+        (starting,) = [n for n in job.notes if "still starting" in n]
+        (strangers,) = [n for n in job.notes if "not its ranks" in n]
+        assert starting.endswith(f"pid {spawned.pid}") and strangers.endswith(f"pid {orphan}")
+    finally:
+        spawned.kill()
+        spawned.wait()
+        os.kill(int(orphan), signal.SIGKILL)
+
+
 def test_a_run_of_strangers_only_reads_nothing(tmp_path, jobs):
     jobs.append(loose := start_ranks(2))
     run = make_run(tmp_path / "run", [{"rank": r, "pid": p} for r, p in enumerate(loose.rank_pids)])
