@@ -130,10 +130,8 @@ def healthy(rank: int, seconds: float) -> None:
             if step % 20 == 7:  # the allocator grows by 64 MB and trims again
                 block = torch.ones(16 << 20)
                 del block
-            # A pause of about 0.2 s every 30th step: making the garbage runs the collector
-            # over torch's objects too (200,000 lists every 10th step took half a core a rank).
-            if step % 30 == 3:
-                garbage = [[i] for i in range(100_000)]
+            if step % 10 == 3:
+                garbage = [[i] for i in range(200_000)]
                 del garbage
                 gc.collect()  # a GC pause
             time.sleep(random.uniform(0.0, 0.08))  # step-time jitter
