@@ -374,6 +374,12 @@ def _launcher_of(manifest: dict) -> tuple[int, int] | None:
     return pid, ticks
 
 
+def _pid_list(pids: set[int]) -> str:
+    """'pid 11 12 ...': the first 8 of `pids`, for a note."""
+    more = " ..." if len(pids) > 8 else ""
+    return "pid " + " ".join(str(pid) for pid in sorted(pids)[:8]) + more
+
+
 def _here(value: object, host: str) -> bool:
     """Is a rank entry's host this machine (an entry without one is taken as local)?"""
     return not value or value == host
@@ -458,19 +464,16 @@ def _from_run_dir(run_dir: str | os.PathLike) -> JobTargets:
             run_dir=str(root),
         )
     if reader.starting:
-        listed = " ".join(str(pid) for pid in sorted(reader.starting)[:8])
-        more = " ..." if len(reader.starting) > 8 else ""
         notes.append(
             f"{len(reader.starting)} process(es) of the run are still starting (no environment "
-            f"yet, as for a moment after exec; the next look reads them): pid {listed}{more}"
+            f"yet, as for a moment after exec; the next look reads them): "
+            f"{_pid_list(reader.starting)}"
         )
     if reader.strangers:
-        listed = " ".join(str(pid) for pid in sorted(reader.strangers)[:8])
-        more = " ..." if len(reader.strangers) > 8 else ""
         notes.append(
             f"not reading {len(reader.strangers)} process(es) the run directory names that "
             f"are not its ranks (not started with MLDEBUG_RUN_DIR={root}, or another "
-            f"user's): pid {listed}{more}"
+            f"user's): {_pid_list(reader.strangers)}"
         )
     if not targets:
         status = manifest.get("status") or "unknown"
