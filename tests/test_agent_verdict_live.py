@@ -1,9 +1,9 @@
-"""The verdict from the agents on a real job: 3 gloo ranks under `mldebug run`, the NCCL case
-on CPU. Ranks 0 and 1 make `all_reduce(async_op=True)` and then spin in Python on
+"""The verdict from the agents on a real job: 3 gloo ranks under `mldebug run --hang-timeout 4`,
+the NCCL case on CPU. Ranks 0 and 1 make `all_reduce(async_op=True)` and then spin in Python on
 `work.is_completed()` (as a rank spins at `.item()` after an NCCL collective that never
-completes); rank 2 never makes the call and loops elsewhere. Every rank burns CPU and no
-stack shows a collective, so the stacks alone read as a working job; `mldebug dump --json`
-must give an error naming rank 2 and its line, from the agents' state.json.
+completes); rank 2 never makes the call and loops elsewhere. Every rank burns CPU and no stack
+shows a collective, so the stacks alone read as a working job; `mldebug dump --json` must give
+an error naming rank 2 and its line, from the agents' state.json.
 
 The job starts once per module (importing torch in 3 ranks takes a while).
 """
@@ -65,7 +65,10 @@ def line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    with running_job(tmp_path_factory.mktemp("async_wait"), JOB, 3) as started:
+    # --hang-timeout 4: the run's threshold for a hang (dump's too), reached in 4 s of the
+    # ranks' spinning instead of the default 10 (the CPU is the other tests')
+    folder = tmp_path_factory.mktemp("async_wait")
+    with running_job(folder, JOB, 3, options=("--hang-timeout", "4")) as started:
         yield started
 
 

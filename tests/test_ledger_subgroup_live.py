@@ -1,8 +1,8 @@
-"""A real `ranks:` subgroup: 3 gloo ranks under `mldebug run`; ranks 0 and 1 make a group
-with `new_group(..., use_local_synchronization=True)` (torch then names it by a hash, so
-the agent names it by its ranks: `ranks:0-1`). Rank 0 all-reduces on it; rank 1, a member,
-never calls on it and loops elsewhere; rank 2 is no member. Rank 1's agent has never heard
-of the group, so only the name says it is a member: `dump` must name rank 1 behind.
+"""A real `ranks:` subgroup: 3 gloo ranks under `mldebug run --hang-timeout 4`; ranks 0 and 1
+make a group with `new_group(..., use_local_synchronization=True)` (torch then names it by a
+hash, so the agent names it by its ranks: `ranks:0-1`). Rank 0 all-reduces on it; rank 1, a
+member, never calls on it and loops elsewhere; rank 2 is no member. Rank 1's agent has never
+heard of the group, so only the name says it is a member: `dump` must name rank 1 behind.
 
 The job starts once per module (importing torch in 3 ranks takes a while).
 """
@@ -59,7 +59,10 @@ def line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    with running_job(tmp_path_factory.mktemp("subgroup"), JOB, 3) as started:
+    # --hang-timeout 4: the run's threshold for a hang (dump's too), reached in 4 s of the
+    # two ranks' spinning instead of the default 10 (the CPU is the other tests')
+    folder = tmp_path_factory.mktemp("subgroup")
+    with running_job(folder, JOB, 3, options=("--hang-timeout", "4")) as started:
         yield started
 
 

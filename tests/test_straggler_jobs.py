@@ -48,8 +48,8 @@ EXAMPLE = ROOT / "examples" / "straggler.py"
 PATH_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 TIMING_KINDS = {"straggler", "input_bound", "comm_bound", "host_sync"}
 HEALTHY_FOR = 180.0  # seconds of the healthy job's life judged by a dump every few seconds
-BUSIER_FROM = 150.0  # ...with CPU-heavy neighbours, 3 a core, from this second on
-QUIET, BUSY = 25.0, 30.0  # seconds at least of the job alone, then beside them
+BUSIER_FROM = 160.0  # ...with CPU-heavy neighbours, 2 a core, from this second on
+QUIET, BUSY = 25.0, 20.0  # seconds at least of the job alone, then beside them
 pytestmark = [pytest.mark.long, pytest.mark.multirank, pytest.mark.timeout(900)]
 
 
@@ -250,7 +250,7 @@ def test_a_healthy_job_stays_silent_for_3_minutes_as_the_node_gets_busier(jobs, 
         while time.monotonic() < end:
             if busier_at is None and time.monotonic() >= busier:
                 cores = len(os.sched_getaffinity(0))
-                neighbours.enter_context(bursty_neighbours(3 * cores))
+                neighbours.enter_context(bursty_neighbours(2 * cores))
                 busier_at = time.time()
             dumps += 1
             report = dump_here(capsys, run_dir)
