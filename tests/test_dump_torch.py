@@ -145,14 +145,19 @@ def jobs(tmp_path_factory):
     try:
         deadline = time.monotonic() + 480
         held: set[str] = set()
-        while not all(job.ready() for job in started.values()):
-            failed = {j.mode: j.tail() for j in started.values() if j.proc.poll() is not None}
-            assert not failed, f"jobs ended early: {failed}"
-            assert time.monotonic() < deadline, "jobs did not get ready in time"
+        while True:
+            # A computing job is held as soon as it is ready, the last one to get ready too
+            # (held only while others were not ready, one ready last trained through the tests).
+            everyone = all(job.ready() for job in started.values())
             for mode in set(COMPUTING) - held:  # its CPU to the others' start meanwhile
                 if started[mode].ready():
                     started[mode].hold(True)
                     held.add(mode)
+            if everyone:
+                break
+            failed = {j.mode: j.tail() for j in started.values() if j.proc.poll() is not None}
+            assert not failed, f"jobs ended early: {failed}"
+            assert time.monotonic() < deadline, "jobs did not get ready in time"
             time.sleep(1)
         for mode, job in started.items():
             if mode == "healthy":
