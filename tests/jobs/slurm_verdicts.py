@@ -2,9 +2,10 @@
 `mldebug run --nproc-per-node 3` inside an sbatch script (tests/test_slurm_verdicts.py):
 
   * rank 1 keeps 1 MiB more at every step (a list that is never emptied): a leak;
-  * rank 2 computes 1.6x as long as the others at every step: the straggler (half of its
-    compute a host wait, as a GPU rank's thread waits for its kernels: 3 ranks share the
-    suite's cores, and each still uses its CPU between two readings, as a training rank does);
+  * rank 2 computes 1.6x as long as the others at every step: the straggler (three quarters
+    of its compute a host wait, as a GPU rank's thread waits for its kernels: 3 ranks share
+    the suite's cores, and each still uses its CPU between two readings, as a training rank
+    does);
   * rank 0, once the file named by $PAUSE_FILE exists, writes a "checkpoint" for 1.5 s at
     every step while the others wait for it in all_reduce: a pause, not a hang.
 
@@ -26,8 +27,8 @@ READY_AFTER = 32.0
 
 
 def work(batch: torch.Tensor, seconds: float) -> None:
-    time.sleep(seconds / 2)  # the host waits for its device's kernels
-    end = time.perf_counter() + seconds / 2
+    time.sleep(seconds * 3 / 4)  # the host waits for its device's kernels
+    end = time.perf_counter() + seconds / 4
     while time.perf_counter() < end:
         torch.mm(batch.T, batch)
 
