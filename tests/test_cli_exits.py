@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given
@@ -240,3 +242,77 @@ def test_the_report_console_of_dump_and_demo_hands_a_broken_pipe_to_the_cli(monk
         with pytest.raises(BrokenPipeError):
             console.print("Verdict: " + "x" * 100_000)
         monkeypatch.undo()
+
+
+def _waits_for_others(frame) -> bool:
+    """Whether the main thread, at `frame`, waits for other threads (not to start one)."""
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names[:1] == ["wait"] and "start" not in names
+
+
+@contextmanager
+def ctrl_c_on_another_thread():
+    """Once the main thread waits for other threads, a Ctrl-C (SIGUSR1 here, handled as
+    Python handles SIGINT) lands on another thread, as the kernel may hand a process's
+    signal to any of its threads."""
+
+    def send() -> None:
+        main = threading.main_thread().ident
+        for _ in range(1000):
+            frame = sys._current_frames().get(main)
+            if frame is not None and _waits_for_others(frame):
+                break
+            time.sleep(0.01)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGUSR1, interrupted)
+    try:
+        threading.Thread(target=send, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def test_a_ctrl_c_that_lands_on_another_thread_ends_the_dumps_wait_for_its_readers():
+    from mldebug.collect.collector import JobCollector
+    from mldebug.model import JobTargets, RankTarget
+
+    # GIVEN a dump's collector whose reader of a rank holds on (a py-spy that hangs)
+    target = RankTarget(pid=os.getpid(), rank=0, world_size=1)
+    release = threading.Event()
+    ended: list[str] = []
+
+    def read(_target):
+        ended.append("released" if release.wait(20) else "held to the end")
+
+    with JobCollector(JobTargets((target,)), pyspy="/bin/true") as collector:
+        # WHEN Ctrl-C lands on a thread other than the main one
+        with ctrl_c_on_another_thread():
+            collector._read_all([target], read, time.monotonic() + 60)
+        release.set()
+    # THEN the main thread stopped waiting while the reader still held on
+    for _ in range(300):
+        if ended:
+            break
+        time.sleep(0.1)
+    assert ended == ["released"]
+
+
+def test_a_ctrl_c_that_lands_on_another_thread_ends_a_fan_out_and_its_commands(tmp_path):
+    from mldebug.cluster.fanout import run_many
+
+    # GIVEN `dump --hosts`'s fan-out to a node whose command takes 20 s
+    ended = tmp_path / "ended"
+    command = ["sh", "-c", f"sleep 20; touch {ended}"]
+    # WHEN Ctrl-C lands on a thread other than the main one THEN the fan-out ends, and
+    # the command is stopped, not waited for
+    with ctrl_c_on_another_thread():
+        run_many([("node1", command)], deadline=60)
+    assert not ended.exists()

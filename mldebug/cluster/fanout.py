@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
+from mldebug.collect.waits import wait_futures
+
 MAX_BYTES = 64 << 20  # all the documents one command passes on, at least
 MAX_LINE = 16 << 20  # one node document
 # What one node's document may take of a command that passes on several (srun, pdsh): 8
@@ -214,4 +216,9 @@ def run_many(
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(commands)))) as pool:
         futures = [pool.submit(bounded, key, argv) for key, argv in commands]
+        try:
+            wait_futures(futures, None)  # in slices: a Ctrl-C is seen at once (collect.waits)
+        except KeyboardInterrupt:
+            stop_all()  # the commands under way end now: the pool's exit does not wait them out
+            raise
         return [f.result() for f in futures]

@@ -43,6 +43,7 @@ from mldebug.collect.agentstate import StateReader
 from mldebug.collect.pyspy import dump_stack, find_pyspy
 from mldebug.collect.pystack import find_pystack, read_pystack
 from mldebug.collect.rankstacks import ask_rank
+from mldebug.collect.waits import wait_event
 from mldebug.collect.workers import MAX_RANKS_PER_POLL, MAX_WORKERS_PER_RANK, worker_candidates
 from mldebug.errors import ToolMissingError
 from mldebug.files.procfs import pid_alive
@@ -300,7 +301,7 @@ class JobCollector:
 
         for number in range(min(self.max_threads, len(targets))):
             threading.Thread(target=worker, name=f"mldebug-pyspy-{number}", daemon=True).start()
-        done.wait(None if end is None else max(0.0, end - time.monotonic()) + DEADLINE_GRACE)
+        wait_event(done, None if end is None else max(end, time.monotonic()) + DEADLINE_GRACE)
         with lock:
             queue.clear()  # not started by now: not read
             got = list(results)
