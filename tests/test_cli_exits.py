@@ -224,6 +224,46 @@ def test_ctrl_c_during_a_dump_ends_it_at_once(tmp_path):
     assert took < 5, took  # not held up by the py-spy run still under way (60 s)
 
 
+def test_ctrl_c_during_a_native_dump_ends_it_and_the_gdb_runs_under_way(tmp_path):
+    # GIVEN `dump --native-all` whose gdb hangs on the rank (a stand-in that sleeps: gdb's
+    # own timeout is a minute)
+    (proc,) = sleepers(1)
+    pyspy, _ = fake_pyspy(tmp_path)
+    gdb, log = tmp_path / "gdb", tmp_path / "gdb-calls.log"
+    gdb.write_text(f"#!/bin/sh\necho $$ >> {log}\nexec sleep 600\n")
+    gdb.chmod(0o755)
+    log.touch()
+    try:
+        dump = subprocess.Popen(
+            [*MLDEBUG, "dump", "--pid", str(proc.pid), "--native-all"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "MLDEBUG_PYSPY": pyspy, "MLDEBUG_GDB": str(gdb)},
+        )
+        for _ in range(600):  # until gdb hangs on the rank
+            if log.read_text():
+                break
+            time.sleep(0.05)
+        gdb_pid = int(log.read_text().split()[0])
+        # WHEN the user presses Ctrl-C
+        dump.send_signal(signal.SIGINT)
+        # THEN the dump ends (well before gdb's minute), and so does the gdb run
+        out, err = dump.communicate(timeout=30)
+    finally:
+        stop([proc])
+        if dump.poll() is None:  # failed: nothing of it is left behind
+            dump.kill()
+            dump.wait()
+    assert dump.returncode == EXIT_INTERRUPTED
+    assert "Traceback" not in err
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{gdb_pid}"):
+            break
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{gdb_pid}")
+
+
 def test_an_error_that_quotes_a_path_never_puts_a_terminal_escape_on_stderr(tmp_path):
     folder = tmp_path / "run\x1b]0;owned\x07\x1b[2J"  # sets the window title, clears
     folder.mkdir()

@@ -23,6 +23,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -49,6 +50,10 @@ GDB_REMEDY = (
 MAX_OUTPUT = 16 << 20  # bytes of gdb's output read; a huge process is cut, never read whole
 MAX_NAMED_THREADS = 8192  # /proc/PID/task entries read for thread names
 TERM_GRACE = 2.0  # seconds gdb gets to detach after SIGTERM before SIGKILL
+# gdb runs under way (in readers' threads), ended by stop_all() on Ctrl-C
+_RUNNING: set[subprocess.Popen] = set()
+_STOPPED: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
 
 # Settings that keep gdb quiet, offline and cheap. Thread names, LWPs and function names
 # stay; frame arguments (reading DWARF variables, printing the rank's data) go.
@@ -161,6 +166,20 @@ def _end_group(popen: subprocess.Popen) -> None:
             continue
 
 
+def stop_all() -> None:
+    """Ctrl-C: end every gdb run under way (SIGTERM: gdb detaches as it quits; its reader
+    resumes a rank left stopped), so that no reader thread holds up the exit for its
+    timeout."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+        _STOPPED.update(running)
+    for popen in running:
+        try:
+            os.killpg(popen.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple[str, bool]:
     """gdb's output (at most MAX_OUTPUT bytes, stdout and stderr together) and whether it
     ran out of time. A live rank a killed gdb left stopped is resumed, unless it was
@@ -176,6 +195,8 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
             start_new_session=True,
             env={**os.environ, "LC_ALL": "C"},
         )
+        with _RUNNING_LOCK:
+            _RUNNING.add(popen)
         timed_out = False
         try:
             popen.wait(timeout=timeout)
@@ -183,6 +204,13 @@ def run_gdb(command: list[str], timeout: float, pid: int | None = None) -> tuple
             if not isinstance(error, subprocess.TimeoutExpired):
                 _end_group(popen)
                 raise
+            timed_out = True
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(popen)
+                stopped = popen in _STOPPED
+                _STOPPED.discard(popen)
+        if timed_out or stopped:  # ended by us: it may have left the rank stopped
             timed_out = True
             _end_group(popen)
             if pid is not None and not stopped_before:

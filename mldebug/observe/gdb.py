@@ -14,7 +14,7 @@ import errno
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from mldebug.analysis.native import (
 from mldebug.analysis.snapshot import see_job
 from mldebug.collect import gdb as gdbs
 from mldebug.collect.cores import CoreInfo, NotACoreError, core_info, core_plan, rank_from_name
+from mldebug.collect.waits import wait_futures
 from mldebug.errors import MldebugError, NoTargetError
 from mldebug.files.rundir import parse_rank, read_manifest
 from mldebug.model import (
@@ -63,8 +64,13 @@ def native_of_snapshot(
         pool.submit(gdbs.read_process, gdb, target, min(timeout, deadline), rank): (rank, target)
         for rank, target in views
     }
-    done, _ = wait(futures, timeout=max(0.0, ends - time.monotonic()) + gdbs.TERM_GRACE + 1)
-    pool.shutdown(wait=False, cancel_futures=True)
+    try:
+        done = wait_futures(futures, max(ends, time.monotonic()) + gdbs.TERM_GRACE + 1)
+    except KeyboardInterrupt:
+        gdbs.stop_all()  # the reads under way end now: the exit does not wait them out
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     dumps = []
     for future, (rank, target) in futures.items():
         if future in done:
