@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mldebug.files.procfs import proc_stat
-from mldebug.files.rundir import RunPaths, hostname
+from mldebug.files.rundir import RunPaths, hostname, read_manifest
 from mldebug.launch import env as envs
 from mldebug.launch.children import Child, poll_children
 
@@ -219,6 +219,33 @@ def test_a_killed_rank_is_the_root_cause_not_the_peer_that_noticed(tmp_path):
     assert f"root cause (first failure): rank 1 on {HOST}: killed (SIGKILL): OOM killer?" in report
     assert "then rank 0" in report and "ConnectionError: peer closed the connection" in report
     assert done.returncode == 128 + signal.SIGKILL
+
+
+def test_a_rank_stopped_while_it_ends_after_its_own_exception_is_failed_not_interrupted(
+    tmp_path,
+):
+    """Rank 1 raises, then takes long to end (a slow teardown); rank 0 exits a moment
+    later, having noticed. mldebug ends the job and stops rank 1 on its way out: its status
+    in run.json is still that it failed, since it raised before it was stopped."""
+    job = script(
+        tmp_path,
+        "teardown.py",
+        """
+        import atexit, os, sys, time
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            atexit.register(time.sleep, 60)  # a teardown slower than the job's end
+            raise ValueError("rank 1 gives up")
+        time.sleep(2)  # rank 0 notices its peer is gone
+        sys.exit(3)
+    """,
+    )
+    done, paths = mldebug_run(tmp_path, "--nproc-per-node", "2", job)
+    report = done.stderr.decode()
+    assert f"root cause (first failure): rank 1 on {HOST}: ValueError: rank 1 gives up" in report
+    ranks = {entry["rank"]: entry for entry in read_manifest(paths.root)["ranks"]}
+    assert ranks[1]["status"] == "failed", ranks
+    assert ranks[0]["status"] == "failed", ranks
 
 
 def test_wrapped_rank_that_dies_abruptly_is_the_root_cause(tmp_path):

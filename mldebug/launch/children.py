@@ -19,7 +19,13 @@ from mldebug.files.rundir import STATUS_FAILED, STATUS_INTERRUPTED, STATUS_SUCCE
 from mldebug.files.safeio import UntrustedDirError, make_private_dir
 from mldebug.launch.coredumps import CoreCatcher
 from mldebug.launch.env import free_port, rank_env
-from mldebug.launch.failures import Failure, collect_failures, exit_code_of, with_cores
+from mldebug.launch.failures import (
+    Failure,
+    collect_failures,
+    exit_code_of,
+    raised_before,
+    with_cores,
+)
 from mldebug.launch.guardian import GuardianLink
 from mldebug.launch.manifest import Manifest
 from mldebug.launch.output import LAUNCHER
@@ -39,6 +45,7 @@ class Child:
     # since a peer's "connection closed" error can come before mldebug notices the death.
     last_alive: float = field(default_factory=time.time)
     stopped: bool = False  # ended by mldebug, not by itself
+    stopped_at: float = 0.0  # when mldebug began to end it (time.time())
 
 
 def first_failed(children: list[Child]) -> Child | None:
@@ -72,7 +79,7 @@ def end_children(
     is set) and wait for each; those still running are marked stopped by mldebug."""
     for child in children:
         if child.returncode is None and child.popen.poll() is None:
-            child.stopped = True
+            child.stopped, child.stopped_at = True, time.time()
     end_groups(own_groups(children), grace, hurry)
     for child in children:
         child.popen.wait()
@@ -212,9 +219,9 @@ def record_end(
         manifest.update(launcher_exit_code=exit_code_of(child.returncode))
         return
     reader.rank_ended(child.rank)
-    if child.stopped:
+    if child.stopped and not raised_before(manifest.paths, child.rank, child.stopped_at):
         status = STATUS_INTERRUPTED
-    else:
+    else:  # by itself, or stopped while it ended after its own exception: it failed
         status = STATUS_SUCCEEDED if child.returncode == 0 else STATUS_FAILED
     core = None
     if cores is not None and not child.stopped:

@@ -166,6 +166,16 @@ def failure_from_error_file(data: dict, rank: int, fallback_time: float = 0.0) -
     )
 
 
+def raised_before(paths: RunPaths, rank: int, moment: float) -> bool:
+    """Whether the rank's error file holds an exception of its own, raised before `moment`
+    (time.time()): a rank mldebug stopped while it was ending after it failed by itself.
+    A KeyboardInterrupt is the stop's, not the rank's."""
+    data = read_json(paths.error_file(rank))
+    if not data or _text(data.get("type")) in ("", "KeyboardInterrupt"):
+        return False
+    return _seconds(data.get("time"), math.inf) <= moment
+
+
 # Errors a rank raises because a peer went away: the peer's end is the cause. A rank killed
 # by a signal is seen dead only at the supervisor's next look, while its peers' errors carry
 # the moment they were raised; such errors count PEER_LAG seconds later than they say.
