@@ -114,6 +114,20 @@ def test_a_data_wait_in_the_warm_up_alone_is_not_input_bound(steps):
     assert judge_timing(views(states)).findings == ()
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_rank_whose_loader_started_late_is_no_straggler_once_the_steps_after_it_speak(seed):
+    # Rank 0's DataLoader workers start late (a busy node): it waits 3x as long for data in
+    # its first 15 steps, then as the others do. After step 26 the steps past the warm-up
+    # say it is no straggler, and the warm-up is no longer counted.
+    states = simulate(world=4, slow_rank=0, data=0.02, data_factor=3.0, jitter=0.1, steps=26,
+                      slow_steps=(1, 15), seed=seed)  # fmt: skip
+    assert judge_timing(views(states)).findings == ()
+    # ...while its first steps are all there is, they are judged (a slow rank is named fast)
+    early = simulate(world=4, slow_rank=0, data=0.02, data_factor=3.0, jitter=0.1, steps=15,
+                     seed=seed)  # fmt: skip
+    assert kinds(early) == [("input_bound", (0,))]
+
+
 def test_a_data_wait_that_stopped_in_the_window_is_not_input_bound():
     # Every rank waited for data until step 30, no longer: the window's newest half is clean.
     states = simulate(world=2, data=0.05, compute=0.04, jitter=0.1, steps=50,

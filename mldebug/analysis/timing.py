@@ -550,14 +550,18 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
     now = {v.rank: v.agent.time for v in views if v.agent is not None}
     step = _median([s.step for s in ready.values()])
     waited = _waited_at(arrivals(_records(ready)), step)
-    found, shares = _stragglers(ready, waited)
+    # The warm-up is left out once the steps after it can speak: on a busy node one rank's
+    # DataLoader workers may start later than another's, and its first steps' data wait
+    # named a healthy job's rank the straggler. Before then the first steps are all there is.
+    judged = _settled(ready) or ready
+    found, shares = _stragglers(judged, waited)
     held = hold.judge_held({r: s.timing.blocks for r, s in ready.items()})
     late = list(found.late) if found is not None else []
     findings: list[Finding] = []
     if late and hold.passing(held, late):
         late = []  # the window's burst: the run's blocks rank these no higher than chance
     straggler = (
-        _window_straggler(found, ready, waited, shares) if found is not None and late else None
+        _window_straggler(found, judged, waited, shares) if found is not None and late else None
     )
     if straggler is None and held is not None and held.late:
         straggler = _held_straggler(held, ready, waited, shares)
@@ -569,7 +573,7 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
             waited = waited or list(flight.arrivals if flight is not None else ())
     if straggler is not None:
         late = list(straggler.ranks)
-        findings.append(_with_since(straggler, held, found, ready, now))
+        findings.append(_with_since(straggler, held, found, judged, now))
     else:
         late = []
         for check in (_input_bound_all(ready, held), _comm_bound(ready)):
