@@ -573,7 +573,7 @@ def judge_timing(views: Sequence[RankView]) -> TimingVerdict:
             waited = waited or list(flight.arrivals if flight is not None else ())
     if straggler is not None:
         late = list(straggler.ranks)
-        findings.append(_with_since(straggler, held, found, judged, now))
+        findings.append(_with_since(straggler, held, found, ready, now))
     else:
         late = []
         for check in (_input_bound_all(ready, held), _comm_bound(ready)):
